@@ -1,0 +1,46 @@
+# EMQ — make help lists the targets.
+GO        ?= go
+BIN       ?= bin/emq
+FUZZTIME  ?= 10s
+STATICCHECK_VERSION ?= v0.8.2
+
+.PHONY: help run build test vet race fuzz fuzz-short bench lint torture clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+run: ## build and start a broker on the default embedded journal (./emq-data)
+	@if [ -d cmd/emq ]; then $(MAKE) --no-print-directory build && ./$(BIN) broker; \
+	else echo "make run: the broker is not built yet (cmd/emq lands with the broker issue)"; fi
+
+build: ## build bin/emq
+	@if [ -d cmd/emq ]; then $(GO) build -o $(BIN) ./cmd/emq; \
+	else echo "make build: nothing to build yet (cmd/emq lands with the broker issue)"; fi
+
+test: vet race fuzz-short ## all tests: go vet, the race detector, a short fuzz pass
+
+vet:
+	$(GO) vet ./...
+
+race:
+	$(GO) test -race -count=1 ./...
+
+fuzz-short: ## every fuzz target for FUZZTIME (default 10s)
+	@FUZZTIME=$(FUZZTIME) GO=$(GO) ./scripts/fuzz.sh
+
+fuzz: ## every fuzz target for 2 minutes (FUZZTIME=... to change)
+	@FUZZTIME=$(if $(filter command line,$(origin FUZZTIME)),$(FUZZTIME),2m) GO=$(GO) ./scripts/fuzz.sh
+
+bench: ## the benchmarks of every package
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+lint: ## staticcheck (installed with go install on first use)
+	@command -v staticcheck >/dev/null 2>&1 || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	@PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+torture: ## the long crash and reliability runs
+	EMQ_TORTURE=1 $(GO) test -count=1 -timeout 60m -run 'Crash|Torture' ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,44 @@
+package emqp_test
+
+import (
+	"testing"
+
+	"github.com/eventmq/emq/emqp"
+)
+
+func benchRequest() *emqp.Request {
+	h, _ := emqp.ParseHeaders("reply-requested,timeout:30,retry-count:3")
+	return &emqp.Request{MsgID: emqp.NewID(), Queue: "default", Headers: h, Payload: make([]byte, 100)}
+}
+
+func BenchmarkDecodeRequest(b *testing.B) {
+	frames := emqp.Encode(benchRequest())
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := emqp.Decode(frames); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEncodeRequest(b *testing.B) {
+	m := benchRequest()
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = emqp.Encode(m)
+	}
+}
+
+// BenchmarkDecodeRequestHeaders adds what the broker does next with a
+// request: read its timeout, retry count and reply flag.
+func BenchmarkDecodeRequestHeaders(b *testing.B) {
+	frames := emqp.Encode(benchRequest())
+	b.ReportAllocs()
+	for b.Loop() {
+		m, _ := emqp.Decode(frames)
+		h := m.(*emqp.Request).Headers
+		_, _ = h.Timeout()
+		_, _ = h.RetryCount(3)
+		_ = h.ReplyRequested()
+	}
+}

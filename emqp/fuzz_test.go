@@ -1,0 +1,85 @@
+package emqp_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/eventmq/emq/emqp"
+)
+
+// joinFrames packs frames into one fuzz input: a 2-byte length before each.
+func joinFrames(frames [][]byte) []byte {
+	var b bytes.Buffer
+	for _, f := range frames {
+		_ = binary.Write(&b, binary.BigEndian, uint16(len(f)))
+		b.Write(f)
+	}
+	return b.Bytes()
+}
+
+func splitFrames(data []byte) [][]byte {
+	var frames [][]byte
+	for len(data) >= 2 {
+		n := int(binary.BigEndian.Uint16(data))
+		data = data[2:]
+		n = min(n, len(data))
+		frames = append(frames, data[:n])
+		data = data[n:]
+	}
+	return frames
+}
+
+// FuzzDecode: Decode never panics, fails only with a *DecodeError, and
+// whatever decodes re-encodes to frames that decode to the same message.
+func FuzzDecode(f *testing.F) {
+	for _, c := range loadVectors(f) {
+		f.Add(joinFrames(c.frames(f)))
+	}
+	f.Add(joinFrames(emqp.Encode(&emqp.Request{MsgID: "m", Queue: "q", Headers: emqp.HeadersFrom(emqp.Header{Name: "n", Value: "a,b"}), Payload: []byte{0, 0xff}})))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := emqp.Decode(splitFrames(data))
+		if err != nil {
+			var de *emqp.DecodeError
+			if !errors.As(err, &de) || de.Class == "" || de.Text == "" {
+				t.Fatalf("error %v is not a classified *DecodeError", err)
+			}
+			return
+		}
+		again, err := emqp.Decode(emqp.Encode(m))
+		if err != nil {
+			t.Fatalf("%#v re-encoded does not decode: %v", m, err)
+		}
+		if !reflect.DeepEqual(again, m) {
+			t.Fatalf("round trip changed the message:\n got %#v\nwant %#v", again, m)
+		}
+	})
+}
+
+// FuzzHeaders: parsing never panics, and parsed headers read back the same.
+func FuzzHeaders(f *testing.F) {
+	for _, s := range []string{"", "reply-requested,timeout:10", " a , ,b:c:d,", `{"a": 1, "b": "x,y", "c": true}`, `{"a": [1]}`, ":x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		h, err := emqp.ParseHeaders(s)
+		if err != nil {
+			if !errors.Is(err, emqp.ErrHeaders) {
+				t.Fatalf("error %v is not a headers error", err)
+			}
+			return
+		}
+		again, err := emqp.ParseHeaders(h.String())
+		if err != nil {
+			t.Fatalf("%q does not parse again: %v", h, err)
+		}
+		if !reflect.DeepEqual(again.Map(), h.Map()) {
+			t.Fatalf("%q reads back as %v, want %v", h, again.Map(), h.Map())
+		}
+		if !reflect.DeepEqual(emqp.HeadersFrom(h.Items()...).Map(), h.Map()) {
+			t.Fatalf("HeadersFrom(Items) of %q changed the items", h)
+		}
+	})
+}

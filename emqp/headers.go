@@ -1,0 +1,392 @@
+package emqp
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Known header names.
+const (
+	HeaderReplyRequested = "reply-requested"
+	HeaderGuarantee      = "guarantee"
+	HeaderRetryCount     = "retry-count"
+	HeaderTimeout        = "timeout"
+	HeaderNoHaste        = "nohaste"
+	HeaderRunCount       = "run_count"
+	HeaderDelay          = "delay"
+)
+
+// Header is one header item. A flag (such as reply-requested) has an empty
+// Value.
+type Header struct {
+	Name  string
+	Value string
+}
+
+// Headers is the headers frame of a REQUEST or SCHEDULE. It keeps the wire
+// text and reads items from it on demand, so decoding a message costs no
+// allocation for its headers. The zero value means no headers.
+//
+// On the wire, headers are comma-separated items `name` or `name:value`
+// (EventMQ's form), or a JSON object of the same (a value of true is a flag,
+// false or null leaves the item out). Headers that can be written in the
+// comma form always are; the JSON form is kept only for names or values the
+// comma form cannot hold (a comma, a colon in a name, outer spaces).
+//
+// Items are unordered in meaning; when a name repeats, the last one counts.
+// Unknown names are kept and passed on.
+type Headers struct {
+	s string
+}
+
+// ParseHeaders reads a headers frame. It fails (class ErrHeaders) on text
+// that is not UTF-8, JSON that is not an object of strings, numbers and
+// booleans, and an item without a name.
+func ParseHeaders(s string) (Headers, error) {
+	if !utf8.ValidString(s) {
+		return Headers{}, errorf(ErrHeaders, "", "", "headers are not valid UTF-8 text")
+	}
+	if isJSON(s) {
+		items, err := parseJSONHeaders(s)
+		if err != nil {
+			return Headers{}, err
+		}
+		return HeadersFrom(items...), nil
+	}
+	if i := namelessItem(s); i >= 0 {
+		return Headers{}, errorf(ErrHeaders, "", "", "header item %d has a value but no name", i+1)
+	}
+	return Headers{s: s}, nil
+}
+
+// HeadersFrom builds headers from items; a later item replaces an earlier
+// one of the same name. Items with an empty name are left out.
+func HeadersFrom(items ...Header) Headers {
+	items = dedupe(items)
+	if len(items) == 0 {
+		return Headers{}
+	}
+	csv := true
+	for _, it := range items {
+		if !csvSafe(it) {
+			csv = false
+			break
+		}
+	}
+	var b strings.Builder
+	if csv {
+		for i, it := range items {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(it.Name)
+			if it.Value != "" {
+				b.WriteByte(':')
+				b.WriteString(it.Value)
+			}
+		}
+		return Headers{s: b.String()}
+	}
+	b.WriteByte('{')
+	for i, it := range items {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(it.Name)
+		b.Write(k)
+		b.WriteByte(':')
+		if it.Value == "" {
+			b.WriteString("true")
+		} else {
+			v, _ := json.Marshal(it.Value)
+			b.Write(v)
+		}
+	}
+	b.WriteByte('}')
+	return Headers{s: b.String()}
+}
+
+// String returns the wire form.
+func (h Headers) String() string { return h.s }
+
+// IsZero reports whether there are no headers at all.
+func (h Headers) IsZero() bool { return h.s == "" }
+
+// Get returns the value of the named header and whether it is present.
+func (h Headers) Get(name string) (value string, ok bool) {
+	h.each(func(n, v string) bool {
+		if n == name {
+			value, ok = v, true
+		}
+		return true
+	})
+	return value, ok
+}
+
+// Has reports whether the named header is present.
+func (h Headers) Has(name string) bool {
+	_, ok := h.Get(name)
+	return ok
+}
+
+// Set returns headers with name set to value (a flag when value is empty).
+func (h Headers) Set(name, value string) Headers {
+	if v, ok := h.Get(name); ok && v == value && !isJSON(h.s) {
+		return h
+	}
+	return HeadersFrom(append(h.Items(), Header{name, value})...)
+}
+
+// Del returns headers without the named item.
+func (h Headers) Del(name string) Headers {
+	if !h.Has(name) {
+		return h
+	}
+	items := h.Items()
+	kept := items[:0]
+	for _, it := range items {
+		if it.Name != name {
+			kept = append(kept, it)
+		}
+	}
+	return HeadersFrom(kept...)
+}
+
+// Items returns every item in order, each name once (the last one counts).
+func (h Headers) Items() []Header {
+	var items []Header
+	h.each(func(n, v string) bool {
+		items = append(items, Header{n, v})
+		return true
+	})
+	return dedupe(items)
+}
+
+// Map returns the items as a map.
+func (h Headers) Map() map[string]string {
+	m := make(map[string]string)
+	h.each(func(n, v string) bool {
+		m[n] = v
+		return true
+	})
+	return m
+}
+
+// ReplyRequested reports whether the sender wants the job's REPLY.
+func (h Headers) ReplyRequested() bool { return h.Has(HeaderReplyRequested) }
+
+// Guarantee reports the EventMQ guarantee flag (every EMQ job is durable anyway).
+func (h Headers) Guarantee() bool { return h.Has(HeaderGuarantee) }
+
+// NoHaste reports the nohaste flag: a schedule's first run waits one interval.
+func (h Headers) NoHaste() bool { return h.Has(HeaderNoHaste) }
+
+// Timeout returns the job's timeout; 0 means none.
+func (h Headers) Timeout() (time.Duration, error) { return h.seconds(HeaderTimeout) }
+
+// Delay returns how long to hold the job before it may run; 0 means none.
+func (h Headers) Delay() (time.Duration, error) { return h.seconds(HeaderDelay) }
+
+// RetryCount returns how many times a failed job may be retried, or def
+// when the header is absent.
+func (h Headers) RetryCount(def int) (int, error) {
+	n, ok, err := h.count(HeaderRetryCount)
+	if !ok && err == nil {
+		return def, nil
+	}
+	return n, err
+}
+
+// RunCount returns how many times a schedule runs; 0 means without end.
+func (h Headers) RunCount() (int, error) {
+	n, _, err := h.count(HeaderRunCount)
+	return n, err
+}
+
+func (h Headers) count(name string) (int, bool, error) {
+	v, ok := h.Get(name)
+	if !ok {
+		return 0, false, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, true, errorf(ErrHeaders, "", "", "header %s: %q is not a whole number >= 0", name, v)
+	}
+	return n, true, nil
+}
+
+func (h Headers) seconds(name string) (time.Duration, error) {
+	v, ok := h.Get(name)
+	if !ok {
+		return 0, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) || f > maxSeconds {
+		return 0, errorf(ErrHeaders, "", "", "header %s: %q is not a number of seconds >= 0", name, v)
+	}
+	return time.Duration(f * float64(time.Second)), nil
+}
+
+// maxSeconds keeps a duration in seconds within time.Duration (about 292 years).
+const maxSeconds = float64(math.MaxInt64 / int64(time.Second))
+
+// each calls fn for every item in wire order until fn returns false.
+func (h Headers) each(fn func(name, value string) bool) {
+	if isJSON(h.s) {
+		items, _ := parseJSONHeaders(h.s) // validated when h was made
+		for _, it := range items {
+			if !fn(it.Name, it.Value) {
+				return
+			}
+		}
+		return
+	}
+	eachCSV(h.s, fn)
+}
+
+func isJSON(s string) bool { return strings.HasPrefix(s, "{") }
+
+// eachCSV calls fn for every non-empty item of a comma-separated header frame.
+func eachCSV(s string, fn func(name, value string) bool) {
+	for s != "" {
+		var name, value string
+		name, value, s = nextCSV(s)
+		if name != "" && !fn(name, value) {
+			return
+		}
+	}
+}
+
+// namelessItem returns the index of the first comma-separated item that
+// has a value but no name (":5"), or -1. It is one pass over the bytes,
+// since every REQUEST's headers go through it.
+func namelessItem(s string) int {
+	item, named, inValue := 0, false, false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == ',':
+			item, named, inValue = item+1, false, false
+		case inValue:
+		case c == ':':
+			if !named {
+				return item
+			}
+			inValue = true
+		case c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\v' && c != '\f':
+			named = true
+		}
+	}
+	return -1
+}
+
+// nextCSV splits the first item off a comma-separated header frame; an
+// empty item gives an empty name and value.
+func nextCSV(s string) (name, value, rest string) {
+	item := s
+	if i := strings.IndexByte(s, ','); i >= 0 {
+		item, rest = s[:i], s[i+1:]
+	}
+	name, value, _ = strings.Cut(item, ":")
+	return strings.TrimSpace(name), strings.TrimSpace(value), rest
+}
+
+// parseJSONHeaders reads a JSON object of strings, numbers and booleans, in
+// key order.
+func parseJSONHeaders(s string) ([]Header, error) {
+	bad := func(why string) error {
+		return errorf(ErrHeaders, "", "", "headers are not a JSON object of strings, numbers and booleans: %s", why)
+	}
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, bad("it does not start with an object")
+	}
+	var items []Header
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, bad(err.Error())
+		}
+		name, _ := t.(string)
+		if name == "" {
+			return nil, bad("a key is empty")
+		}
+		t, err = dec.Token()
+		if err != nil {
+			return nil, bad(err.Error())
+		}
+		switch v := t.(type) {
+		case string:
+			items = append(items, Header{name, v})
+		case json.Number:
+			items = append(items, Header{name, v.String()})
+		case bool:
+			if v {
+				items = append(items, Header{name, ""})
+			}
+		case nil:
+		default:
+			return nil, bad("the value of " + strconv.Quote(name) + " is a list or an object")
+		}
+	}
+	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
+		return nil, bad("the object is not closed")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, bad("there is more after the object")
+	}
+	return dedupe(items), nil
+}
+
+// dedupe drops items without a name and keeps the last of each name, in
+// the position of its first appearance. It is linear, so a frame of many
+// items costs no more than its size.
+func dedupe(items []Header) []Header {
+	out := items[:0:0]
+	var at map[string]int // name -> index in out; made only past a few items
+	for _, it := range items {
+		if it.Name == "" {
+			continue
+		}
+		i := -1
+		if at != nil {
+			if j, ok := at[it.Name]; ok {
+				i = j
+			}
+		} else {
+			for j := range out {
+				if out[j].Name == it.Name {
+					i = j
+					break
+				}
+			}
+		}
+		if i >= 0 {
+			out[i].Value = it.Value
+			continue
+		}
+		out = append(out, it)
+		if at == nil && len(out) > 8 {
+			at = make(map[string]int, len(items))
+			for j, o := range out {
+				at[o.Name] = j
+			}
+		} else if at != nil {
+			at[it.Name] = len(out) - 1
+		}
+	}
+	return out
+}
+
+// csvSafe reports whether an item reads back the same from the comma form.
+func csvSafe(it Header) bool {
+	n, v := it.Name, it.Value
+	return !strings.ContainsAny(n, ",:") && !strings.HasPrefix(n, "{") &&
+		strings.TrimSpace(n) == n && !strings.Contains(v, ",") && strings.TrimSpace(v) == v
+}
