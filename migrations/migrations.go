@@ -1,0 +1,167 @@
+// Package migrations holds the numbered schema steps of the bbolt journal
+// file and applies them in order.
+//
+// The schema version lives in the meta bucket under the key "schema" as a
+// decimal string. A file at version N has had steps 1..N applied, each in
+// its own transaction together with the version bump, so a crash between
+// steps leaves a file at a clean version. Applying is idempotent: steps
+// already applied are skipped. A file whose version is newer than the last
+// step this binary knows is refused, never rewritten.
+//
+// A step must be written once and never changed after it ships; a new
+// layout is a new step.
+package migrations
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Bucket names of the journal, as the steps create them.
+var (
+	Meta      = []byte("meta")       // schema version and other file-wide facts
+	Jobs      = []byte("jobs")       // msgid -> job record
+	Pending   = []byte("pending")    // queue key + seq -> msgid: per-queue FIFO of pending jobs
+	Dead      = []byte("dead")       // queue key + seq -> msgid: dead letters
+	Results   = []byte("results")    // msgid -> expiry (8 bytes, unix ns) + result payload
+	ResultExp = []byte("result_exp") // expiry (8 bytes, unix ns) + msgid -> nothing (since step 2)
+
+	schemaKey = []byte("schema")
+)
+
+// Step is one schema change.
+type Step struct {
+	Version int
+	Name    string
+	Apply   func(tx *bolt.Tx) error
+}
+
+// ErrTooNew means the file was written by a newer EMQ than this one.
+var ErrTooNew = errors.New("journal schema is newer than this binary knows")
+
+// Steps is every step this binary knows, in order.
+var Steps = []Step{
+	{1, "create the journal buckets", func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{Meta, Jobs, Pending, Dead, Results} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}},
+	{2, "index results by expiry", func(tx *bolt.Tx) error {
+		idx, err := tx.CreateBucketIfNotExists(ResultExp)
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(Results).ForEach(func(msgid, v []byte) error {
+			if len(v) < 8 {
+				return fmt.Errorf("result %q is %d bytes, too short for its expiry", msgid, len(v))
+			}
+			return idx.Put(ResultExpKey(v[:8], msgid), nil)
+		})
+	}},
+}
+
+// Latest is the version the last known step brings a file to.
+func Latest() int { return Steps[len(Steps)-1].Version }
+
+// ResultExpKey is the result_exp index key for an expiry (8 bytes, big
+// endian unix ns) and a msgid.
+func ResultExpKey(expiry, msgid []byte) []byte {
+	k := make([]byte, 0, len(expiry)+len(msgid))
+	return append(append(k, expiry...), msgid...)
+}
+
+// ExpiryBytes encodes unix nanoseconds as 8 big-endian bytes.
+func ExpiryBytes(unixNano int64) []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(unixNano))
+}
+
+// Version returns the schema version of the file; 0 for a new file.
+func Version(tx *bolt.Tx) (int, error) {
+	meta := tx.Bucket(Meta)
+	if meta == nil {
+		return 0, nil
+	}
+	v := meta.Get(schemaKey)
+	if v == nil {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(string(bytes.TrimSpace(v)))
+	if err != nil {
+		return 0, fmt.Errorf("journal schema version %q is not a number", v)
+	}
+	return n, nil
+}
+
+// Status is one step and whether the file has it.
+type Status struct {
+	Step
+	Applied bool
+}
+
+// Check returns the file's version and each known step's status. It fails
+// with ErrTooNew when the file is newer than this binary.
+func Check(db *bolt.DB) (int, []Status, error) {
+	var v int
+	err := db.View(func(tx *bolt.Tx) (err error) {
+		v, err = Version(tx)
+		return err
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	st := make([]Status, len(Steps))
+	for i, s := range Steps {
+		st[i] = Status{Step: s, Applied: s.Version <= v}
+	}
+	if v > Latest() {
+		return v, st, fmt.Errorf("%w: the file is at version %d, this binary knows up to %d", ErrTooNew, v, Latest())
+	}
+	return v, st, nil
+}
+
+// Apply brings the file up to the last step and returns the versions it
+// moved between.
+func Apply(db *bolt.DB) (from, to int, err error) {
+	return ApplySteps(db, Steps)
+}
+
+// ApplySteps applies the given steps (in order, each in one transaction)
+// that the file does not have yet.
+func ApplySteps(db *bolt.DB, steps []Step) (from, to int, err error) {
+	from, _, err = Check(db)
+	if err != nil {
+		return from, from, err
+	}
+	to = from
+	for _, s := range steps {
+		if s.Version <= to {
+			continue
+		}
+		if s.Version != to+1 {
+			return from, to, fmt.Errorf("migration %d (%s) does not follow version %d", s.Version, s.Name, to)
+		}
+		err := db.Update(func(tx *bolt.Tx) error {
+			if err := s.Apply(tx); err != nil {
+				return err
+			}
+			meta, err := tx.CreateBucketIfNotExists(Meta)
+			if err != nil {
+				return err
+			}
+			return meta.Put(schemaKey, []byte(strconv.Itoa(s.Version)))
+		})
+		if err != nil {
+			return from, to, fmt.Errorf("migration %d (%s): %w", s.Version, s.Name, err)
+		}
+		to = s.Version
+	}
+	return from, to, nil
+}

@@ -1,0 +1,100 @@
+package migrations_test
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/eventmq/emq/migrations"
+	bolt "go.etcd.io/bbolt"
+)
+
+func openDB(t *testing.T, path string) *bolt.DB {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func TestApplyIsOrderedAndIdempotent(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "j.db"))
+	from, to, err := migrations.Apply(db)
+	if err != nil || from != 0 || to != migrations.Latest() {
+		t.Fatalf("Apply = %d, %d, %v", from, to, err)
+	}
+	from, to, err = migrations.Apply(db)
+	if err != nil || from != to || to != migrations.Latest() {
+		t.Fatalf("second Apply = %d, %d, %v; want nothing to do", from, to, err)
+	}
+	v, st, err := migrations.Check(db)
+	if err != nil || v != migrations.Latest() || len(st) != len(migrations.Steps) || !st[len(st)-1].Applied {
+		t.Fatalf("Check = %d, %v, %v", v, st, err)
+	}
+}
+
+// A file made at version 1 gets step 2, and the data it held is carried
+// into the new index.
+func TestUpgradeCarriesDataOver(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j.db")
+	db := openDB(t, path)
+	if _, to, err := migrations.ApplySteps(db, migrations.Steps[:1]); err != nil || to != 1 {
+		t.Fatalf("making a version 1 file: %d, %v", to, err)
+	}
+	exp := migrations.ExpiryBytes(1234)
+	err := db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(migrations.Results).Put([]byte("m1"), append(exp, "result"...))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, to, err := migrations.Apply(db); err != nil || to != 2 {
+		t.Fatalf("upgrade: %d, %v", to, err)
+	}
+	err = db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(migrations.ResultExp).Get(migrations.ResultExpKey(exp, []byte("m1"))); v == nil {
+			return errors.New("the result is missing from the expiry index")
+		}
+		if v := tx.Bucket(migrations.Results).Get([]byte("m1")); string(v[8:]) != "result" {
+			return errors.New("the result itself changed")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRefusesNewerSchema(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "j.db"))
+	future := append(append([]migrations.Step{}, migrations.Steps...), migrations.Step{
+		Version: migrations.Latest() + 1, Name: "from the future", Apply: func(*bolt.Tx) error { return nil },
+	})
+	if _, _, err := migrations.ApplySteps(db, future); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := migrations.Apply(db); !errors.Is(err, migrations.ErrTooNew) {
+		t.Fatalf("Apply on a newer file: %v, want ErrTooNew", err)
+	}
+}
+
+func TestFailedStepLeavesVersion(t *testing.T) {
+	db := openDB(t, filepath.Join(t.TempDir(), "j.db"))
+	broken := append(append([]migrations.Step{}, migrations.Steps[:1]...), migrations.Step{
+		Version: 2, Name: "breaks", Apply: func(tx *bolt.Tx) error {
+			_, _ = tx.CreateBucket([]byte("half-done"))
+			return errors.New("boom")
+		},
+	})
+	if _, to, err := migrations.ApplySteps(db, broken); err == nil || to != 1 {
+		t.Fatalf("broken step: to=%d err=%v; want an error at version 1", to, err)
+	}
+	_ = db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket([]byte("half-done")) != nil {
+			t.Error("a failed step left its changes")
+		}
+		return nil
+	})
+}

@@ -1,0 +1,256 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/eventmq/emq/migrations"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// Options configure a bbolt journal.
+type Options struct {
+	// LockTimeout is how long Open waits for another process to let go of
+	// the file before it fails with ErrLocked.
+	LockTimeout time.Duration
+	// MaxBatch is the most writes one transaction (one fsync) takes.
+	MaxBatch int
+	// ReadOnly opens the file without the write lock and without
+	// migrating, for looking at a journal another process may hold. Writes
+	// fail.
+	ReadOnly bool
+	// OnCommit, if set, is called after each commit with the number of
+	// writes it held and how long it took (for metrics).
+	OnCommit func(writes int, took time.Duration)
+}
+
+// DefaultOptions returns the defaults.
+func DefaultOptions() Options {
+	return Options{LockTimeout: time.Second, MaxBatch: 8192}
+}
+
+// Validate reports the first bad option.
+func (o Options) Validate() error {
+	if o.LockTimeout <= 0 {
+		return fmt.Errorf("store: LockTimeout must be > 0, got %v", o.LockTimeout)
+	}
+	if o.MaxBatch <= 0 {
+		return fmt.Errorf("store: MaxBatch must be > 0, got %d", o.MaxBatch)
+	}
+	return nil
+}
+
+// Bolt is the Journal in one bbolt file.
+//
+// One goroutine (the committer) owns every write. Writes queue under qmu;
+// the committer takes all that are queued (up to MaxBatch), applies them in
+// one transaction, commits (bbolt fsyncs), and then calls their done
+// functions. While one commit runs the next batch gathers, so concurrent
+// writers share fsyncs without any fixed delay. Reads use their own
+// read-only transactions and never wait for the committer.
+type Bolt struct {
+	path string
+	opts Options
+
+	dbmu sync.RWMutex // held for reading by every use of db; for writing by a compaction's swap
+	db   *bolt.DB
+
+	qmu     sync.Mutex
+	queue   []write
+	closing bool
+	wake    chan struct{} // cap 1: there are writes queued
+	stopped chan struct{} // closed when the committer has finished
+}
+
+// write is one queued change: apply runs inside the transaction and
+// returns an error only for a failure that must abort the whole
+// transaction; finish runs after the commit with its error (nil when
+// durable). A write with alone set instead runs it on the committer
+// between two transactions (compaction), and gets finish only if it never
+// ran.
+type write struct {
+	apply  func(tx *bolt.Tx) error
+	alone  func()
+	finish func(commitErr error)
+}
+
+var _ Journal = (*Bolt)(nil)
+
+// Open opens (or creates) the journal file at path, creating its folder
+// and applying migrations. It never rewrites a file it cannot read.
+func Open(path string, opts Options) (*Bolt, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return nil, fmt.Errorf("journal %s: cannot create its folder: %w", path, err)
+		}
+	}
+	db, err := openBolt(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	if opts.ReadOnly {
+		if _, _, err := migrations.Check(db); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("journal %s: %w", path, err)
+		}
+	} else if _, _, err := migrations.Apply(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("journal %s: %w", path, err)
+	}
+	b := &Bolt{path: path, opts: opts, db: db, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	go b.commitLoop()
+	return b, nil
+}
+
+func openBolt(path string, opts Options) (*bolt.DB, error) {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("journal %s is a folder, not a file", path)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:      opts.LockTimeout,
+		ReadOnly:     opts.ReadOnly,
+		FreelistType: bolt.FreelistMapType,
+		// The freelist is rebuilt at open instead of written at every
+		// commit: fewer pages per fsync.
+		NoFreelistSync: true,
+	})
+	switch {
+	case err == nil:
+		return db, nil
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("%w: %s is held by another process (a running broker? use its admin API, or stop it)", ErrLocked, path)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch),
+		errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrInvalidMapping):
+		return nil, fmt.Errorf("%w: %s: %v (the file was left as it is)", ErrCorrupt, path, err)
+	}
+	return nil, fmt.Errorf("journal %s: %w", path, err)
+}
+
+// Path returns the journal file's path.
+func (b *Bolt) Path() string { return b.path }
+
+// enqueue queues a write for the committer.
+func (b *Bolt) enqueue(w write) {
+	b.qmu.Lock()
+	if b.closing {
+		b.qmu.Unlock()
+		w.finish(ErrClosed)
+		return
+	}
+	b.queue = append(b.queue, w)
+	b.qmu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// commitLoop is the committer: it runs until Close and the queue is empty.
+func (b *Bolt) commitLoop() {
+	defer close(b.stopped)
+	var batch []write
+	for {
+		b.qmu.Lock()
+		n := min(len(b.queue), b.opts.MaxBatch)
+		batch = append(batch[:0], b.queue[:n]...)
+		rest := copy(b.queue, b.queue[n:])
+		clear(b.queue[rest:])
+		b.queue = b.queue[:rest]
+		closing := b.closing
+		b.qmu.Unlock()
+
+		if len(batch) > 0 {
+			b.commitAll(batch)
+			clear(batch)
+			continue
+		}
+		if closing {
+			return
+		}
+		<-b.wake
+	}
+}
+
+// commitAll commits a batch, running any write that must be alone
+// between the transactions before and after it.
+func (b *Bolt) commitAll(batch []write) {
+	for len(batch) > 0 {
+		i := 0
+		for i < len(batch) && batch[i].alone == nil {
+			i++
+		}
+		if i > 0 {
+			b.commit(batch[:i])
+		}
+		if i < len(batch) {
+			batch[i].alone()
+			i++
+		}
+		batch = batch[i:]
+	}
+}
+
+// commit applies a batch in one transaction and reports to each write.
+func (b *Bolt) commit(batch []write) {
+	start := time.Now()
+	err := b.update(func(tx *bolt.Tx) error {
+		for _, w := range batch {
+			if err := w.apply(tx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		err = fmt.Errorf("journal %s: write failed: %w", b.path, err)
+	} else if b.opts.OnCommit != nil {
+		b.opts.OnCommit(len(batch), time.Since(start))
+	}
+	for _, w := range batch {
+		w.finish(err)
+	}
+}
+
+func (b *Bolt) update(fn func(tx *bolt.Tx) error) error {
+	b.dbmu.RLock()
+	defer b.dbmu.RUnlock()
+	return b.db.Update(fn)
+}
+
+func (b *Bolt) view(fn func(tx *bolt.Tx) error) error {
+	b.dbmu.RLock()
+	defer b.dbmu.RUnlock()
+	return b.db.View(fn)
+}
+
+// Close finishes the queued writes, then closes the file. Writes made
+// after Close fail with ErrClosed.
+func (b *Bolt) Close() error {
+	b.qmu.Lock()
+	already := b.closing
+	b.closing = true
+	b.qmu.Unlock()
+	if already {
+		<-b.stopped
+		return nil
+	}
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+	<-b.stopped
+	b.dbmu.Lock()
+	defer b.dbmu.Unlock()
+	if err := b.db.Close(); err != nil {
+		return fmt.Errorf("journal %s: close: %w", b.path, err)
+	}
+	return nil
+}

@@ -1,0 +1,206 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// State is where a stored job stands.
+type State uint8
+
+// The states of a stored job. In flight is not a stored state: the broker
+// knows which pending jobs a worker holds.
+const (
+	Pending State = 1 // waiting for (or held by) a worker
+	Dead    State = 2 // out of attempts; in the dead-letter list
+)
+
+func (s State) String() string {
+	switch s {
+	case Pending:
+		return "pending"
+	case Dead:
+		return "dead"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// ParseState reads "pending" or "dead".
+func ParseState(s string) (State, error) {
+	switch s {
+	case "pending":
+		return Pending, nil
+	case "dead":
+		return Dead, nil
+	}
+	return 0, fmt.Errorf("unknown job state %q (want pending or dead)", s)
+}
+
+// Job is one stored job: everything the broker needs to dispatch it again
+// after a restart.
+type Job struct {
+	MsgID     string
+	Queue     string
+	Headers   string // the headers frame as the client sent it
+	Payload   []byte
+	ClientID  []byte    // the client's routing id, for the REPLY
+	Enqueued  time.Time // when the journal took it
+	Attempts  int       // deliveries that ended without a REPLY
+	LastError string    // why the last attempt ended
+	NotBefore time.Time // not to be dispatched before this (delay, backoff); zero = now
+	State     State
+	Seq       uint64 // position in its queue: FIFO order
+}
+
+// Limits of what a job may hold, so a record always fits bbolt's limits.
+const (
+	MaxIDLen    = 255
+	MaxQueueLen = 255
+)
+
+const recordVersion = 1
+
+// A record: version byte, state byte, the sequence as 8 fixed bytes (so
+// the committer can set it in an encoded record), then enqueue time, not
+// before, attempts as varints, then queue, headers, client id, last error
+// and payload, each with a uvarint length.
+const (
+	recState  = 1
+	recSeq    = 2
+	recFields = 10
+)
+
+// encode writes the job's record.
+func (j *Job) encode() []byte {
+	n := recFields + 8*binary.MaxVarintLen64 +
+		len(j.Queue) + len(j.Headers) + len(j.Payload) + len(j.ClientID) + len(j.LastError)
+	b := make([]byte, 0, n)
+	b = append(b, recordVersion, byte(j.State))
+	b = binary.BigEndian.AppendUint64(b, j.Seq)
+	b = binary.AppendVarint(b, j.Enqueued.UnixNano())
+	b = binary.AppendVarint(b, unixNano(j.NotBefore))
+	b = binary.AppendUvarint(b, uint64(j.Attempts))
+	for _, s := range [][]byte{[]byte(j.Queue), []byte(j.Headers), j.ClientID, []byte(j.LastError), j.Payload} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	return b
+}
+
+var errRecord = errors.New("damaged job record")
+
+// decodeJob reads a record; it copies everything, so the result outlives
+// the transaction.
+func decodeJob(msgid, b []byte) (*Job, error) {
+	if len(b) < recFields || b[0] != recordVersion {
+		return nil, fmt.Errorf("%w for %q: unknown record version", errRecord, msgid)
+	}
+	j := &Job{MsgID: string(msgid), State: State(b[recState]), Seq: binary.BigEndian.Uint64(b[recSeq:])}
+	r := reader{b: b[recFields:]}
+	j.Enqueued = time.Unix(0, r.varint())
+	if nb := r.varint(); nb != 0 {
+		j.NotBefore = time.Unix(0, nb)
+	}
+	j.Attempts = int(r.uvarint())
+	j.Queue = string(r.bytes())
+	j.Headers = string(r.bytes())
+	j.ClientID = clone(r.bytes())
+	j.LastError = string(r.bytes())
+	j.Payload = clone(r.bytes())
+	if r.bad {
+		return nil, fmt.Errorf("%w for %q: truncated", errRecord, msgid)
+	}
+	return j, nil
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func clone(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+type reader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) bytes() []byte {
+	n := r.uvarint()
+	if r.bad || n > uint64(len(r.b)) {
+		r.bad = true
+		return nil
+	}
+	s := r.b[:n]
+	r.b = r.b[n:]
+	return s
+}
+
+// indexKey reads from a record the job's key in its state's index,
+// without decoding the rest.
+func indexKey(msgid, b []byte) (State, []byte, error) {
+	if len(b) < recFields || b[0] != recordVersion {
+		return 0, nil, fmt.Errorf("%w for %q: unknown record version", errRecord, msgid)
+	}
+	r := reader{b: b[recFields:]}
+	r.varint()
+	r.varint()
+	r.uvarint()
+	q := r.bytes()
+	if r.bad {
+		return 0, nil, fmt.Errorf("%w for %q: truncated", errRecord, msgid)
+	}
+	return State(b[recState]), queueKey(string(q), binary.BigEndian.Uint64(b[recSeq:])), nil
+}
+
+// queueKey is a job's key in the pending and dead indexes: the queue name
+// with its length in front (so one queue is one key prefix), then the
+// sequence big-endian (so a queue's keys are in FIFO order).
+func queueKey(queue string, seq uint64) []byte {
+	k := make([]byte, 0, 1+len(queue)+8)
+	k = append(k, byte(len(queue)))
+	k = append(k, queue...)
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+// queuePrefix is the key prefix of one queue in an index.
+func queuePrefix(queue string) []byte {
+	return append([]byte{byte(len(queue))}, queue...)
+}
+
+// splitQueueKey returns the queue of an index key.
+func splitQueueKey(k []byte) (queue string, ok bool) {
+	if len(k) < 1 || len(k) != 1+int(k[0])+8 {
+		return "", false
+	}
+	return string(k[1 : 1+int(k[0])]), true
+}

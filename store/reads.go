@@ -1,0 +1,181 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/eventmq/emq/migrations"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Load implements Journal. It walks the pending index in one read
+// transaction; each job is decoded (copied) only when fn is called.
+func (b *Bolt) Load(fn func(*Job) error) error {
+	return b.view(func(tx *bolt.Tx) error {
+		jobs := tx.Bucket(migrations.Jobs)
+		c := index(tx, Pending).Cursor()
+		for k, id := c.First(); k != nil; k, id = c.Next() {
+			rec := jobs.Get(id)
+			if rec == nil {
+				return fmt.Errorf("%w: journal %s: index entry %x names job %q, which is missing", ErrCorrupt, b.path, k, id)
+			}
+			j, err := decodeJob(id, rec)
+			if err != nil {
+				return fmt.Errorf("journal %s: %w", b.path, err)
+			}
+			if err := fn(j); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Get implements Journal.
+func (b *Bolt) Get(msgid string) (*Job, error) {
+	var j *Job
+	err := b.view(func(tx *bolt.Tx) error {
+		rec := tx.Bucket(migrations.Jobs).Get([]byte(msgid))
+		if rec == nil {
+			return fmt.Errorf("%w: %s", ErrNotFound, msgid)
+		}
+		var err error
+		j, err = decodeJob([]byte(msgid), rec)
+		return err
+	})
+	return j, err
+}
+
+// Result implements Journal.
+func (b *Bolt) Result(msgid string) ([]byte, error) {
+	var out []byte
+	err := b.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(migrations.Results).Get([]byte(msgid))
+		if v == nil || int64(binary.BigEndian.Uint64(v[:8])) < time.Now().UnixNano() {
+			return fmt.Errorf("%w: no result kept for %s", ErrNotFound, msgid)
+		}
+		out = bytes.Clone(v[8:])
+		return nil
+	})
+	return out, err
+}
+
+// List implements Journal. The cursor names the state's index and the
+// last key shown.
+func (b *Bolt) List(opts ListOptions) (Page, error) {
+	if opts.Limit <= 0 {
+		opts.Limit = 100
+	}
+	states := []State{Pending, Dead}
+	if opts.State != 0 {
+		states = []State{opts.State}
+	}
+	var after []byte
+	if opts.After != "" {
+		s, key, err := parseCursor(opts.After)
+		if err != nil {
+			return Page{}, err
+		}
+		for len(states) > 0 && states[0] != s {
+			states = states[1:]
+		}
+		if len(states) == 0 {
+			return Page{}, fmt.Errorf("cursor %q does not fit state %s", opts.After, opts.State)
+		}
+		after = key
+	}
+	var prefix []byte
+	if opts.Queue != "" {
+		prefix = queuePrefix(opts.Queue)
+	}
+	var page Page
+	err := b.view(func(tx *bolt.Tx) error {
+		jobs := tx.Bucket(migrations.Jobs)
+		for i, s := range states {
+			if len(page.Jobs) == opts.Limit {
+				page.Next = cursor(page.Jobs[len(page.Jobs)-1])
+				return nil
+			}
+			c := index(tx, s).Cursor()
+			var k, id []byte
+			switch {
+			case i == 0 && after != nil:
+				if k, id = c.Seek(after); bytes.Equal(k, after) {
+					k, id = c.Next()
+				}
+			case prefix != nil:
+				k, id = c.Seek(prefix)
+			default:
+				k, id = c.First()
+			}
+			for ; k != nil; k, id = c.Next() {
+				if prefix != nil && !bytes.HasPrefix(k, prefix) {
+					break
+				}
+				if q, ok := splitQueueKey(k); !ok || (opts.Queue != "" && q != opts.Queue) {
+					continue
+				}
+				if len(page.Jobs) == opts.Limit {
+					page.Next = cursor(page.Jobs[len(page.Jobs)-1])
+					return nil
+				}
+				j, err := decodeJob(id, jobs.Get(id))
+				if err != nil {
+					return err
+				}
+				page.Jobs = append(page.Jobs, j)
+			}
+		}
+		return nil
+	})
+	return page, err
+}
+
+// cursor points after the last job shown, in its own state's index.
+func cursor(last *Job) string {
+	return last.State.String() + ":" + hex.EncodeToString(queueKey(last.Queue, last.Seq))
+}
+
+func parseCursor(c string) (State, []byte, error) {
+	name, h, ok := strings.Cut(c, ":")
+	s, err := ParseState(name)
+	key, herr := hex.DecodeString(h)
+	if !ok || err != nil || herr != nil {
+		return 0, nil, fmt.Errorf("cursor %q is not one a listing gave", c)
+	}
+	return s, key, nil
+}
+
+// Counts implements Journal. It reads the index keys only.
+func (b *Bolt) Counts() ([]Count, error) {
+	var out []Count
+	at := map[string]int{}
+	err := b.view(func(tx *bolt.Tx) error {
+		for _, s := range []State{Pending, Dead} {
+			c := index(tx, s).Cursor()
+			for k, _ := c.First(); k != nil; k, _ = c.Next() {
+				q, ok := splitQueueKey(k)
+				if !ok {
+					continue
+				}
+				i, seen := at[q]
+				if !seen {
+					i = len(out)
+					at[q] = i
+					out = append(out, Count{Queue: q})
+				}
+				if s == Pending {
+					out[i].Pending++
+				} else {
+					out[i].Dead++
+				}
+			}
+		}
+		return nil
+	})
+	return out, err
+}

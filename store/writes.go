@@ -1,0 +1,280 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/eventmq/emq/migrations"
+	bolt "go.etcd.io/bbolt"
+)
+
+// index returns the index bucket of a state.
+func index(tx *bolt.Tx, s State) *bolt.Bucket {
+	if s == Dead {
+		return tx.Bucket(migrations.Dead)
+	}
+	return tx.Bucket(migrations.Pending)
+}
+
+func validate(j *Job) error {
+	switch {
+	case j.MsgID == "" || len(j.MsgID) > MaxIDLen:
+		return fmt.Errorf("%w: msgid must be 1 to %d bytes, got %d", ErrInvalidJob, MaxIDLen, len(j.MsgID))
+	case j.Queue == "" || len(j.Queue) > MaxQueueLen:
+		return fmt.Errorf("%w: queue name must be 1 to %d bytes, got %d", ErrInvalidJob, MaxQueueLen, len(j.Queue))
+	}
+	return nil
+}
+
+// Append implements Journal. The record is encoded on the caller's
+// goroutine; the committer only sets its sequence.
+func (b *Bolt) Append(j *Job, done func(dup bool, err error)) {
+	if err := validate(j); err != nil {
+		if done != nil {
+			done(false, err)
+		}
+		return
+	}
+	rec := *j
+	rec.State = Pending
+	if rec.Enqueued.IsZero() {
+		rec.Enqueued = time.Now()
+	}
+	val := rec.encode()
+	id := []byte(j.MsgID)
+	queue := j.Queue
+	var dup bool
+	b.enqueue(write{
+		apply: func(tx *bolt.Tx) error {
+			jobs := tx.Bucket(migrations.Jobs)
+			if jobs.Get(id) != nil {
+				dup = true
+				return nil
+			}
+			seq, err := jobs.NextSequence()
+			if err != nil {
+				return err
+			}
+			binary.BigEndian.PutUint64(val[recSeq:], seq)
+			if err := jobs.Put(id, val); err != nil {
+				return err
+			}
+			return tx.Bucket(migrations.Pending).Put(queueKey(queue, seq), id)
+		},
+		finish: func(err error) {
+			if done != nil {
+				done(dup && err == nil, err)
+			}
+		},
+	})
+}
+
+// deleteJob removes a job and its index entry; found is false when it
+// was not stored.
+func deleteJob(tx *bolt.Tx, id []byte) (found bool, err error) {
+	jobs := tx.Bucket(migrations.Jobs)
+	rec := jobs.Get(id)
+	if rec == nil {
+		return false, nil
+	}
+	state, key, err := indexKey(id, rec)
+	if err != nil {
+		return false, err
+	}
+	if err := index(tx, state).Delete(key); err != nil {
+		return false, err
+	}
+	return true, jobs.Delete(id)
+}
+
+// Complete implements Journal.
+func (b *Bolt) Complete(msgid string, result []byte, keepUntil time.Time, done func(found bool, err error)) {
+	id := []byte(msgid)
+	var found bool
+	b.enqueue(write{
+		apply: func(tx *bolt.Tx) (err error) {
+			if found, err = deleteJob(tx, id); err != nil || !found || keepUntil.IsZero() {
+				return err
+			}
+			exp := migrations.ExpiryBytes(keepUntil.UnixNano())
+			if err := tx.Bucket(migrations.Results).Put(id, append(exp, result...)); err != nil {
+				return err
+			}
+			return tx.Bucket(migrations.ResultExp).Put(migrations.ResultExpKey(exp, id), nil)
+		},
+		finish: func(err error) {
+			if done != nil {
+				done(found && err == nil, err)
+			}
+		},
+	})
+}
+
+// Remove implements Journal.
+func (b *Bolt) Remove(msgid string, done func(found bool, err error)) {
+	b.Complete(msgid, nil, time.Time{}, done)
+}
+
+// change reads one job, lets fn change it (and its index entries), and
+// writes it back.
+func (b *Bolt) change(msgid string, fn func(tx *bolt.Tx, j *Job) error, done func(*Job, error)) {
+	id := []byte(msgid)
+	var (
+		out    *Job
+		jobErr error // this write's own failure: the others of the batch go on
+	)
+	b.enqueue(write{
+		apply: func(tx *bolt.Tx) error {
+			jobs := tx.Bucket(migrations.Jobs)
+			rec := jobs.Get(id)
+			if rec == nil {
+				jobErr = fmt.Errorf("%w: %s", ErrNotFound, msgid)
+				return nil
+			}
+			j, err := decodeJob(id, rec)
+			if err != nil {
+				jobErr = err
+				return nil
+			}
+			if err := fn(tx, j); err != nil {
+				if _, ok := err.(jobError); ok {
+					jobErr = err
+					return nil
+				}
+				return err
+			}
+			out = j
+			return jobs.Put(id, j.encode())
+		},
+		finish: func(err error) {
+			if err == nil {
+				err = jobErr
+			}
+			if done != nil {
+				if err != nil {
+					done(nil, err)
+				} else {
+					done(out, nil)
+				}
+			}
+		},
+	})
+}
+
+// jobError is a change's refusal that concerns only its own job.
+type jobError struct{ error }
+
+// RecordAttempt implements Journal.
+func (b *Bolt) RecordAttempt(msgid, reason string, notBefore time.Time, done func(*Job, error)) {
+	b.change(msgid, func(_ *bolt.Tx, j *Job) error {
+		j.Attempts++
+		j.LastError, j.NotBefore = reason, notBefore
+		return nil
+	}, done)
+}
+
+// Bury implements Journal.
+func (b *Bolt) Bury(msgid, reason string, done func(*Job, error)) {
+	b.change(msgid, func(tx *bolt.Tx, j *Job) error {
+		if j.State == Dead {
+			return jobError{fmt.Errorf("job %s is dead already", msgid)}
+		}
+		key := queueKey(j.Queue, j.Seq)
+		if err := index(tx, Pending).Delete(key); err != nil {
+			return err
+		}
+		j.Attempts++
+		j.LastError, j.State, j.NotBefore = reason, Dead, time.Time{}
+		return index(tx, Dead).Put(key, []byte(msgid))
+	}, done)
+}
+
+// Revive implements Journal.
+func (b *Bolt) Revive(msgid string, done func(*Job, error)) {
+	b.change(msgid, func(tx *bolt.Tx, j *Job) error {
+		if j.State != Dead {
+			return jobError{fmt.Errorf("job %s is not dead (it is %s)", msgid, j.State)}
+		}
+		if err := index(tx, Dead).Delete(queueKey(j.Queue, j.Seq)); err != nil {
+			return err
+		}
+		seq, err := tx.Bucket(migrations.Jobs).NextSequence()
+		if err != nil {
+			return err
+		}
+		j.Seq, j.State, j.Attempts, j.NotBefore = seq, Pending, 0, time.Time{}
+		return index(tx, Pending).Put(queueKey(j.Queue, seq), []byte(msgid))
+	}, done)
+}
+
+// PurgeQueue implements Journal.
+func (b *Bolt) PurgeQueue(queue string, done func(removed int, err error)) {
+	var n int
+	b.enqueue(write{
+		apply: func(tx *bolt.Tx) error {
+			n = 0
+			idx, jobs := index(tx, Pending), tx.Bucket(migrations.Jobs)
+			prefix := queuePrefix(queue)
+			var keys, ids [][]byte
+			c := idx.Cursor()
+			for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+				if _, ok := splitQueueKey(k); ok { // not a longer queue name sharing the prefix
+					keys, ids = append(keys, bytes.Clone(k)), append(ids, bytes.Clone(v))
+				}
+			}
+			for i := range keys {
+				if err := idx.Delete(keys[i]); err != nil {
+					return err
+				}
+				if err := jobs.Delete(ids[i]); err != nil {
+					return err
+				}
+			}
+			n = len(keys)
+			return nil
+		},
+		finish: func(err error) {
+			if done != nil {
+				done(n, err)
+			}
+		},
+	})
+}
+
+// ExpireResults implements Journal. One call deletes at most 10,000.
+func (b *Bolt) ExpireResults(now time.Time, done func(removed int, err error)) {
+	var n int
+	limit := migrations.ExpiryBytes(now.UnixNano())
+	b.enqueue(write{
+		apply: func(tx *bolt.Tx) error {
+			n = 0
+			idx, results := tx.Bucket(migrations.ResultExp), tx.Bucket(migrations.Results)
+			var keys [][]byte
+			c := idx.Cursor()
+			for k, _ := c.First(); k != nil && len(keys) < 10000 && bytes.Compare(k[:8], limit) <= 0; k, _ = c.Next() {
+				keys = append(keys, bytes.Clone(k))
+			}
+			for _, k := range keys {
+				if err := idx.Delete(k); err != nil {
+					return err
+				}
+				// Only if the stored result is the one this entry is for (a
+				// msgid can complete again after a re-run).
+				if v := results.Get(k[8:]); v != nil && bytes.Equal(v[:8], k[:8]) {
+					if err := results.Delete(k[8:]); err != nil {
+						return err
+					}
+				}
+			}
+			n = len(keys)
+			return nil
+		},
+		finish: func(err error) {
+			if done != nil {
+				done(n, err)
+			}
+		},
+	})
+}
