@@ -1,0 +1,202 @@
+package store_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eventmq/emq/store"
+	"github.com/google/uuid"
+)
+
+var payload200 = bytes.Repeat([]byte("p"), 200)
+
+func v7() string { return uuid.Must(uuid.NewV7()).String() }
+func v4() string { return uuid.New().String() }
+
+// appendParallel appends n jobs from workers goroutines, each waiting for
+// its append to be durable before the next, as the broker's clients do.
+// With remove, each job is completed right after (the life of a job).
+func appendParallel(b *testing.B, j store.Journal, n, workers int, newID func() string, remove bool) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				id := newID()
+				_, err := store.Wait(func(done func(bool, error)) {
+					j.Append(&store.Job{MsgID: id, Queue: "q", Payload: payload200}, done)
+				})
+				if err == nil && remove {
+					_, err = store.Wait(func(done func(bool, error)) { j.Complete(id, nil, time.Time{}, done) })
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func benchAppend(b *testing.B, j store.Journal, newID func() string, remove bool) {
+	b.ResetTimer()
+	start := time.Now()
+	appendParallel(b, j, b.N, 64, newID, remove)
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
+}
+
+// BenchmarkAppend: 200-byte jobs from 64 concurrent appenders into a
+// growing file, fsync on.
+func BenchmarkAppend(b *testing.B) {
+	b.Run("v7", func(b *testing.B) { j, _ := tempJournal(b); benchAppend(b, j, v7, false) })
+	b.Run("v4", func(b *testing.B) { j, _ := tempJournal(b); benchAppend(b, j, v4, false) })
+}
+
+// BenchmarkAppendRemove: append, then complete, each durable: the life of
+// a job in the journal.
+func BenchmarkAppendRemove(b *testing.B) {
+	b.Run("v7", func(b *testing.B) { j, _ := tempJournal(b); benchAppend(b, j, v7, true) })
+	b.Run("v4", func(b *testing.B) { j, _ := tempJournal(b); benchAppend(b, j, v4, true) })
+}
+
+// preload fills a journal with n jobs as fast as it can (async appends),
+// and closes it.
+func preload(b *testing.B, path string, n int, newID func() string) {
+	j, err := store.Open(path, store.DefaultOptions())
+	if err != nil {
+		b.Fatal(err)
+	}
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Add(n)
+	for range n {
+		j.Append(&store.Job{MsgID: newID(), Queue: "q", Payload: payload200}, func(_ bool, err error) {
+			if err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	if err := j.Close(); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+}
+
+var (
+	bigOnce sync.Once
+	bigDir  string
+)
+
+const bigN = 1000000
+
+// bigJournal is a journal file of 1,000,000 stored 200-byte jobs, made
+// once per run; each caller gets its own copy.
+func bigJournal(b *testing.B) string {
+	bigOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "emq-bench-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		bigDir = dir
+		start := time.Now()
+		preload(b, filepath.Join(dir, "big.db"), bigN, v7)
+		b.Logf("preloaded %d jobs in %v", bigN, time.Since(start))
+	})
+	path := filepath.Join(b.TempDir(), "journal.db")
+	// Streamed (not read whole: that would count in the memory figure),
+	// and synced before the timer starts: otherwise the first commit's
+	// fsync would flush the whole copy.
+	src, err := os.Open(filepath.Join(bigDir, "big.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err == nil {
+		_, err = io.Copy(dst, src)
+		err = errors.Join(err, dst.Sync(), dst.Close())
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// rssMiB reads one memory line of /proc/self/status ("VmRSS:" is all
+// resident memory, with the journal's mapped pages; "RssAnon:" the heap
+// and stacks only).
+func rssMiB(field string) float64 {
+	data, _ := os.ReadFile("/proc/self/status")
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, field); ok {
+			kb, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			return float64(kb) / 1024
+		}
+	}
+	return 0
+}
+
+// BenchmarkLoad1M: open a journal of 1,000,000 jobs and stream them all,
+// as the broker does at start-up. Reports seconds per load and the
+// process's resident memory after it.
+func BenchmarkLoad1M(b *testing.B) {
+	path := bigJournal(b)
+	runtime.GC()
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		j, err := store.Open(path, store.DefaultOptions())
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		if err := j.Load(func(*store.Job) error { n++; return nil }); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(time.Since(start).Seconds(), "s/load")
+		b.ReportMetric(rssMiB("VmRSS:"), "MiB-rss")
+		b.ReportMetric(rssMiB("RssAnon:"), "MiB-anon")
+		if fi, err := os.Stat(path); err == nil {
+			b.ReportMetric(float64(fi.Size())/(1<<20), "MiB-file")
+		}
+		j.Close()
+		if n != bigN {
+			b.Fatalf("loaded %d jobs, want %d", n, bigN)
+		}
+	}
+}
+
+// BenchmarkAppendFull: BenchmarkAppend/v7 with 1,000,000 jobs already
+// stored; compare with an empty file.
+func BenchmarkAppendFull(b *testing.B) {
+	j := openJournal(b, bigJournal(b))
+	benchAppend(b, j, v7, false)
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bigDir != "" {
+		os.RemoveAll(bigDir)
+	}
+	os.Exit(code)
+}
