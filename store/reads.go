@@ -55,6 +55,9 @@ func (b *Bolt) Result(msgid string) ([]byte, error) {
 	var out []byte
 	err := b.view(func(tx *bolt.Tx) error {
 		v := tx.Bucket(migrations.Results).Get([]byte(msgid))
+		if v != nil && len(v) < 8 {
+			return fmt.Errorf("%w: journal %s: result of %s is %d bytes, too short for its expiry", ErrCorrupt, b.path, msgid, len(v))
+		}
 		if v == nil || int64(binary.BigEndian.Uint64(v[:8])) < time.Now().UnixNano() {
 			return fmt.Errorf("%w: no result kept for %s", ErrNotFound, msgid)
 		}

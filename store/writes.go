@@ -269,7 +269,7 @@ func (b *Bolt) ExpireResults(now time.Time, done func(removed int, err error)) {
 				}
 				// Only if the stored result is the one this entry is for (a
 				// msgid can complete again after a re-run).
-				if v := results.Get(k[8:]); v != nil && bytes.Equal(v[:8], k[:8]) {
+				if v := results.Get(k[8:]); len(v) >= 8 && bytes.Equal(v[:8], k[:8]) {
 					if err := results.Delete(k[8:]); err != nil {
 						return err
 					}

@@ -1,0 +1,63 @@
+// Package store is EMQ's journal: every job the broker has acknowledged,
+// until a worker replies to it, it is dead-lettered, or an admin removes
+// it. The broker and the admin tools use the Journal interface; Bolt is
+// its implementation in one bbolt file. No bbolt type crosses the
+// interface, so a second backend (etcd) can be added beside it.
+//
+// # Layout of the file
+//
+//	meta        schema version (package migrations owns the steps)
+//	jobs        msgid -> record (queue, headers, payload, client id,
+//	            enqueue time, attempts, last error, not-before, state, seq)
+//	pending     len(queue) queue seq(8, big endian) -> msgid
+//	dead        the same, for dead letters
+//	results     msgid -> expiry(8) result
+//	result_exp  expiry(8) msgid -> (nothing)
+//
+// Order comes from the sequence, not the msgid: a queue's keys in the
+// pending index are its FIFO, whatever ids clients send. Time-ordered
+// (UUIDv7) msgids also land at the tail of the jobs tree, which keeps
+// appends cheap; random (v4) ids work, slower.
+//
+// # Writes: one committer, group commit
+//
+//	callers ──Append/Complete/...──▶ queue (mutex, never blocks on disk)
+//	                                   │ all queued, up to MaxBatch
+//	                                   ▼
+//	                committer: one bbolt transaction, Commit (fsync)
+//	                                   │
+//	                                   ▼
+//	                 done(result, err) for each write, in order
+//
+// Each transaction takes every write queued while the previous one was
+// committing, so concurrent writers share one fsync without a fixed
+// delay. A write's done runs only after its transaction is durable; if
+// the commit fails (disk full, I/O error), every write of that batch gets
+// the error and nothing of it is stored. Records are encoded on the
+// caller's goroutine; the committer only checks for a duplicate msgid,
+// sets the sequence and puts two keys.
+//
+// Reads (Load, Get, List, Counts, Result) use their own read
+// transactions and never wait for the committer. Compact runs on the
+// committer between two batches and briefly excludes readers while it
+// swaps the file.
+//
+// # Failures
+//
+//   - SIGKILL at any moment: bbolt's commit writes the data pages, syncs,
+//     then writes the meta page and syncs, so a reopened file is at the
+//     last completed commit; every done that was called is in it.
+//   - Open of a file held by another process fails after LockTimeout with
+//     ErrLocked; of a file that is not bbolt, or is damaged, with
+//     ErrCorrupt; of a file newer than this binary, with ErrTooNew. Each
+//     error names the file, and the file is left as it was.
+//
+// # Measured (2 cores, ext4 on a virtual disk, 200-byte payloads)
+//
+// A commit costs about 0.8 ms with one write and grows with the pages it
+// writes (two fdatasyncs of about 0.3 to 0.5 ms each, plus one pwrite per
+// dirty page). So throughput depends on how many writes are queued at
+// once: 64 appenders that each wait for their own append form batches of
+// about 32 and reach about 25,000 appends/s; 256 reach about 57,000 and
+// 1,024 about 79,000. See bench_test.go and the figures in the README.
+package store
