@@ -38,6 +38,7 @@ lint: ## staticcheck (installed with go install on first use)
 	@command -v staticcheck >/dev/null 2>&1 || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	@PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	@echo "lint: staticcheck and gofmt clean"
 
 torture: ## the long crash and reliability runs
 	EMQ_TORTURE=1 $(GO) test -count=1 -timeout 60m -run 'Crash|Torture' ./...

@@ -70,6 +70,51 @@ func BenchmarkAppendRemove(b *testing.B) {
 	b.Run("v4", func(b *testing.B) { j, _ := tempJournal(b); benchAppend(b, j, v4, true) })
 }
 
+// BenchmarkAppendPipelined: 64 appenders that each keep up to 16 appends
+// in flight, as clients that pipeline requests do (the broker's socket
+// loop never waits for the journal). With complete, each durable append
+// is followed by a complete that is not waited for, as the broker does on
+// a REPLY.
+func BenchmarkAppendPipelined(b *testing.B) {
+	for _, complete := range []bool{false, true} {
+		name := "append"
+		if complete {
+			name = "append+complete"
+		}
+		b.Run(name, func(b *testing.B) {
+			j, _ := tempJournal(b)
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for range 64 {
+				wg.Go(func() {
+					window := make(chan struct{}, 16)
+					var mine sync.WaitGroup
+					for next.Add(1) <= int64(b.N) {
+						window <- struct{}{}
+						mine.Add(1)
+						id := v7()
+						j.Append(&store.Job{MsgID: id, Queue: "q", Payload: payload200}, func(_ bool, err error) {
+							if err != nil {
+								b.Error(err)
+							}
+							if complete {
+								j.Complete(id, nil, time.Time{}, nil)
+							}
+							<-window
+							mine.Done()
+						})
+					}
+					mine.Wait()
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
+		})
+	}
+}
+
 // preload fills a journal with n jobs as fast as it can (async appends),
 // and closes it.
 func preload(b *testing.B, path string, n int, newID func() string) {
