@@ -103,7 +103,7 @@ func TestDecodeErrorsNameTheProblem(t *testing.T) {
 		{[]string{"", "eMQP/1.0", "ACK", "m", ""}, emqp.ErrMsgID, "acked msgid is empty"},
 		{[]string{"", "eMQP/1.0", "FAIL", "m", "", "why"}, emqp.ErrMsgID, "orig msgid is empty"},
 		{[]string{"", "eMQP/1.0", "REQUEST", "m", strings.Repeat("q", 256), "", ""}, emqp.ErrQueue, "over the limit of 255"},
-		{[]string{"", "eMQP/1.0", "REQUEST", "m", "q", ":5", ""}, emqp.ErrHeaders, "has a value but no name"},
+		{[]string{"", "eMQP/1.0", "REQUEST", "m", "q", ":5", ""}, emqp.ErrHeaders, "has a colon but no name"},
 		{[]string{"", "eMQP/1.0", "SCHEDULE", "m", "q", "", "-2", "", ""}, emqp.ErrInterval, "-1 for cron"},
 		{[]string{"", "eMQP/1.0", "SCHEDULE", "m", "q", "", "-1", "", "* *"}, emqp.ErrCron, "5 or 6 fields"},
 		{[]string{"", "eMQP/1.0", "INFORM", "m", `[[10, ""]]`}, emqp.ErrQueues, "empty"},
@@ -251,5 +251,17 @@ func TestManyHeaderItemsAreLinear(t *testing.T) {
 	items := h.Set(emqp.HeaderReplyRequested, "").Items()
 	if len(items) != 200001 || items[7].Value != "last" {
 		t.Fatalf("%d items, item 7 = %v", len(items), items[7])
+	}
+}
+
+func TestNamelessHeaderItems(t *testing.T) {
+	for s, bad := range map[string]bool{
+		":5": true, " : 5": true, "a,:5": true, "a:1, :x,b": true, "a:b:c,:": true,
+		"a:1": false, "a,b": false, "": false, " , ,": false, "a:,b": false, "a:x:y": false, ":": true, ",:,": true,
+	} {
+		_, err := emqp.ParseHeaders(s)
+		if got := err != nil; got != bad {
+			t.Errorf("ParseHeaders(%q) error = %v, want error %v", s, err, bad)
+		}
 	}
 }
