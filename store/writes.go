@@ -216,31 +216,13 @@ func (b *Bolt) Revive(msgid string, done func(*Job, error)) {
 	}, done)
 }
 
-// PurgeQueue implements Journal.
-func (b *Bolt) PurgeQueue(queue string, done func(removed int, err error)) {
+// countWrite queues a write whose outcome is a count (of what it removed).
+func (b *Bolt) countWrite(apply func(tx *bolt.Tx) (int, error), done func(int, error)) {
 	var n int
 	b.enqueue(write{
-		apply: func(tx *bolt.Tx) error {
-			n = 0
-			idx, jobs := index(tx, Pending), tx.Bucket(migrations.Jobs)
-			prefix := queuePrefix(queue)
-			var keys, ids [][]byte
-			c := idx.Cursor()
-			for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-				if _, ok := splitQueueKey(k); ok { // not a longer queue name sharing the prefix
-					keys, ids = append(keys, bytes.Clone(k)), append(ids, bytes.Clone(v))
-				}
-			}
-			for i := range keys {
-				if err := idx.Delete(keys[i]); err != nil {
-					return err
-				}
-				if err := jobs.Delete(ids[i]); err != nil {
-					return err
-				}
-			}
-			n = len(keys)
-			return nil
+		apply: func(tx *bolt.Tx) (err error) {
+			n, err = apply(tx)
+			return err
 		},
 		finish: func(err error) {
 			if done != nil {
@@ -250,38 +232,52 @@ func (b *Bolt) PurgeQueue(queue string, done func(removed int, err error)) {
 	})
 }
 
+// PurgeQueue implements Journal.
+func (b *Bolt) PurgeQueue(queue string, done func(removed int, err error)) {
+	b.countWrite(func(tx *bolt.Tx) (int, error) {
+		idx, jobs := index(tx, Pending), tx.Bucket(migrations.Jobs)
+		prefix := queuePrefix(queue)
+		var keys, ids [][]byte
+		c := idx.Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			if _, ok := splitQueueKey(k); ok { // a malformed key is left alone
+				keys, ids = append(keys, bytes.Clone(k)), append(ids, bytes.Clone(v))
+			}
+		}
+		for i := range keys {
+			if err := idx.Delete(keys[i]); err != nil {
+				return 0, err
+			}
+			if err := jobs.Delete(ids[i]); err != nil {
+				return 0, err
+			}
+		}
+		return len(keys), nil
+	}, done)
+}
+
 // ExpireResults implements Journal. One call deletes at most 10,000.
 func (b *Bolt) ExpireResults(now time.Time, done func(removed int, err error)) {
-	var n int
 	limit := migrations.ExpiryBytes(now.UnixNano())
-	b.enqueue(write{
-		apply: func(tx *bolt.Tx) error {
-			n = 0
-			idx, results := tx.Bucket(migrations.ResultExp), tx.Bucket(migrations.Results)
-			var keys [][]byte
-			c := idx.Cursor()
-			for k, _ := c.First(); k != nil && len(keys) < 10000 && bytes.Compare(k[:8], limit) <= 0; k, _ = c.Next() {
-				keys = append(keys, bytes.Clone(k))
+	b.countWrite(func(tx *bolt.Tx) (int, error) {
+		idx, results := tx.Bucket(migrations.ResultExp), tx.Bucket(migrations.Results)
+		var keys [][]byte
+		c := idx.Cursor()
+		for k, _ := c.First(); k != nil && len(keys) < 10000 && bytes.Compare(k[:8], limit) <= 0; k, _ = c.Next() {
+			keys = append(keys, bytes.Clone(k))
+		}
+		for _, k := range keys {
+			if err := idx.Delete(k); err != nil {
+				return 0, err
 			}
-			for _, k := range keys {
-				if err := idx.Delete(k); err != nil {
-					return err
-				}
-				// Only if the stored result is the one this entry is for (a
-				// msgid can complete again after a re-run).
-				if v := results.Get(k[8:]); len(v) >= 8 && bytes.Equal(v[:8], k[:8]) {
-					if err := results.Delete(k[8:]); err != nil {
-						return err
-					}
+			// Only if the stored result is the one this entry is for (a
+			// msgid can complete again after a re-run).
+			if v := results.Get(k[8:]); len(v) >= 8 && bytes.Equal(v[:8], k[:8]) {
+				if err := results.Delete(k[8:]); err != nil {
+					return 0, err
 				}
 			}
-			n = len(keys)
-			return nil
-		},
-		finish: func(err error) {
-			if done != nil {
-				done(n, err)
-			}
-		},
-	})
+		}
+		return len(keys), nil
+	}, done)
 }
