@@ -67,12 +67,14 @@ type Bolt struct {
 	stopped chan struct{} // closed when the committer has finished
 }
 
-// write is one queued change: apply runs inside the transaction and
-// returns an error only for a failure that must abort the whole
-// transaction; finish runs after the commit with its error (nil when
-// durable). A write with alone set instead runs it on the committer
-// between two transactions (compaction), and gets finish only if it never
-// ran.
+// write is one queued change. apply runs inside the transaction; it
+// returns a refusal that concerns only its own job (not found, damaged,
+// wrong state) as a jobError, before it has changed anything, and any
+// other error aborts the whole transaction. finish runs after the commit
+// with the write's outcome: nil when durable, its own refusal, or the
+// transaction's failure. A write with alone set instead runs it on the
+// committer between two transactions (compaction), and gets finish only
+// if it never ran.
 type write struct {
 	apply  func(tx *bolt.Tx) error
 	alone  func()
@@ -198,13 +200,24 @@ func (b *Bolt) commitAll(batch []write) {
 	}
 }
 
+// jobError is a write's refusal that concerns only its own job: the
+// other writes of its transaction go on.
+type jobError struct{ error }
+
+func (e jobError) Unwrap() error { return e.error }
+
 // commit applies a batch in one transaction and reports to each write.
 func (b *Bolt) commit(batch []write) {
 	start := time.Now()
+	own := make([]error, len(batch))
 	err := b.update(func(tx *bolt.Tx) error {
-		for _, w := range batch {
+		for i, w := range batch {
 			if err := w.apply(tx); err != nil {
-				return err
+				var je jobError
+				if !errors.As(err, &je) {
+					return err
+				}
+				own[i] = je.error
 			}
 		}
 		return nil
@@ -214,8 +227,12 @@ func (b *Bolt) commit(batch []write) {
 	} else if b.opts.OnCommit != nil {
 		b.opts.OnCommit(len(batch), time.Since(start))
 	}
-	for _, w := range batch {
-		w.finish(err)
+	for i, w := range batch {
+		if err != nil {
+			w.finish(err)
+		} else {
+			w.finish(own[i])
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package store
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -89,13 +88,11 @@ func (j *Job) encode() []byte {
 	return b
 }
 
-var errRecord = errors.New("damaged job record")
-
 // decodeJob reads a record; it copies everything, so the result outlives
 // the transaction.
 func decodeJob(msgid, b []byte) (*Job, error) {
 	if len(b) < recFields || b[0] != recordVersion {
-		return nil, fmt.Errorf("%w for %q: unknown record version", errRecord, msgid)
+		return nil, fmt.Errorf("%w: the record of job %q has an unknown version", ErrCorrupt, msgid)
 	}
 	j := &Job{MsgID: string(msgid), State: State(b[recState]), Seq: binary.BigEndian.Uint64(b[recSeq:])}
 	r := reader{b: b[recFields:]}
@@ -110,7 +107,7 @@ func decodeJob(msgid, b []byte) (*Job, error) {
 	j.LastError = string(r.bytes())
 	j.Payload = clone(r.bytes())
 	if r.bad {
-		return nil, fmt.Errorf("%w for %q: truncated", errRecord, msgid)
+		return nil, fmt.Errorf("%w: the record of job %q is truncated", ErrCorrupt, msgid)
 	}
 	return j, nil
 }
@@ -169,7 +166,7 @@ func (r *reader) bytes() []byte {
 // without decoding the rest.
 func indexKey(msgid, b []byte) (State, []byte, error) {
 	if len(b) < recFields || b[0] != recordVersion {
-		return 0, nil, fmt.Errorf("%w for %q: unknown record version", errRecord, msgid)
+		return 0, nil, fmt.Errorf("%w: the record of job %q has an unknown version", ErrCorrupt, msgid)
 	}
 	r := reader{b: b[recFields:]}
 	r.varint()
@@ -177,7 +174,7 @@ func indexKey(msgid, b []byte) (State, []byte, error) {
 	r.uvarint()
 	q := r.bytes()
 	if r.bad {
-		return 0, nil, fmt.Errorf("%w for %q: truncated", errRecord, msgid)
+		return 0, nil, fmt.Errorf("%w: the record of job %q is truncated", ErrCorrupt, msgid)
 	}
 	return State(b[recState]), queueKey(string(q), binary.BigEndian.Uint64(b[recSeq:])), nil
 }

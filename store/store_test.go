@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -513,5 +514,46 @@ func TestCompact(t *testing.T) {
 	}
 	if _, err := os.Stat(path + ".compact"); !os.IsNotExist(err) {
 		t.Fatal("the compaction copy was left behind")
+	}
+}
+
+// A damaged record fails only the write that touches it: appends that
+// share its transaction are stored and acknowledged.
+func TestDamagedRecordFailsOnlyItsWrite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j := openJournal(t, path)
+	mustAppend(t, j, job("bad", "q"))
+	j.Close()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(migrations.Jobs).Put([]byte("bad"), []byte{1, 1, 0})
+	})
+	db.Close()
+	j = openJournal(t, path)
+
+	removed := make(chan error, 1)
+	attempted := make(chan error, 1)
+	appended := make(chan error, 100)
+	j.Remove("bad", func(_ bool, err error) { removed <- err })
+	j.RecordAttempt("bad", "x", time.Time{}, func(_ *store.Job, err error) { attempted <- err })
+	for i := range 100 {
+		j.Append(job(fmt.Sprintf("ok%d", i), "q"), func(_ bool, err error) { appended <- err })
+	}
+	if err := <-removed; !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), `"bad"`) {
+		t.Fatalf("remove of a damaged record: %v; want ErrCorrupt naming it", err)
+	}
+	if err := <-attempted; !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("attempt on a damaged record: %v; want ErrCorrupt", err)
+	}
+	for range 100 {
+		if err := <-appended; err != nil {
+			t.Fatalf("an append beside a damaged record failed: %v", err)
+		}
+	}
+	if got, err := j.Get("ok99"); err != nil || got.MsgID != "ok99" {
+		t.Fatalf("ok99 after the batch: %v, %v", got, err)
 	}
 }

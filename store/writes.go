@@ -88,7 +88,7 @@ func deleteJob(tx *bolt.Tx, id []byte) (found bool, err error) {
 	}
 	state, key, err := indexKey(id, rec)
 	if err != nil {
-		return false, err
+		return false, jobError{err}
 	}
 	if err := index(tx, state).Delete(key); err != nil {
 		return false, err
@@ -125,53 +125,38 @@ func (b *Bolt) Remove(msgid string, done func(found bool, err error)) {
 }
 
 // change reads one job, lets fn change it (and its index entries), and
-// writes it back.
+// writes it back. fn refuses with a jobError before it changes anything.
 func (b *Bolt) change(msgid string, fn func(tx *bolt.Tx, j *Job) error, done func(*Job, error)) {
 	id := []byte(msgid)
-	var (
-		out    *Job
-		jobErr error // this write's own failure: the others of the batch go on
-	)
+	var out *Job
 	b.enqueue(write{
 		apply: func(tx *bolt.Tx) error {
 			jobs := tx.Bucket(migrations.Jobs)
 			rec := jobs.Get(id)
 			if rec == nil {
-				jobErr = fmt.Errorf("%w: %s", ErrNotFound, msgid)
-				return nil
+				return jobError{fmt.Errorf("%w: %s", ErrNotFound, msgid)}
 			}
 			j, err := decodeJob(id, rec)
 			if err != nil {
-				jobErr = err
-				return nil
+				return jobError{err}
 			}
 			if err := fn(tx, j); err != nil {
-				if _, ok := err.(jobError); ok {
-					jobErr = err
-					return nil
-				}
 				return err
 			}
 			out = j
 			return jobs.Put(id, j.encode())
 		},
 		finish: func(err error) {
-			if err == nil {
-				err = jobErr
+			if done == nil {
+				return
 			}
-			if done != nil {
-				if err != nil {
-					done(nil, err)
-				} else {
-					done(out, nil)
-				}
+			if err != nil {
+				out = nil
 			}
+			done(out, err)
 		},
 	})
 }
-
-// jobError is a change's refusal that concerns only its own job.
-type jobError struct{ error }
 
 // RecordAttempt implements Journal.
 func (b *Bolt) RecordAttempt(msgid, reason string, notBefore time.Time, done func(*Job, error)) {
