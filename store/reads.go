@@ -19,13 +19,9 @@ func (b *Bolt) Load(fn func(*Job) error) error {
 		jobs := tx.Bucket(migrations.Jobs)
 		c := index(tx, Pending).Cursor()
 		for k, id := c.First(); k != nil; k, id = c.Next() {
-			rec := jobs.Get(id)
-			if rec == nil {
-				return fmt.Errorf("%w: journal %s: index entry %x names job %q, which is missing", ErrCorrupt, b.path, k, id)
-			}
-			j, err := decodeJob(id, rec)
+			j, err := b.indexed(jobs, k, id)
 			if err != nil {
-				return fmt.Errorf("journal %s: %w", b.path, err)
+				return err
 			}
 			if err := fn(j); err != nil {
 				return err
@@ -33,6 +29,19 @@ func (b *Bolt) Load(fn func(*Job) error) error {
 		}
 		return nil
 	})
+}
+
+// indexed returns the job an index entry (k -> id) names.
+func (b *Bolt) indexed(jobs *bolt.Bucket, k, id []byte) (*Job, error) {
+	rec := jobs.Get(id)
+	if rec == nil {
+		return nil, fmt.Errorf("%w: journal %s: index entry %x names job %q, which is missing", ErrCorrupt, b.path, k, id)
+	}
+	j, err := decodeJob(id, rec)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: %w", b.path, err)
+	}
+	return j, nil
 }
 
 // Get implements Journal.
@@ -67,8 +76,9 @@ func (b *Bolt) Result(msgid string) ([]byte, error) {
 	return out, err
 }
 
-// List implements Journal. The cursor names the state's index and the
-// last key shown.
+// List implements Journal. The cursor names the last job shown, by its
+// state's index and key; a queue's jobs are one exact key prefix (the
+// name's length comes first).
 func (b *Bolt) List(opts ListOptions) (Page, error) {
 	if opts.Limit <= 0 {
 		opts.Limit = 100
@@ -99,10 +109,6 @@ func (b *Bolt) List(opts ListOptions) (Page, error) {
 	err := b.view(func(tx *bolt.Tx) error {
 		jobs := tx.Bucket(migrations.Jobs)
 		for i, s := range states {
-			if len(page.Jobs) == opts.Limit {
-				page.Next = cursor(page.Jobs[len(page.Jobs)-1])
-				return nil
-			}
 			c := index(tx, s).Cursor()
 			var k, id []byte
 			switch {
@@ -119,14 +125,14 @@ func (b *Bolt) List(opts ListOptions) (Page, error) {
 				if prefix != nil && !bytes.HasPrefix(k, prefix) {
 					break
 				}
-				if q, ok := splitQueueKey(k); !ok || (opts.Queue != "" && q != opts.Queue) {
-					continue
+				if _, ok := splitQueueKey(k); !ok {
+					continue // a malformed key is left alone
 				}
-				if len(page.Jobs) == opts.Limit {
+				if len(page.Jobs) == opts.Limit { // there is more: this page ends here
 					page.Next = cursor(page.Jobs[len(page.Jobs)-1])
 					return nil
 				}
-				j, err := decodeJob(id, jobs.Get(id))
+				j, err := b.indexed(jobs, k, id)
 				if err != nil {
 					return err
 				}

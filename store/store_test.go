@@ -418,10 +418,7 @@ func TestOpenErrors(t *testing.T) {
 
 func TestReadOnlyOpen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal.db")
-	j, err := store.Open(path, store.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := openJournal(t, path)
 	mustAppend(t, j, job("a", "q"))
 	j.Close()
 	opts := store.DefaultOptions()
@@ -441,10 +438,7 @@ func TestReadOnlyOpen(t *testing.T) {
 
 func TestCloseFinishesQueuedWrites(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal.db")
-	j, err := store.Open(path, store.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := openJournal(t, path)
 	acked := make(chan string, 1000)
 	for i := range 1000 {
 		id := fmt.Sprintf("m%d", i)
