@@ -20,6 +20,10 @@ type Options struct {
 	LockTimeout time.Duration
 	// MaxBatch is the most writes one transaction (one fsync) takes.
 	MaxBatch int
+	// MaxJobSize bounds a job's stored size (payload, headers, ids and
+	// error text); a larger Append fails with ErrInvalidJob and nothing
+	// else is touched. At most 1 GiB (bbolt's value limit is 2 GiB).
+	MaxJobSize int
 	// ReadOnly opens the file without the write lock and without
 	// migrating, for looking at a journal another process may hold. Writes
 	// fail.
@@ -31,13 +35,16 @@ type Options struct {
 
 // DefaultOptions returns the defaults.
 func DefaultOptions() Options {
-	return Options{LockTimeout: time.Second, MaxBatch: 8192}
+	return Options{LockTimeout: time.Second, MaxBatch: 8192, MaxJobSize: 256 << 20}
 }
 
 // Validate reports the first bad option.
 func (o Options) Validate() error {
 	if o.LockTimeout <= 0 {
 		return fmt.Errorf("store: LockTimeout must be > 0, got %v", o.LockTimeout)
+	}
+	if o.MaxJobSize <= 0 || o.MaxJobSize > 1<<30 {
+		return fmt.Errorf("store: MaxJobSize must be 1 byte to 1 GiB, got %d", o.MaxJobSize)
 	}
 	if o.MaxBatch <= 0 {
 		return fmt.Errorf("store: MaxBatch must be > 0, got %d", o.MaxBatch)

@@ -126,6 +126,30 @@ func TestAppendRejectsInvalid(t *testing.T) {
 	}
 }
 
+func TestAppendRejectsTooLarge(t *testing.T) {
+	opts := store.DefaultOptions()
+	opts.MaxJobSize = 1000
+	j, err := store.Open(filepath.Join(t.TempDir(), "journal.db"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	big := job("big", "q")
+	big.Payload = make([]byte, 1000)
+	_, err = store.Wait(func(done func(bool, error)) { j.Append(big, done) })
+	if !errors.Is(err, store.ErrInvalidJob) || !strings.Contains(err.Error(), "over the journal's limit of 1000") {
+		t.Fatalf("append of a job over MaxJobSize: %v", err)
+	}
+	mustAppend(t, j, job("small", "q"))
+	if got := ids(loadAll(t, j)); !reflect.DeepEqual(got, []string{"small"}) {
+		t.Fatalf("stored %v, want only small", got)
+	}
+	opts.MaxJobSize = 2 << 30
+	if _, err := store.Open(filepath.Join(t.TempDir(), "x.db"), opts); err == nil || !strings.Contains(err.Error(), "MaxJobSize") {
+		t.Fatalf("MaxJobSize of 2 GiB: %v; want an error naming MaxJobSize", err)
+	}
+}
+
 func TestOperations(t *testing.T) {
 	future := time.Now().Add(time.Hour)
 	cases := []struct {

@@ -18,8 +18,11 @@ func index(tx *bolt.Tx, s State) *bolt.Bucket {
 	return tx.Bucket(migrations.Pending)
 }
 
-func validate(j *Job) error {
+func (b *Bolt) validate(j *Job) error {
+	size := len(j.MsgID) + len(j.Queue) + len(j.Headers) + len(j.Payload) + len(j.ClientID) + len(j.LastError)
 	switch {
+	case size > b.opts.MaxJobSize:
+		return fmt.Errorf("%w: job %s is %d bytes, over the journal's limit of %d", ErrInvalidJob, j.MsgID, size, b.opts.MaxJobSize)
 	case j.MsgID == "" || len(j.MsgID) > MaxIDLen:
 		return fmt.Errorf("%w: msgid must be 1 to %d bytes, got %d", ErrInvalidJob, MaxIDLen, len(j.MsgID))
 	case j.Queue == "" || len(j.Queue) > MaxQueueLen:
@@ -31,7 +34,7 @@ func validate(j *Job) error {
 // Append implements Journal. The record is encoded on the caller's
 // goroutine; the committer only sets its sequence.
 func (b *Bolt) Append(j *Job, done func(dup bool, err error)) {
-	if err := validate(j); err != nil {
+	if err := b.validate(j); err != nil {
 		if done != nil {
 			done(false, err)
 		}
