@@ -1,0 +1,347 @@
+package zmtp
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/security/null"
+)
+
+// ZMTP 3.0 frame flags.
+const (
+	flagMore    = 0x01
+	flagLong    = 0x02
+	flagCommand = 0x04
+)
+
+// Limits and defaults.
+const (
+	// MaxFrames is the most frames one message may have; eMQP needs 9.
+	MaxFrames = 64
+	// DefaultMaxFrameSize is the largest frame body accepted by default.
+	DefaultMaxFrameSize = 256 << 20
+
+	greetingLen = 64
+	readBuffer  = 64 << 10
+	arenaSize   = 4 << 10
+	arenaMax    = 512      // larger bodies get their own allocation
+	copyMax     = 8 << 10  // larger bodies are written from the caller's slice
+	batchMax    = 256 << 10 // bytes of small frames gathered into one write
+)
+
+// Errors of a connection.
+var (
+	ErrTooManyFrames = errors.New("zmtp: message has too many frames")
+	ErrNoPeer        = errors.New("zmtp: no live connection for this routing id")
+	ErrSlowPeer      = errors.New("zmtp: peer does not read; its send queue is full")
+	ErrClosed        = errors.New("zmtp: closed")
+)
+
+// TooLargeError reports a frame header announcing more than the limit.
+type TooLargeError struct {
+	Size, Max uint64
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("zmtp: frame of %d bytes exceeds the limit of %d bytes", e.Size, e.Max)
+}
+
+// Conn is one ZMTP connection after its handshake. Reads belong to one
+// goroutine; writes are serialised by the Conn.
+type Conn struct {
+	nc  net.Conn
+	r   *bufio.Reader
+	max uint64
+
+	// Identity is the routing id the peer announced (may be empty);
+	// SocketType its Socket-Type.
+	Identity   []byte
+	SocketType string
+
+	hdr   [8]byte
+	arena []byte
+
+	wmu      sync.Mutex
+	wbuf     []byte
+	wtimeout time.Duration
+}
+
+// open runs zmq4's ZMTP handshake over nc within timeout.
+func open(nc net.Conn, typ zmq4.SocketType, id []byte, server bool, max uint64, timeout time.Duration) (c *Conn, err error) {
+	g := &guardConn{Conn: nc, r: bufio.NewReaderSize(nc, readBuffer), max: max, greet: greetingLen}
+	if timeout > 0 {
+		_ = nc.SetDeadline(time.Now().Add(timeout))
+	}
+	defer func() {
+		// zmq4's metadata parser indexes past the end of a truncated
+		// property; such a peer must not take the process down.
+		if p := recover(); p != nil {
+			err = fmt.Errorf("zmtp: handshake with %s: malformed metadata (%v)", nc.RemoteAddr(), p)
+		}
+	}()
+	zc, err := zmq4.Open(g, null.Security(), typ, zmq4.SocketIdentity(id), server, nil)
+	if err != nil {
+		return nil, fmt.Errorf("zmtp: handshake with %s: %w", nc.RemoteAddr(), err)
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return &Conn{
+		nc:         nc,
+		r:          g.r,
+		max:        max,
+		Identity:   []byte(zc.Peer.Meta["Identity"]),
+		SocketType: zc.Peer.Meta["Socket-Type"],
+	}, nil
+}
+
+// RemoteAddr is the peer's network address.
+func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.nc.Close() }
+
+// ReadMsg returns the next message. It answers PING itself and skips the
+// other ZMTP commands. The frames are the caller's to keep.
+func (c *Conn) ReadMsg() ([][]byte, error) {
+	var frames [][]byte
+	for {
+		flags, body, err := c.readFrame()
+		if err != nil {
+			return nil, err
+		}
+		if flags&flagCommand != 0 {
+			if len(frames) > 0 {
+				return nil, errors.New("zmtp: command frame inside a message")
+			}
+			if err := c.command(body); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if len(frames) == MaxFrames {
+			return nil, ErrTooManyFrames
+		}
+		frames = append(frames, body)
+		if flags&flagMore == 0 {
+			return frames, nil
+		}
+	}
+}
+
+func (c *Conn) readFrame() (byte, []byte, error) {
+	flags, err := c.r.ReadByte()
+	if err != nil {
+		return 0, nil, err
+	}
+	short, err := c.r.ReadByte()
+	if err != nil {
+		return 0, nil, unexpected(err)
+	}
+	size := uint64(short)
+	if flags&flagLong != 0 {
+		c.hdr[0] = short
+		if _, err := io.ReadFull(c.r, c.hdr[1:]); err != nil {
+			return 0, nil, unexpected(err)
+		}
+		size = binary.BigEndian.Uint64(c.hdr[:])
+	}
+	if size > c.max {
+		return 0, nil, &TooLargeError{Size: size, Max: c.max}
+	}
+	body := c.alloc(int(size))
+	if _, err := io.ReadFull(c.r, body); err != nil {
+		return 0, nil, unexpected(err)
+	}
+	return flags, body, nil
+}
+
+// alloc carves small bodies from a shared arena. A body that is kept keeps
+// its arena alive, so the arena stays small.
+func (c *Conn) alloc(n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	if n > arenaMax {
+		return make([]byte, n)
+	}
+	if cap(c.arena)-len(c.arena) < n {
+		c.arena = make([]byte, 0, arenaSize)
+	}
+	i := len(c.arena)
+	c.arena = c.arena[:i+n]
+	return c.arena[i : i+n : i+n]
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// command handles a ZMTP command frame after the handshake.
+func (c *Conn) command(body []byte) error {
+	if len(body) == 0 || int(body[0]) > len(body)-1 {
+		return errors.New("zmtp: malformed command frame")
+	}
+	name, data := string(body[1:1+body[0]]), body[1+body[0]:]
+	switch name {
+	case "PING":
+		// TTL (2 bytes), then a context of up to 16 bytes to echo.
+		var ctx []byte
+		if len(data) > 2 {
+			ctx = data[2:min(len(data), 18)]
+		}
+		return c.writeCommand("PONG", ctx)
+	case "ERROR":
+		return fmt.Errorf("zmtp: peer reported an error: %q", data)
+	}
+	return nil // PONG, SUBSCRIBE, ...: nothing to do
+}
+
+func (c *Conn) writeCommand(name string, data []byte) error {
+	body := make([]byte, 0, 1+len(name)+len(data))
+	body = append(append(append(body, byte(len(name))), name...), data...)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	b := appendHeader(c.wbuf[:0], flagCommand, len(body))
+	b = append(b, body...)
+	c.wbuf = b
+	return c.write(net.Buffers{b})
+}
+
+// WriteMsgs writes messages, each a list of frames, in as few system calls
+// as it can: small frames are copied into one buffer, large bodies are
+// passed to writev as they are.
+func (c *Conn) WriteMsgs(msgs ...[][]byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	var bufs net.Buffers
+	b, mark := c.wbuf[:0], 0
+	for _, msg := range msgs {
+		for i, f := range msg {
+			var flags byte
+			if i < len(msg)-1 {
+				flags = flagMore
+			}
+			b = appendHeader(b, flags, len(f))
+			if len(f) <= copyMax {
+				b = append(b, f...)
+				continue
+			}
+			bufs = append(bufs, b[mark:len(b):len(b)], f)
+			mark = len(b)
+		}
+	}
+	if mark < len(b) || len(bufs) == 0 {
+		bufs = append(bufs, b[mark:])
+	}
+	if cap(b) <= 4*batchMax {
+		c.wbuf = b
+	}
+	return c.write(bufs)
+}
+
+// write sends bufs with the write deadline; the caller holds wmu.
+func (c *Conn) write(bufs net.Buffers) error {
+	if c.wtimeout > 0 {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.wtimeout))
+	}
+	_, err := bufs.WriteTo(c.nc)
+	return err
+}
+
+func appendHeader(b []byte, flags byte, n int) []byte {
+	if n > 255 {
+		return binary.BigEndian.AppendUint64(append(b, flags|flagLong), uint64(n))
+	}
+	return append(b, flags, byte(n))
+}
+
+// msgSize is the number of bytes msg takes on the wire.
+func msgSize(msg [][]byte) int {
+	n := 0
+	for _, f := range msg {
+		n += 2 + len(f)
+		if len(f) > 255 {
+			n += 7
+		}
+	}
+	return n
+}
+
+// guardConn is the net.Conn zmq4 runs its handshake over. It reads through
+// the buffer the Conn keeps using afterwards, and follows the ZMTP stream
+// (the greeting, then frame headers) so that a frame over the limit fails
+// the read before zmq4 allocates for it.
+type guardConn struct {
+	net.Conn
+	r     *bufio.Reader
+	max   uint64
+	greet int     // greeting bytes still to pass
+	hdr   [9]byte // the frame header being read
+	hn    int
+	body  uint64 // body bytes still to pass
+}
+
+func (g *guardConn) Read(p []byte) (int, error) {
+	n, err := g.r.Read(p)
+	if e := g.scan(p[:n]); e != nil {
+		return 0, e
+	}
+	return n, err
+}
+
+func (g *guardConn) scan(b []byte) error {
+	for len(b) > 0 {
+		switch {
+		case g.greet > 0:
+			k := min(g.greet, len(b))
+			g.greet -= k
+			b = b[k:]
+		case g.body > 0:
+			k := min(g.body, uint64(len(b)))
+			g.body -= k
+			b = b[k:]
+		default:
+			g.hdr[g.hn] = b[0]
+			g.hn++
+			b = b[1:]
+			switch {
+			case g.hn < 2:
+			case g.hdr[0]&flagLong == 0:
+				g.body, g.hn = uint64(g.hdr[1]), 0
+			case g.hn == 9:
+				g.body, g.hn = binary.BigEndian.Uint64(g.hdr[1:]), 0
+				if g.body > g.max {
+					return &TooLargeError{Size: g.body, Max: g.max}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// hostPort turns "tcp://host:port" into "host:port"; "*" means every
+// interface.
+func hostPort(endpoint string) (string, error) {
+	addr, ok := strings.CutPrefix(endpoint, "tcp://")
+	if !ok {
+		return "", fmt.Errorf("endpoint %q: only tcp://host:port is supported", endpoint)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("endpoint %q: %w", endpoint, err)
+	}
+	if host == "*" {
+		host = ""
+	}
+	return net.JoinHostPort(host, port), nil
+}

@@ -1,0 +1,49 @@
+package zmtp
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// DialOptions configure Dial.
+type DialOptions struct {
+	Identity     []byte        // routing id to announce; empty = let the ROUTER pick
+	MaxFrameSize int64         // largest frame body accepted; 0 = DefaultMaxFrameSize
+	WriteTimeout time.Duration // a write blocked this long fails; 0 = 10s
+	Timeout      time.Duration // for connect and handshake; 0 = 5s
+}
+
+// Dial connects a DEALER to a ROUTER at endpoint ("tcp://host:port") and
+// runs the handshake. The Conn is one connection: when it breaks, make a
+// new one. Send with WriteMsgs (safe for concurrent use), read with
+// ReadMsg from one goroutine.
+func Dial(ctx context.Context, endpoint string, opts DialOptions) (*Conn, error) {
+	if opts.MaxFrameSize <= 0 {
+		opts.MaxFrameSize = DefaultMaxFrameSize
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 10 * time.Second
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	addr, err := hostPort(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	d := net.Dialer{Timeout: opts.Timeout}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c, err := open(nc, zmq4.Dealer, opts.Identity, false, uint64(opts.MaxFrameSize), opts.Timeout)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c.wtimeout = opts.WriteTimeout
+	return c, nil
+}

@@ -1,0 +1,382 @@
+package zmtp
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// Options configure a Router.
+type Options struct {
+	MaxFrameSize     int64         // largest frame body; 0 = DefaultMaxFrameSize
+	HandshakeTimeout time.Duration // for the ZMTP handshake; 0 = 5s
+	WriteTimeout     time.Duration // a write blocked this long drops the peer; 0 = 10s
+	SendQueue        int           // messages queued per connection; 0 = 8192
+	Logger           *slog.Logger  // nil = slog.Default()
+
+	// Receive is called, from the connection's reader goroutine, with
+	// each message and the routing id of the connection it came on. It
+	// may block: the peer then waits (TCP back-pressure), nobody else.
+	Receive func(id string, frames [][]byte)
+	// Undelivered is called with each message that was queued for a
+	// connection that closed before writing it. May be nil.
+	Undelivered func(id string, frames [][]byte)
+	// TooLarge may return a last message for a peer that sent a frame over
+	// the limit; it is written before the connection is closed. May be nil.
+	TooLarge func(id string, err *TooLargeError) [][]byte
+}
+
+func (o *Options) setDefaults() {
+	if o.MaxFrameSize <= 0 {
+		o.MaxFrameSize = DefaultMaxFrameSize
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = 5 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 10 * time.Second
+	}
+	if o.SendQueue <= 0 {
+		o.SendQueue = 8192
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Router is a ZMTP ROUTER endpoint: it accepts connections, knows each by
+// its routing id, and sends to one id at a time.
+type Router struct {
+	opts Options
+	ln   net.Listener
+	wg   sync.WaitGroup
+
+	mu      sync.RWMutex
+	conns   map[string]*routerConn
+	pending map[net.Conn]struct{} // in their handshake
+	closed  bool
+
+	nextID atomic.Uint32
+}
+
+// Listen binds endpoint ("tcp://host:port"; port 0 picks a free one) and
+// starts accepting connections.
+func Listen(endpoint string, opts Options) (*Router, error) {
+	opts.setDefaults()
+	if opts.Receive == nil {
+		return nil, errors.New("zmtp: Options.Receive is required")
+	}
+	addr, err := hostPort(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{
+		opts:    opts,
+		ln:      ln,
+		conns:   make(map[string]*routerConn),
+		pending: make(map[net.Conn]struct{}),
+	}
+	r.nextID.Store(rand.Uint32())
+	r.wg.Add(1)
+	go r.accept()
+	return r, nil
+}
+
+// Endpoint is the bound address as tcp://host:port.
+func (r *Router) Endpoint() string { return "tcp://" + r.ln.Addr().String() }
+
+// Send queues a message for the connection holding id. It never blocks:
+// ErrNoPeer when no live connection has the id, ErrSlowPeer when the
+// peer's queue is full (the connection is then closed). A queued message
+// is written, or reported to Options.Undelivered.
+func (r *Router) Send(id string, frames [][]byte) error {
+	r.mu.RLock()
+	rc := r.conns[id]
+	r.mu.RUnlock()
+	if rc == nil {
+		return ErrNoPeer
+	}
+	return rc.send(frames)
+}
+
+// Connected reports whether id has a live connection.
+func (r *Router) Connected(id string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.conns[id] != nil
+}
+
+// Close stops accepting, writes what is queued for each connection (each
+// within the write timeout), closes them and waits for every goroutine.
+func (r *Router) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	err := r.ln.Close()
+	for nc := range r.pending {
+		nc.Close()
+	}
+	conns := make([]*routerConn, 0, len(r.conns))
+	for _, rc := range r.conns {
+		conns = append(conns, rc)
+	}
+	r.mu.Unlock()
+	for _, rc := range conns {
+		rc.end(true)
+	}
+	r.wg.Wait()
+	return err
+}
+
+func (r *Router) accept() {
+	defer r.wg.Done()
+	for {
+		nc, err := r.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			r.opts.Logger.Warn("zmtp: accept failed", "err", err)
+			time.Sleep(10 * time.Millisecond) // e.g. out of file descriptors
+			continue
+		}
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			nc.Close()
+			return
+		}
+		r.pending[nc] = struct{}{}
+		r.wg.Add(1)
+		r.mu.Unlock()
+		go r.serve(nc)
+	}
+}
+
+// serve runs one connection: handshake, then reads until it ends.
+func (r *Router) serve(nc net.Conn) {
+	defer r.wg.Done()
+	c, err := open(nc, zmq4.Router, nil, true, uint64(r.opts.MaxFrameSize), r.opts.HandshakeTimeout)
+	r.mu.Lock()
+	delete(r.pending, nc)
+	if err == nil && r.closed {
+		err = ErrClosed
+	}
+	if err != nil {
+		r.mu.Unlock()
+		nc.Close()
+		if !errors.Is(err, io.EOF) {
+			r.opts.Logger.Info("zmtp: handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
+		}
+		return
+	}
+	c.wtimeout = r.opts.WriteTimeout
+	id := string(c.Identity)
+	if id == "" {
+		// As libzmq: a generated id starts with a zero byte, which a
+		// peer's own identity may not.
+		var b [5]byte
+		binary.BigEndian.PutUint32(b[1:], r.nextID.Add(1))
+		id = string(b[:])
+	}
+	rc := &routerConn{
+		Conn: c,
+		r:    r,
+		id:   id,
+		out:  make(chan [][]byte, r.opts.SendQueue),
+		stop: make(chan struct{}),
+		kill: make(chan struct{}),
+	}
+	old := r.conns[id]
+	r.conns[id] = rc
+	r.wg.Add(1)
+	r.mu.Unlock()
+	if old != nil {
+		r.opts.Logger.Info("zmtp: routing id taken over by a new connection",
+			"id", printable(id), "old", old.RemoteAddr().String(), "new", nc.RemoteAddr().String())
+		old.end(false)
+	}
+	go rc.writeLoop()
+	rc.readLoop()
+}
+
+// routerConn is a Router's connection with its send queue.
+type routerConn struct {
+	*Conn
+	r  *Router
+	id string
+
+	mu     sync.Mutex // guards closed against sends into out
+	closed bool
+	out    chan [][]byte
+	once   sync.Once
+	stop   chan struct{} // end: write what is queued, then close
+	kill   chan struct{} // end now: what is queued is undelivered
+}
+
+func (rc *routerConn) send(frames [][]byte) error {
+	rc.mu.Lock()
+	if rc.closed {
+		rc.mu.Unlock()
+		return ErrNoPeer
+	}
+	select {
+	case rc.out <- frames:
+		rc.mu.Unlock()
+		return nil
+	default:
+	}
+	rc.mu.Unlock()
+	rc.r.opts.Logger.Warn("zmtp: peer does not read; disconnecting it",
+		"id", printable(rc.id), "remote", rc.RemoteAddr().String(), "queued", len(rc.out))
+	rc.end(false)
+	return ErrSlowPeer
+}
+
+// end closes the connection once: gracefully (flush the queue) or at once.
+func (rc *routerConn) end(graceful bool) {
+	rc.once.Do(func() {
+		rc.mu.Lock()
+		rc.closed = true
+		rc.mu.Unlock()
+		rc.r.mu.Lock()
+		if rc.r.conns[rc.id] == rc {
+			delete(rc.r.conns, rc.id)
+		}
+		rc.r.mu.Unlock()
+		if graceful {
+			close(rc.stop)
+			return
+		}
+		close(rc.kill)
+		rc.nc.Close()
+	})
+}
+
+func (rc *routerConn) readLoop() {
+	for {
+		frames, err := rc.ReadMsg()
+		if err != nil {
+			var tl *TooLargeError
+			if errors.As(err, &tl) {
+				rc.r.opts.Logger.Warn("zmtp: frame over the size limit; disconnecting the peer",
+					"id", printable(rc.id), "remote", rc.RemoteAddr().String(), "size", tl.Size, "max", tl.Max)
+				if rc.r.opts.TooLarge != nil {
+					if msg := rc.r.opts.TooLarge(rc.id, tl); msg != nil {
+						_ = rc.send(msg)
+					}
+				}
+				rc.end(true)
+				return
+			}
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				rc.r.opts.Logger.Info("zmtp: connection ended", "id", printable(rc.id),
+					"remote", rc.RemoteAddr().String(), "err", err)
+			}
+			rc.end(false)
+			return
+		}
+		rc.r.opts.Receive(rc.id, frames)
+	}
+}
+
+func (rc *routerConn) writeLoop() {
+	defer rc.r.wg.Done()
+	batch := make([][][]byte, 0, 64)
+	for {
+		select {
+		case msg := <-rc.out:
+			batch = rc.gather(append(batch[:0], msg))
+			if err := rc.WriteMsgs(batch...); err != nil {
+				rc.undelivered(batch)
+				rc.end(false)
+				rc.drain()
+				return
+			}
+		case <-rc.kill:
+			rc.drain()
+			return
+		case <-rc.stop:
+			for {
+				batch = rc.gather(batch[:0])
+				if len(batch) == 0 {
+					break
+				}
+				if err := rc.WriteMsgs(batch...); err != nil {
+					rc.undelivered(batch)
+					rc.drain()
+					break
+				}
+			}
+			rc.nc.Close()
+			return
+		}
+	}
+}
+
+// gather adds what else is queued to batch, up to batchMax bytes.
+func (rc *routerConn) gather(batch [][][]byte) [][][]byte {
+	n := 0
+	for _, m := range batch {
+		n += msgSize(m)
+	}
+	for n < batchMax {
+		select {
+		case m := <-rc.out:
+			batch = append(batch, m)
+			n += msgSize(m)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// drain reports everything still queued as undelivered. The queue takes
+// no more messages once the connection is closed.
+func (rc *routerConn) drain() {
+	for {
+		select {
+		case m := <-rc.out:
+			rc.undelivered([][][]byte{m})
+		default:
+			return
+		}
+	}
+}
+
+func (rc *routerConn) undelivered(batch [][][]byte) {
+	if rc.r.opts.Undelivered == nil {
+		return
+	}
+	for _, m := range batch {
+		rc.r.opts.Undelivered(rc.id, m)
+	}
+}
+
+// printable shows a routing id in logs: as text when it is text, in hex
+// otherwise (generated ids start with a zero byte).
+func printable(id string) string {
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x20 || id[i] > 0x7e {
+			return "0x" + hex.EncodeToString([]byte(id))
+		}
+	}
+	return id
+}
