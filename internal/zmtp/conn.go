@@ -32,8 +32,8 @@ const (
 	greetingLen = 64
 	readBuffer  = 64 << 10
 	arenaSize   = 4 << 10
-	arenaMax    = 512      // larger bodies get their own allocation
-	copyMax     = 8 << 10  // larger bodies are written from the caller's slice
+	arenaMax    = 512       // larger bodies get their own allocation
+	copyMax     = 8 << 10   // larger bodies are written from the caller's slice
 	batchMax    = 256 << 10 // bytes of small frames gathered into one write
 )
 

@@ -64,7 +64,10 @@ func testLogger(t *testing.T) *slog.Logger {
 
 type tWriter struct{ t *testing.T }
 
-func (w tWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 func listen(t *testing.T, in *inbox, opts Options) *Router {
 	t.Helper()
