@@ -1,0 +1,356 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/zmtp"
+	"github.com/eventmq/emq/store"
+)
+
+// JournalFile is the journal's file name inside the data directory.
+const JournalFile = "emq.db"
+
+// The two endpoints; a peer is known by its endpoint and routing id.
+const (
+	frontend = 0
+	backend  = 1
+)
+
+type peerKey struct {
+	ep int
+	id string
+}
+
+// inbound is one message from a reader goroutine, decoded.
+type inbound struct {
+	from peerKey
+	msg  emqp.Message
+	err  error // the decoder's refusal
+}
+
+// Broker is a running broker. New opens the journal; Run replays it, binds
+// the sockets and serves until its context ends.
+type Broker struct {
+	opts    Options
+	log     *slog.Logger
+	journal store.Journal
+	stats   Stats
+
+	routers [2]*zmtp.Router
+	inbox   chan inbound
+	stopped chan struct{} // closed when the loop stops reading the inbox
+	ready   chan struct{} // closed once replay is done and sockets are bound
+	isReady atomic.Bool
+
+	postMu sync.Mutex
+	posted []func()
+	wake   chan struct{}
+
+	// Owned by the loop.
+	jobs       map[string]*job
+	queues     map[string]*queue
+	workers    map[peerKey]*peer
+	delayed    delayHeap
+	journaling int // appends not yet done
+	draining   bool
+	useSeq     uint64 // for least-recently-used workers
+	errLog     logLimiter
+}
+
+// New checks opts, creates the data directory and opens the journal.
+func New(opts Options) (*Broker, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data-dir: %w", err)
+	}
+	path := filepath.Join(opts.DataDir, JournalFile)
+	j, err := store.Open(path, store.DefaultOptions())
+	if err != nil {
+		return nil, err
+	}
+	return &Broker{
+		opts:    opts,
+		log:     opts.Logger,
+		journal: j,
+		inbox:   make(chan inbound, 4096),
+		stopped: make(chan struct{}),
+		ready:   make(chan struct{}),
+		wake:    make(chan struct{}, 1),
+		jobs:    make(map[string]*job),
+		queues:  make(map[string]*queue),
+		workers: make(map[peerKey]*peer),
+	}, nil
+}
+
+// Ready is closed once the journal is replayed and the sockets are bound.
+func (b *Broker) Ready() <-chan struct{} { return b.ready }
+
+// Frontend is the bound frontend endpoint (after Ready).
+func (b *Broker) Frontend() string { return b.routers[frontend].Endpoint() }
+
+// Backend is the bound backend endpoint (after Ready).
+func (b *Broker) Backend() string { return b.routers[backend].Endpoint() }
+
+// Stats returns the broker's counters.
+func (b *Broker) Stats() *Stats { return &b.stats }
+
+// Run replays the journal, binds the endpoints and serves until ctx ends,
+// then shuts down gracefully and closes the journal. It returns nil after a
+// clean shutdown.
+func (b *Broker) Run(ctx context.Context) (err error) {
+	defer func() {
+		if cerr := b.journal.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("closing the journal: %w", cerr)
+		}
+	}()
+	start := time.Now()
+	n, err := b.replay()
+	if err != nil {
+		return err
+	}
+	b.log.Info("journal replayed", "jobs", n, "took", time.Since(start).Round(time.Millisecond),
+		"file", filepath.Join(b.opts.DataDir, JournalFile))
+
+	for ep, addr := range []string{b.opts.Frontend, b.opts.Backend} {
+		r, err := zmtp.Listen(addr, b.routerOptions(ep))
+		if err != nil {
+			b.closeRouters()
+			return fmt.Errorf("%s: %w", [2]string{"frontend", "backend"}[ep], err)
+		}
+		b.routers[ep] = r
+	}
+	admin, err := b.serveAdmin()
+	if err != nil {
+		b.closeRouters()
+		return err
+	}
+	b.log.Info("broker listening", "frontend", b.Frontend(), "backend", b.Backend(), "admin", b.opts.Admin)
+	b.isReady.Store(true)
+	close(b.ready)
+
+	b.loop(ctx)
+
+	if admin != nil {
+		admin.Close()
+	}
+	return nil
+}
+
+func (b *Broker) routerOptions(ep int) zmtp.Options {
+	return zmtp.Options{
+		MaxFrameSize: b.opts.MaxFrameSize,
+		Logger:       b.log,
+		Receive: func(id string, frames [][]byte) {
+			m, err := emqp.Decode(frames)
+			select {
+			case b.inbox <- inbound{peerKey{ep, id}, m, err}:
+			case <-b.stopped:
+			}
+		},
+		Undelivered: func(id string, frames [][]byte) {
+			if m, err := emqp.Decode(frames); err == nil {
+				if r, ok := m.(*emqp.Request); ok {
+					b.post(func() { b.undelivered(peerKey{ep, id}, r.MsgID) })
+				}
+			}
+		},
+		TooLarge: func(id string, e *zmtp.TooLargeError) [][]byte {
+			b.stats.countError(emqp.CodeTooLarge)
+			return emqp.Encode(&emqp.Error{MsgID: emqp.NewID(), Code: emqp.CodeTooLarge,
+				Text: fmt.Sprintf("frame of %d bytes is over the limit of %d bytes; closing the connection", e.Size, e.Max)})
+		},
+	}
+}
+
+// post runs fn on the loop. It never blocks: the journal's goroutine and
+// the connection writers call it.
+func (b *Broker) post(fn func()) {
+	b.postMu.Lock()
+	b.posted = append(b.posted, fn)
+	b.postMu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (b *Broker) runPosted() {
+	b.postMu.Lock()
+	fns := b.posted
+	b.posted = nil
+	b.postMu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+// loop is the one goroutine that owns the broker's state.
+func (b *Broker) loop(ctx context.Context) {
+	tick := time.NewTicker(min(b.opts.HeartbeatInterval, 100*time.Millisecond))
+	defer tick.Stop()
+	nextBeat := time.Now()
+	for {
+		select {
+		case in := <-b.inbox:
+			b.handle(in)
+		case <-b.wake:
+			b.runPosted()
+		case now := <-tick.C:
+			if !now.Before(nextBeat) {
+				b.heartbeat(now)
+				nextBeat = now.Add(b.opts.HeartbeatInterval)
+			}
+			b.expire(now)
+		case <-ctx.Done():
+			b.shutdown()
+			return
+		}
+	}
+}
+
+// shutdown: refuse new jobs, say goodbye, let journal writes land, flush.
+func (b *Broker) shutdown() {
+	b.log.Info("broker stopping", "journal_writes_in_progress", b.journaling)
+	b.draining = true
+	for key := range b.workers {
+		b.send(key, &emqp.Kbye{MsgID: emqp.NewID()})
+	}
+	deadline := time.NewTimer(b.opts.ShutdownTimeout)
+	defer deadline.Stop()
+	for b.journaling > 0 {
+		select {
+		case in := <-b.inbox:
+			b.handle(in)
+		case <-b.wake:
+			b.runPosted()
+		case <-deadline.C:
+			b.log.Warn("broker stopped before every journal write was confirmed", "in_progress", b.journaling)
+			b.journaling = 0
+		}
+	}
+	close(b.stopped)
+	b.closeRouters()
+	b.log.Info("broker stopped")
+}
+
+func (b *Broker) closeRouters() {
+	for _, r := range b.routers {
+		if r != nil {
+			r.Close()
+		}
+	}
+}
+
+// handle is one message from a peer.
+func (b *Broker) handle(in inbound) {
+	if in.err != nil {
+		b.protocolError(in.from, in.err)
+		return
+	}
+	w := b.workers[in.from]
+	if w != nil {
+		w.lastSeen = time.Now()
+	}
+	switch m := in.msg.(type) {
+	case *emqp.Request:
+		b.request(in.from, m)
+	case *emqp.Inform:
+		b.inform(in.from, m)
+	case *emqp.Ready:
+		if w != nil {
+			w.free++
+			b.offer(w)
+		}
+	case *emqp.Reply:
+		b.reply(w, m)
+	case *emqp.Fail:
+		b.fail(w, m)
+	case *emqp.Heartbeat:
+		// lastSeen is updated above; a peer that has not INFORMed gets no answer.
+	case *emqp.Kbye, *emqp.Disconnect:
+		if w != nil {
+			b.lose(w, "worker said goodbye")
+		}
+	case *emqp.Schedule, *emqp.Unschedule:
+		b.refuse(in.from, m.ID(), emqp.CodeUnavailable, "schedules are not supported by this broker yet")
+	default: // ACK, ERROR: not for the broker
+		b.stats.Ignored.Add(1)
+	}
+}
+
+// send encodes m and queues it for peer key.
+func (b *Broker) send(key peerKey, m emqp.Message) error {
+	return b.routers[key.ep].Send(key.id, emqp.Encode(m))
+}
+
+func (b *Broker) ack(key peerKey, msgid string) {
+	_ = b.send(key, &emqp.Ack{MsgID: emqp.NewID(), AckedID: msgid})
+}
+
+// refuse answers ERROR.
+func (b *Broker) refuse(key peerKey, ref, code, text string) {
+	b.stats.countError(code)
+	_ = b.send(key, &emqp.Error{MsgID: emqp.NewID(), RefMsgID: ref, Code: code, Text: text})
+}
+
+// protocolError answers a message the decoder refused.
+func (b *Broker) protocolError(from peerKey, err error) {
+	code, ref := emqp.CodeBadRequest, ""
+	var de *emqp.DecodeError
+	if errors.As(err, &de) {
+		ref = de.MsgID
+		switch {
+		case errors.Is(err, emqp.ErrVersion):
+			code = emqp.CodeUnsupportedVersion
+		case errors.Is(err, emqp.ErrCommand):
+			code = emqp.CodeUnknownCommand
+		}
+	}
+	b.refuse(from, ref, code, err.Error())
+	b.errLog.log(b.log, "protocol error", "code", code, "peer", peerName(from), "err", err)
+}
+
+func peerName(k peerKey) string {
+	return fmt.Sprintf("%s/%x", [2]string{"frontend", "backend"}[k.ep], k.id)
+}
+
+// serveAdmin starts /healthz and /readyz on the admin address.
+func (b *Broker) serveAdmin() (*http.Server, error) {
+	if b.opts.Admin == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", b.opts.Admin)
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !b.isReady.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return srv, nil
+}

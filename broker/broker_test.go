@@ -1,0 +1,196 @@
+package broker_test
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/emqp"
+	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/store"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func fast(o *broker.Options) {
+	o.HeartbeatInterval = 50 * time.Millisecond
+	o.HeartbeatTimeout = 500 * time.Millisecond
+	o.RetryBackoff = 10 * time.Millisecond
+}
+
+// storedJob opens the journal of a stopped broker and returns one job.
+func storedJob(t *testing.T, b *bt.Broker, msgid string) (*store.Job, error) {
+	t.Helper()
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	opts := store.DefaultOptions()
+	opts.ReadOnly = true
+	j, err := store.Open(filepath.Join(b.Dir, broker.JournalFile), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	return j.Get(msgid)
+}
+
+func TestRoundTrip(t *testing.T) {
+	b := bt.Start(t, "", fast)
+	client := bt.Dial(t, b.Frontend(), "client-1")
+	worker := bt.Dial(t, b.Backend(), "worker-1")
+	worker.Inform("default")
+	worker.RecvHeartbeat() // right after the INFORM's ACK
+
+	id := client.Request("default", "reply-requested,timeout:30", []byte("hello"))
+	worker.Ready(1)
+	req := bt.Expect[*emqp.Request](worker)
+	if req.MsgID != id || req.Queue != "default" || string(req.Payload) != "hello" {
+		t.Fatalf("worker got %+v, want the client's job %s", req, id)
+	}
+	if v, _ := req.Headers.Get("timeout"); v != "30" {
+		t.Errorf("headers %q lost the client's timeout", req.Headers)
+	}
+	worker.Reply(id, []byte("world"))
+	rep := bt.Expect[*emqp.Reply](client)
+	if rep.OrigMsgID != id || string(rep.Payload) != "world" {
+		t.Fatalf("client got %+v", rep)
+	}
+
+	// Without reply-requested the worker is still asked for a REPLY, and
+	// the 5-frame REPLY of the seed protocol completes the job.
+	id2 := client.Request("default", "", []byte("quiet"))
+	worker.Ready(1)
+	req = bt.Expect[*emqp.Request](worker)
+	if !req.Headers.ReplyRequested() {
+		t.Errorf("forwarded headers %q lack reply-requested", req.Headers)
+	}
+	worker.SendFrames([]byte(""), []byte("eMQP/1.0"), []byte("REPLY"), []byte(id2), []byte("done"))
+	bt.Eventually(t, "both jobs replied", func() bool { return b.Stats().Replied.Load() == 2 })
+	for _, msgid := range []string{id, id2} {
+		if _, err := storedJob(t, b, msgid); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("job %s after its REPLY: %v, want ErrNotFound", msgid, err)
+		}
+	}
+}
+
+func TestDuplicateMsgIDIsOneJob(t *testing.T) {
+	b := bt.Start(t, "", fast)
+	client := bt.Dial(t, b.Frontend(), "c")
+	worker := bt.Dial(t, b.Backend(), "w")
+	worker.Inform("q")
+
+	req := &emqp.Request{MsgID: emqp.NewID(), Queue: "q", Payload: []byte("once")}
+	for range 3 {
+		client.Send(req)
+		if ack := bt.Expect[*emqp.Ack](client); ack.AckedID != req.MsgID {
+			t.Fatalf("ACK for %s", ack.AckedID)
+		}
+	}
+	next := client.Request("q", "", []byte("next"))
+	worker.Ready(2)
+	if got := bt.Expect[*emqp.Request](worker); got.MsgID != req.MsgID {
+		t.Fatalf("first job %s, want %s", got.MsgID, req.MsgID)
+	}
+	if got := bt.Expect[*emqp.Request](worker); got.MsgID != next {
+		t.Fatalf("second job %s, want %s (the resent msgid was dispatched twice)", got.MsgID, next)
+	}
+	if d := b.Stats().Duplicates.Load(); d != 2 {
+		t.Errorf("duplicates = %d, want 2", d)
+	}
+}
+
+func TestFIFOPerQueue(t *testing.T) {
+	b := bt.Start(t, "", fast)
+	client := bt.Dial(t, b.Frontend(), "c")
+	var ids []string
+	for i := range 50 {
+		ids = append(ids, client.Request("fifo", "", []byte(fmt.Sprint(i))))
+	}
+	worker := bt.Dial(t, b.Backend(), "w")
+	worker.Inform("fifo")
+	for i, id := range ids {
+		worker.Ready(1)
+		got := bt.Expect[*emqp.Request](worker)
+		if got.MsgID != id {
+			t.Fatalf("job %d: got %s, want %s", i, got.MsgID, id)
+		}
+		worker.Reply(got.MsgID, nil)
+	}
+}
+
+func TestWeightedQueuesAndLRUWorkers(t *testing.T) {
+	b := bt.Start(t, "", fast)
+	client := bt.Dial(t, b.Frontend(), "c")
+	low := client.Request("low", "", nil)
+	high := client.Request("high", "", nil)
+	worker := bt.Dial(t, b.Backend(), "w")
+	worker.Inform(`[[10,"low"],[20,"high"]]`)
+	worker.Ready(1)
+	if got := bt.Expect[*emqp.Request](worker); got.MsgID != high {
+		t.Fatalf("first dispatch %s (%s), want the high-weight queue's job", got.MsgID, got.Queue)
+	}
+	worker.Ready(1)
+	if got := bt.Expect[*emqp.Request](worker); got.MsgID != low {
+		t.Fatalf("second dispatch %s, want %s", got.MsgID, low)
+	}
+
+	// Two idle workers: jobs alternate, least recently used first.
+	a := bt.Dial(t, b.Backend(), "a")
+	a.Inform("lru")
+	c := bt.Dial(t, b.Backend(), "b")
+	c.Inform("lru")
+	a.Ready(2)
+	a.Sync()
+	c.Ready(2)
+	c.Sync()
+	for range 2 {
+		client.Request("lru", "", nil)
+	}
+	bt.Expect[*emqp.Request](a)
+	bt.Expect[*emqp.Request](c)
+}
+
+func TestLostWorkerJobGoesToAnother(t *testing.T) {
+	for _, how := range []string{"heartbeat timeout", "KBYE", "DISCONNECT"} {
+		t.Run(how, func(t *testing.T) {
+			b := bt.Start(t, "", fast)
+			client := bt.Dial(t, b.Frontend(), "c")
+			first := bt.Dial(t, b.Backend(), "first")
+			first.Inform("q")
+			first.Ready(1)
+			id := client.Request("q", "", []byte("job"))
+			if got := bt.Expect[*emqp.Request](first); got.MsgID != id {
+				t.Fatal(got.MsgID)
+			}
+			second := bt.Dial(t, b.Backend(), "second")
+			second.Inform("q")
+			second.Ready(1)
+			switch how {
+			case "KBYE":
+				first.Send(&emqp.Kbye{MsgID: emqp.NewID()})
+			case "DISCONNECT":
+				first.Send(&emqp.Disconnect{MsgID: emqp.NewID()})
+			} // heartbeat timeout: first just stays silent
+			second.KeepAlive(50 * time.Millisecond)
+			got := bt.Expect[*emqp.Request](second)
+			if got.MsgID != id {
+				t.Fatalf("second worker got %s, want %s", got.MsgID, id)
+			}
+			// The lost worker's late REPLY is ignored; the holder completes it.
+			first.Reply(id, []byte("late"))
+			second.Reply(id, []byte("on time"))
+			bt.Eventually(t, "replied once", func() bool { return b.Stats().Replied.Load() == 1 })
+			j, err := storedJob(t, b, id)
+			if !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("job after REPLY: %+v %v", j, err)
+			}
+		})
+	}
+}

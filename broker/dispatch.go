@@ -1,0 +1,216 @@
+package broker
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/eventmq/emq/emqp"
+)
+
+// queue is one named queue: its pending jobs in FIFO order and the workers
+// that serve it.
+type queue struct {
+	name    string
+	jobs    deque
+	live    int // jobs held in memory (journaling, pending, delayed, in flight)
+	workers []*peer
+}
+
+func (b *Broker) queue(name string) *queue {
+	q := b.queues[name]
+	if q == nil {
+		q = &queue{name: name}
+		b.queues[name] = q
+	}
+	return q
+}
+
+// peer is a worker: it INFORMed and has not been lost.
+type peer struct {
+	key      peerKey
+	queues   []served // highest weight first
+	free     int      // slots offered by READY and not yet used
+	held     map[string]*job
+	lastSeen time.Time
+	lastUsed uint64 // when it last got a job, in dispatch order
+}
+
+type served struct {
+	q      *queue
+	weight int
+}
+
+func (w *peer) weight(q *queue) int {
+	for _, s := range w.queues {
+		if s.q == q {
+			return s.weight
+		}
+	}
+	return 0
+}
+
+// inform registers a worker, or renews a known one's queues.
+func (b *Broker) inform(from peerKey, m *emqp.Inform) {
+	w := b.workers[from]
+	if w == nil {
+		w = &peer{key: from, held: make(map[string]*job)}
+		b.workers[from] = w
+	} else {
+		b.removeWorker(w)
+		b.workers[from] = w
+	}
+	w.lastSeen, w.free, w.queues = time.Now(), 0, w.queues[:0]
+	queues := m.Queues
+	if len(queues) == 0 {
+		queues = []emqp.Queue{{Weight: emqp.DefaultWeight, Name: "default"}}
+	}
+	for _, mq := range queues {
+		q := b.queue(mq.Name)
+		if slices.ContainsFunc(w.queues, func(s served) bool { return s.q == q }) {
+			continue
+		}
+		w.queues = append(w.queues, served{q, mq.Weight})
+		q.workers = append(q.workers, w)
+	}
+	slices.SortStableFunc(w.queues, func(x, y served) int { return cmp.Compare(y.weight, x.weight) })
+	b.log.Info("worker joined", "peer", peerName(from), "queues", queueNames(w.queues), "type", m.PeerType)
+	b.ack(from, m.MsgID)
+	b.beat(w, time.Now())
+}
+
+func queueNames(s []served) []string {
+	names := make([]string, len(s))
+	for i := range s {
+		names[i] = s[i].q.name
+	}
+	return names
+}
+
+// removeWorker takes w out of the worker list and its queues.
+func (b *Broker) removeWorker(w *peer) {
+	delete(b.workers, w.key)
+	for _, s := range w.queues {
+		s.q.workers = slices.DeleteFunc(s.q.workers, func(x *peer) bool { return x == w })
+	}
+}
+
+// offer gives a worker with free slots jobs from its highest-weight queue
+// that has some.
+func (b *Broker) offer(w *peer) {
+	for w.free > 0 {
+		var q *queue
+		for _, s := range w.queues {
+			if s.q.jobs.len() > 0 {
+				q = s.q
+				break
+			}
+		}
+		if q == nil {
+			return
+		}
+		b.deliver(w, q.jobs.popFront())
+	}
+}
+
+// fill gives q's jobs to free workers: the one weighing q highest, least
+// recently used first.
+func (b *Broker) fill(q *queue) {
+	for q.jobs.len() > 0 {
+		var best *peer
+		bestWeight := 0
+		for _, w := range q.workers {
+			if w.free == 0 {
+				continue
+			}
+			wt := w.weight(q)
+			if best == nil || wt > bestWeight || wt == bestWeight && w.lastUsed < best.lastUsed {
+				best, bestWeight = w, wt
+			}
+		}
+		if best == nil {
+			return
+		}
+		b.deliver(best, q.jobs.popFront())
+	}
+}
+
+// deliver sends job j to worker w, using one of its slots.
+func (b *Broker) deliver(w *peer, j *job) {
+	w.free--
+	b.useSeq++
+	w.lastUsed = b.useSeq
+	err := b.send(w.key, &emqp.Request{MsgID: j.id, Queue: j.q.name, Headers: j.fwd, Payload: j.payload})
+	if err != nil {
+		// Not connected now, or not reading: its slots are not usable.
+		w.free = 0
+		j.q.jobs.pushFront(j)
+		return
+	}
+	b.stats.Dispatched.Add(1)
+	j.state, j.holder = inFlight, w
+	w.held[j.id] = j
+	if j.timeout > 0 {
+		j.deadline = time.Now().Add(j.timeout)
+	}
+}
+
+// release takes j from the worker holding it.
+func (b *Broker) release(j *job) {
+	if j.holder != nil {
+		delete(j.holder.held, j.id)
+		j.holder = nil
+	}
+}
+
+// heartbeat sends HEARTBEAT to every worker.
+func (b *Broker) heartbeat(now time.Time) {
+	for _, w := range b.workers {
+		b.beat(w, now)
+	}
+}
+
+func (b *Broker) beat(w *peer, now time.Time) {
+	_ = b.send(w.key, &emqp.Heartbeat{MsgID: emqp.NewID(), Time: strconv.FormatInt(now.Unix(), 10)})
+}
+
+// deque is a FIFO of jobs that can also take one back at its head.
+type deque struct {
+	buf        []*job
+	head, size int
+}
+
+func (d *deque) len() int { return d.size }
+
+func (d *deque) grow() {
+	if d.size < len(d.buf) {
+		return
+	}
+	buf := make([]*job, max(16, 2*len(d.buf)))
+	for i := 0; i < d.size; i++ {
+		buf[i] = d.buf[(d.head+i)%len(d.buf)]
+	}
+	d.buf, d.head = buf, 0
+}
+
+func (d *deque) pushBack(j *job) {
+	d.grow()
+	d.buf[(d.head+d.size)%len(d.buf)] = j
+	d.size++
+}
+
+func (d *deque) pushFront(j *job) {
+	d.grow()
+	d.head = (d.head - 1 + len(d.buf)) % len(d.buf)
+	d.buf[d.head] = j
+	d.size++
+}
+
+func (d *deque) popFront() *job {
+	j := d.buf[d.head]
+	d.buf[d.head] = nil
+	d.head = (d.head + 1) % len(d.buf)
+	d.size--
+	return j
+}

@@ -1,0 +1,108 @@
+// Package broker is EMQ's broker: it takes jobs from clients over ZeroMQ,
+// makes them durable in the journal (package store), hands them to workers
+// and forgets them when a worker replies. ../shared/DESIGN.md is the
+// specification; this file says how the code carries it out.
+//
+// # Who owns what
+//
+//	clients, workers (DEALER)                      journal (store.Bolt)
+//	       │   ▲                                      ▲        │
+//	 TCP   │   │ one writer goroutine per conn,       │ Append │ done callbacks
+//	       ▼   │ bounded queue (internal/zmtp)        │ ...    ▼ (post)
+//	┌──────────────────┐   decoded messages   ┌──────────────────────────┐
+//	│ reader goroutine │ ───── inbox ───────▶ │ the loop (one goroutine) │
+//	│ per connection:  │   (bounded chan:     │ owns jobs, queues, peers,│
+//	│ frames → emqp    │    back-pressure)    │ in-flight, timers        │
+//	└──────────────────┘                      └──────────────────────────┘
+//
+// One goroutine, the loop, owns every piece of broker state: the jobs it
+// holds in memory, the per-queue FIFOs, the workers with their free slots
+// and held jobs, the delayed jobs. Nothing else touches them, so there are
+// no locks around them. Reader goroutines (one per connection) decode
+// frames into emqp messages off the loop and hand them over a bounded
+// channel; when the loop falls behind, readers block and TCP pushes back on
+// the peers. The journal's committer goroutine reports each durable write
+// through a callback that only posts a closure to the loop (an unbounded
+// list, so the committer never blocks). Sends never block the loop: each
+// connection has its own queue and writer.
+//
+// # A job's life
+//
+//		REQUEST ─▶ journaling ─fsync─▶ ACK ─▶ pending ─▶ in flight ─REPLY─▶ Complete (deleted)
+//		                │                       ▲  ▲          │
+//		                └ write failed:         │  └─ delayed ◀┤ FAIL: attempt+1, backoff
+//		                  ERROR unavailable     └──────────────┤ lost, timeout: attempt+1, head of queue
+//		                                                       └ attempts > retry-count: Bury (dead letters)
+//
+//	 1. REQUEST: refused with ERROR when the broker is stopping (unavailable),
+//	    the queue holds MaxPending live jobs (queue_full, nothing journaled), or
+//	    a known header has a bad value (bad_request). A msgid the broker holds
+//	    is ACKed again (or, while its write is in progress, ACKed when it
+//	    lands); nothing is stored twice. The journal also refuses a msgid it
+//	    has stored (pending or dead): that is ACKed too.
+//	 2. The ACK is sent from the append's done callback, after the fsync. Only
+//	    then is the job pending (or delayed, with a delay header) and
+//	    dispatchable. A failed write answers ERROR unavailable and the job is
+//	    forgotten: the client never saw an ACK.
+//	 3. Dispatch happens whenever a job becomes pending or a worker offers a
+//	    slot (READY). A worker takes from its highest-weight queue that has
+//	    jobs; a queue gives its next job to the free worker that weighs it
+//	    highest, least recently used first. Each delivery uses one slot. The
+//	    forwarded REQUEST keeps the client's msgid and has reply-requested
+//	    added.
+//	 4. REPLY from the worker holding the job: Complete in the journal (it
+//	    rides the next group commit), the REPLY forwarded to the client if it
+//	    asked, the result kept for ResultTTL if set. A REPLY or FAIL for a job
+//	    the sender does not hold is ignored and counted.
+//	 5. Attempts: a worker lost (heartbeat timeout, KBYE, DISCONNECT), a job
+//	    past its timeout:N, or a FAIL counts one attempt, recorded in the
+//	    journal. Lost and timed-out jobs go back to the head of their queue;
+//	    FAILed ones wait RetryBackoff·2^(attempts-1) (at most MaxRetryBackoff)
+//	    and then join the tail. When attempts exceed retry-count (default 3)
+//	    the job is buried: the dead letters keep it with its last reason.
+//	 6. Start-up (Run): every pending job in the journal is loaded, per queue
+//	    in FIFO order, before the sockets are bound. What was in flight is
+//	    pending again; a restart is not an attempt.
+//	 7. A REQUEST message that could not be written to a worker (its
+//	    connection closed with it queued) puts the job back at the head of its
+//	    queue without counting an attempt.
+//
+// # Peers
+//
+// A peer is (endpoint, routing id). It becomes a worker by INFORM (ACKed,
+// then a HEARTBEAT at once and every HeartbeatInterval). Any message from a
+// worker counts as its heartbeat; silent for HeartbeatTimeout, it is lost.
+// A new INFORM from a known worker replaces its queues and resets its free
+// slots to zero (it offers them again); the jobs it holds stay its own. A
+// READY, HEARTBEAT, REPLY or FAIL from a peer that has not INFORMed gets no
+// answer (see DESIGN.md: an answer would keep an original EventMQ job
+// manager from re-INFORMing). Clients are not tracked: a job remembers its
+// client's routing id to forward the REPLY to; after a restart the REPLY
+// goes to whichever endpoint has that id connected.
+//
+// # Failures
+//
+//   - Malformed message: ERROR with a code (bad_request,
+//     unsupported_version, unknown_command) and the decoder's sentence, one
+//     log line (at most 50 a second, then a count of the rest), a count in
+//     Stats. Nothing is journaled. A frame over MaxFrameSize: ERROR too_large,
+//     then the connection is closed before the frame is read.
+//   - Journal write failure: the client gets ERROR unavailable, never ACK;
+//     what the broker holds keeps being served. A failed Complete or
+//     RecordAttempt is logged: the job stays journaled and runs again after a
+//     restart (at-least-once).
+//   - A worker whose connection breaks keeps its jobs until the heartbeat
+//     timeout: a reconnecting worker (same routing id) is the same peer.
+//   - Shutdown (context cancelled): REQUESTs get ERROR unavailable, workers
+//     get KBYE, the journal writes in progress finish (up to
+//     ShutdownTimeout), queued messages are written, the journal is closed.
+//     Jobs in flight stay journaled and are replayed at the next start.
+//   - SIGKILL: only ACKed jobs matter, and each was fsynced before its ACK.
+//
+// # Not done (yet)
+//
+// SCHEDULE and UNSCHEDULE are answered with ERROR unavailable: schedules
+// are not stored. A completed job leaves no tombstone, so a client that
+// resends a msgid after its job was completed creates a second job; EMQ's
+// client only resends until the ACK.
+package broker

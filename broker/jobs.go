@@ -1,0 +1,351 @@
+package broker
+
+import (
+	"cmp"
+	"container/heap"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/store"
+)
+
+type jobState uint8
+
+const (
+	journaling jobState = iota // Append in progress: not ACKed yet
+	pending                    // in its queue's FIFO
+	delayed                    // in the delay heap until notBefore
+	inFlight                   // held by a worker
+)
+
+// job is a job the broker holds in memory: every stored pending job, and
+// the ones being stored.
+type job struct {
+	id        string
+	q         *queue
+	headers   emqp.Headers // as the client sent them
+	fwd       emqp.Headers // with reply-requested, for the worker
+	payload   []byte
+	client    peerKey
+	seq       uint64 // FIFO position, from the journal
+	attempts  int
+	retries   int           // retry-count
+	timeout   time.Duration // 0 = none
+	notBefore time.Time
+
+	state    jobState
+	holder   *peer
+	deadline time.Time // in flight with a timeout
+	acks     []peerKey // others to ACK when the write lands (resends)
+}
+
+// newJob reads a job's known headers. A bad value is the client's error.
+func newJob(id string, q *queue, h emqp.Headers, payload []byte) (*job, error) {
+	j := &job{id: id, q: q, headers: h, fwd: h, payload: payload}
+	var err error
+	if j.retries, err = h.RetryCount(3); err != nil {
+		return nil, err
+	}
+	if j.timeout, err = h.Timeout(); err != nil {
+		return nil, err
+	}
+	if !h.ReplyRequested() {
+		j.fwd = h.Set(emqp.HeaderReplyRequested, "")
+	}
+	return j, nil
+}
+
+// request handles a client's REQUEST (contract points 1 and 2).
+func (b *Broker) request(from peerKey, m *emqp.Request) {
+	b.stats.Received.Add(1)
+	if b.draining {
+		b.refuse(from, m.MsgID, emqp.CodeUnavailable, "the broker is shutting down; send again later")
+		return
+	}
+	if j := b.jobs[m.MsgID]; j != nil {
+		b.stats.Duplicates.Add(1)
+		if j.state == journaling {
+			if from != j.client {
+				j.acks = append(j.acks, from)
+			}
+			return
+		}
+		b.ack(from, m.MsgID)
+		return
+	}
+	q := b.queue(m.Queue)
+	if b.opts.MaxPending > 0 && q.live >= b.opts.MaxPending {
+		b.refuse(from, m.MsgID, emqp.CodeQueueFull,
+			fmt.Sprintf("queue %q holds %d jobs, the broker's limit (max-pending)", m.Queue, q.live))
+		return
+	}
+	j, err := newJob(m.MsgID, q, m.Headers, m.Payload)
+	if err != nil {
+		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
+		return
+	}
+	delay, err := m.Headers.Delay()
+	if err != nil {
+		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
+		return
+	}
+	now := time.Now()
+	if delay > 0 {
+		j.notBefore = now.Add(delay)
+	}
+	j.client = from
+	b.jobs[j.id] = j
+	q.live++
+	b.journaling++
+	sj := &store.Job{
+		MsgID:     j.id,
+		Queue:     m.Queue,
+		Headers:   m.Headers.String(),
+		Payload:   m.Payload,
+		ClientID:  []byte(from.id),
+		Enqueued:  now,
+		NotBefore: j.notBefore,
+	}
+	b.journal.Append(sj, func(dup bool, err error) {
+		b.post(func() { b.appended(j, sj.Seq, dup, err) })
+	})
+}
+
+// appended is an Append's outcome: ACK and dispatch, or refuse.
+func (b *Broker) appended(j *job, seq uint64, dup bool, err error) {
+	b.journaling--
+	if err != nil {
+		b.forget(j)
+		b.log.Error("journal write failed; job refused", "msgid", j.id, "queue", j.q.name, "err", err)
+		for _, to := range append(j.acks, j.client) {
+			b.refuse(to, j.id, emqp.CodeUnavailable, "the journal could not store the job: "+err.Error())
+		}
+		return
+	}
+	for _, to := range append(j.acks, j.client) {
+		b.ack(to, j.id)
+		b.stats.Acked.Add(1)
+	}
+	j.acks = nil
+	if dup { // stored before (it may be dead): nothing more to do
+		b.forget(j)
+		return
+	}
+	j.seq = seq
+	b.enqueue(j, time.Now())
+}
+
+// enqueue makes a stored job dispatchable: now, or when its time comes.
+func (b *Broker) enqueue(j *job, now time.Time) {
+	if j.notBefore.After(now) {
+		j.state = delayed
+		heap.Push(&b.delayed, j)
+		return
+	}
+	j.state = pending
+	j.q.jobs.pushBack(j)
+	b.fill(j.q)
+}
+
+// forget drops a job from memory (it is done, dead, or was never stored).
+func (b *Broker) forget(j *job) {
+	delete(b.jobs, j.id)
+	j.q.live--
+}
+
+// reply handles a worker's REPLY (contract point 4).
+func (b *Broker) reply(w *peer, m *emqp.Reply) {
+	j := b.held(w, m.OrigMsgID)
+	if j == nil {
+		return
+	}
+	b.release(j)
+	b.forget(j)
+	b.stats.Replied.Add(1)
+	var result []byte
+	var keepUntil time.Time
+	if b.opts.ResultTTL > 0 {
+		result, keepUntil = m.Payload, time.Now().Add(b.opts.ResultTTL)
+	}
+	b.journal.Complete(j.id, result, keepUntil, func(found bool, err error) {
+		if err != nil {
+			b.log.Error("journal could not delete a replied job; it will run again after a restart", "msgid", j.id, "err", err)
+		}
+	})
+	if j.headers.ReplyRequested() {
+		to := j.client
+		if !b.routers[to.ep].Connected(to.id) && b.routers[1-to.ep].Connected(to.id) {
+			to.ep = 1 - to.ep
+		}
+		_ = b.send(to, &emqp.Reply{MsgID: emqp.NewID(), Payload: m.Payload, OrigMsgID: j.id})
+	}
+}
+
+// held returns the job msgid if w holds it; otherwise the message is late
+// or foreign, and is ignored.
+func (b *Broker) held(w *peer, msgid string) *job {
+	if w != nil {
+		if j := w.held[msgid]; j != nil {
+			return j
+		}
+	}
+	b.stats.Ignored.Add(1)
+	b.log.Debug("REPLY or FAIL for a job the sender does not hold; ignored", "msgid", msgid)
+	return nil
+}
+
+// fail handles a worker's FAIL: retry after a backoff, or bury.
+func (b *Broker) fail(w *peer, m *emqp.Fail) {
+	j := b.held(w, m.OrigMsgID)
+	if j == nil {
+		return
+	}
+	b.stats.Failed.Add(1)
+	b.release(j)
+	reason := m.Reason
+	if reason == "" {
+		reason = "the worker reported a failure"
+	}
+	b.attempt(j, reason, true)
+}
+
+// attempt counts a delivery that ended without a REPLY (contract point 5).
+// A FAILed job waits for its backoff; a lost or timed-out one goes back to
+// the head of its queue.
+func (b *Broker) attempt(j *job, reason string, backoff bool) {
+	j.attempts++
+	if j.attempts > j.retries {
+		b.forget(j)
+		b.stats.DeadLettered.Add(1)
+		b.log.Warn("job out of attempts; moved to the dead letters", "msgid", j.id, "queue", j.q.name,
+			"attempts", j.attempts, "reason", reason)
+		b.journal.Bury(j.id, reason, func(_ *store.Job, err error) {
+			if err != nil {
+				b.log.Error("journal could not bury a job", "msgid", j.id, "err", err)
+			}
+		})
+		return
+	}
+	b.stats.Retried.Add(1)
+	now := time.Now()
+	j.notBefore = time.Time{}
+	if backoff {
+		d := b.opts.RetryBackoff << (j.attempts - 1)
+		if d > b.opts.MaxRetryBackoff || d <= 0 {
+			d = b.opts.MaxRetryBackoff
+		}
+		j.notBefore = now.Add(d)
+	}
+	b.journal.RecordAttempt(j.id, reason, j.notBefore, func(_ *store.Job, err error) {
+		if err != nil {
+			b.log.Error("journal could not record an attempt", "msgid", j.id, "err", err)
+		}
+	})
+	if backoff {
+		b.enqueue(j, now)
+		return
+	}
+	j.state = pending
+	j.q.jobs.pushFront(j)
+	b.fill(j.q)
+}
+
+// lose ends a worker: its jobs go back to the head of their queues, each
+// with one more attempt.
+func (b *Broker) lose(w *peer, reason string) {
+	b.log.Info("worker lost", "peer", peerName(w.key), "reason", reason, "jobs", len(w.held))
+	b.removeWorker(w)
+	jobs := make([]*job, 0, len(w.held))
+	for _, j := range w.held {
+		jobs = append(jobs, j)
+	}
+	// Latest first, so the oldest ends up at the head.
+	slices.SortFunc(jobs, func(x, y *job) int { return cmp.Compare(y.seq, x.seq) })
+	for _, j := range jobs {
+		b.release(j)
+		b.attempt(j, reason, false)
+	}
+}
+
+// undelivered: a REQUEST for a worker was never written. No attempt.
+func (b *Broker) undelivered(to peerKey, msgid string) {
+	j := b.jobs[msgid]
+	if j == nil || j.state != inFlight || j.holder == nil || j.holder.key != to {
+		return
+	}
+	b.release(j)
+	j.state = pending
+	j.q.jobs.pushFront(j)
+	b.fill(j.q)
+}
+
+// expire moves due delayed jobs to their queues and times out jobs held
+// past their timeout.
+func (b *Broker) expire(now time.Time) {
+	for len(b.delayed) > 0 && !b.delayed[0].notBefore.After(now) {
+		j := heap.Pop(&b.delayed).(*job)
+		b.enqueue(j, now)
+	}
+	var late []*job
+	for _, w := range b.workers {
+		if now.Sub(w.lastSeen) > b.opts.HeartbeatTimeout {
+			b.lose(w, fmt.Sprintf("no message for %v (heartbeat timeout)", b.opts.HeartbeatTimeout))
+			continue
+		}
+		for _, j := range w.held {
+			if j.timeout > 0 && now.After(j.deadline) {
+				late = append(late, j)
+			}
+		}
+	}
+	for _, j := range late {
+		b.stats.TimedOut.Add(1)
+		b.release(j)
+		b.attempt(j, fmt.Sprintf("timed out after %v", j.timeout), false)
+	}
+}
+
+// replay loads every stored pending job before the sockets are bound.
+func (b *Broker) replay() (int, error) {
+	now := time.Now()
+	n := 0
+	err := b.journal.Load(func(sj *store.Job) error {
+		q := b.queue(sj.Queue)
+		h, err := emqp.ParseHeaders(sj.Headers)
+		if err != nil {
+			h = emqp.Headers{} // stored by an older broker; dispatch it anyway
+		}
+		j, err := newJob(sj.MsgID, q, h, sj.Payload)
+		if err != nil {
+			j = &job{id: sj.MsgID, q: q, headers: h, fwd: h, payload: sj.Payload, retries: 3}
+		}
+		j.client = peerKey{frontend, string(sj.ClientID)}
+		j.seq, j.attempts, j.notBefore = sj.Seq, sj.Attempts, sj.NotBefore
+		b.jobs[j.id] = j
+		q.live++
+		b.enqueue(j, now)
+		n++
+		return nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("replaying the journal: %w", err)
+	}
+	return n, nil
+}
+
+// delayHeap orders delayed jobs by notBefore.
+type delayHeap []*job
+
+func (h delayHeap) Len() int           { return len(h) }
+func (h delayHeap) Less(i, k int) bool { return h[i].notBefore.Before(h[k].notBefore) }
+func (h delayHeap) Swap(i, k int)      { h[i], h[k] = h[k], h[i] }
+func (h *delayHeap) Push(x any)        { *h = append(*h, x.(*job)) }
+func (h *delayHeap) Pop() any {
+	old := *h
+	j := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return j
+}

@@ -1,0 +1,95 @@
+package broker
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+)
+
+// Options configure a Broker. Start from DefaultOptions.
+type Options struct {
+	Frontend string // ROUTER endpoint for clients, tcp://host:port
+	Backend  string // ROUTER endpoint for workers, tcp://host:port
+	Admin    string // HTTP host:port for /healthz and /readyz; "" = none
+	DataDir  string // holds the journal file, emq.db
+
+	HeartbeatInterval time.Duration // HEARTBEAT to each worker this often
+	HeartbeatTimeout  time.Duration // a worker silent this long is lost
+
+	MaxFrameSize int64 // largest frame accepted, in bytes
+	MaxPending   int   // live jobs per queue beyond which REQUEST gets queue_full; 0 = no limit
+	ResultTTL    time.Duration
+
+	RetryBackoff    time.Duration // wait before the first retry of a FAILed job; doubles each attempt
+	MaxRetryBackoff time.Duration
+	ShutdownTimeout time.Duration // for journal writes in progress at shutdown
+
+	Logger *slog.Logger // nil = slog.Default()
+}
+
+// DefaultOptions are DESIGN.md's defaults.
+func DefaultOptions() Options {
+	return Options{
+		Frontend:          "tcp://127.0.0.1:47290",
+		Backend:           "tcp://127.0.0.1:47291",
+		Admin:             "127.0.0.1:47293",
+		DataDir:           "./emq-data",
+		HeartbeatInterval: time.Second,
+		HeartbeatTimeout:  5 * time.Second,
+		MaxFrameSize:      256 << 20,
+		MaxPending:        2_000_000,
+		ResultTTL:         0,
+		RetryBackoff:      time.Second,
+		MaxRetryBackoff:   5 * time.Minute,
+		ShutdownTimeout:   10 * time.Second,
+	}
+}
+
+// Validate names the first bad field.
+func (o Options) Validate() error {
+	for _, ep := range []struct{ name, v string }{{"frontend", o.Frontend}, {"backend", o.Backend}} {
+		if err := checkEndpoint(ep.v); err != nil {
+			return fmt.Errorf("%s: %w", ep.name, err)
+		}
+	}
+	if o.Frontend == o.Backend && !strings.HasSuffix(o.Frontend, ":0") {
+		return fmt.Errorf("frontend and backend are the same endpoint %q", o.Frontend)
+	}
+	if o.Admin != "" {
+		if _, _, err := net.SplitHostPort(o.Admin); err != nil {
+			return fmt.Errorf("admin: %q is not host:port: %w", o.Admin, err)
+		}
+	}
+	switch {
+	case o.DataDir == "":
+		return fmt.Errorf("data-dir: must not be empty")
+	case o.HeartbeatInterval <= 0:
+		return fmt.Errorf("heartbeat-interval: must be positive, not %v", o.HeartbeatInterval)
+	case o.HeartbeatTimeout <= o.HeartbeatInterval:
+		return fmt.Errorf("heartbeat-timeout: %v must be longer than heartbeat-interval %v", o.HeartbeatTimeout, o.HeartbeatInterval)
+	case o.MaxFrameSize < 1024 || o.MaxFrameSize > 1<<30:
+		return fmt.Errorf("max-frame-size: %d is outside 1 KiB to 1 GiB", o.MaxFrameSize)
+	case o.MaxPending < 0:
+		return fmt.Errorf("max-pending: must not be negative, not %d", o.MaxPending)
+	case o.ResultTTL < 0:
+		return fmt.Errorf("result-ttl: must not be negative, not %v", o.ResultTTL)
+	case o.RetryBackoff < 0 || o.MaxRetryBackoff < o.RetryBackoff:
+		return fmt.Errorf("retry backoff: %v must be between 0 and the maximum %v", o.RetryBackoff, o.MaxRetryBackoff)
+	case o.ShutdownTimeout <= 0:
+		return fmt.Errorf("shutdown timeout: must be positive, not %v", o.ShutdownTimeout)
+	}
+	return nil
+}
+
+func checkEndpoint(ep string) error {
+	addr, ok := strings.CutPrefix(ep, "tcp://")
+	if !ok {
+		return fmt.Errorf("%q: want tcp://host:port", ep)
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("%q: %w", ep, err)
+	}
+	return nil
+}

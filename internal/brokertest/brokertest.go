@@ -1,0 +1,286 @@
+// Package brokertest starts real brokers and real ZeroMQ peers for tests:
+// a broker on free 127.0.0.1 ports with its journal in a temp dir, and
+// peers made of zmq4 DEALER sockets and the emqp codec.
+package brokertest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/emqp"
+)
+
+// Wait is how long a test waits for something that should happen.
+const Wait = 10 * time.Second
+
+// Broker is a broker running in the test process.
+type Broker struct {
+	*broker.Broker
+	Dir    string
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+	err    error
+}
+
+// Start runs a broker on free ports with its journal in dir ("" = a new
+// t.TempDir()); edit changes the options first. It is stopped at cleanup.
+func Start(t testing.TB, dir string, edit func(*broker.Options)) *Broker {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	opts := broker.DefaultOptions()
+	opts.Frontend, opts.Backend, opts.Admin = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", ""
+	opts.DataDir = dir
+	opts.Logger = Logger(t)
+	if edit != nil {
+		edit(&opts)
+	}
+	b, err := broker.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tb := &Broker{Broker: b, Dir: dir, cancel: cancel, done: make(chan error, 1)}
+	go func() { tb.done <- b.Run(ctx) }()
+	select {
+	case <-b.Ready():
+	case err := <-tb.done:
+		t.Fatalf("broker did not start: %v", err)
+	case <-time.After(Wait):
+		t.Fatal("broker did not become ready")
+	}
+	t.Cleanup(func() {
+		if err := tb.Stop(); err != nil {
+			t.Errorf("broker stop: %v", err)
+		}
+	})
+	return tb
+}
+
+// Stop shuts the broker down gracefully and returns Run's error.
+func (b *Broker) Stop() error {
+	b.once.Do(func() {
+		b.cancel()
+		select {
+		case b.err = <-b.done:
+		case <-time.After(Wait):
+			b.err = fmt.Errorf("broker did not stop within %v", Wait)
+		}
+	})
+	return b.err
+}
+
+// Logger writes to t.Log.
+func Logger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// Peer is a zmq4 DEALER speaking eMQP.
+type Peer struct {
+	t    testing.TB
+	sock zmq4.Socket
+	in   chan emqp.Message
+	Beats int // HEARTBEATs skipped by Recv
+}
+
+// Dial connects a peer with routing id id ("" = let the broker pick).
+func Dial(t testing.TB, endpoint, id string) *Peer {
+	t.Helper()
+	var opts []zmq4.Option
+	if id != "" {
+		opts = append(opts, zmq4.WithID(zmq4.SocketIdentity(id)))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sock := zmq4.NewDealer(ctx, opts...)
+	if err := sock.Dial(endpoint); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	p := &Peer{t: t, sock: sock, in: make(chan emqp.Message, 1024)}
+	go func() {
+		defer close(p.in)
+		for {
+			m, err := sock.Recv()
+			if err != nil {
+				return
+			}
+			msg, err := emqp.Decode(m.Frames)
+			if err != nil {
+				t.Errorf("peer got a message it cannot decode: %v", err)
+				continue
+			}
+			p.in <- msg
+		}
+	}()
+	t.Cleanup(func() { cancel(); sock.Close() })
+	return p
+}
+
+// Send encodes and sends m.
+func (p *Peer) Send(m emqp.Message) {
+	p.t.Helper()
+	p.SendFrames(emqp.Encode(m)...)
+}
+
+// SendFrames sends raw frames.
+func (p *Peer) SendFrames(frames ...[]byte) {
+	p.t.Helper()
+	if err := p.sock.Send(zmq4.NewMsgFrom(frames...)); err != nil {
+		p.t.Fatalf("send: %v", err)
+	}
+}
+
+// Recv returns the next message that is not a HEARTBEAT, or fails the test
+// after Wait.
+func (p *Peer) Recv() emqp.Message {
+	p.t.Helper()
+	m, ok := p.TryRecv(Wait)
+	if !ok {
+		p.t.Fatal("no message from the broker")
+	}
+	return m
+}
+
+// TryRecv is Recv that reports a timeout instead of failing.
+func (p *Peer) TryRecv(d time.Duration) (emqp.Message, bool) {
+	deadline := time.After(d)
+	for {
+		select {
+		case m, ok := <-p.in:
+			if !ok {
+				return nil, false
+			}
+			if _, beat := m.(*emqp.Heartbeat); beat {
+				p.Beats++
+				continue
+			}
+			return m, true
+		case <-deadline:
+			return nil, false
+		}
+	}
+}
+
+// RecvHeartbeat waits for the next HEARTBEAT, skipping nothing else.
+func (p *Peer) RecvHeartbeat() *emqp.Heartbeat {
+	p.t.Helper()
+	select {
+	case m := <-p.in:
+		hb, ok := m.(*emqp.Heartbeat)
+		if !ok {
+			p.t.Fatalf("got %T, want a HEARTBEAT", m)
+		}
+		return hb
+	case <-time.After(Wait):
+		p.t.Fatal("no HEARTBEAT from the broker")
+	}
+	return nil
+}
+
+// Expect receives the next message and fails unless it is a T.
+func Expect[T emqp.Message](p *Peer) T {
+	p.t.Helper()
+	m := p.Recv()
+	v, ok := m.(T)
+	if !ok {
+		p.t.Fatalf("got %T %+v, want %T", m, m, v)
+	}
+	return v
+}
+
+// Request sends a REQUEST and waits for its ACK.
+func (p *Peer) Request(queue, headers string, payload []byte) string {
+	p.t.Helper()
+	id := emqp.NewID()
+	h, err := emqp.ParseHeaders(headers)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.Send(&emqp.Request{MsgID: id, Queue: queue, Headers: h, Payload: payload})
+	if ack := Expect[*emqp.Ack](p); ack.AckedID != id {
+		p.t.Fatalf("ACK for %s, want %s", ack.AckedID, id)
+	}
+	return id
+}
+
+// Inform makes p a worker for queues (CSV or JSON) and waits for the ACK.
+func (p *Peer) Inform(queues string) {
+	p.t.Helper()
+	id := emqp.NewID()
+	p.SendFrames([]byte(""), []byte("eMQP/1.0"), []byte("INFORM"), []byte(id), []byte(queues), []byte("worker"))
+	if ack := Expect[*emqp.Ack](p); ack.AckedID != id {
+		p.t.Fatalf("ACK for %s, want the INFORM's %s", ack.AckedID, id)
+	}
+}
+
+// Ready offers n slots.
+func (p *Peer) Ready(n int) {
+	for range n {
+		p.Send(&emqp.Ready{MsgID: emqp.NewID()})
+	}
+}
+
+// Reply answers a job with the 6-frame REPLY.
+func (p *Peer) Reply(jobID string, payload []byte) {
+	p.Send(&emqp.Reply{MsgID: emqp.NewID(), Payload: payload, OrigMsgID: jobID})
+}
+
+// Eventually polls cond until it holds or Wait passes.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(Wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, Wait)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Sync returns once the broker has handled everything p sent before: it
+// sends an unknown command and waits for the ERROR that answers it.
+func (p *Peer) Sync() {
+	p.t.Helper()
+	id := emqp.NewID()
+	p.SendFrames([]byte(""), []byte("eMQP/1.0"), []byte("SYNC"), []byte(id))
+	if e := Expect[*emqp.Error](p); e.RefMsgID != id {
+		p.t.Fatalf("ERROR for %q, want the SYNC's %s", e.RefMsgID, id)
+	}
+}
+
+// KeepAlive sends a HEARTBEAT every interval until the test ends.
+func (p *Peer) KeepAlive(interval time.Duration) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				_ = p.sock.Send(zmq4.NewMsgFrom(emqp.Encode(&emqp.Heartbeat{MsgID: emqp.NewID()})...))
+			case <-stop:
+				return
+			}
+		}
+	}()
+	p.t.Cleanup(func() { close(stop); <-done })
+}
