@@ -194,3 +194,193 @@ func TestLostWorkerJobGoesToAnother(t *testing.T) {
 		})
 	}
 }
+
+func TestJobTimeout(t *testing.T) {
+	b := bt.Start(t, "", fast)
+	client := bt.Dial(t, b.Frontend(), "c")
+	slow := bt.Dial(t, b.Backend(), "slow")
+	slow.Inform("q")
+	slow.KeepAlive(50 * time.Millisecond)
+	slow.Ready(1)
+	id := client.Request("q", "timeout:1", nil)
+	bt.Expect[*emqp.Request](slow)
+	other := bt.Dial(t, b.Backend(), "other")
+	other.Inform("q")
+	other.KeepAlive(50 * time.Millisecond)
+	other.Ready(1)
+	if got := bt.Expect[*emqp.Request](other); got.MsgID != id {
+		t.Fatalf("after the timeout the other worker got %s, want %s", got.MsgID, id)
+	}
+	if n := b.Stats().TimedOut.Load(); n != 1 {
+		t.Errorf("timed out = %d, want 1", n)
+	}
+	other.Reply(id, nil)
+	bt.Eventually(t, "replied", func() bool { return b.Stats().Replied.Load() == 1 })
+	j, err := storedJob(t, b, id)
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("job after REPLY: %+v, %v", j, err)
+	}
+}
+
+func TestFailRetriesThenDeadLetters(t *testing.T) {
+	b := bt.Start(t, "", fast)
+	client := bt.Dial(t, b.Frontend(), "c")
+	worker := bt.Dial(t, b.Backend(), "w")
+	worker.Inform("q")
+	worker.KeepAlive(50 * time.Millisecond)
+	id := client.Request("q", "retry-count:2", []byte("doomed"))
+	for attempt := 1; attempt <= 3; attempt++ {
+		worker.Ready(1)
+		got := bt.Expect[*emqp.Request](worker)
+		if got.MsgID != id {
+			t.Fatalf("attempt %d: got %s", attempt, got.MsgID)
+		}
+		worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: id, Reason: fmt.Sprintf("boom %d", attempt)})
+	}
+	bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered.Load() == 1 })
+	if n := b.Stats().Retried.Load(); n != 2 {
+		t.Errorf("retried = %d, want 2", n)
+	}
+	j, err := storedJob(t, b, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != store.Dead || j.Attempts != 3 || j.LastError != "boom 3" || string(j.Payload) != "doomed" {
+		t.Fatalf("dead job %+v", j)
+	}
+}
+
+func TestDefaultRetryCountIsThree(t *testing.T) {
+	b := bt.Start(t, "", fast)
+	client := bt.Dial(t, b.Frontend(), "c")
+	worker := bt.Dial(t, b.Backend(), "w")
+	worker.Inform("q")
+	worker.KeepAlive(50 * time.Millisecond)
+	id := client.Request("q", "", nil)
+	for range 4 {
+		worker.Ready(1)
+		bt.Expect[*emqp.Request](worker)
+		worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: id, Reason: "no"})
+	}
+	bt.Eventually(t, "dead-lettered after 4 attempts", func() bool { return b.Stats().DeadLettered.Load() == 1 })
+}
+
+// Every error case of the shared wire vectors gets an ERROR with the right
+// code, and the broker keeps serving.
+func TestMalformedMessages(t *testing.T) {
+	b := bt.Start(t, "", fast)
+	peer := bt.Dial(t, b.Frontend(), "bad")
+	n := 0
+	for _, v := range loadVectors(t) {
+		if v.Error == "" || len(v.frames()) == 0 { // a ZMTP message has a frame
+			continue
+		}
+		n++
+		peer.SendFrames(v.frames()...)
+		e := bt.Expect[*emqp.Error](peer)
+		want := emqp.CodeBadRequest
+		switch v.Error {
+		case "version":
+			want = emqp.CodeUnsupportedVersion
+		case "command":
+			want = emqp.CodeUnknownCommand
+		}
+		if e.Code != want || e.Text == "" {
+			t.Errorf("%s: ERROR %q %q, want code %s", v.Name, e.Code, e.Text, want)
+		}
+	}
+	if n < 10 {
+		t.Fatalf("only %d error vectors", n)
+	}
+	peer.Request("q", "", []byte("still served"))
+	if got := b.Stats().Errors(emqp.CodeBadRequest); got == 0 {
+		t.Error("protocol errors are not counted")
+	}
+	// Bad values of known headers are refused before anything is stored.
+	for _, h := range []string{"timeout:soon", "retry-count:-1", "delay:x"} {
+		h, _ := emqp.ParseHeaders(h)
+		peer.Send(&emqp.Request{MsgID: emqp.NewID(), Queue: "q", Headers: h})
+		if e := bt.Expect[*emqp.Error](peer); e.Code != emqp.CodeBadRequest {
+			t.Errorf("headers %q: ERROR %s", h, e.Code)
+		}
+	}
+	if b.Stats().Acked.Load() != 1 {
+		t.Errorf("acked %d jobs, want only the valid one", b.Stats().Acked.Load())
+	}
+}
+
+func TestFrameOverLimit(t *testing.T) {
+	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.MaxFrameSize = 4096 })
+	big := bt.Dial(t, b.Frontend(), "big")
+	big.Send(&emqp.Request{MsgID: emqp.NewID(), Queue: "q", Payload: make([]byte, 5000)})
+	if e := bt.Expect[*emqp.Error](big); e.Code != emqp.CodeTooLarge {
+		t.Fatalf("ERROR %s %q, want too_large", e.Code, e.Text)
+	}
+	other := bt.Dial(t, b.Frontend(), "other")
+	other.Request("q", "", make([]byte, 4000))
+}
+
+func TestQueueFull(t *testing.T) {
+	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.MaxPending = 2 })
+	client := bt.Dial(t, b.Frontend(), "c")
+	client.Request("q", "", nil)
+	client.Request("q", "", nil)
+	id := emqp.NewID()
+	client.Send(&emqp.Request{MsgID: id, Queue: "q"})
+	if e := bt.Expect[*emqp.Error](client); e.Code != emqp.CodeQueueFull || e.RefMsgID != id {
+		t.Fatalf("ERROR %+v, want queue_full for %s", e, id)
+	}
+	client.Request("other", "", nil) // other queues are not affected
+	if _, err := storedJob(t, b, id); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("refused job was stored: %v", err)
+	}
+}
+
+func TestRestartReplaysInOrder(t *testing.T) {
+	b := bt.Start(t, "", fast)
+	client := bt.Dial(t, b.Frontend(), "c")
+	worker := bt.Dial(t, b.Backend(), "w")
+	worker.Inform("q")
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, client.Request("q", "", []byte(fmt.Sprint(i))))
+	}
+	worker.Ready(1) // the first is in flight when the broker stops
+	bt.Expect[*emqp.Request](worker)
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := worker.TryRecv(bt.Wait); !ok || m.Command() != emqp.CmdKbye {
+		t.Fatalf("worker got %v at shutdown, want KBYE", m)
+	}
+
+	b2 := bt.Start(t, b.Dir, fast)
+	w2 := bt.Dial(t, b2.Backend(), "w")
+	w2.Inform("q")
+	for i, id := range ids {
+		w2.Ready(1)
+		got := bt.Expect[*emqp.Request](w2)
+		if got.MsgID != id || string(got.Payload) != fmt.Sprint(i) {
+			t.Fatalf("replayed job %d: %s %q, want %s", i, got.MsgID, got.Payload, id)
+		}
+		w2.Reply(id, nil)
+	}
+	bt.Eventually(t, "all replied", func() bool { return b2.Stats().Replied.Load() == 5 })
+	for _, id := range ids {
+		if _, err := storedJob(t, b2, id); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("%s: %v", id, err)
+		}
+	}
+}
+
+func TestUnknownPeerGetsNoAnswer(t *testing.T) {
+	b := bt.Start(t, "", fast)
+	stranger := bt.Dial(t, b.Backend(), "stranger")
+	stranger.Ready(1)
+	stranger.Send(&emqp.Heartbeat{MsgID: emqp.NewID(), Time: "1"})
+	stranger.Reply(emqp.NewID(), nil)
+	stranger.Sync() // the only answer is the SYNC's ERROR
+	if stranger.Beats != 0 {
+		t.Fatalf("a peer that did not INFORM got %d HEARTBEATs", stranger.Beats)
+	}
+}
