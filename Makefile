@@ -10,12 +10,11 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 run: ## build and start a broker on the default embedded journal (./emq-data)
-	@if [ -d cmd/emq ]; then $(MAKE) --no-print-directory build && ./$(BIN) broker; \
-	else echo "make run: the broker is not built yet (cmd/emq lands with the broker issue)"; fi
+	$(GO) build -o $(BIN) ./cmd/emq
+	./$(BIN) broker
 
 build: ## build bin/emq
-	@if [ -d cmd/emq ]; then $(GO) build -o $(BIN) ./cmd/emq; \
-	else echo "make build: nothing to build yet (cmd/emq lands with the broker issue)"; fi
+	$(GO) build -o $(BIN) ./cmd/emq
 
 test: vet race fuzz-short ## all tests: go vet, the race detector, a short fuzz pass
 

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eventmq/emq/broker"
+)
+
+func newBrokerCmd() *cobra.Command {
+	d := broker.DefaultOptions()
+	cmd := &cobra.Command{
+		Use:   "broker",
+		Short: "Run the broker",
+		Long: `Run the broker: clients on --frontend, workers on --backend, the journal in
+--data-dir. Every flag can also be set as EMQ_<FLAG> in the environment
+(EMQ_DATA_DIR, EMQ_MAX_PENDING, ...) or as a key in a --config file (YAML or
+TOML); flags win over the environment, which wins over the file.
+SIGTERM or SIGINT stops it gracefully.`,
+		Args: cobra.NoArgs,
+	}
+	f := cmd.Flags()
+	f.String("config", "", "config file (.yaml, .yml or .toml)")
+	f.String("frontend", d.Frontend, "ZeroMQ endpoint for clients")
+	f.String("backend", d.Backend, "ZeroMQ endpoint for workers")
+	f.String("admin", d.Admin, `HTTP address for /healthz and /readyz ("" = none)`)
+	f.String("data-dir", d.DataDir, "directory of the journal file "+broker.JournalFile)
+	f.Duration("heartbeat-interval", d.HeartbeatInterval, "HEARTBEAT to each worker this often")
+	f.Duration("heartbeat-timeout", d.HeartbeatTimeout, "a worker silent this long is lost and its jobs requeued")
+	f.String("max-frame-size", "256MiB", "largest frame accepted (bytes, KiB, MiB, GiB)")
+	f.Int("max-pending", d.MaxPending, "jobs per queue beyond which REQUESTs get ERROR queue_full (0 = no limit)")
+	f.Duration("result-ttl", d.ResultTTL, "keep each job's result this long (0 = not kept)")
+	f.String("log-level", "info", "debug, info, warn or error")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		file, _ := cmd.Flags().GetString("config")
+		c, err := loadConfig(cmd.Flags(), file)
+		if err != nil {
+			return err
+		}
+		opts, err := brokerOptions(c)
+		if err != nil {
+			return err
+		}
+		var level slog.Level
+		if err := level.UnmarshalText([]byte(c.str("log-level"))); err != nil {
+			return fmt.Errorf("log-level: %q is not debug, info, warn or error", c.str("log-level"))
+		}
+		opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+		b, err := broker.New(opts)
+		if err != nil {
+			return err
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return b.Run(ctx)
+	}
+	return cmd
+}
+
+// brokerOptions reads the broker's options from c; errors name the key.
+func brokerOptions(c *config) (broker.Options, error) {
+	o := broker.DefaultOptions()
+	o.Frontend, o.Backend, o.Admin, o.DataDir = c.str("frontend"), c.str("backend"), c.str("admin"), c.str("data-dir")
+	var err error
+	if o.HeartbeatInterval, err = c.duration("heartbeat-interval"); err != nil {
+		return o, err
+	}
+	if o.HeartbeatTimeout, err = c.duration("heartbeat-timeout"); err != nil {
+		return o, err
+	}
+	if o.ResultTTL, err = c.duration("result-ttl"); err != nil {
+		return o, err
+	}
+	if o.MaxFrameSize, err = c.size("max-frame-size"); err != nil {
+		return o, err
+	}
+	if o.MaxPending, err = c.integer("max-pending"); err != nil {
+		return o, err
+	}
+	return o, o.Validate()
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// config merges a command's flags, EMQ_<NAME> environment variables and an
+// optional config file (YAML or TOML, by extension), in that order of
+// precedence. Keys are the flag names.
+type config struct {
+	v *viper.Viper
+}
+
+// loadConfig binds flags and environment and reads file (if not "").
+// Keys in the file that no flag has are refused by name.
+func loadConfig(flags *pflag.FlagSet, file string) (*config, error) {
+	v := viper.New()
+	v.SetEnvPrefix("EMQ")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	if err := v.BindPFlags(flags); err != nil {
+		return nil, err
+	}
+	if file != "" {
+		v.SetConfigFile(file)
+		switch ext := strings.TrimPrefix(filepath.Ext(file), "."); ext {
+		case "yaml", "yml", "toml":
+		default:
+			return nil, fmt.Errorf("config %s: unknown format %q (use .yaml, .yml or .toml)", file, ext)
+		}
+		if _, err := os.Stat(file); err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		if err := v.ReadInConfig(); err != nil {
+			return nil, fmt.Errorf("config %s: %w", file, err)
+		}
+		var known []string
+		flags.VisitAll(func(f *pflag.Flag) { known = append(known, f.Name) })
+		for _, k := range v.AllKeys() {
+			if !slices.Contains(known, k) {
+				return nil, fmt.Errorf("config %s: unknown key %q (known: %s)", file, k, strings.Join(known, ", "))
+			}
+		}
+	}
+	return &config{v}, nil
+}
+
+func (c *config) str(key string) string { return c.v.GetString(key) }
+
+func (c *config) duration(key string) (time.Duration, error) {
+	s := c.v.GetString(key)
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a duration (like 500ms, 5s, 1h)", key, s)
+	}
+	return d, nil
+}
+
+func (c *config) integer(key string) (int, error) {
+	s := c.v.GetString(key)
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a whole number", key, s)
+	}
+	return n, nil
+}
+
+// size reads a byte count: a number with an optional KiB, MiB or GiB.
+func (c *config) size(key string) (int64, error) {
+	s := strings.TrimSpace(c.v.GetString(key))
+	mult := int64(1)
+	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if n, ok := strings.CutSuffix(s, suffix); ok {
+			s, mult = strings.TrimSpace(n), m
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%s: %q is not a size (bytes, or a number with KiB, MiB or GiB)", key, c.v.GetString(key))
+	}
+	return n * mult, nil
+}

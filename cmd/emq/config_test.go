@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// brokerConfig parses args for `emq broker` and returns its options.
+func brokerConfig(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := newBrokerCmd()
+	if err := cmd.Flags().Parse(args); err != nil {
+		return "", err
+	}
+	file, _ := cmd.Flags().GetString("config")
+	c, err := loadConfig(cmd.Flags(), file)
+	if err != nil {
+		return "", err
+	}
+	o, err := brokerOptions(c)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s %s %v %v %d %d", o.Frontend, o.DataDir, o.HeartbeatTimeout,
+		o.ResultTTL, o.MaxFrameSize, o.MaxPending), nil
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	yaml := filepath.Join(dir, "emq.yaml")
+	os.WriteFile(yaml, []byte("frontend: tcp://127.0.0.1:5000\ndata-dir: /from/file\nheartbeat-timeout: 9s\nmax-pending: 7\n"), 0o644)
+	toml := filepath.Join(dir, "emq.toml")
+	os.WriteFile(toml, []byte("data-dir = \"/from/toml\"\nresult-ttl = \"1h\"\n"), 0o644)
+
+	got, err := brokerConfig(t, "--config", yaml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "tcp://127.0.0.1:5000 /from/file 9s 0s 268435456 7"; got != want {
+		t.Errorf("file: %q, want %q", got, want)
+	}
+	t.Setenv("EMQ_DATA_DIR", "/from/env")
+	t.Setenv("EMQ_MAX_FRAME_SIZE", "1MiB")
+	got, _ = brokerConfig(t, "--config", yaml)
+	if want := "tcp://127.0.0.1:5000 /from/env 9s 0s 1048576 7"; got != want {
+		t.Errorf("env over file: %q, want %q", got, want)
+	}
+	got, _ = brokerConfig(t, "--config", yaml, "--data-dir", "/from/flag")
+	if !strings.Contains(got, "/from/flag") {
+		t.Errorf("flag over env: %q", got)
+	}
+	t.Setenv("EMQ_DATA_DIR", "")
+	os.Unsetenv("EMQ_DATA_DIR")
+	got, _ = brokerConfig(t, "--config", toml)
+	if !strings.Contains(got, "/from/toml") || !strings.Contains(got, " 1h0m0s ") {
+		t.Errorf("toml: %q", got)
+	}
+}
+
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("max-pendings: 3\n"), 0o644)
+	cases := []struct {
+		args []string
+		env  [2]string
+		want string
+	}{
+		{args: []string{"--config", bad}, want: `unknown key "max-pendings"`},
+		{args: []string{"--config", filepath.Join(dir, "none.yaml")}, want: "none.yaml"},
+		{env: [2]string{"EMQ_HEARTBEAT_INTERVAL", "often"}, want: "heartbeat-interval"},
+		{env: [2]string{"EMQ_MAX_FRAME_SIZE", "big"}, want: "max-frame-size"},
+		{env: [2]string{"EMQ_MAX_PENDING", "-1"}, want: "max-pending"},
+		{args: []string{"--frontend", "127.0.0.1:1"}, want: "frontend"},
+		{args: []string{"--heartbeat-timeout", "1ms"}, want: "heartbeat-timeout"},
+	}
+	for _, c := range cases {
+		if c.env[0] != "" {
+			t.Setenv(c.env[0], c.env[1])
+		}
+		_, err := brokerConfig(t, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %v: error %v, want one naming %q", c.args, c.env, err, c.want)
+		}
+		if c.env[0] != "" {
+			os.Unsetenv(c.env[0])
+		}
+	}
+}
