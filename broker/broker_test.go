@@ -3,6 +3,7 @@ package broker_test
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,6 +17,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		runChild()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 

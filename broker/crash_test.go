@@ -1,0 +1,208 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/emqp"
+	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/zmtp"
+)
+
+// The crash tests run the broker as a child process: this test binary,
+// started again with childEnv set.
+const childEnv = "EMQ_TEST_BROKER_CHILD"
+
+// runChild is the child's main: a broker on the endpoints and data dir in
+// its environment, until SIGTERM (or SIGKILL).
+func runChild() {
+	opts := broker.DefaultOptions()
+	opts.DataDir = os.Getenv(childEnv)
+	opts.Frontend, opts.Backend, opts.Admin = os.Getenv("EMQ_TEST_FRONTEND"), os.Getenv("EMQ_TEST_BACKEND"), ""
+	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	b, err := broker.New(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := b.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func freeEndpoint(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return "tcp://" + ln.Addr().String()
+}
+
+type child struct {
+	cmd               *exec.Cmd
+	frontend, backend string
+}
+
+// startChild starts a broker process on dir and waits until it serves.
+func startChild(t *testing.T, dir, frontend, backend string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+dir, "EMQ_TEST_FRONTEND="+frontend, "EMQ_TEST_BACKEND="+backend)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, frontend: frontend, backend: backend}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	bt.Eventually(t, "child broker serving", func() bool {
+		conn, err := zmtp.Dial(context.Background(), backend, zmtp.DialOptions{Timeout: time.Second})
+		if err != nil {
+			return false
+		}
+		conn.Close()
+		return true
+	})
+	return c
+}
+
+func (c *child) kill() {
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	c.cmd.Wait()
+}
+
+// rawPeer is a zmtp DEALER with a reader goroutine.
+type rawPeer struct {
+	conn *zmtp.Conn
+	in   chan emqp.Message
+}
+
+func dialRaw(t *testing.T, endpoint, id string) *rawPeer {
+	t.Helper()
+	conn, err := zmtp.Dial(context.Background(), endpoint, zmtp.DialOptions{Identity: []byte(id)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &rawPeer{conn: conn, in: make(chan emqp.Message, 4096)}
+	go func() {
+		defer close(p.in)
+		for {
+			frames, err := conn.ReadMsg()
+			if err != nil {
+				return
+			}
+			if m, err := emqp.Decode(frames); err == nil {
+				p.in <- m
+			}
+		}
+	}()
+	t.Cleanup(func() { conn.Close() })
+	return p
+}
+
+func (p *rawPeer) send(m emqp.Message) error { return p.conn.WriteMsgs(emqp.Encode(m)) }
+
+// Every ACKed job is delivered after the broker is SIGKILLed under load
+// and restarted on the same journal.
+func TestCrashRestartLosesNoAckedJob(t *testing.T) {
+	rounds := 3
+	if os.Getenv("EMQ_TORTURE") != "" {
+		rounds = 30
+	}
+	dir := t.TempDir()
+	frontend, backend := freeEndpoint(t), freeEndpoint(t)
+	acked := map[string]bool{}
+	delivered := map[string]bool{}
+	for round := range rounds {
+		c := startChild(t, dir, frontend, backend)
+		// A worker replies to what it gets while a client pipelines jobs.
+		worker := dialRaw(t, backend, "crash-worker")
+		worker.send(&emqp.Inform{MsgID: emqp.NewID(), Queues: []emqp.Queue{{Weight: 10, Name: "crash"}}})
+		for range 8 {
+			worker.send(&emqp.Ready{MsgID: emqp.NewID()})
+		}
+		var mu sync.Mutex
+		workerDone := make(chan struct{})
+		go func() {
+			defer close(workerDone)
+			for m := range worker.in {
+				if r, ok := m.(*emqp.Request); ok {
+					mu.Lock()
+					delivered[r.MsgID] = true
+					mu.Unlock()
+					worker.send(&emqp.Reply{MsgID: emqp.NewID(), OrigMsgID: r.MsgID})
+					worker.send(&emqp.Ready{MsgID: emqp.NewID()})
+				}
+			}
+		}()
+		client := dialRaw(t, frontend, "crash-client")
+		killAt := 50 + rand.IntN(400)
+		go func() {
+			for i := 0; ; i++ {
+				err := client.send(&emqp.Request{MsgID: emqp.NewID(), Queue: "crash", Payload: []byte(strconv.Itoa(i))})
+				if err != nil {
+					return
+				}
+			}
+		}()
+		n := 0
+		for m := range client.in {
+			if a, ok := m.(*emqp.Ack); ok {
+				mu.Lock()
+				acked[a.AckedID] = true
+				mu.Unlock()
+				if n++; n == killAt {
+					c.kill()
+				}
+			}
+		}
+		<-workerDone
+		t.Logf("round %d: killed after %d ACKs", round, killAt)
+	}
+
+	// A last start: everything ACKed and not yet delivered comes out.
+	startChild(t, dir, frontend, backend)
+	worker := dialRaw(t, backend, "final-worker")
+	worker.send(&emqp.Inform{MsgID: emqp.NewID(), Queues: []emqp.Queue{{Weight: 10, Name: "crash"}}})
+	worker.send(&emqp.Ready{MsgID: emqp.NewID()})
+	missing := func() int {
+		n := 0
+		for id := range acked {
+			if !delivered[id] {
+				n++
+			}
+		}
+		return n
+	}
+	deadline := time.After(bt.Wait)
+	for missing() > 0 {
+		select {
+		case m := <-worker.in:
+			if r, ok := m.(*emqp.Request); ok {
+				delivered[r.MsgID] = true
+				worker.send(&emqp.Reply{MsgID: emqp.NewID(), OrigMsgID: r.MsgID})
+				worker.send(&emqp.Ready{MsgID: emqp.NewID()})
+			}
+		case <-deadline:
+			t.Fatalf("%d of %d ACKed jobs were never delivered", missing(), len(acked))
+		}
+	}
+	t.Logf("%d rounds, %d ACKed jobs, all delivered", rounds, len(acked))
+}
