@@ -64,6 +64,7 @@ type Broker struct {
 	delayed    delayHeap
 	journaling int // appends not yet done
 	draining   bool
+	out        outbox
 	useSeq     uint64 // for least-recently-used workers
 	errLog     logLimiter
 }
@@ -164,10 +165,8 @@ func (b *Broker) routerOptions(ep int) zmtp.Options {
 			}
 		},
 		Undelivered: func(id string, frames [][]byte) {
-			if m, err := emqp.Decode(frames); err == nil {
-				if r, ok := m.(*emqp.Request); ok {
-					b.post(func() { b.undelivered(peerKey{ep, id}, r.MsgID) })
-				}
+			if msgid, ok := requestID(frames); ok {
+				b.post(func() { b.undelivered(peerKey{ep, id}, msgid) })
 			}
 		},
 		TooLarge: func(id string, e *zmtp.TooLargeError) [][]byte {
@@ -209,6 +208,7 @@ func (b *Broker) loop(ctx context.Context) {
 		select {
 		case in := <-b.inbox:
 			b.handle(in)
+			b.handleWaiting()
 		case <-b.wake:
 			b.runPosted()
 		case now := <-tick.C:
@@ -219,6 +219,20 @@ func (b *Broker) loop(ctx context.Context) {
 			b.expire(now)
 		case <-ctx.Done():
 			b.shutdown()
+			return
+		}
+		b.flush()
+	}
+}
+
+// handleWaiting handles what else is in the inbox, up to a bound, so that
+// their answers leave in one write per peer.
+func (b *Broker) handleWaiting() {
+	for range 256 {
+		select {
+		case in := <-b.inbox:
+			b.handle(in)
+		default:
 			return
 		}
 	}
@@ -233,6 +247,7 @@ func (b *Broker) shutdown() {
 	}
 	deadline := time.NewTimer(b.opts.ShutdownTimeout)
 	defer deadline.Stop()
+	b.flush()
 	for b.journaling > 0 {
 		select {
 		case in := <-b.inbox:
@@ -243,6 +258,7 @@ func (b *Broker) shutdown() {
 			b.log.Warn("broker stopped before every journal write was confirmed", "in_progress", b.journaling)
 			b.journaling = 0
 		}
+		b.flush()
 	}
 	close(b.stopped)
 	b.closeRouters()
@@ -294,19 +310,76 @@ func (b *Broker) handle(in inbound) {
 	}
 }
 
-// send encodes m and queues it for peer key.
-func (b *Broker) send(key peerKey, m emqp.Message) error {
-	return b.routers[key.ep].Send(key.id, emqp.Encode(m))
+// send encodes m for peer key. It leaves with the next flush.
+func (b *Broker) send(key peerKey, m emqp.Message) {
+	b.out.add(key, emqp.Encode(m))
+}
+
+// flush hands what the loop has sent to the connections, one batch per
+// peer. A REQUEST that cannot be handed over goes back to its queue, which
+// may send again: flush runs until nothing is left.
+func (b *Broker) flush() {
+	for b.out.len() > 0 {
+		keys, batches := b.out.take()
+		for i, key := range keys {
+			if err := b.routers[key.ep].SendBatch(key.id, batches[i]); err != nil {
+				for _, frames := range batches[i] {
+					if msgid, ok := requestID(frames); ok {
+						b.undelivered(key, msgid)
+					}
+				}
+			}
+		}
+	}
+}
+
+// requestID returns the msgid of an encoded REQUEST.
+func requestID(frames [][]byte) (string, bool) {
+	if len(frames) > 3 && string(frames[2]) == string(emqp.CmdRequest) {
+		return string(frames[3]), true
+	}
+	return "", false
+}
+
+// outbox gathers the messages of one loop turn by peer.
+type outbox struct {
+	index   map[peerKey]int
+	keys    []peerKey
+	batches [][][][]byte
+}
+
+func (o *outbox) len() int { return len(o.keys) }
+
+func (o *outbox) add(key peerKey, frames [][]byte) {
+	if o.index == nil {
+		o.index = make(map[peerKey]int)
+	}
+	i, ok := o.index[key]
+	if !ok {
+		i = len(o.keys)
+		o.index[key] = i
+		o.keys = append(o.keys, key)
+		o.batches = append(o.batches, nil)
+	}
+	o.batches[i] = append(o.batches[i], frames)
+}
+
+// take returns the gathered batches and empties the outbox.
+func (o *outbox) take() ([]peerKey, [][][][]byte) {
+	keys, batches := o.keys, o.batches
+	o.keys, o.batches = nil, nil
+	clear(o.index)
+	return keys, batches
 }
 
 func (b *Broker) ack(key peerKey, msgid string) {
-	_ = b.send(key, &emqp.Ack{MsgID: emqp.NewID(), AckedID: msgid})
+	b.send(key, &emqp.Ack{MsgID: emqp.NewID(), AckedID: msgid})
 }
 
 // refuse answers ERROR.
 func (b *Broker) refuse(key peerKey, ref, code, text string) {
 	b.stats.countError(code)
-	_ = b.send(key, &emqp.Error{MsgID: emqp.NewID(), RefMsgID: ref, Code: code, Text: text})
+	b.send(key, &emqp.Error{MsgID: emqp.NewID(), RefMsgID: ref, Code: code, Text: text})
 }
 
 // protocolError answers a message the decoder refused.

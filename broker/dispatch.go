@@ -141,13 +141,7 @@ func (b *Broker) deliver(w *peer, j *job) {
 	w.free--
 	b.useSeq++
 	w.lastUsed = b.useSeq
-	err := b.send(w.key, &emqp.Request{MsgID: j.id, Queue: j.q.name, Headers: j.fwd, Payload: j.payload})
-	if err != nil {
-		// Not connected now, or not reading: its slots are not usable.
-		w.free = 0
-		j.q.jobs.pushFront(j)
-		return
-	}
+	b.send(w.key, &emqp.Request{MsgID: j.id, Queue: j.q.name, Headers: j.fwd, Payload: j.payload})
 	b.stats.Dispatched.Add(1)
 	j.state, j.holder = inFlight, w
 	w.held[j.id] = j
@@ -172,7 +166,7 @@ func (b *Broker) heartbeat(now time.Time) {
 }
 
 func (b *Broker) beat(w *peer, now time.Time) {
-	_ = b.send(w.key, &emqp.Heartbeat{MsgID: emqp.NewID(), Time: strconv.FormatInt(now.Unix(), 10)})
+	b.send(w.key, &emqp.Heartbeat{MsgID: emqp.NewID(), Time: strconv.FormatInt(now.Unix(), 10)})
 }
 
 // deque is a FIFO of jobs that can also take one back at its head.

@@ -179,7 +179,7 @@ func (b *Broker) reply(w *peer, m *emqp.Reply) {
 		if !b.routers[to.ep].Connected(to.id) && b.routers[1-to.ep].Connected(to.id) {
 			to.ep = 1 - to.ep
 		}
-		_ = b.send(to, &emqp.Reply{MsgID: emqp.NewID(), Payload: m.Payload, OrigMsgID: j.id})
+		b.send(to, &emqp.Reply{MsgID: emqp.NewID(), Payload: m.Payload, OrigMsgID: j.id})
 	}
 }
 
@@ -269,12 +269,15 @@ func (b *Broker) lose(w *peer, reason string) {
 	}
 }
 
-// undelivered: a REQUEST for a worker was never written. No attempt.
+// undelivered: a REQUEST for a worker was never written, because it is not
+// connected or does not read. No attempt is counted, and the worker's free
+// slots are forgotten: it offers them again when it is back.
 func (b *Broker) undelivered(to peerKey, msgid string) {
 	j := b.jobs[msgid]
 	if j == nil || j.state != inFlight || j.holder == nil || j.holder.key != to {
 		return
 	}
+	j.holder.free = 0
 	b.release(j)
 	j.state = pending
 	j.q.jobs.pushFront(j)

@@ -71,6 +71,7 @@ type Conn struct {
 
 	wmu      sync.Mutex
 	wbuf     []byte
+	bufs     net.Buffers // reused by WriteMsgs
 	wtimeout time.Duration
 }
 
@@ -110,7 +111,7 @@ func (c *Conn) Close() error { return c.nc.Close() }
 // ReadMsg returns the next message. It answers PING itself and skips the
 // other ZMTP commands. The frames are the caller's to keep.
 func (c *Conn) ReadMsg() ([][]byte, error) {
-	var frames [][]byte
+	frames := make([][]byte, 0, 8) // an eMQP message has 4 to 9
 	for {
 		flags, body, err := c.readFrame()
 		if err != nil {
@@ -214,7 +215,8 @@ func (c *Conn) writeCommand(name string, data []byte) error {
 	b := appendHeader(c.wbuf[:0], flagCommand, len(body))
 	b = append(b, body...)
 	c.wbuf = b
-	return c.write(net.Buffers{b})
+	c.bufs = append(c.bufs[:0], b)
+	return c.write(c.bufs)
 }
 
 // WriteMsgs writes messages, each a list of frames, in as few system calls
@@ -223,7 +225,7 @@ func (c *Conn) writeCommand(name string, data []byte) error {
 func (c *Conn) WriteMsgs(msgs ...[][]byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	var bufs net.Buffers
+	bufs := c.bufs[:0]
 	b, mark := c.wbuf[:0], 0
 	for _, msg := range msgs {
 		for i, f := range msg {
@@ -246,7 +248,10 @@ func (c *Conn) WriteMsgs(msgs ...[][]byte) error {
 	if cap(b) <= 4*batchMax {
 		c.wbuf = b
 	}
-	return c.write(bufs)
+	err := c.write(bufs)
+	clear(bufs[:cap(bufs)]) // keep no caller's body alive
+	c.bufs = bufs[:0]
+	return err
 }
 
 // write sends bufs with the write deadline; the caller holds wmu.

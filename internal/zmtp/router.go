@@ -20,7 +20,7 @@ type Options struct {
 	MaxFrameSize     int64         // largest frame body; 0 = DefaultMaxFrameSize
 	HandshakeTimeout time.Duration // for the ZMTP handshake; 0 = 5s
 	WriteTimeout     time.Duration // a write blocked this long drops the peer; 0 = 10s
-	SendQueue        int           // messages queued per connection; 0 = 8192
+	SendQueue        int           // sends (each one message or a batch) queued per connection; 0 = 8192
 	Logger           *slog.Logger  // nil = slog.Default()
 
 	// Receive is called, from the connection's reader goroutine, with
@@ -103,13 +103,18 @@ func (r *Router) Endpoint() string { return "tcp://" + r.ln.Addr().String() }
 // peer's queue is full (the connection is then closed). A queued message
 // is written, or reported to Options.Undelivered.
 func (r *Router) Send(id string, frames [][]byte) error {
+	return r.SendBatch(id, [][][]byte{frames})
+}
+
+// SendBatch is Send for several messages, which are written together.
+func (r *Router) SendBatch(id string, msgs [][][]byte) error {
 	r.mu.RLock()
 	rc := r.conns[id]
 	r.mu.RUnlock()
 	if rc == nil {
 		return ErrNoPeer
 	}
-	return rc.send(frames)
+	return rc.send(msgs)
 }
 
 // Connected reports whether id has a live connection.
@@ -199,7 +204,7 @@ func (r *Router) serve(nc net.Conn) {
 		Conn: c,
 		r:    r,
 		id:   id,
-		out:  make(chan [][]byte, r.opts.SendQueue),
+		out:  make(chan [][][]byte, r.opts.SendQueue),
 		stop: make(chan struct{}),
 		kill: make(chan struct{}),
 	}
@@ -224,20 +229,20 @@ type routerConn struct {
 
 	mu     sync.Mutex // guards closed against sends into out
 	closed bool
-	out    chan [][]byte
+	out    chan [][][]byte // batches of messages
 	once   sync.Once
 	stop   chan struct{} // end: write what is queued, then close
 	kill   chan struct{} // end now: what is queued is undelivered
 }
 
-func (rc *routerConn) send(frames [][]byte) error {
+func (rc *routerConn) send(msgs [][][]byte) error {
 	rc.mu.Lock()
 	if rc.closed {
 		rc.mu.Unlock()
 		return ErrNoPeer
 	}
 	select {
-	case rc.out <- frames:
+	case rc.out <- msgs:
 		rc.mu.Unlock()
 		return nil
 	default:
@@ -279,7 +284,7 @@ func (rc *routerConn) readLoop() {
 					"id", printable(rc.id), "remote", rc.RemoteAddr().String(), "size", tl.Size, "max", tl.Max)
 				if rc.r.opts.TooLarge != nil {
 					if msg := rc.r.opts.TooLarge(rc.id, tl); msg != nil {
-						_ = rc.send(msg)
+						_ = rc.send([][][]byte{msg})
 					}
 				}
 				rc.end(true)
@@ -301,8 +306,8 @@ func (rc *routerConn) writeLoop() {
 	batch := make([][][]byte, 0, 64)
 	for {
 		select {
-		case msg := <-rc.out:
-			batch = rc.gather(append(batch[:0], msg))
+		case msgs := <-rc.out:
+			batch = rc.gather(append(batch[:0], msgs...))
 			if err := rc.WriteMsgs(batch...); err != nil {
 				rc.undelivered(batch)
 				rc.end(false)
@@ -338,9 +343,11 @@ func (rc *routerConn) gather(batch [][][]byte) [][][]byte {
 	}
 	for n < batchMax {
 		select {
-		case m := <-rc.out:
-			batch = append(batch, m)
-			n += msgSize(m)
+		case msgs := <-rc.out:
+			batch = append(batch, msgs...)
+			for _, m := range msgs {
+				n += msgSize(m)
+			}
 		default:
 			return batch
 		}
@@ -353,8 +360,8 @@ func (rc *routerConn) gather(batch [][][]byte) [][][]byte {
 func (rc *routerConn) drain() {
 	for {
 		select {
-		case m := <-rc.out:
-			rc.undelivered([][][]byte{m})
+		case msgs := <-rc.out:
+			rc.undelivered(msgs)
 		default:
 			return
 		}
