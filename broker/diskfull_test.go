@@ -1,0 +1,89 @@
+package broker_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/emqp"
+	bt "github.com/eventmq/emq/internal/brokertest"
+)
+
+// mountTmpfs mounts a small tmpfs for the journal; it skips when that is
+// not possible (not root, no mount).
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a small tmpfs")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	return dir
+}
+
+// A full disk refuses REQUESTs with ERROR unavailable and ACKs none of
+// them; the broker keeps serving and takes jobs again when space returns.
+func TestDiskFull(t *testing.T) {
+	dir := mountTmpfs(t, "4m")
+	filler := filepath.Join(dir, "filler")
+	if err := os.WriteFile(filler, make([]byte, 2<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := bt.Start(t, dir, fast)
+	client := bt.Dial(t, b.Frontend(), "c")
+	payload := make([]byte, 32<<10)
+	var acked []string
+	refused := false
+	for i := 0; i < 200 && !refused; i++ {
+		id := emqp.NewID()
+		client.Send(&emqp.Request{MsgID: id, Queue: "q", Payload: payload})
+		switch m := client.Recv().(type) {
+		case *emqp.Ack:
+			acked = append(acked, m.AckedID)
+		case *emqp.Error:
+			if m.Code != emqp.CodeUnavailable || m.RefMsgID != id {
+				t.Fatalf("ERROR %+v, want unavailable for %s", m, id)
+			}
+			t.Logf("refused after %d jobs: %s", len(acked), m.Text)
+			refused = true
+		}
+	}
+	if !refused {
+		t.Fatal("the journal never filled the disk")
+	}
+	// What was ACKed is still served.
+	worker := bt.Dial(t, b.Backend(), "w")
+	worker.Inform("q")
+	worker.KeepAlive(50 * time.Millisecond)
+	worker.Ready(1)
+	if got := bt.Expect[*emqp.Request](worker); got.MsgID != acked[0] {
+		t.Fatalf("worker got %s, want %s", got.MsgID, acked[0])
+	}
+	// Space returns: new jobs are taken again.
+	os.Remove(filler)
+	client.Request("q", "", payload)
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The file opens cleanly and holds every ACKed job.
+	b2 := bt.Start(t, dir, func(o *broker.Options) { fast(o); o.MaxPending = 0 })
+	w2 := bt.Dial(t, b2.Backend(), "w2")
+	w2.Inform("q")
+	w2.KeepAlive(50 * time.Millisecond)
+	w2.Ready(len(acked) + 1)
+	seen := map[string]bool{}
+	for range len(acked) + 1 {
+		seen[bt.Expect[*emqp.Request](w2).MsgID] = true
+	}
+	for _, id := range acked {
+		if !seen[id] {
+			t.Fatalf("ACKed job %s lost after the disk was full", id)
+		}
+	}
+}
