@@ -206,3 +206,52 @@ func TestCrashRestartLosesNoAckedJob(t *testing.T) {
 	}
 	t.Logf("%d rounds, %d ACKed jobs, all delivered", rounds, len(acked))
 }
+
+// A graceful stop under load: every ACKed job is in the journal afterwards,
+// REQUESTs that arrive while stopping are refused with ERROR unavailable
+// (or not read at all), workers get KBYE.
+func TestGracefulStopUnderLoad(t *testing.T) {
+	b := bt.Start(t, "", fast)
+	worker := bt.Dial(t, b.Backend(), "w")
+	worker.Inform("other")
+	client := dialRaw(t, b.Frontend(), "c")
+	go func() {
+		for client.send(&emqp.Request{MsgID: emqp.NewID(), Queue: "q", Payload: []byte("x")}) == nil {
+		}
+	}()
+	acked, refused := map[string]bool{}, 0
+	stopped := make(chan error, 1)
+	for m := range client.in {
+		switch m := m.(type) {
+		case *emqp.Ack:
+			acked[m.AckedID] = true
+			if len(acked) == 500 {
+				go func() { stopped <- b.Stop() }()
+			}
+		case *emqp.Error:
+			if m.Code != emqp.CodeUnavailable {
+				t.Fatalf("ERROR %+v while stopping, want unavailable", m)
+			}
+			refused++
+		}
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := worker.TryRecv(bt.Wait); !ok || m.Command() != emqp.CmdKbye {
+		t.Fatalf("worker got %v, want KBYE", m)
+	}
+	b2 := bt.Start(t, b.Dir, fast)
+	w2 := bt.Dial(t, b2.Backend(), "w2")
+	w2.Inform("q")
+	w2.KeepAlive(50 * time.Millisecond)
+	w2.Ready(len(acked) + 1000) // jobs stored whose ACK was not read come too
+	for len(acked) > 0 {
+		m, ok := w2.TryRecv(bt.Wait)
+		if !ok {
+			t.Fatalf("%d ACKed jobs missing after a graceful stop", len(acked))
+		}
+		delete(acked, m.(*emqp.Request).MsgID)
+	}
+	t.Logf("refused while stopping: %d", refused)
+}

@@ -94,9 +94,9 @@ func (w logWriter) Write(p []byte) (int, error) {
 
 // Peer is a zmq4 DEALER speaking eMQP.
 type Peer struct {
-	t    testing.TB
-	sock zmq4.Socket
-	in   chan emqp.Message
+	t     testing.TB
+	sock  zmq4.Socket
+	in    chan emqp.Message
 	Beats int // HEARTBEATs skipped by Recv
 }
 
