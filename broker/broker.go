@@ -203,7 +203,7 @@ func (b *Broker) runPosted() {
 func (b *Broker) loop(ctx context.Context) {
 	tick := time.NewTicker(min(b.opts.HeartbeatInterval, 100*time.Millisecond))
 	defer tick.Stop()
-	nextBeat := time.Now()
+	nextBeat, nextExpiry := time.Now(), time.Now()
 	for {
 		select {
 		case in := <-b.inbox:
@@ -217,12 +217,25 @@ func (b *Broker) loop(ctx context.Context) {
 				nextBeat = now.Add(b.opts.HeartbeatInterval)
 			}
 			b.expire(now)
+			if b.opts.ResultTTL > 0 && !now.Before(nextExpiry) {
+				b.expireResults(now)
+				nextExpiry = now.Add(min(b.opts.ResultTTL, time.Minute))
+			}
 		case <-ctx.Done():
 			b.shutdown()
 			return
 		}
 		b.flush()
 	}
+}
+
+// expireResults deletes kept results whose time is up.
+func (b *Broker) expireResults(now time.Time) {
+	b.journal.ExpireResults(now, func(n int, err error) {
+		if err != nil {
+			b.log.Error("journal could not delete expired results", "err", err)
+		}
+	})
 }
 
 // handleWaiting handles what else is in the inbox, up to a bound, so that

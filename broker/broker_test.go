@@ -389,3 +389,28 @@ func TestUnknownPeerGetsNoAnswer(t *testing.T) {
 		t.Fatalf("a peer that did not INFORM got %d HEARTBEATs", stranger.Beats)
 	}
 }
+
+func TestResultKeptForTTL(t *testing.T) {
+	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.ResultTTL = time.Hour })
+	client := bt.Dial(t, b.Frontend(), "c")
+	worker := bt.Dial(t, b.Backend(), "w")
+	worker.Inform("q")
+	worker.Ready(1)
+	id := client.Request("q", "", nil)
+	bt.Expect[*emqp.Request](worker)
+	worker.Reply(id, []byte("the result"))
+	bt.Eventually(t, "replied", func() bool { return b.Stats().Replied.Load() == 1 })
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	opts := store.DefaultOptions()
+	opts.ReadOnly = true
+	j, err := store.Open(filepath.Join(b.Dir, broker.JournalFile), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if r, err := j.Result(id); err != nil || string(r) != "the result" {
+		t.Fatalf("kept result %q, %v", r, err)
+	}
+}
