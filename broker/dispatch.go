@@ -93,6 +93,15 @@ func (b *Broker) removeWorker(w *peer) {
 	delete(b.workers, w.key)
 	for _, s := range w.queues {
 		s.q.workers = slices.DeleteFunc(s.q.workers, func(x *peer) bool { return x == w })
+		b.dropIfUnused(s.q)
+	}
+}
+
+// dropIfUnused forgets a queue with no jobs and no workers, so that queue
+// names that come and go do not pile up.
+func (b *Broker) dropIfUnused(q *queue) {
+	if q.live == 0 && len(q.workers) == 0 {
+		delete(b.queues, q.name)
 	}
 }
 

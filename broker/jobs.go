@@ -153,6 +153,7 @@ func (b *Broker) enqueue(j *job, now time.Time) {
 func (b *Broker) forget(j *job) {
 	delete(b.jobs, j.id)
 	j.q.live--
+	b.dropIfUnused(j.q)
 }
 
 // reply handles a worker's REPLY (contract point 4).
