@@ -240,6 +240,9 @@ func TestFailRetriesThenDeadLetters(t *testing.T) {
 		if got.MsgID != id {
 			t.Fatalf("attempt %d: got %s", attempt, got.MsgID)
 		}
+		if v, ok := got.Headers.Get(broker.HeaderAttempt); attempt > 1 && v != fmt.Sprint(attempt) || attempt == 1 && ok {
+			t.Errorf("attempt %d: headers %q", attempt, got.Headers)
+		}
 		worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: id, Reason: fmt.Sprintf("boom %d", attempt)})
 	}
 	bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered.Load() == 1 })

@@ -145,12 +145,20 @@ func (b *Broker) fill(q *queue) {
 	}
 }
 
+// HeaderAttempt is added to a forwarded REQUEST from its second delivery
+// on: attempt:2 is the first retry.
+const HeaderAttempt = "attempt"
+
 // deliver sends job j to worker w, using one of its slots.
 func (b *Broker) deliver(w *peer, j *job) {
 	w.free--
 	b.useSeq++
 	w.lastUsed = b.useSeq
-	b.send(w.key, &emqp.Request{MsgID: j.id, Queue: j.q.name, Headers: j.fwd, Payload: j.payload})
+	h := j.fwd
+	if j.attempts > 0 {
+		h = h.Set(HeaderAttempt, strconv.Itoa(j.attempts+1))
+	}
+	b.send(w.key, &emqp.Request{MsgID: j.id, Queue: j.q.name, Headers: h, Payload: j.payload})
 	b.stats.Dispatched.Add(1)
 	j.state, j.holder = inFlight, w
 	w.held[j.id] = j
