@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -44,16 +43,6 @@ func runChild() {
 		os.Exit(1)
 	}
 	os.Exit(0)
-}
-
-func freeEndpoint(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return "tcp://" + ln.Addr().String()
 }
 
 type child struct {
@@ -127,7 +116,7 @@ func TestCrashRestartLosesNoAckedJob(t *testing.T) {
 		rounds = 30
 	}
 	dir := t.TempDir()
-	frontend, backend := freeEndpoint(t), freeEndpoint(t)
+	frontend, backend := bt.FreeEndpoint(t), bt.FreeEndpoint(t)
 	acked := map[string]bool{}
 	delivered := map[string]bool{}
 	for round := range rounds {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -283,4 +284,16 @@ func (p *Peer) KeepAlive(interval time.Duration) {
 		}
 	}()
 	p.t.Cleanup(func() { close(stop); <-done })
+}
+
+// FreeEndpoint returns tcp://127.0.0.1:PORT with a port free right now, for
+// a broker that must come back on the same address after a restart.
+func FreeEndpoint(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return "tcp://" + ln.Addr().String()
 }

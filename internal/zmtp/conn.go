@@ -105,6 +105,9 @@ func open(nc net.Conn, typ zmq4.SocketType, id []byte, server bool, max uint64, 
 // RemoteAddr is the peer's network address.
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
 
+// SetReadDeadline bounds the next reads (zero = none).
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.nc.SetReadDeadline(t) }
+
 // Close closes the connection.
 func (c *Conn) Close() error { return c.nc.Close() }
 

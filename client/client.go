@@ -1,0 +1,382 @@
+// Package client sends jobs to an EMQ broker (EventMQ's "sender").
+//
+//	c, err := client.New(client.Options{Broker: "tcp://127.0.0.1:47290"})
+//	...
+//	defer c.Close()
+//	msgid, err := c.Send(ctx, "email", payload, client.Timeout(30*time.Second))
+//
+// Send returns once the broker has ACKed the job, that is, once the job is
+// in the broker's journal. Request also waits for the worker's REPLY.
+//
+// # Reliability
+//
+// One connection carries every call, with many REQUESTs in flight. The
+// client trusts only ACKs: a REQUEST that is not ACKed within ResendAfter,
+// or that was in flight when the connection broke, is sent again with the
+// same msgid until its context ends; the broker stores a msgid once, so a
+// resend never makes a second job. A broken connection (read error, or a
+// peer that closed it) is replaced by a new one, with the same routing id,
+// so the broker's REPLY for an earlier Request still finds this client.
+//
+// An ERROR from the broker ends the call with a *BrokerError, except
+// ERROR unavailable (the broker is stopping, or its disk is full), which is
+// retried like a missing ACK until the context ends.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/zmtp"
+)
+
+// Options configure a Client.
+type Options struct {
+	Broker      string        // the broker's frontend, tcp://host:port
+	Identity    string        // routing id, kept for the client's life; "" = a new UUID
+	ResendAfter time.Duration // resend a REQUEST not ACKed this long; 0 = 5s
+	DialTimeout time.Duration // for one connection attempt; 0 = 5s
+	Logger      *slog.Logger  // nil = slog.Default()
+}
+
+// BrokerError is the broker's refusal of a request (an ERROR message).
+type BrokerError struct {
+	Code string // emqp.Code*: bad_request, queue_full, ...
+	Text string
+}
+
+func (e *BrokerError) Error() string { return "broker refused the job: " + e.Code + ": " + e.Text }
+
+// ErrClosed is returned by calls on a closed Client.
+var ErrClosed = errors.New("client: closed")
+
+// Client sends jobs. It is safe for concurrent use.
+type Client struct {
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	calls   map[string]*call // by msgid, until ACKed (and REPLYed, for Request)
+	conn    *zmtp.Conn       // nil while connecting
+	closed  bool
+	done    chan struct{}
+	stopped chan struct{}
+}
+
+type call struct {
+	frames    [][]byte
+	sentAt    time.Time // zero = not on the current connection
+	wantReply bool
+	acked     chan struct{} // closed by the ACK
+	reply     chan []byte   // the REPLY's payload
+	failed    chan error    // a BrokerError
+	lastErr   error         // the last ERROR unavailable
+	ackOnce   sync.Once
+}
+
+// New starts a client; it connects in the background and keeps a
+// connection until Close.
+func New(opts Options) (*Client, error) {
+	if opts.Broker == "" {
+		return nil, errors.New("client: Options.Broker is required (tcp://host:port)")
+	}
+	if opts.Identity == "" {
+		opts.Identity = emqp.NewID()
+	}
+	if opts.ResendAfter <= 0 {
+		opts.ResendAfter = 5 * time.Second
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 5 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	c := &Client{
+		opts:    opts,
+		log:     opts.Logger,
+		calls:   make(map[string]*call),
+		done:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	go c.run()
+	return c, nil
+}
+
+// Option changes one job's headers or msgid.
+type Option func(*sendOptions)
+
+type sendOptions struct {
+	headers emqp.Headers
+	msgid   string
+}
+
+// Header sets a header item; value "" makes it a flag.
+func Header(name, value string) Option {
+	return func(o *sendOptions) { o.headers = o.headers.Set(name, value) }
+}
+
+// Timeout is the job's timeout:N, in whole seconds (rounded up).
+func Timeout(d time.Duration) Option { return Header(emqp.HeaderTimeout, seconds(d)) }
+
+// Delay makes the job wait before it is dispatched (delay:N seconds).
+func Delay(d time.Duration) Option { return Header(emqp.HeaderDelay, seconds(d)) }
+
+// RetryCount is how many times the job is retried after it fails.
+func RetryCount(n int) Option { return Header(emqp.HeaderRetryCount, strconv.Itoa(n)) }
+
+// MsgID sends the job with this msgid instead of a new one: sending the same
+// msgid twice stores one job.
+func MsgID(id string) Option { return func(o *sendOptions) { o.msgid = id } }
+
+func seconds(d time.Duration) string {
+	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
+}
+
+// Send enqueues a job and returns its msgid once the broker has stored it.
+func (c *Client) Send(ctx context.Context, queue string, payload []byte, opts ...Option) (string, error) {
+	id, _, err := c.do(ctx, queue, payload, false, opts)
+	return id, err
+}
+
+// Request enqueues a job and waits for its worker's REPLY.
+func (c *Client) Request(ctx context.Context, queue string, payload []byte, opts ...Option) ([]byte, error) {
+	_, reply, err := c.do(ctx, queue, payload, true, opts)
+	return reply, err
+}
+
+func (c *Client) do(ctx context.Context, queue string, payload []byte, wantReply bool, opts []Option) (string, []byte, error) {
+	var o sendOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if wantReply {
+		o.headers = o.headers.Set(emqp.HeaderReplyRequested, "")
+	}
+	if o.msgid == "" {
+		o.msgid = emqp.NewID()
+	}
+	cl := &call{
+		frames:    emqp.Encode(&emqp.Request{MsgID: o.msgid, Queue: queue, Headers: o.headers, Payload: payload}),
+		wantReply: wantReply,
+		acked:     make(chan struct{}),
+		reply:     make(chan []byte, 1),
+		failed:    make(chan error, 1),
+	}
+	if _, err := emqp.Decode(cl.frames); err != nil {
+		return "", nil, err // an empty or too long queue name, headers that are not UTF-8
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return "", nil, ErrClosed
+	}
+	if c.calls[o.msgid] != nil {
+		c.mu.Unlock()
+		return "", nil, fmt.Errorf("client: msgid %s is already in flight", o.msgid)
+	}
+	c.calls[o.msgid] = cl
+	conn := c.conn
+	if conn != nil {
+		cl.sentAt = time.Now()
+	}
+	c.mu.Unlock()
+	defer c.forget(o.msgid)
+	if conn != nil {
+		_ = conn.WriteMsgs(cl.frames) // a failure is seen by the reader, and resent
+	}
+
+	select {
+	case <-cl.acked:
+	case err := <-cl.failed:
+		return o.msgid, nil, err
+	case <-ctx.Done():
+		return o.msgid, nil, c.ctxErr(ctx, cl, "ACK")
+	case <-c.done:
+		return o.msgid, nil, ErrClosed
+	}
+	if !wantReply {
+		return o.msgid, nil, nil
+	}
+	select {
+	case r := <-cl.reply:
+		return o.msgid, r, nil
+	case <-ctx.Done():
+		return o.msgid, nil, fmt.Errorf("client: job %s is stored, but no REPLY came: %w", o.msgid, ctx.Err())
+	case <-c.done:
+		return o.msgid, nil, ErrClosed
+	}
+}
+
+func (c *Client) ctxErr(ctx context.Context, cl *call, what string) error {
+	c.mu.Lock()
+	last := cl.lastErr
+	c.mu.Unlock()
+	err := fmt.Errorf("client: no %s from the broker at %s: %w", what, c.opts.Broker, ctx.Err())
+	if last != nil {
+		err = fmt.Errorf("%w (last answer: %w)", err, last)
+	}
+	return err
+}
+
+func (c *Client) forget(msgid string) {
+	c.mu.Lock()
+	delete(c.calls, msgid)
+	c.mu.Unlock()
+}
+
+// Close stops resending and closes the connection. Calls in progress
+// return ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.done)
+	conn := c.conn
+	c.mu.Unlock()
+	if conn != nil {
+		conn.Close()
+	}
+	<-c.stopped
+	return nil
+}
+
+// run keeps a connection, reads from it, and resends what is not ACKed.
+func (c *Client) run() {
+	defer close(c.stopped)
+	backoff := 50 * time.Millisecond
+	for {
+		conn, err := zmtp.Dial(context.Background(), c.opts.Broker, zmtp.DialOptions{
+			Identity: []byte(c.opts.Identity), Timeout: c.opts.DialTimeout,
+		})
+		if err != nil {
+			c.log.Debug("client: cannot connect to the broker", "broker", c.opts.Broker, "err", err)
+			select {
+			case <-time.After(backoff):
+				backoff = min(2*backoff, 2*time.Second)
+				continue
+			case <-c.done:
+				return
+			}
+		}
+		backoff = 50 * time.Millisecond
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			conn.Close()
+			return
+		}
+		c.conn = conn
+		c.mu.Unlock()
+		c.resend(conn, true)
+
+		lost := make(chan struct{})
+		go func() { c.read(conn); close(lost) }()
+		c.watch(conn, lost)
+		conn.Close()
+		<-lost
+		c.mu.Lock()
+		c.conn = nil
+		c.mu.Unlock()
+		select { // a broker that said KBYE may still accept for a moment
+		case <-time.After(backoff):
+		case <-c.done:
+			return
+		}
+	}
+}
+
+// watch resends unACKed REQUESTs every so often until the connection is
+// lost or the client closed.
+func (c *Client) watch(conn *zmtp.Conn, lost chan struct{}) {
+	tick := time.NewTicker(c.opts.ResendAfter / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			c.resend(conn, false)
+		case <-lost:
+			return
+		case <-c.done:
+			return
+		}
+	}
+}
+
+// resend writes the REQUESTs that are not ACKed: all of them on a new
+// connection, else those sent more than ResendAfter ago.
+func (c *Client) resend(conn *zmtp.Conn, all bool) {
+	now := time.Now()
+	var msgs [][][]byte
+	c.mu.Lock()
+	for _, cl := range c.calls {
+		select {
+		case <-cl.acked:
+			continue
+		default:
+		}
+		if all || now.Sub(cl.sentAt) >= c.opts.ResendAfter {
+			cl.sentAt = now
+			msgs = append(msgs, cl.frames)
+		}
+	}
+	c.mu.Unlock()
+	if len(msgs) > 0 {
+		_ = conn.WriteMsgs(msgs...)
+	}
+}
+
+// read handles the broker's answers until the connection breaks.
+func (c *Client) read(conn *zmtp.Conn) {
+	for {
+		frames, err := conn.ReadMsg()
+		if err != nil {
+			return
+		}
+		m, err := emqp.Decode(frames)
+		if err != nil {
+			c.log.Warn("client: undecodable message from the broker", "err", err)
+			continue
+		}
+		c.mu.Lock()
+		switch m := m.(type) {
+		case *emqp.Ack:
+			if cl := c.calls[m.AckedID]; cl != nil {
+				cl.ackOnce.Do(func() { close(cl.acked) })
+			}
+		case *emqp.Reply:
+			if cl := c.calls[m.OrigMsgID]; cl != nil && cl.wantReply {
+				cl.ackOnce.Do(func() { close(cl.acked) }) // a REPLY proves the ACK
+				select {
+				case cl.reply <- m.Payload:
+				default: // a second REPLY of a re-run job
+				}
+			}
+		case *emqp.Error:
+			if cl := c.calls[m.RefMsgID]; cl != nil {
+				berr := &BrokerError{Code: m.Code, Text: m.Text}
+				if m.Code == emqp.CodeUnavailable {
+					cl.lastErr = berr // resent after ResendAfter
+				} else {
+					select {
+					case cl.failed <- berr:
+					default:
+					}
+				}
+			}
+		case *emqp.Kbye, *emqp.Disconnect:
+			c.mu.Unlock()
+			return // the broker is going away: reconnect
+		}
+		c.mu.Unlock()
+	}
+}

@@ -1,0 +1,410 @@
+// Package worker runs jobs from an EMQ broker (EventMQ's "job manager").
+//
+//	w, err := worker.New(worker.Options{Broker: "tcp://127.0.0.1:47291", Concurrency: 8})
+//	w.Handle("email", func(ctx context.Context, job *worker.Job) ([]byte, error) {
+//		return nil, send(ctx, job.Payload)
+//	})
+//	err = w.Run(ctx) // until ctx ends, then a graceful stop
+//
+// # How it talks to the broker
+//
+// The worker INFORMs the broker of its queues and offers one READY per free
+// slot, never more, so no more than Concurrency jobs run at once. A job's
+// handler gets a context that ends at the job's timeout:N or when the
+// worker stops for good; its result becomes a REPLY, its error (or panic) a
+// FAIL, which the broker retries. Each finished job frees its slot: a new
+// READY follows the REPLY or FAIL in the same write.
+//
+// Heartbeats go both ways every HeartbeatInterval. When the broker has
+// been silent for HeartbeatTimeout, or the connection breaks, or the
+// broker says KBYE, the worker makes a new connection (same routing id),
+// INFORMs again and offers its free slots again. Jobs running meanwhile
+// finish; their REPLYs wait and are sent once connected.
+//
+// On ctx's end the worker offers no more slots, lets running jobs finish
+// for up to Grace, then cancels their contexts, sends their results, says
+// KBYE and closes.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/zmtp"
+)
+
+// Queue is a queue the worker serves, with its weight (higher first).
+type Queue struct {
+	Name   string
+	Weight int
+}
+
+// Options configure a Worker.
+type Options struct {
+	Broker            string        // the broker's backend, tcp://host:port
+	Queues            []Queue       // nil = each queue given to Handle, weight 10
+	Concurrency       int           // jobs run at once; 0 = 1
+	HeartbeatInterval time.Duration // 0 = 1s
+	HeartbeatTimeout  time.Duration // broker silent this long = reconnect; 0 = 5s
+	Grace             time.Duration // for running jobs at stop; 0 = 30s
+	Identity          string        // routing id for the worker's life; "" = a new UUID
+	Logger            *slog.Logger  // nil = slog.Default()
+}
+
+// Job is one job handed to a Handler.
+type Job struct {
+	MsgID   string // the client's msgid: the same on every attempt
+	Queue   string
+	Headers emqp.Headers
+	Payload []byte
+	Attempt int // 1 the first time, 2 the first retry, ...
+}
+
+// Handler runs one job. It returns the REPLY's payload, or an error that
+// becomes a FAIL (the broker retries the job up to its retry-count). ctx
+// ends at the job's timeout or when the worker stops for good.
+type Handler func(ctx context.Context, job *Job) ([]byte, error)
+
+// Worker runs jobs; configure it with Handle, then Run it once.
+type Worker struct {
+	opts     Options
+	log      *slog.Logger
+	handlers map[string]Handler
+}
+
+// New checks opts and makes a worker.
+func New(opts Options) (*Worker, error) {
+	if opts.Broker == "" {
+		return nil, errors.New("worker: Options.Broker is required (tcp://host:port)")
+	}
+	if opts.Concurrency < 0 {
+		return nil, fmt.Errorf("worker: Concurrency must not be negative, not %d", opts.Concurrency)
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = 1
+	}
+	if opts.HeartbeatInterval <= 0 {
+		opts.HeartbeatInterval = time.Second
+	}
+	if opts.HeartbeatTimeout <= 0 {
+		opts.HeartbeatTimeout = 5 * time.Second
+	}
+	if opts.HeartbeatTimeout <= opts.HeartbeatInterval {
+		return nil, fmt.Errorf("worker: HeartbeatTimeout %v must be longer than HeartbeatInterval %v",
+			opts.HeartbeatTimeout, opts.HeartbeatInterval)
+	}
+	if opts.Grace <= 0 {
+		opts.Grace = 30 * time.Second
+	}
+	if opts.Identity == "" {
+		opts.Identity = emqp.NewID()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Worker{opts: opts, log: opts.Logger, handlers: make(map[string]Handler)}, nil
+}
+
+// Handle sets the handler of a queue. The queue "*" catches the jobs of
+// every queue that has no handler of its own.
+func (w *Worker) Handle(queue string, h Handler) {
+	w.handlers[queue] = h
+}
+
+func (w *Worker) queues() []emqp.Queue {
+	var qs []emqp.Queue
+	if len(w.opts.Queues) > 0 {
+		for _, q := range w.opts.Queues {
+			qs = append(qs, emqp.Queue{Weight: q.Weight, Name: q.Name})
+		}
+		return qs
+	}
+	for name := range w.handlers {
+		if name != "*" {
+			qs = append(qs, emqp.Queue{Weight: emqp.DefaultWeight, Name: name})
+		}
+	}
+	return qs
+}
+
+// result is a finished job's answer.
+type result struct {
+	msgid string
+	msg   emqp.Message // REPLY or FAIL
+}
+
+// session is one connection to the broker.
+type session struct {
+	conn *zmtp.Conn
+	msgs chan emqp.Message // closed when the connection is lost
+}
+
+// run is the state of one Run.
+type run struct {
+	*Worker
+	sess     *session
+	running  map[string]context.CancelFunc
+	results  chan result
+	unsent   []emqp.Message // REPLY/FAIL waiting for a connection
+	jobsCtx  context.Context
+	lastSeen time.Time // of the broker
+}
+
+// Run serves jobs until ctx ends, then stops gracefully. It returns nil
+// after a graceful stop.
+func (w *Worker) Run(ctx context.Context) error {
+	if len(w.handlers) == 0 {
+		return errors.New("worker: no handler; call Handle first")
+	}
+	if len(w.queues()) == 0 {
+		return errors.New("worker: no queue to serve: name one in Options.Queues or Handle")
+	}
+	jobsCtx, cancelJobs := context.WithCancel(context.Background())
+	defer cancelJobs()
+	r := &run{
+		Worker:  w,
+		running: make(map[string]context.CancelFunc),
+		results: make(chan result, w.opts.Concurrency),
+		jobsCtx: jobsCtx,
+	}
+	tick := time.NewTicker(w.opts.HeartbeatInterval)
+	defer tick.Stop()
+	redial := time.NewTimer(0)
+	defer redial.Stop()
+	backoff := 50 * time.Millisecond
+	stop := ctx.Done()
+	var grace, giveUp <-chan time.Time
+	stopping := false
+
+	for !stopping || len(r.running) > 0 {
+		var msgs chan emqp.Message
+		if r.sess != nil {
+			msgs = r.sess.msgs
+		}
+		select {
+		case <-redial.C:
+			if r.sess != nil {
+				continue
+			}
+			if err := r.connect(stopping); err != nil {
+				w.log.Warn("worker: cannot reach the broker", "broker", w.opts.Broker, "err", err)
+				redial.Reset(backoff)
+				backoff = min(2*backoff, 2*time.Second)
+				continue
+			}
+			backoff = 50 * time.Millisecond
+		case m, ok := <-msgs:
+			if !ok {
+				w.log.Warn("worker: connection to the broker lost; reconnecting", "broker", w.opts.Broker)
+				r.disconnect(redial, backoff)
+				continue
+			}
+			r.lastSeen = time.Now()
+			switch m := m.(type) {
+			case *emqp.Request:
+				if stopping {
+					continue // not taken: the broker requeues it after our KBYE
+				}
+				r.start(m)
+			case *emqp.Kbye, *emqp.Disconnect:
+				w.log.Info("worker: the broker said goodbye; reconnecting", "broker", w.opts.Broker)
+				r.disconnect(redial, backoff)
+			}
+		case res := <-r.results:
+			delete(r.running, res.msgid)
+			r.unsent = append(r.unsent, res.msg)
+			r.flush(!stopping)
+		case now := <-tick.C:
+			if r.sess == nil {
+				continue
+			}
+			if now.Sub(r.lastSeen) > w.opts.HeartbeatTimeout {
+				w.log.Warn("worker: the broker is silent; reconnecting", "broker", w.opts.Broker,
+					"silent_for", now.Sub(r.lastSeen).Round(time.Millisecond))
+				r.disconnect(redial, 0)
+				continue
+			}
+			r.send(&emqp.Heartbeat{MsgID: emqp.NewID(), Time: strconv.FormatInt(now.Unix(), 10)})
+		case <-stop:
+			stop, stopping = nil, true
+			grace = time.After(w.opts.Grace)
+			w.log.Info("worker: stopping; no more jobs taken", "running", len(r.running))
+		case <-grace:
+			w.log.Warn("worker: grace period over; cancelling running jobs", "running", len(r.running))
+			cancelJobs()
+			giveUp = time.After(5 * time.Second)
+		case <-giveUp:
+			w.log.Error("worker: jobs did not return after cancel; leaving them to the broker", "running", len(r.running))
+			r.running = nil
+		}
+	}
+	if r.sess != nil {
+		r.flush(false)
+		r.send(&emqp.Kbye{MsgID: emqp.NewID()})
+		r.sess.conn.Close()
+	}
+	return nil
+}
+
+// connect dials, INFORMs and waits for the ACK, then offers free slots and
+// sends results that waited.
+func (r *run) connect(stopping bool) error {
+	conn, err := zmtp.Dial(context.Background(), r.opts.Broker, zmtp.DialOptions{
+		Identity: []byte(r.opts.Identity), Timeout: r.opts.HeartbeatTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	inform := &emqp.Inform{MsgID: emqp.NewID(), Queues: r.queues(), PeerType: emqp.PeerWorker}
+	if err := conn.WriteMsgs(emqp.Encode(inform)); err != nil {
+		conn.Close()
+		return err
+	}
+	conn.SetReadDeadline(time.Now().Add(r.opts.HeartbeatTimeout))
+	for {
+		frames, err := conn.ReadMsg()
+		if err != nil {
+			conn.Close()
+			return fmt.Errorf("no ACK for INFORM: %w", err)
+		}
+		if m, err := emqp.Decode(frames); err == nil {
+			if a, ok := m.(*emqp.Ack); ok && a.AckedID == inform.MsgID {
+				break
+			}
+			if e, ok := m.(*emqp.Error); ok && e.RefMsgID == inform.MsgID {
+				conn.Close()
+				return fmt.Errorf("INFORM refused: %s: %s", e.Code, e.Text)
+			}
+		}
+	}
+	conn.SetReadDeadline(time.Time{})
+	s := &session{conn: conn, msgs: make(chan emqp.Message, 2*r.opts.Concurrency+16)}
+	go func() {
+		defer close(s.msgs)
+		for {
+			frames, err := conn.ReadMsg()
+			if err != nil {
+				return
+			}
+			m, err := emqp.Decode(frames)
+			if err != nil {
+				r.log.Warn("worker: undecodable message from the broker", "err", err)
+				continue
+			}
+			s.msgs <- m
+		}
+	}()
+	r.sess, r.lastSeen = s, time.Now()
+	r.log.Info("worker: connected", "broker", r.opts.Broker, "queues", queueNames(r.queues()),
+		"concurrency", r.opts.Concurrency)
+	r.flush(false)
+	if !stopping {
+		for range r.opts.Concurrency - len(r.running) {
+			r.send(&emqp.Ready{MsgID: emqp.NewID()})
+		}
+	}
+	return nil
+}
+
+func queueNames(qs []emqp.Queue) string {
+	names := make([]string, len(qs))
+	for i, q := range qs {
+		names[i] = q.Name
+	}
+	return strings.Join(names, ",")
+}
+
+// disconnect drops the session and schedules a new connection.
+func (r *run) disconnect(redial *time.Timer, after time.Duration) {
+	r.sess.conn.Close()
+	for range r.sess.msgs { // the reader ends with the connection
+	}
+	r.sess = nil
+	redial.Reset(after)
+}
+
+// send writes one message on the session, if there is one.
+func (r *run) send(m emqp.Message) {
+	if r.sess != nil {
+		_ = r.sess.conn.WriteMsgs(emqp.Encode(m)) // a broken connection shows in the reader
+	}
+}
+
+// flush writes the results that wait, each with a READY when ready is set.
+func (r *run) flush(ready bool) {
+	if r.sess == nil || len(r.unsent) == 0 {
+		return
+	}
+	var msgs [][][]byte
+	for _, m := range r.unsent {
+		msgs = append(msgs, emqp.Encode(m))
+		if ready {
+			msgs = append(msgs, emqp.Encode(&emqp.Ready{MsgID: emqp.NewID()}))
+		}
+	}
+	if err := r.sess.conn.WriteMsgs(msgs...); err != nil {
+		return // kept; sent again after the reconnect
+	}
+	r.unsent = r.unsent[:0]
+}
+
+// start runs a job in its own goroutine.
+func (r *run) start(req *emqp.Request) {
+	if _, dup := r.running[req.MsgID]; dup {
+		return // a resent REQUEST for a job running here
+	}
+	if len(r.running) >= r.opts.Concurrency {
+		// The broker sent more than we offered; refuse it, it is retried.
+		r.send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: req.MsgID, Reason: "worker has no free slot"})
+		return
+	}
+	h := r.handlers[req.Queue]
+	if h == nil {
+		h = r.handlers["*"]
+	}
+	job := &Job{MsgID: req.MsgID, Queue: req.Queue, Headers: req.Headers, Payload: req.Payload, Attempt: 1}
+	if v, ok := req.Headers.Get("attempt"); ok {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			job.Attempt = n
+		}
+	}
+	ctx, cancel := context.WithCancel(r.jobsCtx)
+	if d, err := req.Headers.Timeout(); err == nil && d > 0 {
+		ctx, cancel = context.WithTimeout(r.jobsCtx, d)
+	}
+	r.running[req.MsgID] = cancel
+	go func() {
+		defer cancel()
+		r.results <- result{req.MsgID, call(ctx, h, job)}
+	}()
+}
+
+// call runs a handler and turns its outcome into a REPLY or a FAIL.
+func call(ctx context.Context, h Handler, job *Job) (m emqp.Message) {
+	defer func() {
+		if p := recover(); p != nil {
+			m = &emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: job.MsgID, Reason: fmt.Sprintf("panic: %v", p)}
+		}
+	}()
+	if h == nil {
+		return &emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: job.MsgID, Reason: "no handler for queue " + job.Queue}
+	}
+	out, err := h(ctx, job)
+	if err != nil {
+		return &emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: job.MsgID, Reason: truncate(err.Error(), 4096)}
+	}
+	return &emqp.Reply{MsgID: emqp.NewID(), Payload: out, OrigMsgID: job.MsgID}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
