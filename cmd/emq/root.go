@@ -14,7 +14,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newBrokerCmd(), newVersionCmd())
+	root.AddCommand(newBrokerCmd(), newWorkerCmd(), newSendCmd(), newVersionCmd())
 	return root
 }
 

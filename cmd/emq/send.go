@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/client"
+)
+
+func newSendCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "send [PAYLOAD | -]",
+		Short: "Send a job and print its msgid once the broker has stored it",
+		Long: `Send a job to --queue. The payload is the argument, or standard input
+with "-" (no argument: an empty payload). Prints the msgid once the broker
+has ACKed the job (it is durable then), or with --reply the worker's REPLY.
+Exits non-zero with the broker's error when it refuses the job, or when no
+answer comes within --wait.`,
+		Args: cobra.MaximumNArgs(1),
+	}
+	f := cmd.Flags()
+	f.String("broker", broker.DefaultOptions().Frontend, "the broker's frontend endpoint")
+	f.String("queue", "default", "queue of the job")
+	f.Bool("reply", false, "wait for the worker's REPLY and print it")
+	f.StringArray("header", nil, "header item name=value, or a flag name (repeatable)")
+	f.Duration("timeout", 0, "the job's timeout (header timeout:N)")
+	f.Int("retry-count", -1, "retries after failures (header retry-count:N; -1 = the broker's default)")
+	f.Duration("wait", defaultWait, "how long to wait for the ACK (or the REPLY)")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		c, err := loadConfig(cmd.Flags(), "")
+		if err != nil {
+			return err
+		}
+		payload, err := readPayload(cmd.InOrStdin(), args)
+		if err != nil {
+			return err
+		}
+		var opts []client.Option
+		headers, _ := cmd.Flags().GetStringArray("header")
+		for _, h := range headers {
+			name, value, _ := strings.Cut(h, "=")
+			opts = append(opts, client.Header(name, value))
+		}
+		if d, err := c.duration("timeout"); err != nil {
+			return err
+		} else if d > 0 {
+			opts = append(opts, client.Timeout(d))
+		}
+		if n, err := c.integer("retry-count"); err != nil {
+			return err
+		} else if n >= 0 {
+			opts = append(opts, client.RetryCount(n))
+		}
+		wait, err := c.duration("wait")
+		if err != nil {
+			return err
+		}
+		cl, err := client.New(client.Options{Broker: c.str("broker"),
+			Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(cmd.Context(), wait)
+		defer cancel()
+		if c.v.GetBool("reply") {
+			reply, err := cl.Request(ctx, c.str("queue"), payload, opts...)
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(reply)
+			return err
+		}
+		id, err := cl.Send(ctx, c.str("queue"), payload, opts...)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), id)
+		return nil
+	}
+	return cmd
+}
+
+func readPayload(stdin io.Reader, args []string) ([]byte, error) {
+	switch {
+	case len(args) == 0:
+		return nil, nil
+	case args[0] == "-":
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return nil, fmt.Errorf("reading the payload from standard input: %w", err)
+		}
+		return b, nil
+	}
+	return []byte(args[0]), nil
+}

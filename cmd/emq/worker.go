@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/worker"
+)
+
+const defaultWait = 30 * time.Second
+
+func newWorkerCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "worker --exec 'CMD ARGS'",
+		Short: "Run a shell command for each job",
+		Long: `Serve --queues, running --exec (through /bin/sh -c) once per job, up to
+--concurrency at a time. The job's payload is the command's standard input;
+its standard output is the REPLY. The environment has EMQ_MSGID, EMQ_QUEUE,
+EMQ_ATTEMPT, EMQ_HEADERS (the headers as sent) and EMQ_HEADER_<NAME> for each
+header item (name upper-cased, - as _). A non-zero exit is a FAIL with the
+tail of standard error; the broker retries the job. At the job's timeout
+the command's whole process group is killed. SIGTERM or SIGINT: no new jobs,
+running ones get --grace to finish.`,
+		Args: cobra.NoArgs,
+	}
+	f := cmd.Flags()
+	f.String("broker", broker.DefaultOptions().Backend, "the broker's backend endpoint")
+	f.String("queues", "default", "queues to serve, comma-separated; name:weight gives a weight (default 10)")
+	f.Int("concurrency", 1, "jobs run at once")
+	f.String("exec", "", "the command to run for each job (required)")
+	f.Duration("grace", 30*time.Second, "time running jobs get to finish at stop")
+	f.Duration("heartbeat-interval", time.Second, "HEARTBEAT to the broker this often")
+	f.Duration("heartbeat-timeout", 5*time.Second, "reconnect when the broker is silent this long")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c, err := loadConfig(cmd.Flags(), "")
+		if err != nil {
+			return err
+		}
+		command := c.str("exec")
+		if command == "" {
+			return errors.New("exec: the command to run is required (--exec 'CMD ARGS')")
+		}
+		opts := worker.Options{Broker: c.str("broker"),
+			Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))}
+		if opts.Queues, err = parseQueues(c.str("queues")); err != nil {
+			return err
+		}
+		if opts.Concurrency, err = c.integer("concurrency"); err != nil {
+			return err
+		}
+		if opts.Grace, err = c.duration("grace"); err != nil {
+			return err
+		}
+		if opts.HeartbeatInterval, err = c.duration("heartbeat-interval"); err != nil {
+			return err
+		}
+		if opts.HeartbeatTimeout, err = c.duration("heartbeat-timeout"); err != nil {
+			return err
+		}
+		w, err := worker.New(opts)
+		if err != nil {
+			return err
+		}
+		w.Handle("*", execHandler(command))
+		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return w.Run(ctx)
+	}
+	return cmd
+}
+
+func parseQueues(s string) ([]worker.Queue, error) {
+	var qs []worker.Queue
+	for _, item := range strings.Split(s, ",") {
+		name, weight, hasWeight := strings.Cut(strings.TrimSpace(item), ":")
+		if name == "" {
+			return nil, fmt.Errorf("queues: %q has an empty queue name", s)
+		}
+		q := worker.Queue{Name: name, Weight: 10}
+		if hasWeight {
+			n, err := strconv.Atoi(weight)
+			if err != nil {
+				return nil, fmt.Errorf("queues: weight %q of %s is not a whole number", weight, name)
+			}
+			q.Weight = n
+		}
+		qs = append(qs, q)
+	}
+	return qs, nil
+}
+
+// execHandler runs command for each job, in its own process group.
+func execHandler(command string) worker.Handler {
+	return func(ctx context.Context, job *worker.Job) ([]byte, error) {
+		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = time.Second // grandchildren holding the pipes do not hold us
+		cmd.Stdin = bytes.NewReader(job.Payload)
+		var stdout bytes.Buffer
+		stderr := &tail{max: 2048}
+		cmd.Stdout, cmd.Stderr = &stdout, stderr
+		cmd.Env = append(os.Environ(),
+			"EMQ_MSGID="+job.MsgID, "EMQ_QUEUE="+job.Queue,
+			"EMQ_ATTEMPT="+strconv.Itoa(job.Attempt), "EMQ_HEADERS="+job.Headers.String())
+		for _, h := range job.Headers.Items() {
+			name := strings.ToUpper(strings.Map(func(r rune) rune {
+				if r == '-' || r == '.' || r == ' ' {
+					return '_'
+				}
+				return r
+			}, h.Name))
+			cmd.Env = append(cmd.Env, "EMQ_HEADER_"+name+"="+h.Value)
+		}
+		err := cmd.Run()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s: killed: %w", command, ctx.Err())
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v: %s", command, err, strings.TrimSpace(stderr.String()))
+		}
+		return stdout.Bytes(), nil
+	}
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	max int
+	b   []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string { return string(t.b) }
