@@ -24,7 +24,7 @@ import (
 //	go test -run '^$' -bench EndToEnd -benchtime 50000x ./broker/
 func BenchmarkEndToEnd(b *testing.B) {
 	for _, c := range []struct{ clients, workers, slots, window int }{
-		{16, 16, 1, 32}, {16, 4, 4, 32}, {1, 1, 1, 1},
+		{16, 16, 1, 32}, {16, 4, 4, 32}, {16, 1, 16, 32}, {1, 1, 1, 1},
 	} {
 		name := fmt.Sprintf("clients=%d/workers=%dx%d/window=%d", c.clients, c.workers, c.slots, c.window)
 		b.Run(name, func(b *testing.B) { endToEnd(b, c.clients, c.workers, c.slots, c.window) })

@@ -127,11 +127,12 @@
 //
 //	16 workers × 1 slot     16,400 – 18,500 jobs/s
 //	 4 workers × 4 slots    23,400 – 23,500 jobs/s
+//	 1 worker × 16 slots    20,200 – 22,600 jobs/s
 //	 1 client, 1 slot, one job at a time: 680 jobs/s (1.47 ms a job, two
 //	 fsyncs: the append and the delete ride separate commits)
 //
-// The goal of 20,000 jobs/s is met with 4×4 slots and missed with 16
-// single-slot workers. The CPU profile of the 16×1 run: 35–44 % in write
+// The goal of 20,000 jobs/s is met when slots share connections (4×4,
+// 1×16) and missed with 16 single-slot workers. The CPU profile of the 16×1 run: 35–44 % in write
 // and read syscalls (writev alone 23–32 %), each single-slot worker costs
 // the broker one write and one read per job that no batching can share
 // (the loop already sends all of one turn's messages to a peer in one

@@ -61,12 +61,13 @@ type Client struct {
 	opts Options
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	calls   map[string]*call // by msgid, until ACKed (and REPLYed, for Request)
-	conn    *zmtp.Conn       // nil while connecting
-	closed  bool
-	done    chan struct{}
-	stopped chan struct{}
+	mu     sync.Mutex
+	calls  map[string]*call // by msgid, until ACKed (and REPLYed, for Request)
+	conn   *zmtp.Conn       // nil while connecting
+	closed bool
+	outq   chan *call // to the writer
+	done   chan struct{}
+	wg     sync.WaitGroup
 }
 
 type call struct {
@@ -99,13 +100,15 @@ func New(opts Options) (*Client, error) {
 		opts.Logger = slog.Default()
 	}
 	c := &Client{
-		opts:    opts,
-		log:     opts.Logger,
-		calls:   make(map[string]*call),
-		done:    make(chan struct{}),
-		stopped: make(chan struct{}),
+		opts:  opts,
+		log:   opts.Logger,
+		calls: make(map[string]*call),
+		outq:  make(chan *call, 1024),
+		done:  make(chan struct{}),
 	}
+	c.wg.Add(2)
 	go c.run()
+	go c.writeLoop()
 	return c, nil
 }
 
@@ -182,14 +185,14 @@ func (c *Client) do(ctx context.Context, queue string, payload []byte, wantReply
 		return "", nil, fmt.Errorf("client: msgid %s is already in flight", o.msgid)
 	}
 	c.calls[o.msgid] = cl
-	conn := c.conn
-	if conn != nil {
-		cl.sentAt = time.Now()
-	}
 	c.mu.Unlock()
 	defer c.forget(o.msgid)
-	if conn != nil {
-		_ = conn.WriteMsgs(cl.frames) // a failure is seen by the reader, and resent
+	select {
+	case c.outq <- cl:
+	case <-ctx.Done():
+		return o.msgid, nil, c.ctxErr(ctx, cl, "ACK")
+	case <-c.done:
+		return o.msgid, nil, ErrClosed
 	}
 
 	select {
@@ -246,13 +249,53 @@ func (c *Client) Close() error {
 	if conn != nil {
 		conn.Close()
 	}
-	<-c.stopped
+	c.wg.Wait()
 	return nil
+}
+
+// writeLoop writes new REQUESTs, as many as are waiting in one write.
+// What finds no connection is sent by resend once there is one.
+func (c *Client) writeLoop() {
+	defer c.wg.Done()
+	var batch []*call
+	var msgs [][][]byte
+	for {
+		select {
+		case cl := <-c.outq:
+			batch = append(batch[:0], cl)
+		case <-c.done:
+			return
+		}
+	gather:
+		for len(batch) < 256 {
+			select {
+			case cl := <-c.outq:
+				batch = append(batch, cl)
+			default:
+				break gather
+			}
+		}
+		msgs = msgs[:0]
+		now := time.Now()
+		c.mu.Lock()
+		conn := c.conn
+		for _, cl := range batch {
+			if conn != nil && cl.sentAt.IsZero() { // not resent meanwhile
+				cl.sentAt = now
+				msgs = append(msgs, cl.frames)
+			}
+		}
+		c.mu.Unlock()
+		if len(msgs) > 0 {
+			_ = conn.WriteMsgs(msgs...) // a failure is seen by the reader; resent then
+		}
+		clear(batch)
+	}
 }
 
 // run keeps a connection, reads from it, and resends what is not ACKed.
 func (c *Client) run() {
-	defer close(c.stopped)
+	defer c.wg.Done()
 	backoff := 50 * time.Millisecond
 	for {
 		conn, err := zmtp.Dial(context.Background(), c.opts.Broker, zmtp.DialOptions{

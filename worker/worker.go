@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -217,8 +218,16 @@ func (w *Worker) Run(ctx context.Context) error {
 				r.disconnect(redial, backoff)
 			}
 		case res := <-r.results:
-			delete(r.running, res.msgid)
-			r.unsent = append(r.unsent, res.msg)
+			runtime.Gosched() // let jobs finishing now join this write
+			for more := true; more; { // every finished job's answer in one write
+				delete(r.running, res.msgid)
+				r.unsent = append(r.unsent, res.msg)
+				select {
+				case res = <-r.results:
+				default:
+					more = false
+				}
+			}
 			r.flush(!stopping)
 		case now := <-tick.C:
 			if r.sess == nil {
