@@ -17,6 +17,7 @@ import (
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/client"
+	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/worker"
 )
@@ -304,5 +305,42 @@ func TestEventMQPayloadFromPython(t *testing.T) {
 	out, err := exec.Command(python, "testdata/eventmq_client.py", b.Frontend()).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "50" {
 		t.Fatalf("eventmq_client.py: %v\n%s", err, out)
+	}
+}
+
+// A job running while the connection breaks finishes, and its REPLY is
+// delivered on the worker's new connection (the broker still counts it:
+// same routing id, within the heartbeat timeout).
+func TestReplyAfterReconnect(t *testing.T) {
+	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.HeartbeatTimeout = 5 * time.Second })
+	started, release := make(chan struct{}), make(chan struct{})
+	startWorker(t, b.Backend(), worker.Options{Identity: "steady-worker"}, map[string]worker.Handler{
+		"q": func(context.Context, *worker.Job) ([]byte, error) {
+			close(started)
+			<-release
+			return []byte("done anyway"), nil
+		},
+	})
+	c := newClient(t, b.Frontend())
+	replied := make(chan []byte, 1)
+	go func() {
+		r, err := c.Request(ctxWait(t), "q", nil)
+		if err != nil {
+			t.Error(err)
+		}
+		replied <- r
+	}()
+	<-started
+	// A connection with the worker's routing id takes it over: the
+	// worker's own connection is closed under it.
+	thief := bt.Dial(t, b.Backend(), "steady-worker")
+	thief.Send(&emqp.Heartbeat{MsgID: emqp.NewID()})
+	bt.Eventually(t, "the worker back on its routing id", thief.Gone)
+	close(release)
+	if r := <-replied; string(r) != "done anyway" {
+		t.Fatalf("client got %q", r)
+	}
+	if n := b.Stats().Dispatched.Load(); n != 1 {
+		t.Errorf("dispatched %d times, want once", n)
 	}
 }

@@ -297,3 +297,15 @@ func FreeEndpoint(t testing.TB) string {
 	defer ln.Close()
 	return "tcp://" + ln.Addr().String()
 }
+
+// Gone reports whether the broker has closed p's connection (for example
+// because a newer connection took over its routing id). It discards a
+// message that is waiting.
+func (p *Peer) Gone() bool {
+	select {
+	case _, ok := <-p.in:
+		return !ok
+	default:
+		return false
+	}
+}
