@@ -218,8 +218,10 @@ func (w *Worker) Run(ctx context.Context) error {
 				r.disconnect(redial, backoff)
 			}
 		case res := <-r.results:
-			runtime.Gosched() // let jobs finishing now join this write
-			for more := true; more; { // every finished job's answer in one write
+			// Every finished job's answer goes in one write; yield first so
+			// that jobs finishing right now join it.
+			runtime.Gosched()
+			for more := true; more; {
 				delete(r.running, res.msgid)
 				r.unsent = append(r.unsent, res.msg)
 				select {
