@@ -42,10 +42,12 @@ type inbound struct {
 // Broker is a running broker. New opens the journal; Run replays it, binds
 // the sockets and serves until its context ends.
 type Broker struct {
-	opts    Options
-	log     *slog.Logger
-	journal store.Journal
-	stats   Stats
+	opts      Options
+	log       *slog.Logger
+	journal   store.Journal
+	stats     Stats
+	metrics   *metrics
+	adminAddr string
 
 	routers [2]*zmtp.Router
 	inbox   chan inbound
@@ -80,15 +82,9 @@ func New(opts Options) (*Broker, error) {
 	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data-dir: %w", err)
 	}
-	path := filepath.Join(opts.DataDir, JournalFile)
-	j, err := store.Open(path, store.DefaultOptions())
-	if err != nil {
-		return nil, err
-	}
-	return &Broker{
+	b := &Broker{
 		opts:    opts,
 		log:     opts.Logger,
-		journal: j,
 		inbox:   make(chan inbound, 4096),
 		stopped: make(chan struct{}),
 		ready:   make(chan struct{}),
@@ -96,7 +92,16 @@ func New(opts Options) (*Broker, error) {
 		jobs:    make(map[string]*job),
 		queues:  make(map[string]*queue),
 		workers: make(map[peerKey]*peer),
-	}, nil
+	}
+	b.metrics = newMetrics(b)
+	sopts := store.DefaultOptions()
+	sopts.OnCommit = b.metrics.observeCommit
+	j, err := store.Open(filepath.Join(opts.DataDir, JournalFile), sopts)
+	if err != nil {
+		return nil, err
+	}
+	b.journal = j
+	return b, nil
 }
 
 // Ready is closed once the journal is replayed and the sockets are bound.
@@ -125,6 +130,7 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	b.metrics.replay.Set(time.Since(start).Seconds())
 	b.log.Info("journal replayed", "jobs", n, "took", time.Since(start).Round(time.Millisecond),
 		"file", filepath.Join(b.opts.DataDir, JournalFile))
 
@@ -132,7 +138,7 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 		r, err := zmtp.Listen(addr, b.routerOptions(ep))
 		if err != nil {
 			b.closeRouters()
-			return fmt.Errorf("%s: %w", [2]string{"frontend", "backend"}[ep], err)
+			return fmt.Errorf("%s: %w", endpointName(ep), err)
 		}
 		b.routers[ep] = r
 	}
@@ -141,7 +147,7 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 		b.closeRouters()
 		return err
 	}
-	b.log.Info("broker listening", "frontend", b.Frontend(), "backend", b.Backend(), "admin", b.opts.Admin)
+	b.log.Info("broker listening", "frontend", b.Frontend(), "backend", b.Backend(), "admin", b.adminAddr)
 	b.isReady.Store(true)
 	close(b.ready)
 
@@ -255,6 +261,7 @@ func (b *Broker) handleWaiting() {
 func (b *Broker) shutdown() {
 	b.log.Info("broker stopping", "journal_writes_in_progress", b.journaling)
 	b.draining = true
+	b.isReady.Store(false)
 	for key := range b.workers {
 		b.send(key, &emqp.Kbye{MsgID: emqp.NewID()})
 	}
@@ -413,10 +420,14 @@ func (b *Broker) protocolError(from peerKey, err error) {
 }
 
 func peerName(k peerKey) string {
-	return fmt.Sprintf("%s/%x", [2]string{"frontend", "backend"}[k.ep], k.id)
+	return endpointName(k.ep) + "/" + printableID(k.id)
 }
 
-// serveAdmin starts /healthz and /readyz on the admin address.
+func endpointName(ep int) string { return [2]string{"frontend", "backend"}[ep] }
+
+func printableID(id string) string { return zmtp.PrintableID(id) }
+
+// serveAdmin starts the admin API (admin.go) on the admin address.
 func (b *Broker) serveAdmin() (*http.Server, error) {
 	if b.opts.Admin == "" {
 		return nil, nil
@@ -425,18 +436,11 @@ func (b *Broker) serveAdmin() (*http.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !b.isReady.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	b.adminAddr = ln.Addr().String()
+	srv := &http.Server{Handler: b.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	return srv, nil
 }
+
+// AdminAddr is the admin API's bound host:port (after Ready; "" = none).
+func (b *Broker) AdminAddr() string { return b.adminAddr }

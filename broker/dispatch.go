@@ -218,6 +218,23 @@ func (d *deque) pushFront(j *job) {
 	d.size++
 }
 
+// remove takes j out, wherever it is (an admin's action: linear).
+func (d *deque) remove(j *job) {
+	for i := 0; i < d.size; i++ {
+		if d.buf[(d.head+i)%len(d.buf)] != j {
+			continue
+		}
+		for k := i; k < d.size-1; k++ {
+			d.buf[(d.head+k)%len(d.buf)] = d.buf[(d.head+k+1)%len(d.buf)]
+		}
+		d.buf[(d.head+d.size-1)%len(d.buf)] = nil
+		d.size--
+		return
+	}
+}
+
+func (d *deque) front() *job { return d.buf[d.head] }
+
 func (d *deque) popFront() *job {
 	j := d.buf[d.head]
 	d.buf[d.head] = nil

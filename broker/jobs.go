@@ -29,6 +29,7 @@ type job struct {
 	fwd       emqp.Headers // with reply-requested, for the worker
 	payload   []byte
 	client    peerKey
+	enqueued  time.Time
 	seq       uint64 // FIFO position, from the journal
 	attempts  int
 	retries   int           // retry-count
@@ -95,7 +96,7 @@ func (b *Broker) request(from peerKey, m *emqp.Request) {
 	if delay > 0 {
 		j.notBefore = now.Add(delay)
 	}
-	j.client = from
+	j.client, j.enqueued = from, now
 	b.jobs[j.id] = j
 	q.live++
 	b.journaling++
@@ -316,19 +317,9 @@ func (b *Broker) replay() (int, error) {
 	now := time.Now()
 	n := 0
 	err := b.journal.Load(func(sj *store.Job) error {
-		q := b.queue(sj.Queue)
-		h, err := emqp.ParseHeaders(sj.Headers)
-		if err != nil {
-			h = emqp.Headers{} // stored by an older broker; dispatch it anyway
-		}
-		j, err := newJob(sj.MsgID, q, h, sj.Payload)
-		if err != nil {
-			j = &job{id: sj.MsgID, q: q, headers: h, fwd: h, payload: sj.Payload, retries: 3}
-		}
-		j.client = peerKey{frontend, string(sj.ClientID)}
-		j.seq, j.attempts, j.notBefore = sj.Seq, sj.Attempts, sj.NotBefore
+		j := b.jobFromStore(sj)
 		b.jobs[j.id] = j
-		q.live++
+		j.q.live++
 		b.enqueue(j, now)
 		n++
 		return nil
@@ -337,6 +328,22 @@ func (b *Broker) replay() (int, error) {
 		return n, fmt.Errorf("replaying the journal: %w", err)
 	}
 	return n, nil
+}
+
+// jobFromStore makes the in-memory job of a stored one.
+func (b *Broker) jobFromStore(sj *store.Job) *job {
+	q := b.queue(sj.Queue)
+	h, err := emqp.ParseHeaders(sj.Headers)
+	if err != nil {
+		h = emqp.Headers{} // stored by an older broker; dispatch it anyway
+	}
+	j, err := newJob(sj.MsgID, q, h, sj.Payload)
+	if err != nil {
+		j = &job{id: sj.MsgID, q: q, headers: h, fwd: h, payload: sj.Payload, retries: 3}
+	}
+	j.client = peerKey{frontend, string(sj.ClientID)}
+	j.seq, j.attempts, j.notBefore, j.enqueued = sj.Seq, sj.Attempts, sj.NotBefore, sj.Enqueued
+	return j
 }
 
 // delayHeap orders delayed jobs by notBefore.

@@ -10,10 +10,11 @@ import (
 
 // Options configure a Broker. Start from DefaultOptions.
 type Options struct {
-	Frontend string // ROUTER endpoint for clients, tcp://host:port
-	Backend  string // ROUTER endpoint for workers, tcp://host:port
-	Admin    string // HTTP host:port for /healthz and /readyz; "" = none
-	DataDir  string // holds the journal file, emq.db
+	Frontend   string // ROUTER endpoint for clients, tcp://host:port
+	Backend    string // ROUTER endpoint for workers, tcp://host:port
+	Admin      string // HTTP host:port of the admin API (admin.go); "" = none
+	AdminToken string // required as a Bearer token when set; needed for a non-loopback Admin
+	DataDir    string // holds the journal file, emq.db
 
 	HeartbeatInterval time.Duration // HEARTBEAT to each worker this often
 	HeartbeatTimeout  time.Duration // a worker silent this long is lost
@@ -60,6 +61,9 @@ func (o Options) Validate() error {
 	if o.Admin != "" {
 		if _, _, err := net.SplitHostPort(o.Admin); err != nil {
 			return fmt.Errorf("admin: %q is not host:port: %w", o.Admin, err)
+		}
+		if !isLoopback(o.Admin) && o.AdminToken == "" {
+			return fmt.Errorf("admin: %s is not a loopback address; set admin-token so that requests need it", o.Admin)
 		}
 	}
 	switch {

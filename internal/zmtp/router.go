@@ -214,7 +214,7 @@ func (r *Router) serve(nc net.Conn) {
 	r.mu.Unlock()
 	if old != nil {
 		r.opts.Logger.Info("zmtp: routing id taken over by a new connection",
-			"id", printable(id), "old", old.RemoteAddr().String(), "new", nc.RemoteAddr().String())
+			"id", PrintableID(id), "old", old.RemoteAddr().String(), "new", nc.RemoteAddr().String())
 		old.end(false)
 	}
 	go rc.writeLoop()
@@ -249,7 +249,7 @@ func (rc *routerConn) send(msgs [][][]byte) error {
 	}
 	rc.mu.Unlock()
 	rc.r.opts.Logger.Warn("zmtp: peer does not read; disconnecting it",
-		"id", printable(rc.id), "remote", rc.RemoteAddr().String(), "queued", len(rc.out))
+		"id", PrintableID(rc.id), "remote", rc.RemoteAddr().String(), "queued", len(rc.out))
 	rc.end(false)
 	return ErrSlowPeer
 }
@@ -281,7 +281,7 @@ func (rc *routerConn) readLoop() {
 			var tl *TooLargeError
 			if errors.As(err, &tl) {
 				rc.r.opts.Logger.Warn("zmtp: frame over the size limit; disconnecting the peer",
-					"id", printable(rc.id), "remote", rc.RemoteAddr().String(), "size", tl.Size, "max", tl.Max)
+					"id", PrintableID(rc.id), "remote", rc.RemoteAddr().String(), "size", tl.Size, "max", tl.Max)
 				if rc.r.opts.TooLarge != nil {
 					if msg := rc.r.opts.TooLarge(rc.id, tl); msg != nil {
 						_ = rc.send([][][]byte{msg})
@@ -291,7 +291,7 @@ func (rc *routerConn) readLoop() {
 				return
 			}
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				rc.r.opts.Logger.Info("zmtp: connection ended", "id", printable(rc.id),
+				rc.r.opts.Logger.Info("zmtp: connection ended", "id", PrintableID(rc.id),
 					"remote", rc.RemoteAddr().String(), "err", err)
 			}
 			rc.end(false)
@@ -377,9 +377,9 @@ func (rc *routerConn) undelivered(batch [][][]byte) {
 	}
 }
 
-// printable shows a routing id in logs: as text when it is text, in hex
-// otherwise (generated ids start with a zero byte).
-func printable(id string) string {
+// PrintableID shows a routing id: as text when it is printable ASCII, as
+// 0x and hex otherwise (generated ids start with a zero byte).
+func PrintableID(id string) string {
 	for i := 0; i < len(id); i++ {
 		if id[i] < 0x20 || id[i] > 0x7e {
 			return "0x" + hex.EncodeToString([]byte(id))

@@ -1,0 +1,280 @@
+package broker
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/eventmq/emq/store"
+)
+
+// The admin HTTP API, on Options.Admin. JSON under /api/v1:
+//
+//	GET    /healthz, /readyz                 process up; journal open, replayed, sockets bound
+//	GET    /metrics                          Prometheus text format
+//	GET    /api/v1/stats                     counters
+//	GET    /api/v1/queues                    []QueueInfo
+//	GET    /api/v1/workers                   []WorkerInfo
+//	GET    /api/v1/jobs?queue=&state=&limit=&after=   a page of JobInfo (state pending, inflight or dead)
+//	GET    /api/v1/jobs/{msgid}[?payload=1]  one JobInfo, with the whole payload in base64 when asked
+//	DELETE /api/v1/jobs/{msgid}              delete a job in any state
+//	POST   /api/v1/jobs/{msgid}/retry        a dead job back to its queue
+//	POST   /api/v1/queues/{queue}/purge?confirm={queue}   delete the queue's pending jobs
+//	POST   /api/v1/compact                   rewrite the journal without free space
+//
+// With an AdminToken every request needs "Authorization: Bearer TOKEN";
+// without one, the broker refuses to bind Admin to a non-loopback address.
+// Errors are {"error": "..."} with 400, 401, 404, 409 or 503.
+
+// JobInfo is a job as the admin API shows it.
+type JobInfo struct {
+	MsgID       string    `json:"msgid"`
+	Queue       string    `json:"queue"`
+	State       string    `json:"state"` // pending, inflight or dead
+	Worker      string    `json:"worker,omitempty"`
+	Headers     string    `json:"headers"`
+	Enqueued    time.Time `json:"enqueued"`
+	Attempts    int       `json:"attempts"`
+	LastError   string    `json:"last_error,omitempty"`
+	NotBefore   time.Time `json:"not_before,omitzero"`
+	PayloadSize int       `json:"payload_size"`
+	Preview     string    `json:"preview"`                  // the payload's first bytes as text; invalid UTF-8 shown as U+FFFD
+	Payload     string    `json:"payload_base64,omitempty"` // only when asked for
+}
+
+// PreviewLen is how many payload bytes a JobInfo's preview shows.
+const PreviewLen = 200
+
+// NewJobInfo describes a stored job; worker is who holds it ("" = nobody).
+func NewJobInfo(j *store.Job, worker string, withPayload bool) JobInfo {
+	ji := JobInfo{
+		MsgID: j.MsgID, Queue: j.Queue, State: j.State.String(), Worker: worker,
+		Headers: j.Headers, Enqueued: j.Enqueued, Attempts: j.Attempts, LastError: j.LastError,
+		NotBefore: j.NotBefore, PayloadSize: len(j.Payload),
+	}
+	if worker != "" {
+		ji.State = "inflight"
+	}
+	p := j.Payload[:min(len(j.Payload), PreviewLen)]
+	ji.Preview = strings.Map(func(r rune) rune {
+		if r < 0x20 && r != '\n' && r != '\t' || r == 0x7f {
+			return '.'
+		}
+		return r
+	}, strings.ToValidUTF8(string(p), string(utf8.RuneError)))
+	if withPayload {
+		ji.Payload = base64.StdEncoding.EncodeToString(j.Payload)
+	}
+	return ji
+}
+
+// JobPage is a page of jobs; pass Next as after for the next page.
+type JobPage struct {
+	Jobs []JobInfo `json:"jobs"`
+	Next string    `json:"next,omitempty"`
+}
+
+// StatsInfo is the broker's counters.
+type StatsInfo struct {
+	Received     int64            `json:"received"`
+	Acked        int64            `json:"acked"`
+	Duplicates   int64            `json:"duplicates"`
+	Dispatched   int64            `json:"dispatched"`
+	Replied      int64            `json:"replied"`
+	Failed       int64            `json:"failed"`
+	Retried      int64            `json:"retried"`
+	TimedOut     int64            `json:"timed_out"`
+	DeadLettered int64            `json:"dead_lettered"`
+	Ignored      int64            `json:"ignored"`
+	Errors       map[string]int64 `json:"protocol_errors"`
+}
+
+func (b *Broker) statsInfo() StatsInfo {
+	s := &b.stats
+	si := StatsInfo{
+		Received: s.Received.Load(), Acked: s.Acked.Load(), Duplicates: s.Duplicates.Load(),
+		Dispatched: s.Dispatched.Load(), Replied: s.Replied.Load(), Failed: s.Failed.Load(),
+		Retried: s.Retried.Load(), TimedOut: s.TimedOut.Load(), DeadLettered: s.DeadLettered.Load(),
+		Ignored: s.Ignored.Load(), Errors: map[string]int64{},
+	}
+	for _, code := range ErrorCodes {
+		si.Errors[code] = s.Errors(code)
+	}
+	return si
+}
+
+// isLoopback reports whether an admin address only listens on loopback.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// adminHandler is the admin API.
+func (b *Broker) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !b.isReady.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(b.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /api/v1/stats", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, b.statsInfo())
+	})
+	mux.HandleFunc("GET /api/v1/queues", func(w http.ResponseWriter, r *http.Request) {
+		qs, err := b.Queues(r.Context())
+		reply(w, qs, err)
+	})
+	mux.HandleFunc("GET /api/v1/workers", func(w http.ResponseWriter, r *http.Request) {
+		ws, err := b.Workers(r.Context())
+		reply(w, ws, err)
+	})
+	mux.HandleFunc("GET /api/v1/jobs", b.listJobs)
+	mux.HandleFunc("GET /api/v1/jobs/{msgid}", func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("msgid")
+		j, err := b.journal.Get(id)
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		held, err := b.InFlight(r.Context(), j.Queue)
+		withPayload, _ := strconv.ParseBool(r.URL.Query().Get("payload"))
+		reply(w, NewJobInfo(j, held[id], withPayload), err)
+	})
+	mux.HandleFunc("DELETE /api/v1/jobs/{msgid}", func(w http.ResponseWriter, r *http.Request) {
+		found, err := b.RemoveJob(r.Context(), r.PathValue("msgid"))
+		if err == nil && !found {
+			err = store.ErrNotFound
+		}
+		reply(w, map[string]bool{"removed": found}, err)
+	})
+	mux.HandleFunc("POST /api/v1/jobs/{msgid}/retry", func(w http.ResponseWriter, r *http.Request) {
+		err := b.RetryDead(r.Context(), r.PathValue("msgid"))
+		reply(w, map[string]bool{"retried": err == nil}, err)
+	})
+	mux.HandleFunc("POST /api/v1/queues/{queue}/purge", func(w http.ResponseWriter, r *http.Request) {
+		q := r.PathValue("queue")
+		if r.URL.Query().Get("confirm") != q {
+			writeJSON(w, http.StatusBadRequest, apiError{"purging deletes every pending job of the queue: " +
+				"repeat its name as ?confirm=" + q})
+			return
+		}
+		n, err := b.PurgeQueue(r.Context(), q)
+		reply(w, map[string]int{"removed": n}, err)
+	})
+	mux.HandleFunc("POST /api/v1/compact", func(w http.ResponseWriter, _ *http.Request) {
+		st, err := b.Compact()
+		reply(w, map[string]int64{"size_before": st.Before, "size_after": st.After}, err)
+	})
+	if b.opts.AdminToken == "" {
+		return mux
+	}
+	want := []byte("Bearer " + b.opts.AdminToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="emq"`)
+			writeJSON(w, http.StatusUnauthorized, apiError{"missing or wrong admin token (Authorization: Bearer TOKEN)"})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// listJobs pages through stored jobs; state inflight lists the held ones.
+func (b *Broker) listJobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("limit %q: want 1 to 10000", v)})
+			return
+		}
+		limit = n
+	}
+	held, err := b.InFlight(r.Context(), q.Get("queue"))
+	if err != nil {
+		reply(w, nil, err)
+		return
+	}
+	state := q.Get("state")
+	var page JobPage
+	switch state {
+	case "inflight":
+		for id, worker := range held {
+			if len(page.Jobs) == limit {
+				break
+			}
+			if j, err := b.journal.Get(id); err == nil {
+				page.Jobs = append(page.Jobs, NewJobInfo(j, worker, false))
+			}
+		}
+	case "", "pending", "dead":
+		opts := store.ListOptions{Queue: q.Get("queue"), After: q.Get("after"), Limit: limit}
+		if state != "" {
+			opts.State, _ = store.ParseState(state)
+		}
+		p, err := b.journal.List(opts)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
+			return
+		}
+		for _, j := range p.Jobs {
+			page.Jobs = append(page.Jobs, NewJobInfo(j, held[j.MsgID], false))
+		}
+		page.Next = p.Next
+	default:
+		writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("state %q: want pending, inflight or dead", state)})
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+type apiError struct {
+	Error string `json:"error"`
+}
+
+// reply writes v, or err with the status that fits it.
+func reply(w http.ResponseWriter, v any, err error) {
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, v)
+	case errors.Is(err, store.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, apiError{err.Error()})
+	case errors.Is(err, ErrStopped), errors.Is(err, store.ErrClosed), errors.Is(err, context.DeadlineExceeded):
+		writeJSON(w, http.StatusServiceUnavailable, apiError{err.Error()})
+	default:
+		writeJSON(w, http.StatusConflict, apiError{err.Error()})
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

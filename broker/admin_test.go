@@ -1,0 +1,260 @@
+package broker_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/emqp"
+	bt "github.com/eventmq/emq/internal/brokertest"
+)
+
+func withAdmin(token string) func(*broker.Options) {
+	return func(o *broker.Options) {
+		fast(o)
+		o.Admin, o.AdminToken = "127.0.0.1:0", token
+	}
+}
+
+// api calls the admin API and decodes the JSON answer into out (if not nil).
+func api(t *testing.T, b *bt.Broker, method, path, token string, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+b.AdminAddr()+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Timeout: bt.Wait}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(body, out); err != nil {
+			t.Fatalf("%s %s: %v in %s", method, path, err, body)
+		}
+	}
+	return resp.StatusCode
+}
+
+// jobsInEveryState makes a pending, an in-flight, a delayed and a dead job.
+func jobsInEveryState(t *testing.T, b *bt.Broker) (pending, inflight, delayed, dead string, worker *bt.Peer) {
+	t.Helper()
+	client := bt.Dial(t, b.Frontend(), "c")
+	worker = bt.Dial(t, b.Backend(), "w")
+	worker.Inform("q")
+	worker.KeepAlive(50 * time.Millisecond)
+	dead = client.Request("q", "retry-count:0", []byte("doomed"))
+	worker.Ready(1)
+	bt.Expect[*emqp.Request](worker)
+	worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: dead, Reason: "broken"})
+	bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered.Load() == 1 })
+	inflight = client.Request("q", "", []byte("running"))
+	worker.Ready(1)
+	bt.Expect[*emqp.Request](worker)
+	pending = client.Request("q", "", []byte("waiting\x00\xff"))
+	delayed = client.Request("q", "delay:3600", nil)
+	return
+}
+
+func TestAdminAPI(t *testing.T) {
+	b := bt.Start(t, "", withAdmin(""))
+	pending, inflight, delayed, dead, worker := jobsInEveryState(t, b)
+
+	var queues []broker.QueueInfo
+	if api(t, b, "GET", "/api/v1/queues", "", &queues) != 200 || len(queues) != 1 {
+		t.Fatalf("queues: %+v", queues)
+	}
+	if q := queues[0]; q.Name != "q" || q.Pending != 1 || q.InFlight != 1 || q.Delayed != 1 || q.Workers != 1 || q.OldestAge <= 0 {
+		t.Fatalf("queue: %+v", q)
+	}
+	var workers []broker.WorkerInfo
+	api(t, b, "GET", "/api/v1/workers", "", &workers)
+	if len(workers) != 1 || workers[0].ID != "w" || workers[0].InFlight != 1 || workers[0].Queues[0] != "q" {
+		t.Fatalf("workers: %+v", workers)
+	}
+
+	states := map[string]string{}
+	var page broker.JobPage
+	api(t, b, "GET", "/api/v1/jobs?queue=q", "", &page)
+	for _, j := range page.Jobs {
+		states[j.MsgID] = j.State
+	}
+	want := map[string]string{pending: "pending", inflight: "inflight", delayed: "pending", dead: "dead"}
+	if fmt.Sprint(states) != fmt.Sprint(want) {
+		t.Fatalf("states %v, want %v", states, want)
+	}
+	api(t, b, "GET", "/api/v1/jobs?state=inflight", "", &page)
+	if len(page.Jobs) != 1 || page.Jobs[0].MsgID != inflight || page.Jobs[0].Worker != "w" {
+		t.Fatalf("inflight: %+v", page.Jobs)
+	}
+	// Paging: one job a page, all four reached.
+	seen, after := 0, ""
+	for i := 0; i < 10; i++ {
+		page = broker.JobPage{}
+		api(t, b, "GET", "/api/v1/jobs?limit=1&after="+url.QueryEscape(after), "", &page)
+		seen += len(page.Jobs)
+		if after = page.Next; after == "" {
+			break
+		}
+	}
+	if seen != 4 {
+		t.Fatalf("paged through %d jobs, want 4", seen)
+	}
+
+	var ji broker.JobInfo
+	if api(t, b, "GET", "/api/v1/jobs/"+pending+"?payload=1", "", &ji) != 200 {
+		t.Fatal("job not found")
+	}
+	if ji.PayloadSize != 9 || ji.Preview != "waiting.\ufffd" || ji.Payload != "d2FpdGluZwD/" {
+		t.Fatalf("job %+v", ji)
+	}
+	if api(t, b, "GET", "/api/v1/jobs/nope", "", nil) != 404 {
+		t.Fatal("unknown msgid is not 404")
+	}
+
+	// Retry the dead job: it is dispatched again.
+	if code := api(t, b, "POST", "/api/v1/jobs/"+dead+"/retry", "", nil); code != 200 {
+		t.Fatalf("retry: %d", code)
+	}
+	if code := api(t, b, "POST", "/api/v1/jobs/"+pending+"/retry", "", nil); code != 409 {
+		t.Fatalf("retry of a pending job: %d, want 409", code)
+	}
+	// Delete the pending job; purge needs its confirmation.
+	if code := api(t, b, "DELETE", "/api/v1/jobs/"+pending, "", nil); code != 200 {
+		t.Fatalf("delete: %d", code)
+	}
+	if code := api(t, b, "POST", "/api/v1/queues/q/purge", "", nil); code != 400 {
+		t.Fatalf("purge without confirm: %d, want 400", code)
+	}
+	var purged map[string]int
+	if api(t, b, "POST", "/api/v1/queues/q/purge?confirm=q", "", &purged) != 200 || purged["removed"] != 3 {
+		t.Fatalf("purge: %v (want the in-flight, the delayed and the retried job)", purged)
+	}
+	api(t, b, "GET", "/api/v1/queues", "", &queues)
+	if len(queues) != 1 || queues[0].Pending+queues[0].InFlight+queues[0].Delayed != 0 {
+		t.Fatalf("after purge: %+v", queues)
+	}
+	// The purged in-flight job's late REPLY is ignored.
+	worker.Reply(inflight, nil)
+	worker.Sync()
+	if n := b.Stats().Replied.Load(); n != 0 {
+		t.Fatalf("replied = %d after a purge", n)
+	}
+}
+
+func TestAdminToken(t *testing.T) {
+	b := bt.Start(t, "", withAdmin("s3cret"))
+	for _, path := range []string{"/api/v1/queues", "/metrics", "/readyz"} {
+		if code := api(t, b, "GET", path, "", nil); code != 401 {
+			t.Errorf("%s without token: %d, want 401", path, code)
+		}
+		if code := api(t, b, "GET", path, "wrong", nil); code != 401 {
+			t.Errorf("%s with a wrong token: %d, want 401", path, code)
+		}
+		if code := api(t, b, "GET", path, "s3cret", nil); code != 200 {
+			t.Errorf("%s with the token: %d", path, code)
+		}
+	}
+	client := bt.Dial(t, b.Frontend(), "c")
+	id := client.Request("q", "", nil)
+	if code := api(t, b, "DELETE", "/api/v1/jobs/"+id, "wrong", nil); code != 401 {
+		t.Fatalf("delete with a wrong token: %d", code)
+	}
+	var ji broker.JobInfo
+	if api(t, b, "GET", "/api/v1/jobs/"+id, "s3cret", &ji) != 200 || ji.MsgID != id {
+		t.Fatal("the job was changed by a refused request")
+	}
+
+	opts := broker.DefaultOptions()
+	opts.Admin, opts.DataDir = "0.0.0.0:0", t.TempDir()
+	if err := opts.Validate(); err == nil || !strings.Contains(err.Error(), "admin-token") {
+		t.Fatalf("non-loopback admin without a token: %v", err)
+	}
+}
+
+// /metrics parses as Prometheus text, and its counters move with jobs.
+func TestMetrics(t *testing.T) {
+	b := bt.Start(t, "", withAdmin(""))
+	scrape := func() map[string]*dto.MetricFamily {
+		resp, err := http.Get("http://" + b.AdminAddr() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		mf, err := parser.TextToMetricFamilies(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mf
+	}
+	value := func(mf map[string]*dto.MetricFamily, name, label string) float64 {
+		f := mf[name]
+		if f == nil {
+			t.Fatalf("no metric %s", name)
+		}
+		for _, m := range f.Metric {
+			if label != "" && (len(m.Label) == 0 || m.Label[0].GetValue() != label) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+		t.Fatalf("%s{%s} not found", name, label)
+		return 0
+	}
+	before := scrape()
+	if value(before, "emq_jobs_acked_total", "") != 0 {
+		t.Fatal("acked before any job")
+	}
+	jobsInEveryState(t, b)
+	bad := bt.Dial(t, b.Frontend(), "bad")
+	bad.SendFrames([]byte("x"))
+	bt.Expect[*emqp.Error](bad)
+
+	after := scrape()
+	for name, want := range map[string]float64{
+		"emq_jobs_acked_total":         4,
+		"emq_jobs_dispatched_total":    2,
+		"emq_jobs_failed_total":        1,
+		"emq_jobs_dead_lettered_total": 1,
+		"emq_workers":                  1,
+	} {
+		if got := value(after, name, ""); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if got := value(after, "emq_queue_pending_jobs", "q"); got != 1 {
+		t.Errorf("pending{q} = %v", got)
+	}
+	if got := value(after, "emq_queue_inflight_jobs", "q"); got != 1 {
+		t.Errorf("inflight{q} = %v", got)
+	}
+	if got := value(after, "emq_protocol_errors_total", "bad_request"); got != 1 {
+		t.Errorf("protocol errors{bad_request} = %v", got)
+	}
+	if value(after, "emq_journal_commit_duration_seconds", "") == 0 || value(after, "emq_journal_commit_writes", "") == 0 {
+		t.Error("journal commits are not observed")
+	}
+	value(after, "emq_replay_duration_seconds", "")
+}

@@ -1,0 +1,225 @@
+package broker
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"sort"
+	"time"
+
+	"github.com/eventmq/emq/store"
+)
+
+// ErrStopped is returned by a query or an admin change that the loop can
+// no longer answer.
+var ErrStopped = errors.New("broker is not running")
+
+// onLoop runs fn on the loop and waits for it. Admin reads and changes go
+// through it, so they see and change the loop's state without locks.
+func (b *Broker) onLoop(ctx context.Context, fn func()) error {
+	if !b.isReady.Load() {
+		return ErrStopped
+	}
+	done := make(chan struct{})
+	b.post(func() { fn(); close(done) })
+	select {
+	case <-done:
+		return nil
+	case <-b.stopped:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// QueueInfo describes one queue.
+type QueueInfo struct {
+	Name      string  `json:"name"`
+	Pending   int     `json:"pending"` // waiting for a worker
+	Delayed   int     `json:"delayed"` // waiting for their time (delay, retry backoff)
+	InFlight  int     `json:"in_flight"`
+	Workers   int     `json:"workers"`
+	OldestAge float64 `json:"oldest_age_seconds"` // of the jobs not done; 0 when none
+}
+
+// Queues describes every queue the broker knows, by name. It looks at the
+// head of each FIFO, the delayed jobs and the held ones, never at every
+// stored job.
+func (b *Broker) Queues(ctx context.Context) ([]QueueInfo, error) {
+	var out []QueueInfo
+	err := b.onLoop(ctx, func() {
+		now := time.Now()
+		index := make(map[*queue]int, len(b.queues))
+		for _, q := range b.queues {
+			index[q] = len(out)
+			qi := QueueInfo{Name: q.name, Pending: q.jobs.len(), Workers: len(q.workers)}
+			if q.jobs.len() > 0 {
+				qi.OldestAge = now.Sub(q.jobs.front().enqueued).Seconds()
+			}
+			out = append(out, qi)
+		}
+		count := func(j *job, n func(*QueueInfo) *int) {
+			if i, ok := index[j.q]; ok {
+				*n(&out[i])++
+				out[i].OldestAge = max(out[i].OldestAge, now.Sub(j.enqueued).Seconds())
+			}
+		}
+		for _, j := range b.delayed {
+			count(j, func(qi *QueueInfo) *int { return &qi.Delayed })
+		}
+		for _, w := range b.workers {
+			for _, j := range w.held {
+				count(j, func(qi *QueueInfo) *int { return &qi.InFlight })
+			}
+		}
+	})
+	sort.Slice(out, func(i, k int) bool { return out[i].Name < out[k].Name })
+	return out, err
+}
+
+// WorkerInfo describes one worker.
+type WorkerInfo struct {
+	ID            string    `json:"id"` // the routing id, as text or 0x-hex
+	Endpoint      string    `json:"endpoint"`
+	Queues        []string  `json:"queues"`
+	FreeSlots     int       `json:"free_slots"`
+	InFlight      int       `json:"in_flight"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+}
+
+// Workers describes every worker.
+func (b *Broker) Workers(ctx context.Context) ([]WorkerInfo, error) {
+	var out []WorkerInfo
+	err := b.onLoop(ctx, func() {
+		for _, w := range b.workers {
+			out = append(out, WorkerInfo{
+				ID:            printableID(w.key.id),
+				Endpoint:      endpointName(w.key.ep),
+				Queues:        queueNames(w.queues),
+				FreeSlots:     w.free,
+				InFlight:      len(w.held),
+				LastHeartbeat: w.lastSeen,
+			})
+		}
+	})
+	sort.Slice(out, func(i, k int) bool { return out[i].ID < out[k].ID })
+	return out, err
+}
+
+// InFlight returns the msgids held by workers (of queue, or all when "")
+// with the worker holding each.
+func (b *Broker) InFlight(ctx context.Context, queue string) (map[string]string, error) {
+	out := map[string]string{}
+	err := b.onLoop(ctx, func() {
+		for _, w := range b.workers {
+			for id, j := range w.held {
+				if queue == "" || j.q.name == queue {
+					out[id] = printableID(w.key.id)
+				}
+			}
+		}
+	})
+	return out, err
+}
+
+// RetryDead brings a dead job back to the tail of its queue.
+func (b *Broker) RetryDead(ctx context.Context, msgid string) error {
+	result := make(chan error, 1)
+	err := b.onLoop(ctx, func() {
+		b.journal.Revive(msgid, func(sj *store.Job, err error) {
+			if err != nil {
+				result <- err
+				return
+			}
+			b.post(func() { b.revived(sj); result <- nil })
+		})
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-result:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (b *Broker) revived(sj *store.Job) {
+	j := b.jobFromStore(sj)
+	b.jobs[j.id] = j
+	j.q.live++
+	b.enqueue(j, time.Now())
+}
+
+// RemoveJob deletes a job in any state (an admin's action). A worker
+// holding it may still run it; its REPLY is then ignored.
+func (b *Broker) RemoveJob(ctx context.Context, msgid string) (found bool, err error) {
+	result := make(chan error, 1)
+	err = b.onLoop(ctx, func() {
+		if j := b.jobs[msgid]; j != nil && j.state != journaling {
+			b.unlink(j)
+		}
+		b.journal.Remove(msgid, func(f bool, err error) { found = f; result <- err })
+	})
+	if err != nil {
+		return false, err
+	}
+	select {
+	case err := <-result:
+		return found, err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// PurgeQueue deletes every stored pending job of queue, in flight or not.
+// Jobs whose write is still in progress are not purged.
+func (b *Broker) PurgeQueue(ctx context.Context, queue string) (int, error) {
+	type outcome struct {
+		n   int
+		err error
+	}
+	result := make(chan outcome, 1)
+	err := b.onLoop(ctx, func() {
+		for _, j := range b.jobs {
+			if j.q.name == queue && j.state != journaling {
+				b.unlink(j)
+			}
+		}
+		b.journal.PurgeQueue(queue, func(n int, err error) { result <- outcome{n, err} })
+	})
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case o := <-result:
+		return o.n, o.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// Compact rewrites the journal file without its free space.
+func (b *Broker) Compact() (store.CompactStats, error) { return b.journal.Compact() }
+
+// Journal is the broker's journal, for reads (Get, List, Counts, Result).
+func (b *Broker) Journal() store.Journal { return b.journal }
+
+// unlink takes a job out of the loop's state wherever it is.
+func (b *Broker) unlink(j *job) {
+	switch j.state {
+	case pending:
+		j.q.jobs.remove(j)
+	case delayed:
+		for i, d := range b.delayed {
+			if d == j {
+				heap.Remove(&b.delayed, i)
+				break
+			}
+		}
+	case inFlight:
+		b.release(j)
+	}
+	b.forget(j)
+}

@@ -1,0 +1,115 @@
+package broker
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the broker's Prometheus metrics, in a registry of its own.
+type metrics struct {
+	reg         *prometheus.Registry
+	commitTime  prometheus.Histogram
+	commitBatch prometheus.Histogram
+	replay      prometheus.Gauge
+}
+
+func newMetrics(b *Broker) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		commitTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "emq_journal_commit_duration_seconds",
+			Help:    "Time of one journal commit (group of writes), fsync included.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "emq_journal_commit_writes",
+			Help:    "Writes (appends, deletes, ...) in one journal commit.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}),
+		replay: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "emq_replay_duration_seconds",
+			Help: "Time the last start-up took to load the journal.",
+		}),
+	}
+	counter := func(name, help string, v interface{ Load() int64 }) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(v.Load()) })
+	}
+	s := &b.stats
+	m.reg.MustRegister(
+		m.commitTime, m.commitBatch, m.replay,
+		counter("emq_jobs_received_total", "REQUESTs received, refused ones included.", &s.Received),
+		counter("emq_jobs_acked_total", "Jobs stored and ACKed.", &s.Acked),
+		counter("emq_jobs_duplicate_total", "REQUESTs for a msgid already stored (ACKed again, not stored twice).", &s.Duplicates),
+		counter("emq_jobs_dispatched_total", "Jobs sent to a worker.", &s.Dispatched),
+		counter("emq_jobs_replied_total", "Jobs completed by their worker's REPLY.", &s.Replied),
+		counter("emq_jobs_failed_total", "FAILs from workers.", &s.Failed),
+		counter("emq_jobs_retried_total", "Attempts after which a job was tried again.", &s.Retried),
+		counter("emq_jobs_timed_out_total", "Deliveries that passed the job's timeout.", &s.TimedOut),
+		counter("emq_jobs_dead_lettered_total", "Jobs moved to the dead letters.", &s.DeadLettered),
+		counter("emq_messages_ignored_total", "Late or foreign REPLYs and FAILs, stray ACKs and ERRORs.", &s.Ignored),
+		&stateCollector{b},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// observeCommit is the journal's OnCommit hook.
+func (m *metrics) observeCommit(writes int, took time.Duration) {
+	m.commitTime.Observe(took.Seconds())
+	m.commitBatch.Observe(float64(writes))
+}
+
+// stateCollector reports what the loop holds, read on the loop at scrape
+// time, and the ERRORs sent by code.
+type stateCollector struct{ b *Broker }
+
+var (
+	descPending   = prometheus.NewDesc("emq_queue_pending_jobs", "Jobs waiting for a worker.", []string{"queue"}, nil)
+	descDelayed   = prometheus.NewDesc("emq_queue_delayed_jobs", "Jobs waiting for their time (delay, retry backoff).", []string{"queue"}, nil)
+	descInFlight  = prometheus.NewDesc("emq_queue_inflight_jobs", "Jobs held by workers.", []string{"queue"}, nil)
+	descOldest    = prometheus.NewDesc("emq_queue_oldest_job_age_seconds", "Age of the oldest job not done.", []string{"queue"}, nil)
+	descQWorkers  = prometheus.NewDesc("emq_queue_workers", "Workers serving the queue.", []string{"queue"}, nil)
+	descWorkers   = prometheus.NewDesc("emq_workers", "Connected workers.", nil, nil)
+	descFreeSlots = prometheus.NewDesc("emq_worker_free_slots", "Slots offered by workers (READY) and not used.", nil, nil)
+	descErrors    = prometheus.NewDesc("emq_protocol_errors_total", "ERRORs sent to peers, by code.", []string{"code"}, nil)
+)
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descWorkers, descFreeSlots, descErrors} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, code := range ErrorCodes {
+		ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(c.b.stats.Errors(code)), code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	queues, err := c.b.Queues(ctx)
+	if err != nil {
+		return
+	}
+	for _, q := range queues {
+		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(q.Pending), q.Name)
+		ch <- prometheus.MustNewConstMetric(descDelayed, prometheus.GaugeValue, float64(q.Delayed), q.Name)
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(q.InFlight), q.Name)
+		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, q.OldestAge, q.Name)
+		ch <- prometheus.MustNewConstMetric(descQWorkers, prometheus.GaugeValue, float64(q.Workers), q.Name)
+	}
+	workers, err := c.b.Workers(ctx)
+	if err != nil {
+		return
+	}
+	free := 0
+	for _, w := range workers {
+		free += w.FreeSlots
+	}
+	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(len(workers)))
+	ch <- prometheus.MustNewConstMetric(descFreeSlots, prometheus.GaugeValue, float64(free))
+}
