@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -145,7 +146,7 @@ func (b *Broker) adminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, b.statsInfo())
 	})
 	mux.HandleFunc("GET /api/v1/queues", func(w http.ResponseWriter, r *http.Request) {
-		qs, err := b.Queues(r.Context())
+		qs, err := b.queuesWithDead(r.Context())
 		reply(w, qs, err)
 	})
 	mux.HandleFunc("GET /api/v1/workers", func(w http.ResponseWriter, r *http.Request) {
@@ -201,6 +202,36 @@ func (b *Broker) adminHandler() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// queuesWithDead is Queues with the dead-letter counts of the journal,
+// and the queues that only have dead jobs.
+func (b *Broker) queuesWithDead(ctx context.Context) ([]QueueInfo, error) {
+	qs, err := b.Queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	counts, err := b.journal.Counts()
+	if err != nil {
+		return nil, err
+	}
+	index := make(map[string]int, len(qs))
+	for i, q := range qs {
+		index[q.Name] = i
+	}
+	for _, c := range counts {
+		if c.Dead == 0 {
+			continue
+		}
+		i, ok := index[c.Queue]
+		if !ok {
+			i = len(qs)
+			qs = append(qs, QueueInfo{Name: c.Queue})
+		}
+		qs[i].Dead = c.Dead
+	}
+	sort.Slice(qs, func(i, k int) bool { return qs[i].Name < qs[k].Name })
+	return qs, nil
 }
 
 // listJobs pages through stored jobs; state inflight lists the held ones.

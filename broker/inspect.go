@@ -38,6 +38,7 @@ type QueueInfo struct {
 	Pending   int     `json:"pending"` // waiting for a worker
 	Delayed   int     `json:"delayed"` // waiting for their time (delay, retry backoff)
 	InFlight  int     `json:"in_flight"`
+	Dead      int     `json:"dead"` // in the dead letters (from the journal)
 	Workers   int     `json:"workers"`
 	OldestAge float64 `json:"oldest_age_seconds"` // of the jobs not done; 0 when none
 }

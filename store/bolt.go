@@ -278,3 +278,29 @@ func (b *Bolt) Close() error {
 	}
 	return nil
 }
+
+// Migrations reports the file's schema version and each known step.
+func (b *Bolt) Migrations() (int, []migrations.Status, error) {
+	return migrations.Check(b.db)
+}
+
+// Migrate brings the journal file at path up to the latest schema and
+// returns the versions it moved between. Open does the same; this says so.
+func Migrate(path string, opts Options) (from, to int, err error) {
+	if err := opts.Validate(); err != nil {
+		return 0, 0, err
+	}
+	if _, err := os.Stat(path); err != nil {
+		return 0, 0, fmt.Errorf("journal %s: %w", path, err)
+	}
+	db, err := openBolt(path, opts)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer db.Close()
+	from, to, err = migrations.Apply(db)
+	if err != nil {
+		return from, to, fmt.Errorf("journal %s: %w", path, err)
+	}
+	return from, to, nil
+}

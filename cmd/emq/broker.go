@@ -29,7 +29,8 @@ SIGTERM or SIGINT stops it gracefully.`,
 	f.String("config", "", "config file (.yaml, .yml or .toml)")
 	f.String("frontend", d.Frontend, "ZeroMQ endpoint for clients")
 	f.String("backend", d.Backend, "ZeroMQ endpoint for workers")
-	f.String("admin", d.Admin, `HTTP address for /healthz and /readyz ("" = none)`)
+	f.String("admin", d.Admin, `HTTP address of the admin API, /metrics, /healthz and /readyz ("" = none)`)
+	f.String("admin-token", "", "require this Bearer token on every admin request (needed for a non-loopback --admin)")
 	f.String("data-dir", d.DataDir, "directory of the journal file "+broker.JournalFile)
 	f.Duration("heartbeat-interval", d.HeartbeatInterval, "HEARTBEAT to each worker this often")
 	f.Duration("heartbeat-timeout", d.HeartbeatTimeout, "a worker silent this long is lost and its jobs requeued")
@@ -67,6 +68,7 @@ SIGTERM or SIGINT stops it gracefully.`,
 func brokerOptions(c *config) (broker.Options, error) {
 	o := broker.DefaultOptions()
 	o.Frontend, o.Backend, o.Admin, o.DataDir = c.str("frontend"), c.str("backend"), c.str("admin"), c.str("data-dir")
+	o.AdminToken = c.str("admin-token")
 	var err error
 	if o.HeartbeatInterval, err = c.duration("heartbeat-interval"); err != nil {
 		return o, err

@@ -14,7 +14,9 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newBrokerCmd(), newWorkerCmd(), newSendCmd(), newVersionCmd())
+	root.AddCommand(newBrokerCmd(), newWorkerCmd(), newSendCmd(),
+		newStatsCmd(), newQueuesCmd(), newWorkersCmd(), newJobsCmd(), newDLQCmd(),
+		newMigrateCmd(), newCompactCmd(), newVersionCmd())
 	return root
 }
 

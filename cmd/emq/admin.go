@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/store"
+)
+
+// admin is what the admin commands need, from a running broker's HTTP API
+// (online) or from a journal file no broker holds (offline).
+type admin interface {
+	Stats() (*broker.StatsInfo, []broker.QueueInfo, error) // counters are nil offline
+	Queues() ([]broker.QueueInfo, error)
+	Workers() ([]broker.WorkerInfo, error)
+	Jobs(queue, state, after string, limit int) (broker.JobPage, error)
+	Job(msgid string, payload bool) (broker.JobInfo, error)
+	Remove(msgid string) error
+	Retry(msgid string) error
+	Purge(queue string) (int, error)
+	Compact() (before, after int64, err error)
+	Close() error
+}
+
+// adminFlags adds the flags of every admin command.
+func adminFlags(cmd *cobra.Command) {
+	f := cmd.PersistentFlags()
+	f.String("admin", broker.DefaultOptions().Admin, "a running broker's admin address (host:port)")
+	f.String("admin-token", "", "the broker's admin token (or EMQ_ADMIN_TOKEN)")
+	f.String("data-dir", "", "use the journal in this directory directly (the broker must be stopped)")
+	f.Bool("json", false, "print JSON instead of a table")
+}
+
+// openAdmin returns the offline admin when --data-dir is given, the
+// online one otherwise.
+func openAdmin(cmd *cobra.Command) (admin, *config, error) {
+	c, err := loadConfig(cmd.Flags(), "")
+	if err != nil {
+		return nil, nil, err
+	}
+	if dir := c.str("data-dir"); dir != "" {
+		a, err := openOffline(dir, c.str("admin"))
+		return a, c, err
+	}
+	return &online{base: "http://" + c.str("admin"), token: c.str("admin-token"),
+		http: &http.Client{Timeout: 30 * time.Second}}, c, nil
+}
+
+// online talks to a broker's admin API.
+type online struct {
+	base, token string
+	http        *http.Client
+}
+
+func (o *online) call(method, path string, out any) error {
+	req, err := http.NewRequestWithContext(context.Background(), method, o.base+path, nil)
+	if err != nil {
+		return err
+	}
+	if o.token != "" {
+		req.Header.Set("Authorization", "Bearer "+o.token)
+	}
+	resp, err := o.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("no broker answered at %s (%v); is it running? For the journal of a stopped broker use --data-dir DIR", o.base, errors.Unwrap(err))
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		if json.Unmarshal(body, &e) != nil || e.Error == "" {
+			e.Error = string(body)
+		}
+		if resp.StatusCode == http.StatusUnauthorized {
+			return fmt.Errorf("the broker at %s refused the admin token: %s", o.base, e.Error)
+		}
+		return fmt.Errorf("%s", e.Error)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(body, out)
+}
+
+func (o *online) Stats() (*broker.StatsInfo, []broker.QueueInfo, error) {
+	var s broker.StatsInfo
+	if err := o.call("GET", "/api/v1/stats", &s); err != nil {
+		return nil, nil, err
+	}
+	qs, err := o.Queues()
+	return &s, qs, err
+}
+
+func (o *online) Queues() (qs []broker.QueueInfo, err error) {
+	return qs, o.call("GET", "/api/v1/queues", &qs)
+}
+
+func (o *online) Workers() (ws []broker.WorkerInfo, err error) {
+	return ws, o.call("GET", "/api/v1/workers", &ws)
+}
+
+func (o *online) Jobs(queue, state, after string, limit int) (p broker.JobPage, err error) {
+	q := url.Values{"queue": {queue}, "state": {state}, "after": {after}, "limit": {strconv.Itoa(limit)}}
+	return p, o.call("GET", "/api/v1/jobs?"+q.Encode(), &p)
+}
+
+func (o *online) Job(msgid string, payload bool) (j broker.JobInfo, err error) {
+	return j, o.call("GET", "/api/v1/jobs/"+url.PathEscape(msgid)+"?payload="+strconv.FormatBool(payload), &j)
+}
+
+func (o *online) Remove(msgid string) error {
+	return o.call("DELETE", "/api/v1/jobs/"+url.PathEscape(msgid), nil)
+}
+
+func (o *online) Retry(msgid string) error {
+	return o.call("POST", "/api/v1/jobs/"+url.PathEscape(msgid)+"/retry", nil)
+}
+
+func (o *online) Purge(queue string) (int, error) {
+	var r struct{ Removed int }
+	err := o.call("POST", "/api/v1/queues/"+url.PathEscape(queue)+"/purge?confirm="+url.QueryEscape(queue), &r)
+	return r.Removed, err
+}
+
+func (o *online) Compact() (int64, int64, error) {
+	var r struct {
+		Before int64 `json:"size_before"`
+		After  int64 `json:"size_after"`
+	}
+	err := o.call("POST", "/api/v1/compact", &r)
+	return r.Before, r.After, err
+}
+
+func (o *online) Close() error { return nil }
+
+// offline works on the journal file of a stopped broker.
+type offline struct {
+	j *store.Bolt
+}
+
+func openOffline(dir, adminAddr string) (*offline, error) {
+	path := filepath.Join(dir, broker.JournalFile)
+	opts := store.DefaultOptions()
+	opts.LockTimeout = 500 * time.Millisecond
+	j, err := store.Open(path, opts)
+	if errors.Is(err, store.ErrLocked) {
+		return nil, fmt.Errorf("the journal %s is in use by a running broker: manage it online with --admin %s (its admin address), or stop the broker first", path, adminAddr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &offline{j}, nil
+}
+
+var errNeedsBroker = errors.New("only a running broker knows this: use --admin instead of --data-dir")
+
+func (o *offline) Stats() (*broker.StatsInfo, []broker.QueueInfo, error) {
+	qs, err := o.Queues()
+	return nil, qs, err
+}
+
+func (o *offline) Queues() ([]broker.QueueInfo, error) {
+	counts, err := o.j.Counts()
+	if err != nil {
+		return nil, err
+	}
+	qs := make([]broker.QueueInfo, 0, len(counts))
+	for _, c := range counts {
+		qs = append(qs, broker.QueueInfo{Name: c.Queue, Pending: c.Pending, Dead: c.Dead})
+	}
+	sort.Slice(qs, func(i, k int) bool { return qs[i].Name < qs[k].Name })
+	return qs, nil
+}
+
+func (o *offline) Workers() ([]broker.WorkerInfo, error) { return nil, errNeedsBroker }
+
+func (o *offline) Jobs(queue, state, after string, limit int) (broker.JobPage, error) {
+	opts := store.ListOptions{Queue: queue, After: after, Limit: limit}
+	switch state {
+	case "":
+	case "inflight":
+		return broker.JobPage{}, errNeedsBroker
+	default:
+		s, err := store.ParseState(state)
+		if err != nil {
+			return broker.JobPage{}, err
+		}
+		opts.State = s
+	}
+	p, err := o.j.List(opts)
+	if err != nil {
+		return broker.JobPage{}, err
+	}
+	page := broker.JobPage{Next: p.Next}
+	for _, j := range p.Jobs {
+		page.Jobs = append(page.Jobs, broker.NewJobInfo(j, "", false))
+	}
+	return page, nil
+}
+
+func (o *offline) Job(msgid string, payload bool) (broker.JobInfo, error) {
+	j, err := o.j.Get(msgid)
+	if err != nil {
+		return broker.JobInfo{}, err
+	}
+	return broker.NewJobInfo(j, "", payload), nil
+}
+
+func (o *offline) Remove(msgid string) error {
+	found, err := store.Wait(func(done func(bool, error)) { o.j.Remove(msgid, done) })
+	if err == nil && !found {
+		err = fmt.Errorf("%w: %s", store.ErrNotFound, msgid)
+	}
+	return err
+}
+
+func (o *offline) Retry(msgid string) error {
+	_, err := store.Wait(func(done func(*store.Job, error)) { o.j.Revive(msgid, done) })
+	return err
+}
+
+func (o *offline) Purge(queue string) (int, error) {
+	return store.Wait(func(done func(int, error)) { o.j.PurgeQueue(queue, done) })
+}
+
+func (o *offline) Compact() (int64, int64, error) {
+	st, err := o.j.Compact()
+	return st.Before, st.After, err
+}
+
+func (o *offline) Close() error { return o.j.Close() }

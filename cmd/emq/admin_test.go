@@ -1,0 +1,208 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/emqp"
+	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/store"
+)
+
+// brokerWithJobs runs a broker with an admin API and jobs in every state:
+// one dead, one in flight, one pending, on queue q.
+func brokerWithJobs(t *testing.T, token string) (b *bt.Broker, dead, inflight, pending string) {
+	t.Helper()
+	b = bt.Start(t, "", func(o *broker.Options) {
+		fastBroker(o)
+		o.Admin, o.AdminToken = "127.0.0.1:0", token
+	})
+	client := bt.Dial(t, b.Frontend(), "c")
+	worker := bt.Dial(t, b.Backend(), "w")
+	worker.Inform("q")
+	worker.KeepAlive(50 * time.Millisecond)
+	dead = client.Request("q", "retry-count:0", []byte("doomed"))
+	worker.Ready(1)
+	bt.Expect[*emqp.Request](worker)
+	worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: dead, Reason: "broken for good"})
+	bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered.Load() == 1 })
+	inflight = client.Request("q", "", []byte("running"))
+	worker.Ready(1)
+	bt.Expect[*emqp.Request](worker)
+	pending = client.Request("q", "", []byte("waiting"))
+	return
+}
+
+func mustEmq(t *testing.T, args ...string) string {
+	t.Helper()
+	out, stderr, err := emq(t, "", args...)
+	if err != nil {
+		t.Fatalf("emq %s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return out
+}
+
+func TestAdminCLIOnline(t *testing.T) {
+	b, dead, inflight, pending := brokerWithJobs(t, "tok")
+	on := []string{"--admin", b.AdminAddr(), "--admin-token", "tok"}
+
+	var queues []broker.QueueInfo
+	json.Unmarshal([]byte(mustEmq(t, append([]string{"queues", "--json"}, on...)...)), &queues)
+	if len(queues) != 1 || queues[0].Pending != 1 || queues[0].InFlight != 1 || queues[0].Dead != 1 || queues[0].Workers != 1 {
+		t.Fatalf("queues: %+v", queues)
+	}
+	if out := mustEmq(t, append([]string{"workers"}, on...)...); !strings.Contains(out, "w ") || !strings.Contains(out, "FREE SLOTS") {
+		t.Fatalf("workers table:\n%s", out)
+	}
+	if out := mustEmq(t, append([]string{"stats"}, on...)...); !strings.Contains(out, "dead-lettered  1") {
+		t.Fatalf("stats:\n%s", out)
+	}
+	for state, id := range map[string]string{"dead": dead, "inflight": inflight, "pending": pending} {
+		var page broker.JobPage
+		json.Unmarshal([]byte(mustEmq(t, append([]string{"jobs", "ls", "--state", state, "--json"}, on...)...)), &page)
+		ids := []string{}
+		for _, j := range page.Jobs {
+			if j.State == state {
+				ids = append(ids, j.MsgID)
+			}
+		}
+		if !strings.Contains(strings.Join(ids, " "), id) {
+			t.Errorf("jobs ls --state %s: %v, want %s", state, ids, id)
+		}
+	}
+	if out := mustEmq(t, append([]string{"jobs", "show", dead, "--payload"}, on...)...); !strings.Contains(out, "broken for good") || !strings.Contains(out, `"doomed"`) {
+		t.Fatalf("jobs show:\n%s", out)
+	}
+	if out := mustEmq(t, append([]string{"dlq", "ls"}, on...)...); !strings.Contains(out, dead) {
+		t.Fatalf("dlq ls:\n%s", out)
+	}
+	mustEmq(t, append([]string{"dlq", "retry", dead}, on...)...)
+	mustEmq(t, append([]string{"jobs", "rm", pending}, on...)...)
+	if _, stderr, err := emq(t, "", append([]string{"jobs", "purge", "--queue", "q"}, on...)...); err == nil || !strings.Contains(stderr, "--yes") {
+		t.Fatalf("purge without --yes: %v %s", err, stderr)
+	}
+	if out := mustEmq(t, append([]string{"jobs", "purge", "--queue", "q", "--yes"}, on...)...); !strings.Contains(out, "removed 2") {
+		t.Fatalf("purge: %s", out) // the in-flight one and the retried one
+	}
+	if out := mustEmq(t, append([]string{"compact"}, on...)...); !strings.Contains(out, "compacted") {
+		t.Fatalf("compact: %s", out)
+	}
+
+	// Errors say what went wrong.
+	_, stderr, err := emq(t, "", "queues", "--admin", b.AdminAddr(), "--admin-token", "nope")
+	if err == nil || !strings.Contains(stderr, "refused the admin token") {
+		t.Fatalf("wrong token: %v %s", err, stderr)
+	}
+	free := strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://")
+	_, stderr, err = emq(t, "", "queues", "--admin", free)
+	if err == nil || !strings.Contains(stderr, "no broker answered at http://"+free) {
+		t.Fatalf("nothing there: %v %s", err, stderr)
+	}
+	_, stderr, err = emq(t, "", "queues", "--data-dir", b.Dir)
+	if err == nil || !strings.Contains(stderr, "in use by a running broker") || !strings.Contains(stderr, "--admin") {
+		t.Fatalf("locked journal: %v %s", err, stderr)
+	}
+}
+
+func TestAdminCLIOffline(t *testing.T) {
+	b, dead, inflight, pending := brokerWithJobs(t, "")
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	off := []string{"--data-dir", b.Dir}
+	out := mustEmq(t, append([]string{"queues"}, off...)...)
+	if !strings.Contains(out, "q      2        0        0          1") {
+		t.Fatalf("offline queues (in flight counts as pending when no broker runs):\n%s", out)
+	}
+	out = mustEmq(t, append([]string{"jobs", "ls"}, off...)...)
+	for _, id := range []string{dead, inflight, pending} {
+		if !strings.Contains(out, id) {
+			t.Fatalf("offline jobs ls lacks %s:\n%s", id, out)
+		}
+	}
+	if _, stderr, err := emq(t, "", append([]string{"workers"}, off...)...); err == nil || !strings.Contains(stderr, "running broker") {
+		t.Fatalf("offline workers: %v %s", err, stderr)
+	}
+	mustEmq(t, append([]string{"dlq", "retry", "--all"}, off...)...)
+	mustEmq(t, append([]string{"jobs", "rm", pending}, off...)...)
+	if _, stderr, err := emq(t, "", append([]string{"jobs", "rm", pending}, off...)...); err == nil || !strings.Contains(stderr, "no such job") {
+		t.Fatalf("rm twice: %v %s", err, stderr)
+	}
+	var page broker.JobPage
+	json.Unmarshal([]byte(mustEmq(t, append([]string{"jobs", "ls", "--json"}, off...)...)), &page)
+	if len(page.Jobs) != 2 || page.Jobs[0].State != "pending" || page.Jobs[1].State != "pending" {
+		t.Fatalf("after retry and rm: %+v", page.Jobs)
+	}
+	if out := mustEmq(t, "migrate", "status", "--data-dir", b.Dir); !strings.Contains(out, "applied") || strings.Contains(out, "pending") {
+		t.Fatalf("migrate status:\n%s", out)
+	}
+	if out := mustEmq(t, "migrate", "up", "--data-dir", b.Dir); !strings.Contains(out, "already at version") {
+		t.Fatalf("migrate up: %s", out)
+	}
+}
+
+// emq compact on a journal that held 100,000 jobs of which 99,000 are
+// done: the file shrinks and the 1,000 left are intact.
+func TestCompactCLI(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, broker.JournalFile)
+	j, err := store.Open(path, store.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total, kept = 100_000, 1_000
+	ids := make([]string, total)
+	errs := make(chan error, total)
+	for i := range ids {
+		ids[i] = emqp.NewID()
+		j.Append(&store.Job{MsgID: ids[i], Queue: "q", Payload: []byte(fmt.Sprintf("payload %d %s", i, strings.Repeat("x", 100)))},
+			func(_ bool, err error) { errs <- err })
+	}
+	for range total {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids[kept:] {
+		j.Complete(id, nil, time.Time{}, func(_ bool, err error) { errs <- err })
+	}
+	for range total - kept {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	j.Close()
+	before, _ := os.Stat(path)
+
+	out := mustEmq(t, "compact", "--data-dir", dir)
+	after, _ := os.Stat(path)
+	t.Logf("%s(%d → %d bytes)", out, before.Size(), after.Size())
+	if after.Size() >= before.Size()/4 {
+		t.Fatalf("file went from %d to %d bytes", before.Size(), after.Size())
+	}
+	opts := store.DefaultOptions()
+	opts.ReadOnly = true
+	j, err = store.Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	n := 0
+	err = j.Load(func(job *store.Job) error {
+		want := fmt.Sprintf("payload %d %s", n, strings.Repeat("x", 100))
+		if job.MsgID != ids[n] || string(job.Payload) != want {
+			return fmt.Errorf("job %d: %s %q", n, job.MsgID, job.Payload)
+		}
+		n++
+		return nil
+	})
+	if err != nil || n != kept {
+		t.Fatalf("after compact: %d jobs, %v", n, err)
+	}
+}

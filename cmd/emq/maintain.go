@@ -1,0 +1,106 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/store"
+)
+
+func newMigrateCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "migrate", Short: "The journal file's schema (the broker migrates at start too)"}
+	cmd.PersistentFlags().String("data-dir", broker.DefaultOptions().DataDir, "directory of the journal file")
+	cmd.PersistentFlags().Bool("json", false, "print JSON instead of a table")
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Show the file's schema version and each step",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := loadConfig(cmd.Flags(), "")
+			if err != nil {
+				return err
+			}
+			opts := store.DefaultOptions()
+			opts.ReadOnly = true
+			j, err := store.Open(journalPath(c), opts)
+			if err != nil {
+				return err
+			}
+			defer j.Close()
+			v, steps, err := j.Migrations()
+			if err != nil {
+				return err
+			}
+			type step struct {
+				Version int    `json:"version"`
+				Name    string `json:"name"`
+				Applied bool   `json:"applied"`
+			}
+			var out []step
+			for _, s := range steps {
+				out = append(out, step{s.Version, s.Name, s.Applied})
+			}
+			return output(cmd, c, map[string]any{"version": v, "steps": out}, func(w io.Writer) {
+				fmt.Fprintf(w, "file %s is at version %d\n", j.Path(), v)
+				for _, s := range out {
+					mark := "pending"
+					if s.Applied {
+						mark = "applied"
+					}
+					fmt.Fprintf(w, "%d\t%s\t%s\n", s.Version, s.Name, mark)
+				}
+			})
+		},
+	}
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Apply the steps the file lacks",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := loadConfig(cmd.Flags(), "")
+			if err != nil {
+				return err
+			}
+			opts := store.DefaultOptions()
+			opts.LockTimeout = 500 * time.Millisecond
+			from, to, err := store.Migrate(journalPath(c), opts)
+			if errors.Is(err, store.ErrLocked) {
+				return fmt.Errorf("%w (a running broker has migrated it already at its start)", err)
+			}
+			if err != nil {
+				return err
+			}
+			if from == to {
+				fmt.Fprintf(cmd.OutOrStdout(), "already at version %d\n", to)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "migrated from version %d to %d\n", from, to)
+			return nil
+		},
+	}
+	cmd.AddCommand(status, up)
+	return cmd
+}
+
+func journalPath(c *config) string { return filepath.Join(c.str("data-dir"), broker.JournalFile) }
+
+func newCompactCmd() *cobra.Command {
+	cmd := adminCmd("compact", "Rewrite the journal file without its free space", cobra.NoArgs,
+		func(cmd *cobra.Command, a admin, c *config, _ []string) error {
+			before, after, err := a.Compact()
+			if err != nil {
+				return err
+			}
+			return output(cmd, c, map[string]int64{"size_before": before, "size_after": after}, func(w io.Writer) {
+				fmt.Fprintf(w, "journal compacted: %d bytes before, %d after\n", before, after)
+			})
+		})
+	adminFlags(cmd)
+	return cmd
+}
