@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -118,6 +119,7 @@ type Option func(*sendOptions)
 type sendOptions struct {
 	headers emqp.Headers
 	msgid   string
+	onAck   func()
 }
 
 // Header sets a header item; value "" makes it a flag.
@@ -133,6 +135,10 @@ func Delay(d time.Duration) Option { return Header(emqp.HeaderDelay, seconds(d))
 
 // RetryCount is how many times the job is retried after it fails.
 func RetryCount(n int) Option { return Header(emqp.HeaderRetryCount, strconv.Itoa(n)) }
+
+// OnAck calls fn when the broker has ACKed the job, for a Request that
+// goes on to wait for the REPLY.
+func OnAck(fn func()) Option { return func(o *sendOptions) { o.onAck = fn } }
 
 // MsgID sends the job with this msgid instead of a new one: sending the same
 // msgid twice stores one job.
@@ -204,6 +210,9 @@ func (c *Client) do(ctx context.Context, queue string, payload []byte, wantReply
 	case <-c.done:
 		return o.msgid, nil, ErrClosed
 	}
+	if o.onAck != nil {
+		o.onAck()
+	}
 	if !wantReply {
 		return o.msgid, nil, nil
 	}
@@ -266,6 +275,7 @@ func (c *Client) writeLoop() {
 		case <-c.done:
 			return
 		}
+		runtime.Gosched() // let callers queuing now join this write
 	gather:
 		for len(batch) < 256 {
 			select {

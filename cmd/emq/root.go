@@ -16,7 +16,7 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(newBrokerCmd(), newWorkerCmd(), newSendCmd(),
 		newStatsCmd(), newQueuesCmd(), newWorkersCmd(), newJobsCmd(), newDLQCmd(),
-		newMigrateCmd(), newCompactCmd(), newVersionCmd())
+		newMigrateCmd(), newCompactCmd(), newBenchCmd(), newVersionCmd())
 	return root
 }
 

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eventmq/emq/internal/bench"
+)
+
+func newBenchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure jobs/s and latencies through a real broker",
+		Long: `Run --jobs jobs of --size bytes through a broker: its own, on free
+ports in a temp dir, unless --frontend and --backend name a running one.
+--senders clients each keep --window Requests in flight; one worker serves
+with --slots slots. Every job is durable (fsync before ACK). Prints jobs/s
+and REQUEST→ACK and REQUEST→REPLY latencies; lost (ACKed, never run) must
+be 0. --rate paces the senders; --preload stores that many jobs first (in
+a queue nobody serves) to measure start-up and a full journal.`,
+		Args: cobra.NoArgs,
+	}
+	f := cmd.Flags()
+	f.String("frontend", "", "a running broker's frontend (default: start one)")
+	f.String("backend", "", "a running broker's backend")
+	f.Int("senders", 16, "clients")
+	f.Int("window", 32, "Requests in flight per sender")
+	f.Int("slots", 16, "worker slots")
+	f.Int("jobs", 20000, "jobs in all")
+	f.Int("size", 100, "payload bytes")
+	f.Float64("rate", 0, "jobs a second in all (0 = as fast as it goes)")
+	f.Int("preload", 0, "jobs stored before the broker starts")
+	f.Bool("json", false, "print one JSON object")
+	f.Bool("quiet", false, "no progress bar")
+	f.String("cpuprofile", "", "write a CPU profile of the run (broker and load together) to this file")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c, err := loadConfig(cmd.Flags(), "")
+		if err != nil {
+			return err
+		}
+		o := bench.Options{Frontend: c.str("frontend"), Backend: c.str("backend"), Rate: c.v.GetFloat64("rate")}
+		for key, dst := range map[string]*int{"senders": &o.Senders, "window": &o.Window, "slots": &o.Slots,
+			"jobs": &o.Jobs, "size": &o.Size, "preload": &o.Preload} {
+			if *dst, err = c.integer(key); err != nil {
+				return err
+			}
+		}
+		if (o.Frontend == "") != (o.Backend == "") {
+			return fmt.Errorf("frontend and backend: give both, or neither")
+		}
+		if !c.v.GetBool("quiet") {
+			o.Progress = cmd.ErrOrStderr()
+		}
+		if path := c.str("cpuprofile"); path != "" {
+			f, err := os.Create(path)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
+		}
+		r, err := bench.Run(cmd.Context(), o)
+		if err != nil {
+			return err
+		}
+		if c.v.GetBool("json") {
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(r)
+		}
+		printResult(cmd.OutOrStdout(), r)
+		if r.Lost > 0 {
+			return fmt.Errorf("%d ACKed jobs were never run", r.Lost)
+		}
+		return nil
+	}
+	return cmd
+}
+
+func printResult(w io.Writer, r bench.Result) {
+	fmt.Fprintf(w, "%d jobs of %d bytes, %d senders × %d in flight, %d slots", r.Jobs, r.Size, r.Senders, r.Window, r.Slots)
+	if r.Rate > 0 {
+		fmt.Fprintf(w, ", paced at %.0f jobs/s", r.Rate)
+	}
+	fmt.Fprintf(w, "\n%.0f jobs/s (%.2f s)\n", r.JobsPerSec, r.Seconds)
+	fmt.Fprintf(w, "REQUEST→ACK    p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.2f ms\n", r.AckP50, r.AckP99, r.AckP999, r.AckMax)
+	fmt.Fprintf(w, "REQUEST→REPLY  p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.2f ms\n", r.E2EP50, r.E2EP99, r.E2EP999, r.E2EMax)
+	fmt.Fprintf(w, "lost %d, duplicates %d, errors %d, RSS %.0f MiB\n", r.Lost, r.Duplicates, r.Errors, r.RSSMiB)
+	if r.Preload > 0 {
+		fmt.Fprintf(w, "preloaded %d jobs; broker ready in %.2f s\n", r.Preload, r.ReplaySec)
+	}
+}

@@ -1,0 +1,327 @@
+// Package bench is emq bench: jobs through a real broker, over real
+// sockets, with the client and worker libraries, timed.
+//
+// Each of Senders clients keeps up to Window Requests in flight (each waits
+// for its REPLY); one worker serves the queue with Slots slots and replies
+// at once. REQUEST→ACK is timed from the call to the ACK, REQUEST→REPLY to
+// the REPLY. Lost counts jobs ACKed but never run by the worker.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/client"
+	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/worker"
+)
+
+// Options say what to measure.
+type Options struct {
+	Frontend, Backend string  // a running broker's endpoints; "" = start one in a temp dir
+	Senders           int     // clients, each with its own connection
+	Window            int     // Requests in flight per sender
+	Slots             int     // worker slots
+	Jobs              int     // jobs in all
+	Size              int     // payload bytes
+	Rate              float64 // jobs a second in all; 0 = as fast as it goes
+	Preload           int     // jobs stored in the journal before the broker starts (own broker only)
+	Progress          io.Writer
+	Logger            *slog.Logger
+}
+
+// Result is what was measured. Times are in milliseconds.
+type Result struct {
+	Jobs       int     `json:"jobs"`
+	Seconds    float64 `json:"seconds"`
+	JobsPerSec float64 `json:"jobs_per_sec"`
+	AckP50     float64 `json:"ack_p50_ms"`
+	AckP99     float64 `json:"ack_p99_ms"`
+	AckP999    float64 `json:"ack_p999_ms"`
+	AckMax     float64 `json:"ack_max_ms"`
+	E2EP50     float64 `json:"e2e_p50_ms"`
+	E2EP99     float64 `json:"e2e_p99_ms"`
+	E2EP999    float64 `json:"e2e_p999_ms"`
+	E2EMax     float64 `json:"e2e_max_ms"`
+	Errors     int     `json:"errors"`     // Requests that failed
+	Lost       int     `json:"lost"`       // ACKed, never run
+	Duplicates int     `json:"duplicates"` // runs beyond the first
+	Senders    int     `json:"senders"`
+	Window     int     `json:"window"`
+	Slots      int     `json:"slots"`
+	Size       int     `json:"size"`
+	Rate       float64 `json:"rate,omitempty"`
+	Preload    int     `json:"preload,omitempty"`
+	ReplaySec  float64 `json:"replay_seconds,omitempty"`
+	RSSMiB     float64 `json:"rss_mib"`
+}
+
+const queue = "bench"
+
+// Run measures.
+func Run(ctx context.Context, o Options) (Result, error) {
+	if o.Senders < 1 || o.Slots < 1 || o.Jobs < 1 || o.Window < 1 || o.Size < 0 {
+		return Result{}, fmt.Errorf("bench: senders, window, slots and jobs must be at least 1")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	res := Result{Jobs: o.Jobs, Senders: o.Senders, Window: o.Window, Slots: o.Slots, Size: o.Size, Rate: o.Rate, Preload: o.Preload}
+	if o.Frontend == "" {
+		stop, replay, err := startBroker(ctx, &o)
+		if err != nil {
+			return res, err
+		}
+		defer stop()
+		res.ReplaySec = replay.Seconds()
+	} else if o.Preload > 0 {
+		return res, fmt.Errorf("bench: --preload needs the bench's own broker")
+	}
+
+	var mu sync.Mutex
+	runs := make(map[string]int, o.Jobs)
+	w, err := worker.New(worker.Options{Broker: o.Backend, Concurrency: o.Slots, Logger: o.Logger})
+	if err != nil {
+		return res, err
+	}
+	w.Handle(queue, func(_ context.Context, j *worker.Job) ([]byte, error) {
+		mu.Lock()
+		runs[j.MsgID]++
+		mu.Unlock()
+		return nil, nil
+	})
+	wctx, stopWorker := context.WithCancel(context.Background())
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- w.Run(wctx) }()
+	defer func() { stopWorker(); <-workerDone }()
+
+	clients := make([]*client.Client, o.Senders)
+	for i := range clients {
+		if clients[i], err = client.New(client.Options{Broker: o.Frontend, Logger: o.Logger}); err != nil {
+			return res, err
+		}
+		defer clients[i].Close()
+	}
+
+	payload := make([]byte, o.Size)
+	ack := make([]time.Duration, o.Jobs)
+	e2e := make([]time.Duration, o.Jobs)
+	acked := make([]string, o.Jobs)
+	var next, done, failed atomic.Int64
+	stopProgress := progress(o.Progress, o.Jobs, &done)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for s := range o.Senders {
+		for range o.Window {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := next.Add(1) - 1
+					if i >= int64(o.Jobs) {
+						return
+					}
+					if o.Rate > 0 { // job i starts at its time: an exact rate
+						at := start.Add(time.Duration(float64(i) / o.Rate * float64(time.Second)))
+						select {
+						case <-time.After(time.Until(at)):
+						case <-ctx.Done():
+							return
+						}
+					}
+					id := emqp.NewID()
+					t0 := time.Now()
+					rctx, cancel := context.WithTimeout(ctx, time.Minute)
+					_, err := clients[s].Request(rctx, queue, payload, client.MsgID(id),
+						client.OnAck(func() { ack[i] = time.Since(t0) }))
+					cancel()
+					if ack[i] > 0 {
+						acked[i] = id
+					}
+					if err != nil {
+						failed.Add(1)
+					} else {
+						e2e[i] = time.Since(t0)
+					}
+					done.Add(1)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	stopProgress()
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+
+	res.Seconds = elapsed.Seconds()
+	res.JobsPerSec = float64(o.Jobs) / res.Seconds
+	res.Errors = int(failed.Load())
+	res.AckP50, res.AckP99, res.AckP999, res.AckMax = percentiles(ack)
+	res.E2EP50, res.E2EP99, res.E2EP999, res.E2EMax = percentiles(e2e)
+	mu.Lock()
+	for _, id := range acked {
+		if id != "" && runs[id] == 0 {
+			res.Lost++
+		}
+	}
+	for _, n := range runs {
+		res.Duplicates += n - 1
+	}
+	mu.Unlock()
+	res.RSSMiB = rssMiB()
+	return res, nil
+}
+
+// startBroker runs a broker on free ports in a temp dir, after storing
+// o.Preload jobs in its journal; it returns how long start-up took.
+func startBroker(ctx context.Context, o *Options) (stop func(), replay time.Duration, err error) {
+	dir, err := os.MkdirTemp("", "emq-bench-")
+	if err != nil {
+		return nil, 0, err
+	}
+	if o.Preload > 0 {
+		if err := preload(filepath.Join(dir, broker.JournalFile), o.Preload, o.Size, o.Progress); err != nil {
+			os.RemoveAll(dir)
+			return nil, 0, err
+		}
+	}
+	opts := broker.DefaultOptions()
+	opts.Frontend, opts.Backend, opts.Admin, opts.DataDir = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", "", dir
+	opts.MaxPending = 0
+	opts.Logger = o.Logger
+	start := time.Now()
+	b, err := broker.New(opts)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, 0, err
+	}
+	bctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(bctx) }()
+	select {
+	case <-b.Ready():
+	case err := <-done:
+		cancel()
+		os.RemoveAll(dir)
+		return nil, 0, err
+	case <-ctx.Done():
+		cancel()
+		<-done
+		os.RemoveAll(dir)
+		return nil, 0, ctx.Err()
+	}
+	replay = time.Since(start)
+	o.Frontend, o.Backend = b.Frontend(), b.Backend()
+	return func() { cancel(); <-done; os.RemoveAll(dir) }, replay, nil
+}
+
+// preload stores n jobs in a queue nobody serves, so they stay.
+func preload(path string, n, size int, progressTo io.Writer) error {
+	j, err := store.Open(path, store.DefaultOptions())
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	var done atomic.Int64
+	stop := progress(progressTo, n, &done)
+	defer stop()
+	errs := make(chan error, 4096)
+	payload := make([]byte, size)
+	inFlight := 0
+	for range n {
+		if inFlight == cap(errs) {
+			if err := <-errs; err != nil {
+				return err
+			}
+			inFlight--
+		}
+		j.Append(&store.Job{MsgID: emqp.NewID(), Queue: "preloaded", Payload: payload}, func(_ bool, err error) {
+			done.Add(1)
+			errs <- err
+		})
+		inFlight++
+	}
+	for ; inFlight > 0; inFlight-- {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// percentiles returns p50, p99, p99.9 and max in milliseconds, of the
+// non-zero durations.
+func percentiles(d []time.Duration) (p50, p99, p999, mx float64) {
+	s := slices.DeleteFunc(slices.Clone(d), func(x time.Duration) bool { return x == 0 })
+	if len(s) == 0 {
+		return
+	}
+	slices.Sort(s)
+	at := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(s)))) - 1
+		return float64(s[max(0, min(i, len(s)-1))]) / 1e6
+	}
+	return at(0.5), at(0.99), at(0.999), float64(s[len(s)-1]) / 1e6
+}
+
+// progress draws a bar on w every 200 ms until stopped.
+func progress(w io.Writer, total int, done *atomic.Int64) (stop func()) {
+	if w == nil {
+		return func() {}
+	}
+	quit, finished := make(chan struct{}), make(chan struct{})
+	start := time.Now()
+	draw := func() {
+		n := done.Load()
+		frac := float64(n) / float64(total)
+		bar := strings.Repeat("=", int(frac*30)) + strings.Repeat(" ", 30-int(frac*30))
+		rate := float64(n) / time.Since(start).Seconds()
+		fmt.Fprintf(w, "\r[%s] %d/%d  %s/s ", bar, n, total, strconv.FormatFloat(rate, 'f', 0, 64))
+	}
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				draw()
+			case <-quit:
+				draw()
+				fmt.Fprintln(w)
+				return
+			}
+		}
+	}()
+	return func() { close(quit); <-finished }
+}
+
+// rssMiB is this process's resident memory.
+func rssMiB() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
