@@ -4,7 +4,7 @@ BIN       ?= bin/emq
 FUZZTIME  ?= 10s
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: help run build test vet race fuzz fuzz-short bench lint torture clean
+.PHONY: help run build test vet race fuzz fuzz-short bench gobench lint torture clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -30,7 +30,10 @@ fuzz-short: ## every fuzz target for FUZZTIME (default 10s)
 fuzz: ## every fuzz target for 2 minutes (FUZZTIME=... to change)
 	@FUZZTIME=$(if $(filter command line,$(origin FUZZTIME)),$(FUZZTIME),2m) GO=$(GO) ./scripts/fuzz.sh
 
-bench: ## the benchmarks of every package
+bench: build ## the emq bench table, written to docs/benchmarks.md
+	BIN=$(BIN) ./scripts/bench.sh
+
+gobench: ## the go test benchmarks of every package
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 lint: ## staticcheck (installed with go install on first use)
