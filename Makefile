@@ -1,4 +1,5 @@
 # EMQ — make help lists the targets.
+SHELL     := /bin/bash
 GO        ?= go
 BIN       ?= bin/emq
 FUZZTIME  ?= 10s
@@ -42,8 +43,9 @@ lint: ## staticcheck (installed with go install on first use)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@echo "lint: staticcheck and gofmt clean"
 
-torture: ## the long crash and reliability runs
-	EMQ_TORTURE=1 $(GO) test -count=1 -timeout 60m -run 'Crash|Torture' ./...
+torture: ## the reliability suite at full length (100 broker kills, floods, disk full)
+	set -o pipefail; EMQ_TORTURE=1 $(GO) test -v -count=1 -timeout 60m -run 'Crash|Reliab|DiskFull|Hostile' ./broker/ ./store/ 2>&1 \
+		| grep -E '^(--- |ok|FAIL|SUMMARY|panic)|_test.go:[0-9]+: '
 
 clean:
 	rm -rf bin

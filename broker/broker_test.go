@@ -21,7 +21,11 @@ func TestMain(m *testing.M) {
 		runChild()
 		return
 	}
-	goleak.VerifyTestMain(m)
+	if os.Getenv(workerChildEnv) != "" {
+		runWorkerChild()
+		return
+	}
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { suite.print() }))
 }
 
 func fast(o *broker.Options) {
