@@ -61,6 +61,7 @@ type Broker struct {
 
 	// Owned by the loop.
 	jobs       map[string]*job
+	clientIDs  map[string]string // see intern
 	queues     map[string]*queue
 	workers    map[peerKey]*peer
 	delayed    delayHeap
@@ -83,15 +84,16 @@ func New(opts Options) (*Broker, error) {
 		return nil, fmt.Errorf("data-dir: %w", err)
 	}
 	b := &Broker{
-		opts:    opts,
-		log:     opts.Logger,
-		inbox:   make(chan inbound, 4096),
-		stopped: make(chan struct{}),
-		ready:   make(chan struct{}),
-		wake:    make(chan struct{}, 1),
-		jobs:    make(map[string]*job),
-		queues:  make(map[string]*queue),
-		workers: make(map[peerKey]*peer),
+		opts:      opts,
+		log:       opts.Logger,
+		inbox:     make(chan inbound, 4096),
+		stopped:   make(chan struct{}),
+		ready:     make(chan struct{}),
+		wake:      make(chan struct{}, 1),
+		jobs:      make(map[string]*job),
+		clientIDs: make(map[string]string),
+		queues:    make(map[string]*queue),
+		workers:   make(map[peerKey]*peer),
 	}
 	b.metrics = newMetrics(b)
 	sopts := store.DefaultOptions()

@@ -154,7 +154,10 @@ func (b *Broker) deliver(w *peer, j *job) {
 	w.free--
 	b.useSeq++
 	w.lastUsed = b.useSeq
-	h := j.fwd
+	h := j.headers
+	if !h.ReplyRequested() { // so that every worker answers with REPLY
+		h = h.Set(emqp.HeaderReplyRequested, "")
+	}
 	if j.attempts > 0 {
 		h = h.Set(HeaderAttempt, strconv.Itoa(j.attempts+1))
 	}

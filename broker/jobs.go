@@ -26,7 +26,6 @@ type job struct {
 	id        string
 	q         *queue
 	headers   emqp.Headers // as the client sent them
-	fwd       emqp.Headers // with reply-requested, for the worker
 	payload   []byte
 	client    peerKey
 	enqueued  time.Time
@@ -44,16 +43,13 @@ type job struct {
 
 // newJob reads a job's known headers. A bad value is the client's error.
 func newJob(id string, q *queue, h emqp.Headers, payload []byte) (*job, error) {
-	j := &job{id: id, q: q, headers: h, fwd: h, payload: payload}
+	j := &job{id: id, q: q, headers: h, payload: payload}
 	var err error
 	if j.retries, err = h.RetryCount(3); err != nil {
 		return nil, err
 	}
 	if j.timeout, err = h.Timeout(); err != nil {
 		return nil, err
-	}
-	if !h.ReplyRequested() {
-		j.fwd = h.Set(emqp.HeaderReplyRequested, "")
 	}
 	return j, nil
 }
@@ -339,11 +335,25 @@ func (b *Broker) jobFromStore(sj *store.Job) *job {
 	}
 	j, err := newJob(sj.MsgID, q, h, sj.Payload)
 	if err != nil {
-		j = &job{id: sj.MsgID, q: q, headers: h, fwd: h, payload: sj.Payload, retries: 3}
+		j = &job{id: sj.MsgID, q: q, headers: h, payload: sj.Payload, retries: 3}
 	}
-	j.client = peerKey{frontend, string(sj.ClientID)}
+	j.client = peerKey{frontend, b.intern(sj.ClientID)}
 	j.seq, j.attempts, j.notBefore, j.enqueued = sj.Seq, sj.Attempts, sj.NotBefore, sj.Enqueued
 	return j
+}
+
+// intern returns one string per client id, so that a million replayed jobs
+// of a few clients do not hold a million copies of their ids.
+func (b *Broker) intern(id []byte) string {
+	if s, ok := b.clientIDs[string(id)]; ok {
+		return s
+	}
+	if len(b.clientIDs) >= 100_000 { // ids are not all alike: stop sharing
+		return string(id)
+	}
+	s := string(id)
+	b.clientIDs[s] = s
+	return s
 }
 
 // delayHeap orders delayed jobs by notBefore.
