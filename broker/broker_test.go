@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -37,17 +36,7 @@ func fast(o *broker.Options) {
 // storedJob opens the journal of a stopped broker and returns one job.
 func storedJob(t *testing.T, b *bt.Broker, msgid string) (*store.Job, error) {
 	t.Helper()
-	if err := b.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	opts := store.DefaultOptions()
-	opts.ReadOnly = true
-	j, err := store.Open(filepath.Join(b.Dir, broker.JournalFile), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
-	return j.Get(msgid)
+	return b.Journal(t).Get(msgid)
 }
 
 func TestRoundTrip(t *testing.T) {
@@ -407,17 +396,7 @@ func TestResultKeptForTTL(t *testing.T) {
 	bt.Expect[*emqp.Request](worker)
 	worker.Reply(id, []byte("the result"))
 	bt.Eventually(t, "replied", func() bool { return b.Stats().Replied.Load() == 1 })
-	if err := b.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	opts := store.DefaultOptions()
-	opts.ReadOnly = true
-	j, err := store.Open(filepath.Join(b.Dir, broker.JournalFile), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
-	if r, err := j.Result(id); err != nil || string(r) != "the result" {
+	if r, err := b.Journal(t).Result(id); err != nil || string(r) != "the result" {
 		t.Fatalf("kept result %q, %v", r, err)
 	}
 }

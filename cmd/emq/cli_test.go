@@ -136,17 +136,7 @@ func TestWorkerExecFailureAndTimeout(t *testing.T) {
 	bt.Eventually(t, "the job's process group killed", func() bool {
 		return syscall.Kill(-pgid, 0) == syscall.ESRCH
 	})
-	if err := b.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	opts := store.DefaultOptions()
-	opts.ReadOnly = true
-	j, err := store.Open(filepath.Join(b.Dir, broker.JournalFile), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
-	page, err := j.List(store.ListOptions{Queue: "fail", State: store.Dead})
+	page, err := b.Journal(t).List(store.ListOptions{Queue: "fail", State: store.Dead})
 	if err != nil || len(page.Jobs) != 1 || !strings.Contains(page.Jobs[0].LastError, "boom") {
 		t.Fatalf("dead job of the failing command: %+v %v; want stderr's tail as its reason", page.Jobs, err)
 	}

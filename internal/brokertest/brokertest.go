@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/store"
 )
 
 // Wait is how long a test waits for something that should happen.
@@ -308,4 +310,21 @@ func (p *Peer) Gone() bool {
 	default:
 		return false
 	}
+}
+
+// Journal stops the broker and opens its journal read-only, closed when
+// the test ends.
+func (b *Broker) Journal(t testing.TB) *store.Bolt {
+	t.Helper()
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	opts := store.DefaultOptions()
+	opts.ReadOnly = true
+	j, err := store.Open(filepath.Join(b.Dir, broker.JournalFile), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return j
 }
