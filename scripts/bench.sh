@@ -39,6 +39,7 @@ import json, sys
 label, r = sys.argv[1], json.loads(sys.argv[2])
 cmd = "emq bench --senders %d --window %d --slots %d --jobs %d" % (r["senders"], r["window"], r["slots"], r["jobs"])
 if r.get("rate"): cmd += " --rate %g" % r["rate"]
+if r.get("preload"): cmd += " --preload %d" % r["preload"]
 print("| %s | %d | %.0f | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %d | `%s` |" % (
     label, r["jobs"], r["jobs_per_sec"], r["ack_p50_ms"], r["ack_p99_ms"], r["ack_p999_ms"],
     r["e2e_p50_ms"], r["e2e_p99_ms"], r["lost"], cmd))
