@@ -61,7 +61,8 @@ type Broker struct {
 
 	// Owned by the loop.
 	jobs       map[string]*job
-	clientIDs  map[string]string // see intern
+	clientIDs  map[string]string  // see intern
+	resent     map[*job][]peerKey // others to ACK when a job's write lands
 	queues     map[string]*queue
 	workers    map[peerKey]*peer
 	delayed    delayHeap
@@ -92,6 +93,7 @@ func New(opts Options) (*Broker, error) {
 		wake:      make(chan struct{}, 1),
 		jobs:      make(map[string]*job),
 		clientIDs: make(map[string]string),
+		resent:    make(map[*job][]peerKey),
 		queues:    make(map[string]*queue),
 		workers:   make(map[peerKey]*peer),
 	}

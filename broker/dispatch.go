@@ -159,14 +159,14 @@ func (b *Broker) deliver(w *peer, j *job) {
 		h = h.Set(emqp.HeaderReplyRequested, "")
 	}
 	if j.attempts > 0 {
-		h = h.Set(HeaderAttempt, strconv.Itoa(j.attempts+1))
+		h = h.Set(HeaderAttempt, strconv.Itoa(int(j.attempts)+1))
 	}
 	b.send(w.key, &emqp.Request{MsgID: j.id, Queue: j.q.name, Headers: h, Payload: j.payload})
 	b.stats.Dispatched.Add(1)
 	j.state, j.holder = inFlight, w
 	w.held[j.id] = j
 	if j.timeout > 0 {
-		j.deadline = time.Now().Add(j.timeout)
+		j.deadline = time.Now().Add(j.timeout).UnixNano()
 	}
 }
 

@@ -148,10 +148,11 @@
 // and then its own, and a stall holds every REQUEST that arrives during it.
 //
 // A million stored jobs (emq broker on a preloaded journal): ready in
-// 4.6–4.9 s, 852 MiB resident (heap 560 MB, about 560 bytes a job; the
-// rest is the journal file's mapped pages), 1.0–1.1 GiB after traffic
+// 3.4–4.9 s, 787 MiB resident (heap 441 MB, about 440 bytes a job; the
+// rest is the journal file's mapped pages), 960 MiB after 60,000 more jobs
 // (GC headroom). Throughput with that journal against an empty one, bench
-// in its own process: 10,400–11,500 against 12,600–13,900 jobs/s (−17 %).
+// in its own process: 10,400–17,000 against 12,600–13,900 jobs/s (the
+// first run after the start is the slow one).
 //
 // # Not done (yet)
 //

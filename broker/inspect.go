@@ -55,14 +55,14 @@ func (b *Broker) Queues(ctx context.Context) ([]QueueInfo, error) {
 			index[q] = len(out)
 			qi := QueueInfo{Name: q.name, Pending: q.jobs.len(), Workers: len(q.workers)}
 			if q.jobs.len() > 0 {
-				qi.OldestAge = now.Sub(q.jobs.front().enqueued).Seconds()
+				qi.OldestAge = age(now, q.jobs.front())
 			}
 			out = append(out, qi)
 		}
 		count := func(j *job, n func(*QueueInfo) *int) {
 			if i, ok := index[j.q]; ok {
 				*n(&out[i])++
-				out[i].OldestAge = max(out[i].OldestAge, now.Sub(j.enqueued).Seconds())
+				out[i].OldestAge = max(out[i].OldestAge, age(now, j))
 			}
 		}
 		for _, j := range b.delayed {
@@ -77,6 +77,9 @@ func (b *Broker) Queues(ctx context.Context) ([]QueueInfo, error) {
 	sort.Slice(out, func(i, k int) bool { return out[i].Name < out[k].Name })
 	return out, err
 }
+
+// age is how long ago j was stored, in seconds.
+func age(now time.Time, j *job) float64 { return now.Sub(fromNanos(j.enqueued)).Seconds() }
 
 // WorkerInfo describes one worker.
 type WorkerInfo struct {

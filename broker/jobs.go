@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"container/heap"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -21,33 +22,47 @@ const (
 )
 
 // job is a job the broker holds in memory: every stored pending job, and
-// the ones being stored.
+// the ones being stored. A million of them may be held, so it is kept
+// small: times are unix nanoseconds (0 = none).
 type job struct {
 	id        string
 	q         *queue
 	headers   emqp.Headers // as the client sent them
 	payload   []byte
 	client    peerKey
-	enqueued  time.Time
-	seq       uint64 // FIFO position, from the journal
-	attempts  int
-	retries   int           // retry-count
+	holder    *peer
+	seq       uint64        // FIFO position, from the journal
 	timeout   time.Duration // 0 = none
-	notBefore time.Time
+	enqueued  int64
+	notBefore int64 // delay or retry backoff
+	deadline  int64 // in flight with a timeout
+	attempts  int32
+	retries   int32 // retry-count
+	state     jobState
+}
 
-	state    jobState
-	holder   *peer
-	deadline time.Time // in flight with a timeout
-	acks     []peerKey // others to ACK when the write lands (resends)
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }
 
 // newJob reads a job's known headers. A bad value is the client's error.
 func newJob(id string, q *queue, h emqp.Headers, payload []byte) (*job, error) {
 	j := &job{id: id, q: q, headers: h, payload: payload}
-	var err error
-	if j.retries, err = h.RetryCount(3); err != nil {
+	retries, err := h.RetryCount(3)
+	if err != nil {
 		return nil, err
 	}
+	j.retries = int32(min(retries, math.MaxInt32))
 	if j.timeout, err = h.Timeout(); err != nil {
 		return nil, err
 	}
@@ -65,7 +80,7 @@ func (b *Broker) request(from peerKey, m *emqp.Request) {
 		b.stats.Duplicates.Add(1)
 		if j.state == journaling {
 			if from != j.client {
-				j.acks = append(j.acks, from)
+				b.resent[j] = append(b.resent[j], from)
 			}
 			return
 		}
@@ -90,9 +105,9 @@ func (b *Broker) request(from peerKey, m *emqp.Request) {
 	}
 	now := time.Now()
 	if delay > 0 {
-		j.notBefore = now.Add(delay)
+		j.notBefore = now.Add(delay).UnixNano()
 	}
-	j.client, j.enqueued = from, now
+	j.client, j.enqueued = from, now.UnixNano()
 	b.jobs[j.id] = j
 	q.live++
 	b.journaling++
@@ -103,7 +118,7 @@ func (b *Broker) request(from peerKey, m *emqp.Request) {
 		Payload:   m.Payload,
 		ClientID:  []byte(from.id),
 		Enqueued:  now,
-		NotBefore: j.notBefore,
+		NotBefore: fromNanos(j.notBefore),
 	}
 	b.journal.Append(sj, func(dup bool, err error) {
 		b.post(func() { b.appended(j, sj.Seq, dup, err) })
@@ -113,19 +128,20 @@ func (b *Broker) request(from peerKey, m *emqp.Request) {
 // appended is an Append's outcome: ACK and dispatch, or refuse.
 func (b *Broker) appended(j *job, seq uint64, dup bool, err error) {
 	b.journaling--
+	to := append(b.resent[j], j.client)
+	delete(b.resent, j)
 	if err != nil {
 		b.forget(j)
 		b.log.Error("journal write failed; job refused", "msgid", j.id, "queue", j.q.name, "err", err)
-		for _, to := range append(j.acks, j.client) {
-			b.refuse(to, j.id, emqp.CodeUnavailable, "the journal could not store the job: "+err.Error())
+		for _, peer := range to {
+			b.refuse(peer, j.id, emqp.CodeUnavailable, "the journal could not store the job: "+err.Error())
 		}
 		return
 	}
-	for _, to := range append(j.acks, j.client) {
-		b.ack(to, j.id)
-		b.stats.Acked.Add(1)
+	for _, peer := range to {
+		b.ack(peer, j.id)
 	}
-	j.acks = nil
+	b.stats.Acked.Add(1)
 	if dup { // stored before (it may be dead): nothing more to do
 		b.forget(j)
 		return
@@ -136,7 +152,7 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error) {
 
 // enqueue makes a stored job dispatchable: now, or when its time comes.
 func (b *Broker) enqueue(j *job, now time.Time) {
-	if j.notBefore.After(now) {
+	if j.notBefore > now.UnixNano() {
 		j.state = delayed
 		heap.Push(&b.delayed, j)
 		return
@@ -228,15 +244,15 @@ func (b *Broker) attempt(j *job, reason string, backoff bool) {
 	}
 	b.stats.Retried.Add(1)
 	now := time.Now()
-	j.notBefore = time.Time{}
+	j.notBefore = 0
 	if backoff {
 		d := b.opts.RetryBackoff << (j.attempts - 1)
 		if d > b.opts.MaxRetryBackoff || d <= 0 {
 			d = b.opts.MaxRetryBackoff
 		}
-		j.notBefore = now.Add(d)
+		j.notBefore = now.Add(d).UnixNano()
 	}
-	b.journal.RecordAttempt(j.id, reason, j.notBefore, func(_ *store.Job, err error) {
+	b.journal.RecordAttempt(j.id, reason, fromNanos(j.notBefore), func(_ *store.Job, err error) {
 		if err != nil {
 			b.log.Error("journal could not record an attempt", "msgid", j.id, "err", err)
 		}
@@ -285,7 +301,7 @@ func (b *Broker) undelivered(to peerKey, msgid string) {
 // expire moves due delayed jobs to their queues and times out jobs held
 // past their timeout.
 func (b *Broker) expire(now time.Time) {
-	for len(b.delayed) > 0 && !b.delayed[0].notBefore.After(now) {
+	for len(b.delayed) > 0 && b.delayed[0].notBefore <= now.UnixNano() {
 		j := heap.Pop(&b.delayed).(*job)
 		b.enqueue(j, now)
 	}
@@ -296,7 +312,7 @@ func (b *Broker) expire(now time.Time) {
 			continue
 		}
 		for _, j := range w.held {
-			if j.timeout > 0 && now.After(j.deadline) {
+			if j.timeout > 0 && now.UnixNano() > j.deadline {
 				late = append(late, j)
 			}
 		}
@@ -338,7 +354,8 @@ func (b *Broker) jobFromStore(sj *store.Job) *job {
 		j = &job{id: sj.MsgID, q: q, headers: h, payload: sj.Payload, retries: 3}
 	}
 	j.client = peerKey{frontend, b.intern(sj.ClientID)}
-	j.seq, j.attempts, j.notBefore, j.enqueued = sj.Seq, sj.Attempts, sj.NotBefore, sj.Enqueued
+	j.seq, j.attempts = sj.Seq, int32(min(sj.Attempts, math.MaxInt32))
+	j.notBefore, j.enqueued = nanos(sj.NotBefore), nanos(sj.Enqueued)
 	return j
 }
 
@@ -360,7 +377,7 @@ func (b *Broker) intern(id []byte) string {
 type delayHeap []*job
 
 func (h delayHeap) Len() int           { return len(h) }
-func (h delayHeap) Less(i, k int) bool { return h[i].notBefore.Before(h[k].notBefore) }
+func (h delayHeap) Less(i, k int) bool { return h[i].notBefore < h[k].notBefore }
 func (h delayHeap) Swap(i, k int)      { h[i], h[k] = h[k], h[i] }
 func (h *delayHeap) Push(x any)        { *h = append(*h, x.(*job)) }
 func (h *delayHeap) Pop() any {
