@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -155,6 +156,9 @@ type offline struct {
 
 func openOffline(dir, adminAddr string) (*offline, error) {
 	path := filepath.Join(dir, broker.JournalFile)
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("no journal at %s (is --data-dir right?): %w", path, err)
+	}
 	opts := store.DefaultOptions()
 	opts.LockTimeout = 500 * time.Millisecond
 	j, err := store.Open(path, opts)

@@ -139,6 +139,13 @@ func TestAdminCLIOffline(t *testing.T) {
 	if len(page.Jobs) != 2 || page.Jobs[0].State != "pending" || page.Jobs[1].State != "pending" {
 		t.Fatalf("after retry and rm: %+v", page.Jobs)
 	}
+	missing := filepath.Join(t.TempDir(), "typo")
+	if _, stderr, err := emq(t, "", "queues", "--data-dir", missing); err == nil || !strings.Contains(stderr, "no journal at") {
+		t.Fatalf("a missing journal: %v %s", err, stderr)
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Fatal("an admin command created a journal")
+	}
 	if out := mustEmq(t, "migrate", "status", "--data-dir", b.Dir); !strings.Contains(out, "applied") || strings.Contains(out, "pending") {
 		t.Fatalf("migrate status:\n%s", out)
 	}
