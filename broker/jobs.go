@@ -128,8 +128,11 @@ func (b *Broker) request(from peerKey, m *emqp.Request) {
 // appended is an Append's outcome: ACK and dispatch, or refuse.
 func (b *Broker) appended(j *job, seq uint64, dup bool, err error) {
 	b.journaling--
-	to := append(b.resent[j], j.client)
-	delete(b.resent, j)
+	to := []peerKey{j.client}
+	if more, ok := b.resent[j]; ok { // rare: the client sent it again meanwhile
+		to = append(to, more...)
+		delete(b.resent, j)
+	}
 	if err != nil {
 		b.forget(j)
 		b.log.Error("journal write failed; job refused", "msgid", j.id, "queue", j.q.name, "err", err)

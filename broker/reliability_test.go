@@ -11,13 +11,13 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/bench"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/worker"
 )
@@ -120,21 +120,6 @@ func TestReliabilityWorkerKilledOrStopped(t *testing.T) {
 	}
 }
 
-// brokerRSS is a process's resident memory in MiB.
-func brokerRSS(pid int) float64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
 // Floods of malformed messages of every error class, oversize frames and a
 // queue driven past max-pending: every one is answered, the broker's
 // memory stays bounded, and valid traffic keeps flowing.
@@ -148,7 +133,7 @@ func TestReliabilityFloods(t *testing.T) {
 	t.Setenv("EMQ_TEST_MAX_PENDING", "100")
 	t.Setenv("EMQ_TEST_MAX_FRAME", "65536")
 	c := startChild(t, dir, frontend, backend)
-	rssStart := brokerRSS(c.cmd.Process.Pid)
+	rssStart := bench.RSSMiB(strconv.Itoa(c.cmd.Process.Pid))
 
 	// Valid traffic alongside, the whole time.
 	done := make(chan int)
@@ -222,7 +207,7 @@ func TestReliabilityFloods(t *testing.T) {
 	if n := <-done; n != 500 {
 		t.Fatalf("valid traffic stopped after %d jobs", n)
 	}
-	rssEnd := brokerRSS(c.cmd.Process.Pid)
+	rssEnd := bench.RSSMiB(strconv.Itoa(c.cmd.Process.Pid))
 	t.Logf("%d malformed or refused messages answered (%d ERRORs, %d ACKs); broker RSS %.0f MiB → %.0f MiB",
 		sent, errors, acks, rssStart, rssEnd)
 	suite.add("malformed or refused messages answered", errors)

@@ -13,7 +13,7 @@ import (
 // from any goroutine.
 type Stats struct {
 	Received     atomic.Int64 // REQUESTs, including refused ones
-	Acked        atomic.Int64
+	Acked        atomic.Int64 // jobs stored and ACKed, once each
 	Duplicates   atomic.Int64 // REQUESTs for a msgid the broker holds
 	Dispatched   atomic.Int64
 	Replied      atomic.Int64

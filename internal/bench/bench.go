@@ -183,7 +183,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		res.Duplicates += n - 1
 	}
 	mu.Unlock()
-	res.RSSMiB = rssMiB()
+	res.RSSMiB = RSSMiB("self")
 	return res, nil
 }
 
@@ -311,9 +311,10 @@ func progress(w io.Writer, total int, done *atomic.Int64) (stop func()) {
 	return func() { close(quit); <-finished }
 }
 
-// rssMiB is this process's resident memory.
-func rssMiB() float64 {
-	b, err := os.ReadFile("/proc/self/status")
+// RSSMiB is the resident memory of a process ("self", or a pid as text) in
+// MiB, from /proc; 0 when it cannot be read.
+func RSSMiB(pid string) float64 {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return 0
 	}
