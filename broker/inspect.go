@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"time"
 
@@ -186,11 +187,7 @@ func (b *Broker) PurgeQueue(ctx context.Context, queue string) (int, error) {
 	}
 	result := make(chan outcome, 1)
 	err := b.onLoop(ctx, func() {
-		for _, j := range b.jobs {
-			if j.q.name == queue && j.state != journaling {
-				b.unlink(j)
-			}
-		}
+		b.purge(queue)
 		b.journal.PurgeQueue(queue, func(n int, err error) { result <- outcome{n, err} })
 	})
 	if err != nil {
@@ -209,6 +206,29 @@ func (b *Broker) Compact() (store.CompactStats, error) { return b.journal.Compac
 
 // Journal is the broker's journal, for reads (Get, List, Counts, Result).
 func (b *Broker) Journal() store.Journal { return b.journal }
+
+// purge forgets every stored job of a queue, in one pass over the jobs
+// (unlinking each from its FIFO would take time squared).
+func (b *Broker) purge(queue string) {
+	q := b.queues[queue]
+	if q == nil {
+		return
+	}
+	for id, j := range b.jobs {
+		if j.q != q || j.state == journaling {
+			continue
+		}
+		if j.state == inFlight {
+			b.release(j)
+		}
+		delete(b.jobs, id)
+		q.live--
+	}
+	q.jobs = deque{}
+	b.delayed = slices.DeleteFunc(b.delayed, func(j *job) bool { return j.q == q })
+	heap.Init(&b.delayed)
+	b.dropIfUnused(q)
+}
 
 // unlink takes a job out of the loop's state wherever it is.
 func (b *Broker) unlink(j *job) {
