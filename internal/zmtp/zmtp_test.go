@@ -91,6 +91,19 @@ func dial(t *testing.T, r *Router, id string) *Conn {
 	return c
 }
 
+// waitConnected returns once the router has registered id: its side of the
+// handshake may end after the dialer's.
+func waitConnected(t *testing.T, r *Router, id string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !r.Connected(id) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never connected", id)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func frames(s ...string) [][]byte {
 	f := make([][]byte, len(s))
 	for i := range s {
@@ -257,6 +270,7 @@ func TestNonReaderIsDropped(t *testing.T) {
 	nc.Write([]byte{0, 2, 'h', 'i'})
 	in.wait(t, "sleeper|hi")
 	reader := dial(t, r, "reader")
+	waitConnected(t, r, "reader")
 	big := frames(strings.Repeat("x", 1<<20))
 	var err error
 	for i := 0; i < 1000 && err == nil; i++ {
