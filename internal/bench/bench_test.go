@@ -1,0 +1,58 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestRun(t *testing.T) {
+	r, err := Run(context.Background(), Options{Senders: 2, Window: 4, Slots: 2, Jobs: 300, Size: 10, Preload: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Jobs != 300 || r.Lost != 0 || r.Errors != 0 || r.JobsPerSec <= 0 || r.ReplaySec <= 0 {
+		t.Fatalf("result %+v", r)
+	}
+	if r.AckP50 <= 0 || r.AckP50 > r.AckP99 || r.AckP99 > r.AckMax || r.E2EP50 < r.AckP50 {
+		t.Fatalf("latencies out of order: %+v", r)
+	}
+	b, _ := json.Marshal(r)
+	var fields map[string]any
+	json.Unmarshal(b, &fields)
+	for _, k := range []string{"jobs", "seconds", "jobs_per_sec", "ack_p50_ms", "ack_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "lost"} {
+		if _, ok := fields[k]; !ok {
+			t.Errorf("JSON lacks %q: %s", k, b)
+		}
+	}
+}
+
+func TestPaced(t *testing.T) {
+	r, err := Run(context.Background(), Options{Senders: 2, Window: 2, Slots: 2, Jobs: 100, Rate: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Lost != 0 || r.Seconds < 0.099 {
+		t.Fatalf("100 jobs at 1,000 a second took %.3f s: %+v", r.Seconds, r)
+	}
+}
+
+func TestPercentiles(t *testing.T) {
+	d := make([]time.Duration, 0, 1100)
+	for i := 1000; i >= 1; i-- {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	d = append(d, make([]time.Duration, 100)...) // not measured: ignored
+	p50, p99, p999, mx := percentiles(d)
+	if p50 != 500 || p99 != 990 || p999 != 999 || mx != 1000 {
+		t.Fatalf("p50 %v p99 %v p99.9 %v max %v", p50, p99, p999, mx)
+	}
+	if p50, _, _, mx := percentiles(nil); p50 != 0 || mx != 0 {
+		t.Fatal("percentiles of nothing")
+	}
+}
