@@ -575,3 +575,34 @@ func TestDamagedRecordFailsOnlyItsWrite(t *testing.T) {
 		t.Fatalf("ok99 after the batch: %v, %v", got, err)
 	}
 }
+
+// A Complete with nothing else queued waits LazyDelay for an Append to
+// share its commit: one fsync for both.
+func TestCompleteWaitsForCompany(t *testing.T) {
+	commits := make(chan int, 16)
+	opts := store.DefaultOptions()
+	opts.LazyDelay = time.Second // long enough for the Append below to arrive
+	opts.OnCommit = func(writes int, _ time.Duration) { commits <- writes }
+	j, err := store.Open(filepath.Join(t.TempDir(), "j.db"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	mustAppend(t, j, job("a", "q"))
+	<-commits
+	done := make(chan error, 2)
+	j.Complete("a", nil, time.Time{}, func(_ bool, err error) { done <- err })
+	j.Append(job("b", "q"), func(_ bool, err error) { done <- err })
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := <-commits; n != 2 {
+		t.Fatalf("the Complete and the Append took a commit of %d writes, want one of 2", n)
+	}
+	// Alone, a Complete still commits (after LazyDelay).
+	if found, err := store.Wait(func(d func(bool, error)) { j.Complete("b", nil, time.Time{}, d) }); err != nil || !found {
+		t.Fatalf("Complete alone: %v %v", found, err)
+	}
+}

@@ -119,6 +119,7 @@ func (b *Bolt) Complete(msgid string, result []byte, keepUntil time.Time, done f
 				done(found && err == nil, err)
 			}
 		},
+		lazy: true,
 	})
 }
 
