@@ -125,23 +125,22 @@
 // workers in the same process (go test -run '^$' -bench EndToEnd
 // -benchtime 60000x ./broker/):
 //
-//	16 workers × 1 slot     16,400 – 18,500 jobs/s
-//	 4 workers × 4 slots    23,400 – 23,500 jobs/s
-//	 1 worker × 16 slots    20,200 – 22,600 jobs/s
-//	 1 client, 1 slot, one job at a time: 680 jobs/s (1.47 ms a job, two
-//	 fsyncs: the append and the delete ride separate commits)
+//	16 workers × 1 slot     20,000 – 22,700 jobs/s
+//	 4 workers × 4 slots    26,000 – 28,200 jobs/s
+//	 1 worker × 16 slots    26,000 – 34,300 jobs/s
 //
-// The goal of 20,000 jobs/s is met when slots share connections (4×4,
-// 1×16) and missed with 16 single-slot workers. The CPU profile of the 16×1 run: 35–44 % in write
-// and read syscalls (writev alone 23–32 %), each single-slot worker costs
-// the broker one write and one read per job that no batching can share
-// (the loop already sends all of one turn's messages to a peer in one
-// write); the journal's commits take 13 %, the loop itself 13 %, memory
-// allocation 13 %. Before the per-turn batching it was 14,200 jobs/s.
+// The goal of 20,000 jobs/s is met. Before the journal let a delete wait
+// (2 ms) to share an append's commit, the same runs gave 16,400–18,500,
+// 23,400–23,500 and 20,200–22,600; before the loop sent each turn's
+// messages to a peer in one write, 14,200 (16×1). The CPU profile of the
+// 16×1 run: 35–44 % in write and read syscalls (writev alone 23–32 %):
+// each single-slot worker costs the broker one write and one read per job
+// that no batching can share; the journal's commits 13 %, the loop 13 %,
+// memory allocation 13 %.
 //
 // Through the libraries with REPLYs forwarded to the clients (emq bench,
-// 16 senders × 32 in flight, one worker of 16 slots): 15,300–16,800
-// jobs/s. Paced at 5,000 jobs/s, REQUEST→ACK is 1.5 ms at p50 and 8–10 ms
+// 16 senders × 32 in flight, one worker of 16 slots): 16,900–17,900
+// jobs/s; one job at a time (1×1): 1,100–1,400 jobs/s, ACK p50 0.6 ms. Paced at 5,000 jobs/s, REQUEST→ACK is 1.5 ms at p50 and 8–10 ms
 // at p99 (the goal of 5 ms is not reached): the journal's commits, two
 // fdatasyncs each, take 0.8 ms at p50 and 1.6–3.2 ms at p99 with stalls up
 // to 18 ms on this virtual disk; a REQUEST waits for the commit in progress

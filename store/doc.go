@@ -31,7 +31,10 @@
 //
 // Each transaction takes every write queued while the previous one was
 // committing, so concurrent writers share one fsync without a fixed
-// delay. A write's done runs only after its transaction is durable; if
+// delay. The one exception: a batch of only Completes (which gate no
+// ACK) waits up to LazyDelay (2 ms) for a write that cannot wait to share
+// its commit, so a job costs one fsync instead of two at low load (emq
+// bench 1×1: 650 → 1,100–1,400 jobs/s). A write's done runs only after its transaction is durable; if
 // the commit fails (disk full, I/O error), every write of that batch gets
 // the error and nothing of it is stored. Records are encoded on the
 // caller's goroutine; the committer only checks for a duplicate msgid,
