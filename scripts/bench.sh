@@ -20,6 +20,10 @@ run "16×16"        --senders 16 --slots 16
 run "16×16 @5,000/s" --senders 16 --slots 16 --rate 5000 --jobs 25000
 run "16×16, 1M stored" --senders 16 --slots 16 --preload 1000000
 
+# Hand-written notes below the marker line survive a new run.
+marker='<!-- Notes below this line are written by hand; make bench keeps them. -->'
+notes=$(sed -n "/^$marker\$/,\$p" "$out" 2>/dev/null || true)
+
 {
   echo "# Benchmarks"
   echo
@@ -60,5 +64,6 @@ PY
   echo "Targets (DESIGN.md): 20,000 jobs/s at 16×16; ACK p99 ≤ 5 ms paced at 5,000 jobs/s."
   echo "For comparison on this machine class: beanstalkd with fsync ~2,500 jobs/s at 16×16,"
   echo "RabbitMQ durable with publisher confirms ~6,000 (../shared/anchors/run.sh)."
+  if [ -n "$notes" ]; then echo; echo "$notes"; else echo; echo "$marker"; fi
 } > "$out"
 cat "$out"
