@@ -23,7 +23,8 @@ type Journal interface {
 	// Append sets j.Seq.
 	Append(j *Job, done func(dup bool, err error))
 	// Complete removes a job its worker replied to; when keepUntil is set
-	// the result is kept until then.
+	// the result is kept until then. No ACK waits for it, so it may wait a
+	// little (Options.LazyDelay) to share the next Append's commit.
 	Complete(msgid string, result []byte, keepUntil time.Time, done func(found bool, err error))
 	// Remove deletes a job in any state (an admin's action).
 	Remove(msgid string, done func(found bool, err error))
