@@ -24,7 +24,10 @@ func TestMain(m *testing.M) {
 		runWorkerChild()
 		return
 	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { suite.print() }))
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		suite.print()
+		os.Exit(code) // the cleanup replaces goleak's own exit
+	}))
 }
 
 func fast(o *broker.Options) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/eventmq/emq/store"
 	"github.com/google/uuid"
+	"go.uber.org/goleak"
 )
 
 var payload200 = bytes.Repeat([]byte("p"), 200)
@@ -239,9 +240,10 @@ func BenchmarkAppendFull(b *testing.B) {
 }
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if bigDir != "" {
-		os.RemoveAll(bigDir)
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if bigDir != "" {
+			os.RemoveAll(bigDir)
+		}
+		os.Exit(code) // the cleanup replaces goleak's own exit
+	}))
 }

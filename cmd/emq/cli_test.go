@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/eventmq/emq/broker"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/store"
@@ -26,7 +28,7 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // emq runs the emq command with args and stdin; it returns stdout, stderr
