@@ -204,9 +204,6 @@ func (b *Broker) PurgeQueue(ctx context.Context, queue string) (int, error) {
 // Compact rewrites the journal file without its free space.
 func (b *Broker) Compact() (store.CompactStats, error) { return b.journal.Compact() }
 
-// Journal is the broker's journal, for reads (Get, List, Counts, Result).
-func (b *Broker) Journal() store.Journal { return b.journal }
-
 // purge forgets every stored job of a queue, in one pass over the jobs
 // (unlinking each from its FIFO would take time squared).
 func (b *Broker) purge(queue string) {
