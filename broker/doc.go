@@ -49,9 +49,10 @@
 //	    jobs; a queue gives its next job to the free worker that weighs it
 //	    highest, least recently used first. Each delivery uses one slot. The
 //	    forwarded REQUEST keeps the client's msgid and has reply-requested
-//	    added.
+//	    added, and attempt:N from the second delivery on.
 //	 4. REPLY from the worker holding the job: Complete in the journal (it
-//	    rides the next group commit), the REPLY forwarded to the client if it
+//	    waits up to 2 ms to share an append's commit), the REPLY forwarded
+//	    to the client if it
 //	    asked, the result kept for ResultTTL if set. A REPLY or FAIL for a job
 //	    the sender does not hold is ignored and counted.
 //	 5. Attempts: a worker lost (heartbeat timeout, KBYE, DISCONNECT), a job
@@ -66,6 +67,9 @@
 //	 7. A REQUEST message that could not be written to a worker (its
 //	    connection closed with it queued) puts the job back at the head of its
 //	    queue without counting an attempt.
+//
+// Admin reads and changes (admin.go, inspect.go) run on the loop too, as
+// posted closures: a purge or a retry changes memory and journal together.
 //
 // # Peers
 //
