@@ -181,7 +181,11 @@ func (b *Broker) routerOptions(ep int) zmtp.Options {
 		},
 		TooLarge: func(id string, e *zmtp.TooLargeError) [][]byte {
 			b.stats.countError(emqp.CodeTooLarge)
-			return emqp.Encode(&emqp.Error{MsgID: emqp.NewID(), Code: emqp.CodeTooLarge,
+			ref := "" // the refused message's msgid, when its frame came before
+			if len(e.Frames) > 3 && len(e.Frames[3]) <= emqp.MaxIDLen {
+				ref = string(e.Frames[3])
+			}
+			return emqp.Encode(&emqp.Error{MsgID: emqp.NewID(), RefMsgID: ref, Code: emqp.CodeTooLarge,
 				Text: fmt.Sprintf("frame of %d bytes is over the limit of %d bytes; closing the connection", e.Size, e.Max)})
 		},
 	}

@@ -316,9 +316,10 @@ func TestMalformedMessages(t *testing.T) {
 func TestFrameOverLimit(t *testing.T) {
 	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.MaxFrameSize = 4096 })
 	big := bt.Dial(t, b.Frontend(), "big")
-	big.Send(&emqp.Request{MsgID: emqp.NewID(), Queue: "q", Payload: make([]byte, 5000)})
-	if e := bt.Expect[*emqp.Error](big); e.Code != emqp.CodeTooLarge {
-		t.Fatalf("ERROR %s %q, want too_large", e.Code, e.Text)
+	id := emqp.NewID()
+	big.Send(&emqp.Request{MsgID: id, Queue: "q", Payload: make([]byte, 5000)})
+	if e := bt.Expect[*emqp.Error](big); e.Code != emqp.CodeTooLarge || e.RefMsgID != id {
+		t.Fatalf("ERROR %s for %q: %q; want too_large for %s", e.Code, e.RefMsgID, e.Text, id)
 	}
 	other := bt.Dial(t, b.Frontend(), "other")
 	other.Request("q", "", make([]byte, 4000))

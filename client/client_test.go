@@ -48,6 +48,23 @@ func TestBrokerErrorIsAGoError(t *testing.T) {
 	}
 }
 
+// A payload over the broker's frame limit is a BrokerError at once, not
+// a resend until the context ends.
+func TestTooLargeIsAnError(t *testing.T) {
+	b := bt.Start(t, "", func(o *broker.Options) { o.MaxFrameSize = 4096 })
+	c := newClient(t, b.Frontend())
+	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
+	defer cancel()
+	_, err := c.Send(ctx, "q", make([]byte, 5000))
+	var be *client.BrokerError
+	if !errors.As(err, &be) || be.Code != emqp.CodeTooLarge {
+		t.Fatalf("Send of 5000 bytes to a 4096-byte limit: %v, want a too_large BrokerError", err)
+	}
+	if _, err := c.Send(ctx, "q", make([]byte, 100)); err != nil {
+		t.Fatalf("the client did not recover from the closed connection: %v", err)
+	}
+}
+
 func TestSameMsgIDIsOneJob(t *testing.T) {
 	b := bt.Start(t, "", nil)
 	c := newClient(t, b.Frontend())

@@ -46,8 +46,11 @@ var (
 )
 
 // TooLargeError reports a frame header announcing more than the limit.
+// Frames holds the message's frames read before it (after the handshake),
+// so that the refusal can name the message.
 type TooLargeError struct {
 	Size, Max uint64
+	Frames    [][]byte
 }
 
 func (e *TooLargeError) Error() string {
@@ -118,6 +121,9 @@ func (c *Conn) ReadMsg() ([][]byte, error) {
 	for {
 		flags, body, err := c.readFrame()
 		if err != nil {
+			if tl, ok := err.(*TooLargeError); ok {
+				tl.Frames = frames
+			}
 			return nil, err
 		}
 		if flags&flagCommand != 0 {
