@@ -100,6 +100,7 @@ func New(opts Options) (*Broker, error) {
 	b.metrics = newMetrics(b)
 	sopts := store.DefaultOptions()
 	sopts.OnCommit = b.metrics.observeCommit
+	sopts.MaxJobSize = opts.MaxJobSize
 	j, err := store.Open(filepath.Join(opts.DataDir, JournalFile), sopts)
 	if err != nil {
 		return nil, err

@@ -1,9 +1,11 @@
 package broker_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -323,6 +325,38 @@ func TestFrameOverLimit(t *testing.T) {
 	}
 	other := bt.Dial(t, b.Frontend(), "other")
 	other.Request("q", "", make([]byte, 4000))
+}
+
+// A job bigger than the journal takes is refused as too_large (not
+// unavailable, which clients send again), and nothing is stored.
+func TestJobOverJournalLimit(t *testing.T) {
+	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.MaxJobSize = 2048 })
+	client := bt.Dial(t, b.Frontend(), "c")
+	id := emqp.NewID()
+	client.Send(&emqp.Request{MsgID: id, Queue: "q", Payload: make([]byte, 3000)})
+	if e := bt.Expect[*emqp.Error](client); e.Code != emqp.CodeTooLarge || e.RefMsgID != id || !strings.Contains(e.Text, "2048") {
+		t.Fatalf("ERROR %+v, want too_large for %s naming the limit", e, id)
+	}
+	client.Request("q", "", make([]byte, 1000))
+	if _, err := storedJob(t, b, id); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the refused job was stored: %v", err)
+	}
+}
+
+// REQUESTs refused for their headers leave no queue behind: a client
+// cannot grow the broker's memory with queue names.
+func TestRefusedRequestsLeaveNoQueues(t *testing.T) {
+	b := bt.Start(t, "", fast)
+	client := bt.Dial(t, b.Frontend(), "c")
+	h, _ := emqp.ParseHeaders("timeout:soon")
+	for i := range 50 {
+		client.Send(&emqp.Request{MsgID: emqp.NewID(), Queue: fmt.Sprint("q", i), Headers: h})
+		bt.Expect[*emqp.Error](client)
+	}
+	qs, err := b.Queues(context.Background())
+	if err != nil || len(qs) != 0 {
+		t.Fatalf("queues after 50 refused REQUESTs: %+v %v", qs, err)
+	}
 }
 
 func TestQueueFull(t *testing.T) {

@@ -3,6 +3,7 @@ package broker
 import (
 	"cmp"
 	"container/heap"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -87,13 +88,8 @@ func (b *Broker) request(from peerKey, m *emqp.Request) {
 		b.ack(from, m.MsgID)
 		return
 	}
-	q := b.queue(m.Queue)
-	if b.opts.MaxPending > 0 && q.live >= b.opts.MaxPending {
-		b.refuse(from, m.MsgID, emqp.CodeQueueFull,
-			fmt.Sprintf("queue %q holds %d jobs, the broker's limit (max-pending)", m.Queue, q.live))
-		return
-	}
-	j, err := newJob(m.MsgID, q, m.Headers, m.Payload)
+	// Headers first: a refused job must not leave its queue behind.
+	j, err := newJob(m.MsgID, nil, m.Headers, m.Payload)
 	if err != nil {
 		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
 		return
@@ -103,6 +99,14 @@ func (b *Broker) request(from peerKey, m *emqp.Request) {
 		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
 		return
 	}
+	q := b.queues[m.Queue]
+	if q != nil && b.opts.MaxPending > 0 && q.live >= b.opts.MaxPending {
+		b.refuse(from, m.MsgID, emqp.CodeQueueFull,
+			fmt.Sprintf("queue %q holds %d jobs, the broker's limit (max-pending)", m.Queue, q.live))
+		return
+	}
+	j.q = b.queue(m.Queue)
+	q = j.q
 	now := time.Now()
 	if delay > 0 {
 		j.notBefore = now.Add(delay).UnixNano()
@@ -135,9 +139,14 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error) {
 	}
 	if err != nil {
 		b.forget(j)
-		b.log.Error("journal write failed; job refused", "msgid", j.id, "queue", j.q.name, "err", err)
+		code := emqp.CodeUnavailable // disk full, I/O error: worth sending again
+		if errors.Is(err, store.ErrInvalidJob) {
+			code = emqp.CodeTooLarge // the only refusal left after the decoder's checks
+		} else {
+			b.log.Error("journal write failed; job refused", "msgid", j.id, "queue", j.q.name, "err", err)
+		}
 		for _, peer := range to {
-			b.refuse(peer, j.id, emqp.CodeUnavailable, "the journal could not store the job: "+err.Error())
+			b.refuse(peer, j.id, code, "the journal could not store the job: "+err.Error())
 		}
 		return
 	}

@@ -20,6 +20,7 @@ type Options struct {
 	HeartbeatTimeout  time.Duration // a worker silent this long is lost
 
 	MaxFrameSize int64 // largest frame accepted, in bytes
+	MaxJobSize   int   // largest job stored (payload, headers, ids), in bytes
 	MaxPending   int   // live jobs per queue beyond which REQUEST gets queue_full; 0 = no limit
 	ResultTTL    time.Duration
 
@@ -40,6 +41,7 @@ func DefaultOptions() Options {
 		HeartbeatInterval: time.Second,
 		HeartbeatTimeout:  5 * time.Second,
 		MaxFrameSize:      256 << 20,
+		MaxJobSize:        256 << 20,
 		MaxPending:        2_000_000,
 		ResultTTL:         0,
 		RetryBackoff:      time.Second,
@@ -75,6 +77,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("heartbeat-timeout: %v must be longer than heartbeat-interval %v", o.HeartbeatTimeout, o.HeartbeatInterval)
 	case o.MaxFrameSize < 1024 || o.MaxFrameSize > 1<<30:
 		return fmt.Errorf("max-frame-size: %d is outside 1 KiB to 1 GiB", o.MaxFrameSize)
+	case o.MaxJobSize < 1024 || o.MaxJobSize > 1<<30:
+		return fmt.Errorf("max-job-size: %d is outside 1 KiB to 1 GiB", o.MaxJobSize)
 	case o.MaxPending < 0:
 		return fmt.Errorf("max-pending: must not be negative, not %d", o.MaxPending)
 	case o.ResultTTL < 0:

@@ -35,6 +35,7 @@ SIGTERM or SIGINT stops it gracefully.`,
 	f.Duration("heartbeat-interval", d.HeartbeatInterval, "HEARTBEAT to each worker this often")
 	f.Duration("heartbeat-timeout", d.HeartbeatTimeout, "a worker silent this long is lost and its jobs requeued")
 	f.String("max-frame-size", "256MiB", "largest frame accepted (bytes, KiB, MiB, GiB)")
+	f.String("max-job-size", "256MiB", "largest job stored: payload, headers and ids (bytes, KiB, MiB, GiB)")
 	f.Int("max-pending", d.MaxPending, "jobs per queue beyond which REQUESTs get ERROR queue_full (0 = no limit)")
 	f.Duration("result-ttl", d.ResultTTL, "keep each job's result this long (0 = not kept)")
 	f.String("log-level", "info", "debug, info, warn or error")
@@ -82,6 +83,11 @@ func brokerOptions(c *config) (broker.Options, error) {
 	if o.MaxFrameSize, err = c.size("max-frame-size"); err != nil {
 		return o, err
 	}
+	size, err := c.size("max-job-size")
+	if err != nil {
+		return o, err
+	}
+	o.MaxJobSize = int(min(size, 1<<31))
 	if o.MaxPending, err = c.integer("max-pending"); err != nil {
 		return o, err
 	}
