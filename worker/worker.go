@@ -166,6 +166,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	if len(w.queues()) == 0 {
 		return errors.New("worker: no queue to serve: name one in Options.Queues or Handle")
 	}
+	if w.handlers["*"] == nil {
+		for _, q := range w.queues() {
+			if w.handlers[q.Name] == nil {
+				return fmt.Errorf("worker: queue %q has no handler; call Handle(%q, ...) or Handle(\"*\", ...)", q.Name, q.Name)
+			}
+		}
+	}
 	jobsCtx, cancelJobs := context.WithCancel(context.Background())
 	defer cancelJobs()
 	r := &run{

@@ -102,6 +102,17 @@ func TestRoundTrip(t *testing.T) {
 	bt.Eventually(t, "both replied", func() bool { return b.Stats().Replied.Load() == 2 })
 }
 
+func TestEveryQueueNeedsAHandler(t *testing.T) {
+	w, err := worker.New(worker.Options{Broker: "tcp://127.0.0.1:1", Queues: []worker.Queue{{Name: "a"}, {Name: "b"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("a", func(context.Context, *worker.Job) ([]byte, error) { return nil, nil })
+	if err := w.Run(context.Background()); err == nil || !strings.Contains(err.Error(), `queue "b" has no handler`) {
+		t.Fatalf("Run with a queue and no handler: %v", err)
+	}
+}
+
 func TestConcurrencyIsHonoured(t *testing.T) {
 	b := bt.Start(t, "", fast)
 	var running, peak atomic.Int32
