@@ -59,13 +59,8 @@ func endToEnd(b *testing.B, clients, workers, slots, window int) {
 		go func() {
 			informed := false
 			for {
-				frames, err := conn.ReadMsg()
+				m, err := emqp.ReadMessage(conn.ReadMsg, func(err error) { b.Error(err) })
 				if err != nil {
-					return
-				}
-				m, err := emqp.Decode(frames)
-				if err != nil {
-					b.Error(err)
 					return
 				}
 				switch m := m.(type) {
@@ -105,15 +100,14 @@ func endToEnd(b *testing.B, clients, workers, slots, window int) {
 		go func() { // ACK reader
 			defer clientsDone.Done()
 			for {
-				frames, err := conn.ReadMsg()
+				m, err := emqp.ReadMessage(conn.ReadMsg, func(err error) { b.Error(err) })
 				if err != nil {
 					return
 				}
-				if m, err := emqp.Decode(frames); err == nil && m.Command() == emqp.CmdAck {
-					slotsFree <- struct{}{}
-				} else {
-					b.Errorf("client got %v %v", m, err)
+				if m.Command() != emqp.CmdAck {
+					b.Errorf("client got %T", m)
 				}
+				slotsFree <- struct{}{}
 			}
 		}()
 		go func() { // sender: as many REQUESTs in one write as the window allows

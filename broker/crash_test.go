@@ -99,13 +99,11 @@ func dialRaw(t *testing.T, endpoint, id string) *rawPeer {
 	go func() {
 		defer close(p.in)
 		for {
-			frames, err := conn.ReadMsg()
+			m, err := emqp.ReadMessage(conn.ReadMsg, func(err error) { t.Errorf("undecodable message: %v", err) })
 			if err != nil {
 				return
 			}
-			if m, err := emqp.Decode(frames); err == nil {
-				p.in <- m
-			}
+			p.in <- m
 		}
 	}()
 	t.Cleanup(func() { conn.Close() })

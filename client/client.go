@@ -390,15 +390,11 @@ func (c *Client) resend(conn *zmtp.Conn, all bool) {
 
 // read handles the broker's answers until the connection breaks.
 func (c *Client) read(conn *zmtp.Conn) {
+	bad := func(err error) { c.log.Warn("client: undecodable message from the broker", "err", err) }
 	for {
-		frames, err := conn.ReadMsg()
+		m, err := emqp.ReadMessage(conn.ReadMsg, bad)
 		if err != nil {
 			return
-		}
-		m, err := emqp.Decode(frames)
-		if err != nil {
-			c.log.Warn("client: undecodable message from the broker", "err", err)
-			continue
 		}
 		c.mu.Lock()
 		switch m := m.(type) {

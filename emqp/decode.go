@@ -291,3 +291,22 @@ func quote(b []byte) string {
 	}
 	return strconv.Quote(string(b))
 }
+
+// ReadMessage reads messages with read until one decodes; each that does
+// not is passed to bad (which may be nil) and skipped. It returns read's
+// error, which ends the stream.
+func ReadMessage(read func() ([][]byte, error), bad func(error)) (Message, error) {
+	for {
+		frames, err := read()
+		if err != nil {
+			return nil, err
+		}
+		m, err := Decode(frames)
+		if err == nil {
+			return m, nil
+		}
+		if bad != nil {
+			bad(err)
+		}
+	}
+}

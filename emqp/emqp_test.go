@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"sort"
 	"strings"
@@ -263,5 +264,25 @@ func TestNamelessHeaderItems(t *testing.T) {
 		if got := err != nil; got != bad {
 			t.Errorf("ParseHeaders(%q) error = %v, want error %v", s, err, bad)
 		}
+	}
+}
+
+func TestReadMessageSkipsUndecodable(t *testing.T) {
+	msgs := [][][]byte{{[]byte("junk")}, emqp.Encode(&emqp.Ready{MsgID: "r1"})}
+	var bad []error
+	read := func() ([][]byte, error) {
+		if len(msgs) == 0 {
+			return nil, io.EOF
+		}
+		m := msgs[0]
+		msgs = msgs[1:]
+		return m, nil
+	}
+	m, err := emqp.ReadMessage(read, func(err error) { bad = append(bad, err) })
+	if err != nil || m.ID() != "r1" || len(bad) != 1 || !errors.Is(bad[0], emqp.ErrFrames) {
+		t.Fatalf("got %v %v, bad %v", m, err, bad)
+	}
+	if _, err := emqp.ReadMessage(read, nil); err != io.EOF {
+		t.Fatalf("end of the stream: %v", err)
 	}
 }

@@ -285,20 +285,19 @@ func (r *run) connect(stopping bool) error {
 		return err
 	}
 	conn.SetReadDeadline(time.Now().Add(r.opts.HeartbeatTimeout))
+	bad := func(err error) { r.log.Warn("worker: undecodable message from the broker", "err", err) }
 	for {
-		frames, err := conn.ReadMsg()
+		m, err := emqp.ReadMessage(conn.ReadMsg, bad)
 		if err != nil {
 			conn.Close()
 			return fmt.Errorf("no ACK for INFORM: %w", err)
 		}
-		if m, err := emqp.Decode(frames); err == nil {
-			if a, ok := m.(*emqp.Ack); ok && a.AckedID == inform.MsgID {
-				break
-			}
-			if e, ok := m.(*emqp.Error); ok && e.RefMsgID == inform.MsgID {
-				conn.Close()
-				return fmt.Errorf("INFORM refused: %s: %s", e.Code, e.Text)
-			}
+		if a, ok := m.(*emqp.Ack); ok && a.AckedID == inform.MsgID {
+			break
+		}
+		if e, ok := m.(*emqp.Error); ok && e.RefMsgID == inform.MsgID {
+			conn.Close()
+			return fmt.Errorf("INFORM refused: %s: %s", e.Code, e.Text)
 		}
 	}
 	conn.SetReadDeadline(time.Time{})
@@ -306,14 +305,9 @@ func (r *run) connect(stopping bool) error {
 	go func() {
 		defer close(s.msgs)
 		for {
-			frames, err := conn.ReadMsg()
+			m, err := emqp.ReadMessage(conn.ReadMsg, bad)
 			if err != nil {
 				return
-			}
-			m, err := emqp.Decode(frames)
-			if err != nil {
-				r.log.Warn("worker: undecodable message from the broker", "err", err)
-				continue
 			}
 			s.msgs <- m
 		}
