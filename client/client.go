@@ -32,6 +32,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/internal/zmtp"
@@ -171,15 +172,20 @@ func (c *Client) do(ctx context.Context, queue string, payload []byte, wantReply
 	if o.msgid == "" {
 		o.msgid = emqp.NewID()
 	}
+	// Refused here what the broker would refuse for sure; anything else it
+	// answers with an ERROR, which becomes a BrokerError.
+	switch {
+	case queue == "" || len(queue) > emqp.MaxQueueLen || !utf8.ValidString(queue):
+		return "", nil, fmt.Errorf("client: queue name %q must be 1 to %d bytes of UTF-8", queue, emqp.MaxQueueLen)
+	case len(o.msgid) > emqp.MaxIDLen:
+		return "", nil, fmt.Errorf("client: msgid is %d bytes, over %d", len(o.msgid), emqp.MaxIDLen)
+	}
 	cl := &call{
 		frames:    emqp.Encode(&emqp.Request{MsgID: o.msgid, Queue: queue, Headers: o.headers, Payload: payload}),
 		wantReply: wantReply,
 		acked:     make(chan struct{}),
 		reply:     make(chan []byte, 1),
 		failed:    make(chan error, 1),
-	}
-	if _, err := emqp.Decode(cl.frames); err != nil {
-		return "", nil, err // an empty or too long queue name, headers that are not UTF-8
 	}
 	c.mu.Lock()
 	if c.closed {
