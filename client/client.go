@@ -63,13 +63,14 @@ type Client struct {
 	opts Options
 	log  *slog.Logger
 
-	mu     sync.Mutex
-	calls  map[string]*call // by msgid, until ACKed (and REPLYed, for Request)
-	conn   *zmtp.Conn       // nil while connecting
-	closed bool
-	outq   chan *call // to the writer
-	done   chan struct{}
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	calls   map[string]*call // by msgid, until ACKed (and REPLYed, for Request)
+	conn    *zmtp.Conn       // nil while connecting
+	dialErr error            // of the last connection attempt
+	closed  bool
+	outq    chan *call // to the writer
+	done    chan struct{}
+	wg      sync.WaitGroup
 }
 
 type call struct {
@@ -234,11 +235,14 @@ func (c *Client) do(ctx context.Context, queue string, payload []byte, wantReply
 
 func (c *Client) ctxErr(ctx context.Context, cl *call, what string) error {
 	c.mu.Lock()
-	last := cl.lastErr
+	last, dialErr := cl.lastErr, c.dialErr
 	c.mu.Unlock()
 	err := fmt.Errorf("client: no %s from the broker at %s: %w", what, c.opts.Broker, ctx.Err())
-	if last != nil {
+	switch {
+	case last != nil:
 		err = fmt.Errorf("%w (last answer: %w)", err, last)
+	case dialErr != nil:
+		err = fmt.Errorf("%w (cannot connect: %w; is the broker running?)", err, dialErr)
 	}
 	return err
 }
@@ -317,6 +321,9 @@ func (c *Client) run() {
 		conn, err := zmtp.Dial(context.Background(), c.opts.Broker, zmtp.DialOptions{
 			Identity: []byte(c.opts.Identity), Timeout: c.opts.DialTimeout,
 		})
+		c.mu.Lock()
+		c.dialErr = err
+		c.mu.Unlock()
 		if err != nil {
 			c.log.Debug("client: cannot connect to the broker", "broker", c.opts.Broker, "err", err)
 			select {

@@ -121,7 +121,8 @@ func TestNoBrokerNamesTheAddress(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	_, err := c.Send(ctx, "q", nil)
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), frontend) {
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), frontend) ||
+		!strings.Contains(err.Error(), "is the broker running?") {
 		t.Fatalf("Send without a broker: %v", err)
 	}
 }
