@@ -145,9 +145,15 @@ func (p *Peer) Send(m emqp.Message) {
 // SendFrames sends raw frames.
 func (p *Peer) SendFrames(frames ...[]byte) {
 	p.t.Helper()
-	if err := p.sock.Send(zmq4.NewMsgFrom(frames...)); err != nil {
+	if err := p.TrySend(frames...); err != nil {
 		p.t.Fatalf("send: %v", err)
 	}
+}
+
+// TrySend sends raw frames and returns the error, for peers the broker
+// may hang up on while they send.
+func (p *Peer) TrySend(frames ...[]byte) error {
+	return p.sock.Send(zmq4.NewMsgFrom(frames...))
 }
 
 // Recv returns the next message that is not a HEARTBEAT, or fails the test

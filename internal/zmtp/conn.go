@@ -35,6 +35,8 @@ const (
 	arenaMax    = 512       // larger bodies get their own allocation
 	copyMax     = 8 << 10   // larger bodies are written from the caller's slice
 	batchMax    = 256 << 10 // bytes of small frames gathered into one write
+	lingerTime  = time.Second
+	lingerBytes = 4 << 20 // dropped at most after a last message
 )
 
 // Errors of a connection.

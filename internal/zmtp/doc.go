@@ -11,7 +11,9 @@
 //   - A frame header is checked against MaxFrameSize before anything is
 //     allocated for its body, during the handshake too (guardConn). An
 //     oversize frame closes that connection; zmq4 would make() the announced
-//     size, 2^50 bytes panics the process.
+//     size, 2^50 bytes panics the process. The peer's last message (the
+//     broker's ERROR) goes out before a FIN, and what the peer still sends
+//     is read and dropped for up to a second, so no reset destroys it.
 //   - Each connection's handshake runs in its own goroutine with a deadline,
 //     and a panic in zmq4's metadata parser (a truncated property) is
 //     recovered there: one silent or malformed peer delays nobody.

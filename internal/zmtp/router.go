@@ -233,6 +233,7 @@ type routerConn struct {
 	once   sync.Once
 	stop   chan struct{} // end: write what is queued, then close
 	kill   chan struct{} // end now: what is queued is undelivered
+	linger atomic.Bool   // the read loop has ended: close with lingerClose
 }
 
 func (rc *routerConn) send(msgs [][][]byte) error {
@@ -287,6 +288,7 @@ func (rc *routerConn) readLoop() {
 						_ = rc.send([][][]byte{msg})
 					}
 				}
+				rc.linger.Store(true)
 				rc.end(true)
 				return
 			}
@@ -329,10 +331,26 @@ func (rc *routerConn) writeLoop() {
 					break
 				}
 			}
+			if rc.linger.Load() {
+				rc.lingerClose()
+			}
 			rc.nc.Close()
 			return
 		}
 	}
+}
+
+// lingerClose ends our side with a FIN, then reads and drops what the peer
+// still sends, for a while, so that the peer gets our last message: closing
+// a socket with unread input sends an RST at once, which drops what we have
+// not yet transmitted and can cost the peer what it has not yet read.
+func (rc *routerConn) lingerClose() {
+	cw, ok := rc.nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	_ = rc.nc.SetReadDeadline(time.Now().Add(lingerTime))
+	_, _ = io.CopyN(io.Discard, rc.Conn.r, lingerBytes)
 }
 
 // gather adds what else is queued to batch, up to batchMax bytes.

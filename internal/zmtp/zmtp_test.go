@@ -335,3 +335,35 @@ func TestPingPong(t *testing.T) {
 		t.Fatalf("got %q, want %q", pong, want)
 	}
 }
+
+// A peer told its frame is too large gets the last message and then a clean
+// end of stream, even while it is still sending: no reset that could
+// destroy the message on a slower network.
+func TestLastWordsBeforeHangUp(t *testing.T) {
+	in := newInbox()
+	r := listen(t, in, Options{
+		MaxFrameSize: 1024,
+		TooLarge:     func(string, *TooLargeError) [][]byte { return frames("too", "large") },
+	})
+	c := dial(t, r, "big")
+	waitConnected(t, r, "big")
+	sent := make(chan error, 1)
+	go func() {
+		hdr := binary.BigEndian.AppendUint64([]byte{flagLong}, 64<<20)
+		_, err := c.nc.Write(hdr)
+		chunk := make([]byte, 64<<10)
+		for n := 0; err == nil && n < 1024; n++ {
+			_, err = c.nc.Write(chunk)
+		}
+		sent <- err
+	}()
+	if got := recv(t, c); got != "too/large" {
+		t.Fatalf("got %q", got)
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.ReadMsg(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the last message: %v, want a clean EOF", err)
+	}
+	c.Close()
+	<-sent
+}
