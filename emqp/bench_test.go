@@ -42,3 +42,11 @@ func BenchmarkDecodeRequestHeaders(b *testing.B) {
 		_ = h.ReplyRequested()
 	}
 }
+
+func BenchmarkNewID(b *testing.B) {
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_ = emqp.NewID()
+		}
+	})
+}

@@ -1,6 +1,13 @@
 package emqp
 
-import "github.com/google/uuid"
+import (
+	"bufio"
+	"crypto/rand"
+	"io"
+	"sync"
+
+	"github.com/google/uuid"
+)
 
 // Version is the protocol version frame.
 const Version = "eMQP/1.0"
@@ -57,7 +64,23 @@ type Message interface {
 // NewID returns a new message id: a UUIDv7 string, so ids made later sort
 // after ids made earlier (the journal relies on that for fast appends).
 func NewID() string {
-	return uuid.Must(uuid.NewV7()).String()
+	return uuid.Must(uuid.NewV7FromReader(idRand)).String()
+}
+
+// idRand is crypto/rand read 4 KiB at a time: one getrandom call per 256
+// ids instead of one per id, which was 5 % of the broker's CPU at 5,000
+// jobs/s (every ACK and forwarded REPLY needs an id).
+var idRand = &lockedReader{r: bufio.NewReaderSize(rand.Reader, 4096)}
+
+type lockedReader struct {
+	mu sync.Mutex
+	r  *bufio.Reader
+}
+
+func (l *lockedReader) Read(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return io.ReadFull(l.r, p)
 }
 
 // Request is a job: client → broker, and broker → worker with the client's
