@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 
 	"github.com/spf13/cobra"
 
@@ -38,6 +39,7 @@ a queue nobody serves) to measure start-up and a full journal.`,
 	f.Bool("json", false, "print one JSON object")
 	f.Bool("quiet", false, "no progress bar")
 	f.String("cpuprofile", "", "write a CPU profile of the run (broker and load together) to this file")
+	f.String("trace", "", "write an execution trace of the run to this file (go tool trace)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
 		if err != nil {
@@ -66,6 +68,17 @@ a queue nobody serves) to measure start-up and a full journal.`,
 				return err
 			}
 			defer pprof.StopCPUProfile()
+		}
+		if path := c.str("trace"); path != "" {
+			f, err := os.Create(path)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := trace.Start(f); err != nil {
+				return err
+			}
+			defer trace.Stop()
 		}
 		r, err := bench.Run(cmd.Context(), o)
 		if err != nil {
