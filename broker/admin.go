@@ -98,6 +98,7 @@ type StatsInfo struct {
 	TimedOut     int64            `json:"timed_out"`
 	DeadLettered int64            `json:"dead_lettered"`
 	Ignored      int64            `json:"ignored"`
+	Schedules    int64            `json:"schedules_forwarded"`
 	Errors       map[string]int64 `json:"protocol_errors"`
 }
 
@@ -107,7 +108,7 @@ func (b *Broker) statsInfo() StatsInfo {
 		Received: s.Received.Load(), Acked: s.Acked.Load(), Duplicates: s.Duplicates.Load(),
 		Dispatched: s.Dispatched.Load(), Replied: s.Replied.Load(), Failed: s.Failed.Load(),
 		Retried: s.Retried.Load(), TimedOut: s.TimedOut.Load(), DeadLettered: s.DeadLettered.Load(),
-		Ignored: s.Ignored.Load(), Errors: map[string]int64{},
+		Ignored: s.Ignored.Load(), Schedules: s.SchedulesForwarded.Load(), Errors: map[string]int64{},
 	}
 	for _, code := range ErrorCodes {
 		si.Errors[code] = s.Errors(code)

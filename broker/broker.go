@@ -65,12 +65,15 @@ type Broker struct {
 	resent     map[*job][]peerKey // others to ACK when a job's write lands
 	queues     map[string]*queue
 	workers    map[peerKey]*peer
-	delayed    delayHeap
-	journaling int // appends not yet done
-	draining   bool
-	out        outbox
-	useSeq     uint64 // for least-recently-used workers
-	errLog     logLimiter
+	schedulers []*scheduler // in the order SCHEDULEs go to them
+
+	schedulerCount atomic.Int64 // len(schedulers), for metrics
+	delayed        delayHeap
+	journaling     int // appends not yet done
+	draining       bool
+	out            outbox
+	useSeq         uint64 // for least-recently-used workers
+	errLog         logLimiter
 }
 
 // New checks opts, creates the data directory and opens the journal.
@@ -274,6 +277,9 @@ func (b *Broker) shutdown() {
 	for key := range b.workers {
 		b.send(key, &emqp.Kbye{MsgID: emqp.NewID()})
 	}
+	for _, s := range b.schedulers {
+		b.send(s.key, &emqp.Kbye{MsgID: emqp.NewID()})
+	}
 	deadline := time.NewTimer(b.opts.ShutdownTimeout)
 	defer deadline.Stop()
 	b.flush()
@@ -311,6 +317,8 @@ func (b *Broker) handle(in inbound) {
 	w := b.workers[in.from]
 	if w != nil {
 		w.lastSeen = time.Now()
+	} else if i := b.findScheduler(in.from); i >= 0 {
+		b.schedulers[i].lastSeen = time.Now()
 	}
 	switch m := in.msg.(type) {
 	case *emqp.Request:
@@ -331,9 +339,13 @@ func (b *Broker) handle(in inbound) {
 	case *emqp.Kbye, *emqp.Disconnect:
 		if w != nil {
 			b.lose(w, "worker said goodbye")
+		} else if i := b.findScheduler(in.from); i >= 0 {
+			b.removeScheduler(i, "scheduler said goodbye")
 		}
-	case *emqp.Schedule, *emqp.Unschedule:
-		b.refuse(in.from, m.ID(), emqp.CodeUnavailable, "schedules are not supported by this broker yet")
+	case *emqp.Schedule:
+		b.schedule(in.from, m)
+	case *emqp.Unschedule:
+		b.unschedule(in.from, m)
 	default: // ACK, ERROR: not for the broker
 		b.stats.Ignored.Add(1)
 	}

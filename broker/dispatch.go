@@ -53,6 +53,13 @@ func (w *peer) weight(q *queue) int {
 
 // inform registers a worker, or renews a known one's queues.
 func (b *Broker) inform(from peerKey, m *emqp.Inform) {
+	if m.PeerType == emqp.PeerScheduler {
+		b.addScheduler(from, m)
+		return
+	}
+	if i := b.findScheduler(from); i >= 0 {
+		b.removeScheduler(i, "the peer INFORMed again as a worker")
+	}
 	w := b.workers[from]
 	if w == nil {
 		w = &peer{key: from, held: make(map[string]*job)}
@@ -77,7 +84,7 @@ func (b *Broker) inform(from peerKey, m *emqp.Inform) {
 	slices.SortStableFunc(w.queues, func(x, y served) int { return cmp.Compare(y.weight, x.weight) })
 	b.log.Info("worker joined", "peer", peerName(from), "queues", queueNames(w.queues), "type", m.PeerType)
 	b.ack(from, m.MsgID)
-	b.beat(w, time.Now())
+	b.beatKey(w.key, time.Now())
 }
 
 func queueNames(s []served) []string {
@@ -178,15 +185,14 @@ func (b *Broker) release(j *job) {
 	}
 }
 
-// heartbeat sends HEARTBEAT to every worker.
+// heartbeat sends HEARTBEAT to every worker and scheduler.
 func (b *Broker) heartbeat(now time.Time) {
 	for _, w := range b.workers {
-		b.beat(w, now)
+		b.beatKey(w.key, now)
 	}
-}
-
-func (b *Broker) beat(w *peer, now time.Time) {
-	b.send(w.key, &emqp.Heartbeat{MsgID: emqp.NewID(), Time: strconv.FormatInt(now.Unix(), 10)})
+	for _, s := range b.schedulers {
+		b.beatKey(s.key, now)
+	}
 }
 
 // deque is a FIFO of jobs that can also take one back at its head.

@@ -84,6 +84,14 @@
 // client's routing id to forward the REPLY to; after a restart the REPLY
 // goes to whichever endpoint has that id connected.
 //
+// An INFORM with peer type "scheduler" makes a scheduler instead: EventMQ's
+// emq-scheduler, which keeps schedules (in its own store) and sends a
+// REQUEST when one is due. As in EventMQ's router, each SCHEDULE goes to
+// one scheduler in turn and each UNSCHEDULE to all, unchanged; schedulers
+// get HEARTBEATs, are lost like workers, and never get jobs. With none
+// connected, SCHEDULE and UNSCHEDULE get ERROR unavailable (EventMQ's
+// router dropped them with a log line).
+//
 // # Failures
 //
 //   - Malformed message: ERROR with a code (bad_request,
@@ -166,8 +174,9 @@
 //
 // # Not done (yet)
 //
-// SCHEDULE and UNSCHEDULE are answered with ERROR unavailable: schedules
-// are not stored. A completed job leaves no tombstone, so a client that
+// The broker keeps no schedules of its own: SCHEDULE needs a scheduler
+// peer, and a SCHEDULE passed to one is not journaled by EMQ (the ERROR
+// with no scheduler tells the client so). A completed job leaves no tombstone, so a client that
 // resends a msgid after its job was completed creates a second job; EMQ's
 // client only resends until the ACK.
 package broker

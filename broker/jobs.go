@@ -317,6 +317,7 @@ func (b *Broker) expire(now time.Time) {
 		j := heap.Pop(&b.delayed).(*job)
 		b.enqueue(j, now)
 	}
+	b.expireSchedulers(now)
 	var late []*job
 	for _, w := range b.workers {
 		if now.Sub(w.lastSeen) > b.opts.HeartbeatTimeout {

@@ -51,6 +51,7 @@ func newMetrics(b *Broker) *metrics {
 		counter("emq_jobs_timed_out_total", "Deliveries that passed the job's timeout.", &s.TimedOut),
 		counter("emq_jobs_dead_lettered_total", "Jobs moved to the dead letters.", &s.DeadLettered),
 		counter("emq_messages_ignored_total", "Late or foreign REPLYs and FAILs, stray ACKs and ERRORs.", &s.Ignored),
+		counter("emq_schedules_forwarded_total", "SCHEDULEs and UNSCHEDULEs passed to schedulers.", &s.SchedulesForwarded),
 		&stateCollector{b},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -75,12 +76,13 @@ var (
 	descOldest    = prometheus.NewDesc("emq_queue_oldest_job_age_seconds", "Age of the oldest job not done.", []string{"queue"}, nil)
 	descQWorkers  = prometheus.NewDesc("emq_queue_workers", "Workers serving the queue.", []string{"queue"}, nil)
 	descWorkers   = prometheus.NewDesc("emq_workers", "Connected workers.", nil, nil)
+	descScheds    = prometheus.NewDesc("emq_schedulers", "Connected schedulers (peers that SCHEDULEs are passed to).", nil, nil)
 	descFreeSlots = prometheus.NewDesc("emq_worker_free_slots", "Slots offered by workers (READY) and not used.", nil, nil)
 	descErrors    = prometheus.NewDesc("emq_protocol_errors_total", "ERRORs sent to peers, by code.", []string{"code"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descWorkers, descFreeSlots, descErrors} {
+	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descWorkers, descScheds, descFreeSlots, descErrors} {
 		ch <- d
 	}
 }
@@ -89,6 +91,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, code := range ErrorCodes {
 		ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(c.b.stats.Errors(code)), code)
 	}
+	ch <- prometheus.MustNewConstMetric(descScheds, prometheus.GaugeValue, float64(c.b.schedulerCount.Load()))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	queues, err := c.b.Queues(ctx)

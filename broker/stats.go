@@ -23,6 +23,8 @@ type Stats struct {
 	DeadLettered atomic.Int64
 	Ignored      atomic.Int64 // late or foreign REPLY/FAIL, stray ACK/ERROR
 
+	SchedulesForwarded atomic.Int64 // SCHEDULEs and UNSCHEDULEs passed to schedulers
+
 	errMu  sync.Mutex
 	errors map[string]int64 // ERRORs sent, by code
 }
