@@ -58,27 +58,16 @@ a queue nobody serves) to measure start-up and a full journal.`,
 		if !c.v.GetBool("quiet") {
 			o.Progress = cmd.ErrOrStderr()
 		}
-		if path := c.str("cpuprofile"); path != "" {
-			f, err := os.Create(path)
+		for _, rec := range []struct {
+			flag  string
+			start func(io.Writer) error
+			stop  func()
+		}{{"cpuprofile", pprof.StartCPUProfile, pprof.StopCPUProfile}, {"trace", trace.Start, trace.Stop}} {
+			stop, err := record(c.str(rec.flag), rec.start, rec.stop)
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", rec.flag, err)
 			}
-			defer f.Close()
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return err
-			}
-			defer pprof.StopCPUProfile()
-		}
-		if path := c.str("trace"); path != "" {
-			f, err := os.Create(path)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			if err := trace.Start(f); err != nil {
-				return err
-			}
-			defer trace.Stop()
+			defer stop()
 		}
 		r, err := bench.Run(cmd.Context(), o)
 		if err != nil {
@@ -94,6 +83,23 @@ a queue nobody serves) to measure start-up and a full journal.`,
 		return nil
 	}
 	return cmd
+}
+
+// record starts a CPU profile or a trace into the file at path, if one is
+// given, and returns what ends it.
+func record(path string, start func(io.Writer) error, stop func()) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := start(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { stop(); f.Close() }, nil
 }
 
 func printResult(w io.Writer, r bench.Result) {
