@@ -9,9 +9,10 @@ import (
 	bt "github.com/eventmq/emq/internal/brokertest"
 )
 
-// A libzmq peer (Debian's python3-zmq) is client and worker against the
-// broker. .ci/run installs python3-zmq and sets EMQ_REQUIRE_INTEROP=1, so
-// there a missing module fails instead of skipping.
+// A libzmq peer (Debian's python3-zmq) is client, worker and EventMQ-style
+// scheduler against the broker. .ci/run installs python3-zmq and sets
+// EMQ_REQUIRE_INTEROP=1, so there a missing module fails instead of
+// skipping.
 func TestInteropLibzmq(t *testing.T) {
 	python := "/usr/bin/python3"
 	if err := exec.Command(python, "-c", "import zmq").Run(); err != nil {

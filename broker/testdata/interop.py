@@ -1,4 +1,5 @@
-"""A libzmq peer (python3-zmq) as both client and worker against an EMQ broker.
+"""A libzmq peer (python3-zmq) as client, worker and EventMQ-style scheduler
+against an EMQ broker.
 
 Usage: interop.py FRONTEND BACKEND. Exits 0 and prints "ok" when every step
 passed. The worker enables ZMTP heartbeats (PING every 100 ms, 300 ms
@@ -73,6 +74,35 @@ for n, reply_form in enumerate(["seed (5 frames)", "6 frames"]):
 # HEARTBEAT comes only once a second): only PONGs keep the connection.
 if monitor.poll(1200):
     sys.exit("libzmq dropped the connection: %r" % recv_monitor_message(monitor))
+
+# EventMQ's scheduler: it INFORMs with no queues and type scheduler, is
+# passed the clients' SCHEDULE and UNSCHEDULE, and sends a REQUEST when a
+# schedule is due.
+sched = ctx.socket(zmq.DEALER)
+sched.setsockopt(zmq.IDENTITY, b"py-scheduler")
+sched.connect(frontend)
+inform = msgid()
+sched.send_multipart([b"", V, b"INFORM", inform, b"", b"scheduler"])
+ack = recv(sched)
+assert ack[2] == b"ACK" and ack[4] == inform, ack
+beat = recv(sched, skip_heartbeats=False)
+assert beat[2] == b"HEARTBEAT", beat
+run = b'["run", {"path": "app.tasks", "callable": "tick", "args": [], "kwargs": {}}]'
+for cmd in [b"SCHEDULE", b"UNSCHEDULE"]:
+    sid = msgid()
+    client.send_multipart([b"", V, cmd, sid, b"interop", b"guarantee", b"-1", run, b"*/5 * * * *"])
+    got = recv(sched)
+    assert got[2:] == [cmd, sid, b"interop", b"guarantee", b"-1", run, b"*/5 * * * *"], got
+    if cmd == b"SCHEDULE":  # the schedule is due: the scheduler sends the job
+        job = msgid()
+        sched.send_multipart([b"", V, b"REQUEST", job, b"interop", b"guarantee", run])
+        ack = recv(sched)
+        assert ack[2] == b"ACK" and ack[4] == job, ack
+        req = recv(worker)
+        assert req[2] == b"REQUEST" and req[3] == job and req[6] == run, req
+        worker.send_multipart([b"", V, b"REPLY", msgid(), b"done", job])
+        worker.send_multipart([b"", V, b"READY", msgid()])
+sched.send_multipart([b"", V, b"KBYE", msgid()])
 
 worker.send_multipart([b"", V, b"KBYE", msgid()])
 print("ok")
