@@ -444,3 +444,46 @@ func TestResultKeptForTTL(t *testing.T) {
 		t.Fatalf("kept result %q, %v", r, err)
 	}
 }
+
+// A job sent again after it was done, its result kept, does not run again:
+// the client gets the ACK and, when it asked, the kept result as REPLY.
+func TestResendAfterDone(t *testing.T) {
+	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.ResultTTL = time.Hour })
+	client := bt.Dial(t, b.Frontend(), "c")
+	worker := bt.Dial(t, b.Backend(), "w")
+	worker.Inform("q")
+	worker.KeepAlive(50 * time.Millisecond)
+	worker.Ready(1)
+	h, _ := emqp.ParseHeaders("reply-requested")
+	req := &emqp.Request{MsgID: emqp.NewID(), Queue: "q", Headers: h, Payload: []byte("once")}
+	client.Send(req)
+	bt.Expect[*emqp.Ack](client)
+	bt.Expect[*emqp.Request](worker)
+	worker.Reply(req.MsgID, []byte("the result"))
+	if r := bt.Expect[*emqp.Reply](client); r.OrigMsgID != req.MsgID {
+		t.Fatalf("REPLY for %s", r.OrigMsgID)
+	}
+
+	// The REPLY above, or the ACK, was lost: the client sends again.
+	client.Send(req)
+	if a := bt.Expect[*emqp.Ack](client); a.AckedID != req.MsgID {
+		t.Fatalf("ACK for %s, want %s", a.AckedID, req.MsgID)
+	}
+	if r := bt.Expect[*emqp.Reply](client); r.OrigMsgID != req.MsgID || string(r.Payload) != "the result" {
+		t.Fatalf("REPLY %+v, want the kept result of %s", r, req.MsgID)
+	}
+	// Without reply-requested the ACK is the whole answer.
+	client.Send(&emqp.Request{MsgID: req.MsgID, Queue: "q", Payload: []byte("once")})
+	if a := bt.Expect[*emqp.Ack](client); a.AckedID != req.MsgID {
+		t.Fatalf("ACK for %s, want %s", a.AckedID, req.MsgID)
+	}
+	// The worker's next job is a new one: the done job did not run again.
+	worker.Ready(1)
+	next := client.Request("q", "", []byte("next"))
+	if got := bt.Expect[*emqp.Request](worker); got.MsgID != next {
+		t.Fatalf("the worker got %s (%q), want the new job %s", got.MsgID, got.Payload, next)
+	}
+	if d := b.Stats().Dispatched.Load(); d != 2 {
+		t.Fatalf("%d dispatches, want 2", d)
+	}
+}

@@ -39,7 +39,9 @@
 //	    a known header has a bad value (bad_request). A msgid the broker holds
 //	    is ACKed again (or, while its write is in progress, ACKed when it
 //	    lands); nothing is stored twice. The journal also refuses a msgid it
-//	    has stored (pending or dead): that is ACKed too.
+//	    has stored (pending or dead), or whose job is done with its result
+//	    still kept (ResultTTL): that is ACKed too, and a done job's kept
+//	    result is sent as REPLY again when the REQUEST asks for one.
 //	 2. The ACK is sent from the append's done callback, after the fsync. Only
 //	    then is the job pending (or delayed, with a delay header) and
 //	    dispatchable. A failed write answers ERROR unavailable and the job is
@@ -52,8 +54,7 @@
 //	    added, and attempt:N from the second delivery on.
 //	 4. REPLY from the worker holding the job: Complete in the journal (it
 //	    waits up to 2 ms to share an append's commit), the REPLY forwarded
-//	    to the client if it
-//	    asked, the result kept for ResultTTL if set. A REPLY or FAIL for a job
+//	    to the client if it asked, the result kept for ResultTTL if set. A REPLY or FAIL for a job
 //	    the sender does not hold is ignored and counted.
 //	 5. Attempts: a worker lost (heartbeat timeout, KBYE, DISCONNECT), a job
 //	    past its timeout:N, or a FAIL counts one attempt, recorded in the
@@ -176,7 +177,8 @@
 //
 // The broker keeps no schedules of its own: SCHEDULE needs a scheduler
 // peer, and a SCHEDULE passed to one is not journaled by EMQ (the ERROR
-// with no scheduler tells the client so). A completed job leaves no tombstone, so a client that
-// resends a msgid after its job was completed creates a second job; EMQ's
-// client only resends until the ACK.
+// with no scheduler tells the client so). Without ResultTTL a completed
+// job leaves nothing behind, so a msgid sent again after its job was done
+// makes a second job; EMQ's client only resends until the ACK, and with
+// ResultTTL set the kept result makes the resend a duplicate.
 package broker

@@ -154,12 +154,33 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error) {
 		b.ack(peer, j.id)
 	}
 	b.stats.Acked.Add(1)
-	if dup { // stored before (it may be dead): nothing more to do
+	if dup { // stored before: dead, or done with its result kept
 		b.forget(j)
+		if j.headers.ReplyRequested() && b.opts.ResultTTL > 0 {
+			b.resendResult(j.id, to)
+		}
 		return
 	}
 	j.seq = seq
 	b.enqueue(j, time.Now())
+}
+
+// resendResult answers a REQUEST sent again for a job that is done, its
+// result kept: the client gets the REPLY it may have missed, not a second
+// run. The journal is read off the loop; a dead job has no result, and
+// its ACK is the whole answer.
+func (b *Broker) resendResult(msgid string, to []peerKey) {
+	go func() {
+		result, err := b.journal.Result(msgid)
+		if err != nil {
+			return
+		}
+		b.post(func() {
+			for _, peer := range to {
+				b.send(peer, &emqp.Reply{MsgID: emqp.NewID(), Payload: result, OrigMsgID: msgid})
+			}
+		})
+	}()
 }
 
 // enqueue makes a stored job dispatchable: now, or when its time comes.

@@ -19,8 +19,8 @@ import (
 // into a blocking call.
 type Journal interface {
 	// Append stores a new pending job at the tail of its queue. dup reports
-	// that the msgid was already stored (pending or dead): nothing changed.
-	// Append sets j.Seq.
+	// that the msgid was already stored (pending or dead), or that its job
+	// is done and its result still kept: nothing changed. Append sets j.Seq.
 	Append(j *Job, done func(dup bool, err error))
 	// Complete removes a job its worker replied to; when keepUntil is set
 	// the result is kept until then. No ACK waits for it, so it may wait a

@@ -116,6 +116,27 @@ func TestAppendDuplicate(t *testing.T) {
 	}
 }
 
+// A job that is done with its result kept is still known: sent again,
+// its msgid is a duplicate. Once the result has expired, or when none was
+// kept, the msgid is free again.
+func TestAppendAfterComplete(t *testing.T) {
+	j, _ := tempJournal(t)
+	mustAppend(t, j, job("kept", "q"), job("expired", "q"), job("plain", "q"))
+	for id, until := range map[string]time.Time{
+		"kept": time.Now().Add(time.Hour), "expired": time.Now().Add(-time.Second), "plain": {},
+	} {
+		if _, err := store.Wait(func(d func(bool, error)) { j.Complete(id, []byte("r"), until, d) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, want := range map[string]bool{"kept": true, "expired": false, "plain": false} {
+		dup, err := store.Wait(func(done func(bool, error)) { j.Append(job(id, "q"), done) })
+		if err != nil || dup != want {
+			t.Errorf("append of done job %s: dup=%v err=%v, want dup=%v", id, dup, err, want)
+		}
+	}
+}
+
 func TestAppendRejectsInvalid(t *testing.T) {
 	j, _ := tempJournal(t)
 	for _, bad := range []*store.Job{{Queue: "q"}, {MsgID: "m"}, {MsgID: string(make([]byte, 256)), Queue: "q"}} {

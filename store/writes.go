@@ -53,7 +53,7 @@ func (b *Bolt) Append(j *Job, done func(dup bool, err error)) {
 		apply: func(tx *bolt.Tx) error {
 			jobs, pending := tx.Bucket(migrations.Jobs), tx.Bucket(migrations.Pending)
 			jobs.FillPercent, pending.FillPercent = appendFill, appendFill
-			if jobs.Get(id) != nil {
+			if jobs.Get(id) != nil || resultKept(tx, id) {
 				dup = true
 				return nil
 			}
@@ -121,6 +121,13 @@ func (b *Bolt) Complete(msgid string, result []byte, keepUntil time.Time, done f
 		},
 		lazy: true,
 	})
+}
+
+// resultKept reports whether the job msgid is done and its result not yet
+// expired: sent again, it is a duplicate, not a new job.
+func resultKept(tx *bolt.Tx, id []byte) bool {
+	v := tx.Bucket(migrations.Results).Get(id)
+	return len(v) >= 8 && int64(binary.BigEndian.Uint64(v[:8])) >= time.Now().UnixNano()
 }
 
 // Remove implements Journal.
