@@ -66,14 +66,14 @@ type Broker struct {
 	queues     map[string]*queue
 	workers    map[peerKey]*peer
 	schedulers []*scheduler // in the order SCHEDULEs go to them
+	delayed    delayHeap
+	journaling int // appends not yet done
+	draining   bool
+	out        outbox
+	useSeq     uint64 // for least-recently-used workers
+	errLog     logLimiter
 
 	schedulerCount atomic.Int64 // len(schedulers), for metrics
-	delayed        delayHeap
-	journaling     int // appends not yet done
-	draining       bool
-	out            outbox
-	useSeq         uint64 // for least-recently-used workers
-	errLog         logLimiter
 }
 
 // New checks opts, creates the data directory and opens the journal.
