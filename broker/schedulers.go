@@ -49,30 +49,40 @@ func (b *Broker) removeScheduler(i int, reason string) {
 	b.schedulerCount.Store(int64(len(b.schedulers)))
 }
 
-// schedule forwards a SCHEDULE to the next scheduler in turn, unchanged.
+// schedule forwards a SCHEDULE, unchanged, to the next scheduler in turn
+// that is connected now: one that lost its connection may come back
+// within the heartbeat timeout, but what is sent to it meanwhile is lost.
 func (b *Broker) schedule(from peerKey, m *emqp.Schedule) {
-	if len(b.schedulers) == 0 {
+	for range b.schedulers {
+		s := b.schedulers[0]
+		b.schedulers = append(b.schedulers[1:], s)
+		if b.connected(s.key) {
+			b.send(s.key, m)
+			b.stats.SchedulesForwarded.Add(1)
+			return
+		}
+	}
+	b.refuse(from, m.MsgID, emqp.CodeUnavailable, noScheduler)
+}
+
+// unschedule forwards an UNSCHEDULE to every connected scheduler: any of
+// them may hold the schedule.
+func (b *Broker) unschedule(from peerKey, m *emqp.Unschedule) {
+	sent := false
+	for _, s := range b.schedulers {
+		if b.connected(s.key) {
+			b.send(s.key, m)
+			sent = true
+		}
+	}
+	if !sent {
 		b.refuse(from, m.MsgID, emqp.CodeUnavailable, noScheduler)
 		return
 	}
-	s := b.schedulers[0]
-	b.schedulers = append(b.schedulers[1:], s)
-	b.send(s.key, m)
 	b.stats.SchedulesForwarded.Add(1)
 }
 
-// unschedule forwards an UNSCHEDULE to every scheduler: any of them may
-// hold the schedule.
-func (b *Broker) unschedule(from peerKey, m *emqp.Unschedule) {
-	if len(b.schedulers) == 0 {
-		b.refuse(from, m.MsgID, emqp.CodeUnavailable, noScheduler)
-		return
-	}
-	for _, s := range b.schedulers {
-		b.send(s.key, m)
-	}
-	b.stats.SchedulesForwarded.Add(1)
-}
+func (b *Broker) connected(key peerKey) bool { return b.routers[key.ep].Connected(key.id) }
 
 const noScheduler = "no scheduler is connected: this broker passes SCHEDULE and UNSCHEDULE to an EventMQ scheduler (INFORM with peer type scheduler) and stores no schedules itself"
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
 )
@@ -126,5 +127,34 @@ func TestSilentSchedulerIsForgotten(t *testing.T) {
 	})
 	if n := b.Stats().SchedulesForwarded.Load(); n == 0 {
 		t.Error("no SCHEDULE reached the scheduler while it was known")
+	}
+}
+
+// A scheduler whose connection is gone gets no SCHEDULE, even before its
+// heartbeat timeout: it would be lost. With none connected the client is
+// told.
+func TestSchedulerConnectionLost(t *testing.T) {
+	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.HeartbeatTimeout = time.Minute })
+	client := bt.Dial(t, b.Frontend(), "client")
+	gone := bt.Dial(t, b.Frontend(), "gone")
+	informScheduler(t, gone)
+	gone.Close()
+	bt.Eventually(t, "SCHEDULE refused once the only scheduler's connection is gone", func() bool {
+		id := sendSchedule(client, "SCHEDULE", "60", "")
+		m, ok := client.TryRecv(100 * time.Millisecond)
+		e, isErr := m.(*emqp.Error)
+		return ok && isErr && e.RefMsgID == id && e.Code == emqp.CodeUnavailable
+	})
+	id := sendSchedule(client, "UNSCHEDULE", "60", "")
+	if e := bt.Expect[*emqp.Error](client); e.RefMsgID != id || e.Code != emqp.CodeUnavailable {
+		t.Fatalf("UNSCHEDULE with no scheduler connected: %+v", e)
+	}
+	live := bt.Dial(t, b.Frontend(), "live")
+	informScheduler(t, live)
+	for range 3 {
+		id := sendSchedule(client, "SCHEDULE", "60", "")
+		if sc := bt.Expect[*emqp.Schedule](live); sc.MsgID != id {
+			t.Fatalf("SCHEDULE %s, want %s", sc.MsgID, id)
+		}
 	}
 }

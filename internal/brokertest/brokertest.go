@@ -306,6 +306,9 @@ func FreeEndpoint(t testing.TB) string {
 	return "tcp://" + ln.Addr().String()
 }
 
+// Close closes p's connection without a goodbye, as a crashed peer does.
+func (p *Peer) Close() { p.sock.Close() }
+
 // Gone reports whether the broker has closed p's connection (for example
 // because a newer connection took over its routing id). It discards a
 // message that is waiting.
