@@ -203,14 +203,7 @@ func TestGracefulStopFinishesRunningJobs(t *testing.T) {
 		},
 	})
 	c := newClient(t, b.Frontend())
-	replied := make(chan []byte, 1)
-	go func() {
-		r, err := c.Request(ctxWait(t), "q", nil)
-		if err != nil {
-			t.Error(err)
-		}
-		replied <- r
-	}()
+	replied := requestAsync(t, c, "q")
 	<-started
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
@@ -333,14 +326,7 @@ func TestReplyAfterReconnect(t *testing.T) {
 		},
 	})
 	c := newClient(t, b.Frontend())
-	replied := make(chan []byte, 1)
-	go func() {
-		r, err := c.Request(ctxWait(t), "q", nil)
-		if err != nil {
-			t.Error(err)
-		}
-		replied <- r
-	}()
+	replied := requestAsync(t, c, "q")
 	<-started
 	// A connection with the worker's routing id takes it over: the
 	// worker's own connection is closed under it.
@@ -354,4 +340,18 @@ func TestReplyAfterReconnect(t *testing.T) {
 	if n := b.Stats().Dispatched.Load(); n != 1 {
 		t.Errorf("dispatched %d times, want once", n)
 	}
+}
+
+// requestAsync sends a Request on queue and returns where its REPLY's
+// payload arrives.
+func requestAsync(t *testing.T, c *client.Client, queue string) <-chan []byte {
+	replied := make(chan []byte, 1)
+	go func() {
+		r, err := c.Request(ctxWait(t), queue, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		replied <- r
+	}()
+	return replied
 }
