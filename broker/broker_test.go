@@ -201,15 +201,11 @@ func TestLostWorkerJobGoesToAnother(t *testing.T) {
 func TestJobTimeout(t *testing.T) {
 	b := bt.Start(t, "", fast)
 	client := bt.Dial(t, b.Frontend(), "c")
-	slow := bt.Dial(t, b.Backend(), "slow")
-	slow.Inform("q")
-	slow.KeepAlive(50 * time.Millisecond)
+	slow := bt.Worker(t, b.Backend(), "slow", "q")
 	slow.Ready(1)
 	id := client.Request("q", "timeout:1", nil)
 	bt.Expect[*emqp.Request](slow)
-	other := bt.Dial(t, b.Backend(), "other")
-	other.Inform("q")
-	other.KeepAlive(50 * time.Millisecond)
+	other := bt.Worker(t, b.Backend(), "other", "q")
 	other.Ready(1)
 	if got := bt.Expect[*emqp.Request](other); got.MsgID != id {
 		t.Fatalf("after the timeout the other worker got %s, want %s", got.MsgID, id)
@@ -228,9 +224,7 @@ func TestJobTimeout(t *testing.T) {
 func TestFailRetriesThenDeadLetters(t *testing.T) {
 	b := bt.Start(t, "", fast)
 	client := bt.Dial(t, b.Frontend(), "c")
-	worker := bt.Dial(t, b.Backend(), "w")
-	worker.Inform("q")
-	worker.KeepAlive(50 * time.Millisecond)
+	worker := bt.Worker(t, b.Backend(), "w", "q")
 	id := client.Request("q", "retry-count:2", []byte("doomed"))
 	for attempt := 1; attempt <= 3; attempt++ {
 		worker.Ready(1)
@@ -259,9 +253,7 @@ func TestFailRetriesThenDeadLetters(t *testing.T) {
 func TestDefaultRetryCountIsThree(t *testing.T) {
 	b := bt.Start(t, "", fast)
 	client := bt.Dial(t, b.Frontend(), "c")
-	worker := bt.Dial(t, b.Backend(), "w")
-	worker.Inform("q")
-	worker.KeepAlive(50 * time.Millisecond)
+	worker := bt.Worker(t, b.Backend(), "w", "q")
 	id := client.Request("q", "", nil)
 	for range 4 {
 		worker.Ready(1)
@@ -450,9 +442,7 @@ func TestResultKeptForTTL(t *testing.T) {
 func TestResendAfterDone(t *testing.T) {
 	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.ResultTTL = time.Hour })
 	client := bt.Dial(t, b.Frontend(), "c")
-	worker := bt.Dial(t, b.Backend(), "w")
-	worker.Inform("q")
-	worker.KeepAlive(50 * time.Millisecond)
+	worker := bt.Worker(t, b.Backend(), "w", "q")
 	worker.Ready(1)
 	h, _ := emqp.ParseHeaders("reply-requested")
 	req := &emqp.Request{MsgID: emqp.NewID(), Queue: "q", Headers: h, Payload: []byte("once")}

@@ -262,9 +262,7 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 		t.Fatalf("worker got %v, want KBYE", m)
 	}
 	b2 := bt.Start(t, b.Dir, fast)
-	w2 := bt.Dial(t, b2.Backend(), "w2")
-	w2.Inform("q")
-	w2.KeepAlive(50 * time.Millisecond)
+	w2 := bt.Worker(t, b2.Backend(), "w2", "q")
 	w2.Ready(len(acked) + 1000) // jobs stored whose ACK was not read come too
 	for len(acked) > 0 {
 		m, ok := w2.TryRecv(bt.Wait)

@@ -5,7 +5,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
@@ -58,9 +57,7 @@ func TestDiskFull(t *testing.T) {
 		t.Fatal("the journal never filled the disk")
 	}
 	// What was ACKed is still served.
-	worker := bt.Dial(t, b.Backend(), "w")
-	worker.Inform("q")
-	worker.KeepAlive(50 * time.Millisecond)
+	worker := bt.Worker(t, b.Backend(), "w", "q")
 	worker.Ready(1)
 	if got := bt.Expect[*emqp.Request](worker); got.MsgID != acked[0] {
 		t.Fatalf("worker got %s, want %s", got.MsgID, acked[0])
@@ -73,9 +70,7 @@ func TestDiskFull(t *testing.T) {
 	}
 	// The file opens cleanly and holds every ACKed job.
 	b2 := bt.Start(t, dir, func(o *broker.Options) { fast(o); o.MaxPending = 0 })
-	w2 := bt.Dial(t, b2.Backend(), "w2")
-	w2.Inform("q")
-	w2.KeepAlive(50 * time.Millisecond)
+	w2 := bt.Worker(t, b2.Backend(), "w2", "q")
 	w2.Ready(len(acked) + 1)
 	seen := map[string]bool{}
 	for range len(acked) + 1 {

@@ -97,9 +97,7 @@ func TestReliabilityWorkerKilledOrStopped(t *testing.T) {
 			lostAt := time.Now()
 			child.Process.Signal(sig)
 
-			other := bt.Dial(t, b.Backend(), "other")
-			other.Inform("q")
-			other.KeepAlive(50 * time.Millisecond)
+			other := bt.Worker(t, b.Backend(), "other", "q")
 			other.Ready(1)
 			if got := bt.Expect[*emqp.Request](other); got.MsgID != id {
 				t.Fatalf("redelivered %s, want %s", got.MsgID, id)

@@ -24,9 +24,7 @@ func brokerWithJobs(t *testing.T, token string) (b *bt.Broker, dead, inflight, p
 		o.Admin, o.AdminToken = "127.0.0.1:0", token
 	})
 	client := bt.Dial(t, b.Frontend(), "c")
-	worker := bt.Dial(t, b.Backend(), "w")
-	worker.Inform("q")
-	worker.KeepAlive(50 * time.Millisecond)
+	worker := bt.Worker(t, b.Backend(), "w", "q")
 	dead = client.Request("q", "retry-count:0", []byte("doomed"))
 	worker.Ready(1)
 	bt.Expect[*emqp.Request](worker)

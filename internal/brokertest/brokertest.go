@@ -239,6 +239,16 @@ func (p *Peer) Inform(queues string) {
 	}
 }
 
+// Worker dials endpoint as a worker for queues (CSV or JSON) that has its
+// INFORM ACKed and sends a HEARTBEAT every 50 ms until the test ends.
+func Worker(t testing.TB, endpoint, id, queues string) *Peer {
+	t.Helper()
+	p := Dial(t, endpoint, id)
+	p.Inform(queues)
+	p.KeepAlive(50 * time.Millisecond)
+	return p
+}
+
 // Ready offers n slots.
 func (p *Peer) Ready(n int) {
 	for range n {
