@@ -37,6 +37,16 @@ def msgid():
     return str(uuid.uuid4()).encode()
 
 
+def inform(sock, queues, peer_type):
+    """INFORM, then the ACK and at once the first HEARTBEAT, with the time."""
+    id = msgid()
+    sock.send_multipart([b"", V, b"INFORM", id, queues, peer_type])
+    ack = recv(sock)
+    assert ack[2] == b"ACK" and ack[4] == id, ack
+    beat = recv(sock, skip_heartbeats=False)
+    assert beat[2] == b"HEARTBEAT" and len(beat) == 5 and beat[4].isdigit(), beat
+
+
 worker = ctx.socket(zmq.DEALER)
 worker.setsockopt(zmq.IDENTITY, b"py-worker")
 worker.setsockopt(zmq.HEARTBEAT_IVL, 100)
@@ -46,12 +56,7 @@ worker.connect(backend)
 client = ctx.socket(zmq.DEALER)
 client.connect(frontend)
 
-inform = msgid()
-worker.send_multipart([b"", V, b"INFORM", inform, b"interop", b"worker"])
-ack = recv(worker)
-assert ack[2] == b"ACK" and ack[4] == inform, ack
-beat = recv(worker, skip_heartbeats=False)
-assert beat[2] == b"HEARTBEAT" and len(beat) == 5 and beat[4].isdigit(), beat
+inform(worker, b"interop", b"worker")
 worker.send_multipart([b"", V, b"READY", msgid()])
 
 for n, reply_form in enumerate(["seed (5 frames)", "6 frames"]):
@@ -81,12 +86,7 @@ if monitor.poll(1200):
 sched = ctx.socket(zmq.DEALER)
 sched.setsockopt(zmq.IDENTITY, b"py-scheduler")
 sched.connect(frontend)
-inform = msgid()
-sched.send_multipart([b"", V, b"INFORM", inform, b"", b"scheduler"])
-ack = recv(sched)
-assert ack[2] == b"ACK" and ack[4] == inform, ack
-beat = recv(sched, skip_heartbeats=False)
-assert beat[2] == b"HEARTBEAT", beat
+inform(sched, b"", b"scheduler")
 run = b'["run", {"path": "app.tasks", "callable": "tick", "args": [], "kwargs": {}}]'
 for cmd in [b"SCHEDULE", b"UNSCHEDULE"]:
     sid = msgid()
