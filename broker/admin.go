@@ -167,11 +167,8 @@ func (b *Broker) adminHandler() http.Handler {
 		reply(w, NewJobInfo(j, held[id], withPayload), err)
 	})
 	mux.HandleFunc("DELETE /api/v1/jobs/{msgid}", func(w http.ResponseWriter, r *http.Request) {
-		found, err := b.RemoveJob(r.Context(), r.PathValue("msgid"))
-		if err == nil && !found {
-			err = store.ErrNotFound
-		}
-		reply(w, map[string]bool{"removed": found}, err)
+		err := b.RemoveJob(r.Context(), r.PathValue("msgid"))
+		reply(w, map[string]bool{"removed": err == nil}, err)
 	})
 	mux.HandleFunc("POST /api/v1/jobs/{msgid}/retry", func(w http.ResponseWriter, r *http.Request) {
 		err := b.RetryDead(r.Context(), r.PathValue("msgid"))

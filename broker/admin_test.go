@@ -122,8 +122,10 @@ func TestAdminAPI(t *testing.T) {
 	if ji.PayloadSize != 9 || ji.Preview != "waiting.\ufffd" || ji.Payload != "d2FpdGluZwD/" {
 		t.Fatalf("job %+v", ji)
 	}
-	if api(t, b, "GET", "/api/v1/jobs/nope", "", nil) != 404 {
-		t.Fatal("unknown msgid is not 404")
+	for _, method := range []string{"GET", "DELETE"} {
+		if code := api(t, b, method, "/api/v1/jobs/nope", "", nil); code != 404 {
+			t.Fatalf("%s of an unknown msgid: %d, want 404", method, code)
+		}
 	}
 
 	// Retry the dead job: it is dispatched again.

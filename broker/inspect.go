@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"time"
@@ -159,22 +160,27 @@ func (b *Broker) revived(sj *store.Job) {
 
 // RemoveJob deletes a job in any state (an admin's action). A worker
 // holding it may still run it; its REPLY is then ignored.
-func (b *Broker) RemoveJob(ctx context.Context, msgid string) (found bool, err error) {
+func (b *Broker) RemoveJob(ctx context.Context, msgid string) error {
 	result := make(chan error, 1)
-	err = b.onLoop(ctx, func() {
+	err := b.onLoop(ctx, func() {
 		if j := b.jobs[msgid]; j != nil && j.state != journaling {
 			b.unlink(j)
 		}
-		b.journal.Remove(msgid, func(f bool, err error) { found = f; result <- err })
+		b.journal.Remove(msgid, func(found bool, err error) {
+			if err == nil && !found {
+				err = fmt.Errorf("%w: %s", store.ErrNotFound, msgid)
+			}
+			result <- err
+		})
 	})
 	if err != nil {
-		return false, err
+		return err
 	}
 	select {
 	case err := <-result:
-		return found, err
+		return err
 	case <-ctx.Done():
-		return false, ctx.Err()
+		return ctx.Err()
 	}
 }
 

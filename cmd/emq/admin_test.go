@@ -82,6 +82,13 @@ func TestAdminCLIOnline(t *testing.T) {
 	}
 	mustEmq(t, append([]string{"dlq", "retry", dead}, on...)...)
 	mustEmq(t, append([]string{"jobs", "rm", pending}, on...)...)
+	// An unknown msgid is named once, online as offline.
+	for _, args := range [][]string{{"jobs", "rm", pending}, {"dlq", "retry", pending}} {
+		_, stderr, err := emq(t, "", append(args, on...)...)
+		if err == nil || !strings.Contains(stderr, "no such job: "+pending) || strings.Count(stderr, pending) != 1 {
+			t.Fatalf("%v of a removed job: %v %s", args, err, stderr)
+		}
+	}
 	if _, stderr, err := emq(t, "", append([]string{"jobs", "purge", "--queue", "q"}, on...)...); err == nil || !strings.Contains(stderr, "--yes") {
 		t.Fatalf("purge without --yes: %v %s", err, stderr)
 	}

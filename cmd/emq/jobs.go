@@ -58,7 +58,7 @@ func newDLQCmd() *cobra.Command {
 			}
 			for _, id := range ids {
 				if err := a.Retry(id); err != nil {
-					return fmt.Errorf("%s: %w", id, err)
+					return err // the journal's error names the msgid
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), "retried", id)
 			}
