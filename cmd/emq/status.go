@@ -83,7 +83,7 @@ func newQueuesCmd() *cobra.Command {
 				fmt.Fprintln(w, "QUEUE\tPENDING\tDELAYED\tIN FLIGHT\tDEAD\tWORKERS\tOLDEST")
 				for _, q := range qs {
 					fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", q.Name, q.Pending, q.Delayed, q.InFlight, q.Dead,
-						q.Workers, (time.Duration(q.OldestAge) * time.Second).String())
+						q.Workers, time.Duration(q.OldestAge*float64(time.Second)).Round(time.Millisecond))
 				}
 			})
 		})
