@@ -233,6 +233,9 @@ func TestMetrics(t *testing.T) {
 	bad := bt.Dial(t, b.Frontend(), "bad")
 	bad.SendFrames([]byte("x"))
 	bt.Expect[*emqp.Error](bad)
+	sched := bt.Dial(t, b.Frontend(), "sched")
+	informScheduler(t, sched)
+	sched.KeepAlive(50 * time.Millisecond)
 
 	after := scrape()
 	for name, want := range map[string]float64{
@@ -241,6 +244,7 @@ func TestMetrics(t *testing.T) {
 		"emq_jobs_failed_total":        1,
 		"emq_jobs_dead_lettered_total": 1,
 		"emq_workers":                  1,
+		"emq_schedulers":               1,
 	} {
 		if got := value(after, name, ""); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)

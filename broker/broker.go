@@ -72,8 +72,6 @@ type Broker struct {
 	out        outbox
 	useSeq     uint64 // for least-recently-used workers
 	errLog     logLimiter
-
-	schedulerCount atomic.Int64 // len(schedulers), for metrics
 }
 
 // New checks opts, creates the data directory and opens the journal.

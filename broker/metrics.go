@@ -91,7 +91,6 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, code := range ErrorCodes {
 		ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(c.b.stats.Errors(code)), code)
 	}
-	ch <- prometheus.MustNewConstMetric(descScheds, prometheus.GaugeValue, float64(c.b.schedulerCount.Load()))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	queues, err := c.b.Queues(ctx)
@@ -115,4 +114,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(len(workers)))
 	ch <- prometheus.MustNewConstMetric(descFreeSlots, prometheus.GaugeValue, float64(free))
+	var schedulers int
+	if c.b.onLoop(ctx, func() { schedulers = len(c.b.schedulers) }) == nil {
+		ch <- prometheus.MustNewConstMetric(descScheds, prometheus.GaugeValue, float64(schedulers))
+	}
 }

@@ -36,7 +36,6 @@ func (b *Broker) addScheduler(from peerKey, m *emqp.Inform) {
 		b.schedulers[i].lastSeen = now
 	} else {
 		b.schedulers = append(b.schedulers, &scheduler{key: from, lastSeen: now})
-		b.schedulerCount.Store(int64(len(b.schedulers)))
 		b.log.Info("scheduler joined", "peer", peerName(from))
 	}
 	b.ack(from, m.MsgID)
@@ -46,7 +45,6 @@ func (b *Broker) addScheduler(from peerKey, m *emqp.Inform) {
 func (b *Broker) removeScheduler(i int, reason string) {
 	b.log.Info("scheduler lost", "peer", peerName(b.schedulers[i].key), "reason", reason)
 	b.schedulers = slices.Delete(b.schedulers, i, i+1)
-	b.schedulerCount.Store(int64(len(b.schedulers)))
 }
 
 // schedule forwards a SCHEDULE, unchanged, to the next scheduler in turn
