@@ -386,9 +386,14 @@ func (r *run) start(req *emqp.Request) {
 			job.Attempt = n
 		}
 	}
-	ctx, cancel := context.WithCancel(r.jobsCtx)
+	// One context per job: a second one made over the first would leave
+	// the first registered with jobsCtx until Run ends.
+	var ctx context.Context
+	var cancel context.CancelFunc
 	if d, err := req.Headers.Timeout(); err == nil && d > 0 {
 		ctx, cancel = context.WithTimeout(r.jobsCtx, d)
+	} else {
+		ctx, cancel = context.WithCancel(r.jobsCtx)
 	}
 	r.running[req.MsgID] = cancel
 	go func() {
