@@ -36,7 +36,10 @@ import (
 //
 // With an AdminToken every request needs "Authorization: Bearer TOKEN";
 // without one, the broker refuses to bind Admin to a non-loopback address.
-// Errors are {"error": "..."} with 400, 401, 404, 409 or 503.
+// Errors are {"error": "..."} with a status by class (errorStatus): 400 a
+// bad parameter or filter, 401 no token, 404 no such job, 409 a job in the
+// wrong state for the change, 501 not done by this journal (compact),
+// 503 the broker is stopping, 500 the journal failed (I/O).
 
 // JobInfo is a job as the admin API shows it.
 type JobInfo struct {
@@ -268,7 +271,7 @@ func (b *Broker) listJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		p, err := b.journal.List(opts)
 		if err != nil {
-			writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
+			reply(w, nil, err)
 			return
 		}
 		for _, j := range p.Jobs {
@@ -288,16 +291,30 @@ type apiError struct {
 
 // reply writes v, or err with the status that fits it.
 func reply(w http.ResponseWriter, v any, err error) {
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, v)
-	case errors.Is(err, store.ErrNotFound):
-		writeJSON(w, http.StatusNotFound, apiError{err.Error()})
-	case errors.Is(err, ErrStopped), errors.Is(err, store.ErrClosed), errors.Is(err, context.DeadlineExceeded):
-		writeJSON(w, http.StatusServiceUnavailable, apiError{err.Error()})
-	default:
-		writeJSON(w, http.StatusConflict, apiError{err.Error()})
+	if err != nil {
+		writeJSON(w, errorStatus(err), apiError{err.Error()})
+		return
 	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// errorStatus is the HTTP status of an error class: the caller's mistake
+// (4xx) or the broker's trouble (5xx), never one for the other.
+func errorStatus(err error) int {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, store.ErrWrongState):
+		return http.StatusConflict
+	case errors.Is(err, store.ErrBadFilter), errors.Is(err, store.ErrInvalidJob), errors.Is(err, store.ErrTooLarge):
+		return http.StatusBadRequest
+	case errors.Is(err, errors.ErrUnsupported):
+		return http.StatusNotImplemented
+	case errors.Is(err, ErrStopped), errors.Is(err, store.ErrClosed), errors.Is(err, store.ErrFenced),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError // I/O, a damaged record: the journal's trouble
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -74,16 +74,14 @@ type Broker struct {
 	errLog     logLimiter
 }
 
-// New checks opts, creates the data directory and opens the journal.
+// New checks opts and opens the journal (Options.OpenJournal, or the bbolt
+// file in DataDir, creating the directory).
 func New(opts Options) (*Broker, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
-	}
-	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("data-dir: %w", err)
 	}
 	b := &Broker{
 		opts:      opts,
@@ -99,15 +97,35 @@ func New(opts Options) (*Broker, error) {
 		workers:   make(map[peerKey]*peer),
 	}
 	b.metrics = newMetrics(b)
-	sopts := store.DefaultOptions()
-	sopts.OnCommit = b.metrics.observeCommit
-	sopts.MaxJobSize = opts.MaxJobSize
-	j, err := store.Open(filepath.Join(opts.DataDir, JournalFile), sopts)
+	open := opts.OpenJournal
+	if open == nil {
+		open = opts.openBolt
+	}
+	j, err := open(b.metrics.observeCommit)
 	if err != nil {
 		return nil, err
 	}
 	b.journal = j
 	return b, nil
+}
+
+// openBolt opens the default journal: the bbolt file in DataDir.
+func (o Options) openBolt(onCommit func(int, time.Duration)) (store.Journal, error) {
+	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data-dir: %w", err)
+	}
+	sopts := store.DefaultOptions()
+	sopts.OnCommit = onCommit
+	sopts.MaxJobSize = o.MaxJobSize
+	return store.Open(filepath.Join(o.DataDir, JournalFile), sopts)
+}
+
+// journalName names the journal in logs: its String, or its type.
+func journalName(j store.Journal) string {
+	if s, ok := j.(fmt.Stringer); ok {
+		return s.String()
+	}
+	return fmt.Sprintf("%T", j)
 }
 
 // Ready is closed once the journal is replayed and the sockets are bound.
@@ -138,7 +156,7 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 	}
 	b.metrics.replay.Set(time.Since(start).Seconds())
 	b.log.Info("journal replayed", "jobs", n, "took", time.Since(start).Round(time.Millisecond),
-		"file", filepath.Join(b.opts.DataDir, JournalFile))
+		"journal", journalName(b.journal))
 
 	for ep, addr := range []string{b.opts.Frontend, b.opts.Backend} {
 		r, err := zmtp.Listen(addr, b.routerOptions(ep))

@@ -207,8 +207,15 @@ func (b *Broker) PurgeQueue(ctx context.Context, queue string) (int, error) {
 	}
 }
 
-// Compact rewrites the journal file without its free space.
-func (b *Broker) Compact() (store.CompactStats, error) { return b.journal.Compact() }
+// Compact rewrites the journal without its free space, when the journal
+// can (store.Compactor); otherwise the error is errors.ErrUnsupported.
+func (b *Broker) Compact() (store.CompactStats, error) {
+	c, ok := b.journal.(store.Compactor)
+	if !ok {
+		return store.CompactStats{}, fmt.Errorf("this journal does not compact: %w", errors.ErrUnsupported)
+	}
+	return c.Compact()
+}
 
 // purge forgets every stored job of a queue, in one pass over the jobs
 // (unlinking each from its FIFO would take time squared).

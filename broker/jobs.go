@@ -140,9 +140,12 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error) {
 	if err != nil {
 		b.forget(j)
 		code := emqp.CodeUnavailable // disk full, I/O error: worth sending again
-		if errors.Is(err, store.ErrInvalidJob) {
-			code = emqp.CodeTooLarge // the only refusal left after the decoder's checks
-		} else {
+		switch {
+		case errors.Is(err, store.ErrTooLarge):
+			code = emqp.CodeTooLarge
+		case errors.Is(err, store.ErrInvalidJob):
+			code = emqp.CodeBadRequest
+		default:
 			b.log.Error("journal write failed; job refused", "msgid", j.id, "queue", j.q.name, "err", err)
 		}
 		for _, peer := range to {

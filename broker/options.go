@@ -6,6 +6,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"github.com/eventmq/emq/store"
 )
 
 // Options configure a Broker. Start from DefaultOptions.
@@ -14,13 +16,20 @@ type Options struct {
 	Backend    string // ROUTER endpoint for workers, tcp://host:port
 	Admin      string // HTTP host:port of the admin API (admin.go); "" = none
 	AdminToken string // required as a Bearer token when set; needed for a non-loopback Admin
-	DataDir    string // holds the journal file, emq.db
+	DataDir    string // holds the journal file, emq.db (when OpenJournal is nil)
+
+	// OpenJournal opens the journal the broker writes to; nil opens (or
+	// creates) the bbolt file JournalFile in DataDir with MaxJobSize. New
+	// calls it once and Run closes what it returned. onCommit feeds the
+	// broker's metrics: the journal calls it after each commit with the
+	// writes it held and how long the commit took.
+	OpenJournal func(onCommit func(writes int, took time.Duration)) (store.Journal, error)
 
 	HeartbeatInterval time.Duration // HEARTBEAT to each worker this often
 	HeartbeatTimeout  time.Duration // a worker silent this long is lost
 
 	MaxFrameSize int64 // largest frame accepted, in bytes
-	MaxJobSize   int   // largest job stored (payload, headers, ids), in bytes
+	MaxJobSize   int   // largest job the bbolt journal stores (payload, headers, ids), in bytes
 	MaxPending   int   // live jobs per queue beyond which REQUEST gets queue_full; 0 = no limit
 	ResultTTL    time.Duration
 
@@ -69,7 +78,7 @@ func (o Options) Validate() error {
 		}
 	}
 	switch {
-	case o.DataDir == "":
+	case o.DataDir == "" && o.OpenJournal == nil:
 		return fmt.Errorf("data-dir: must not be empty")
 	case o.HeartbeatInterval <= 0:
 		return fmt.Errorf("heartbeat-interval: must be positive, not %v", o.HeartbeatInterval)

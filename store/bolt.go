@@ -21,12 +21,12 @@ type Options struct {
 	// MaxBatch is the most writes one transaction (one fsync) takes.
 	MaxBatch int
 	// MaxJobSize bounds a job's stored size (payload, headers, ids and
-	// error text); a larger Append fails with ErrInvalidJob and nothing
+	// error text); a larger Append fails with ErrTooLarge and nothing
 	// else is touched. At most 1 GiB (bbolt's value limit is 2 GiB).
 	MaxJobSize int
 	// ReadOnly opens the file without the write lock and without
 	// migrating, for looking at a journal another process may hold. Writes
-	// fail.
+	// fail with ErrReadOnly.
 	ReadOnly bool
 	// OnCommit, if set, is called after each commit with the number of
 	// writes it held and how long it took (for metrics).
@@ -96,7 +96,10 @@ type write struct {
 	lazy   bool // may wait LazyDelay for company (see Options)
 }
 
-var _ Journal = (*Bolt)(nil)
+var (
+	_ Journal   = (*Bolt)(nil)
+	_ Compactor = (*Bolt)(nil)
+)
 
 // Open opens (or creates) the journal file at path, creating its folder
 // and applying migrations. It never rewrites a file it cannot read.
@@ -154,8 +157,15 @@ func openBolt(path string, opts Options) (*bolt.DB, error) {
 // Path returns the journal file's path.
 func (b *Bolt) Path() string { return b.path }
 
+// String names the journal in logs.
+func (b *Bolt) String() string { return "bbolt " + b.path }
+
 // enqueue queues a write for the committer.
 func (b *Bolt) enqueue(w write) {
+	if b.opts.ReadOnly && w.alone == nil {
+		w.finish(fmt.Errorf("%w: %s", ErrReadOnly, b.path))
+		return
+	}
 	b.qmu.Lock()
 	if b.closing {
 		b.qmu.Unlock()

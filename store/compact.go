@@ -9,13 +9,13 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Compact implements Journal. It runs on the committer between two
+// Compact implements Compactor. It runs on the committer between two
 // batches, so no write is lost or reordered; writes and reads wait while
 // it copies. The copy is made beside the file, synced, and renamed over
 // it, so a crash at any moment leaves either the old file or the new one.
 func (b *Bolt) Compact() (CompactStats, error) {
 	if b.opts.ReadOnly {
-		return CompactStats{}, fmt.Errorf("journal %s is open read-only", b.path)
+		return CompactStats{}, fmt.Errorf("%w: %s", ErrReadOnly, b.path)
 	}
 	type outcome struct {
 		st  CompactStats

@@ -34,7 +34,7 @@ func ParseState(s string) (State, error) {
 	case "dead":
 		return Dead, nil
 	}
-	return 0, fmt.Errorf("unknown job state %q (want pending or dead)", s)
+	return 0, fmt.Errorf("%w: unknown job state %q (want pending or dead)", ErrBadFilter, s)
 }
 
 // Job is one stored job: everything the broker needs to dispatch it again

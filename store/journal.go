@@ -8,19 +8,28 @@ import (
 )
 
 // Journal is the durable store of jobs. The broker writes through it and
-// the admin tools read and repair through it. No bbolt type appears here,
-// so another backend (etcd) can implement it too.
+// the admin tools read and repair through it. No bbolt type appears here:
+// Bolt implements it in one file, and any other backend that passes the
+// conformance suite (package storetest) can stand in for it.
 //
 // Writes are asynchronous: each call queues its change and returns at
-// once; done is called after the change is durable (fsynced), or has
-// failed, with the outcome. Writes are applied in the order they were
-// made. done runs on the journal's goroutine: it must not block, and must
-// not wait for another write. A nil done is allowed. Wait turns a write
-// into a blocking call.
+// once; done is called after the change is durable (fsynced, or held by a
+// majority), or has failed, with the outcome. Writes are applied in the
+// order they were made. done runs on the journal's goroutine: it must not
+// block, and must not wait for another write. A nil done is allowed. Wait
+// turns a write into a blocking call.
+//
+// Every refusal is one of the errors below, matched with errors.Is:
+// ErrNotFound, ErrWrongState, ErrInvalidJob, ErrTooLarge and ErrBadFilter
+// concern one call and change nothing; ErrClosed, ErrReadOnly and
+// ErrFenced say the journal takes no more writes. Anything else is a
+// failure of the storage itself (I/O, a damaged record: ErrCorrupt).
 type Journal interface {
 	// Append stores a new pending job at the tail of its queue. dup reports
 	// that the msgid was already stored (pending or dead), or that its job
 	// is done and its result still kept: nothing changed. Append sets j.Seq.
+	// A bad msgid or queue name is ErrInvalidJob; a job over the backend's
+	// size limit, ErrTooLarge.
 	Append(j *Job, done func(dup bool, err error))
 	// Complete removes a job its worker replied to; when keepUntil is set
 	// the result is kept until then. No ACK waits for it, so it may wait a
@@ -29,12 +38,14 @@ type Journal interface {
 	// Remove deletes a job in any state (an admin's action).
 	Remove(msgid string, done func(found bool, err error))
 	// RecordAttempt counts a delivery that ended without a REPLY, with its
-	// reason, and when the job may run again.
+	// reason, and when the job may run again. ErrNotFound when the job is
+	// not stored.
 	RecordAttempt(msgid, reason string, notBefore time.Time, done func(*Job, error))
 	// Bury counts a last attempt and moves the job to the dead letters.
+	// ErrNotFound, or ErrWrongState when it is dead already.
 	Bury(msgid, reason string, done func(*Job, error))
 	// Revive brings a dead job back to the tail of its queue with its
-	// attempts reset.
+	// attempts reset. ErrNotFound, or ErrWrongState when it is not dead.
 	Revive(msgid string, done func(*Job, error))
 	// PurgeQueue deletes every pending job of a queue.
 	PurgeQueue(queue string, done func(removed int, err error))
@@ -46,7 +57,8 @@ type Journal interface {
 	Load(fn func(*Job) error) error
 	// Get returns one job; ErrNotFound when it is not stored.
 	Get(msgid string) (*Job, error)
-	// List returns one page of jobs.
+	// List returns one page of jobs. A cursor that no listing gave, or one
+	// that does not fit the state asked for, is ErrBadFilter.
 	List(opts ListOptions) (Page, error)
 	// Counts returns the number of jobs per queue and state.
 	Counts() ([]Count, error)
@@ -54,10 +66,17 @@ type Journal interface {
 	// time is up).
 	Result(msgid string) ([]byte, error)
 
-	// Compact copies the live data to a fresh file and swaps it in.
-	Compact() (CompactStats, error)
-	// Close finishes the queued writes and closes the journal.
+	// Close finishes the queued writes and closes the journal. Writes
+	// made after it fail with ErrClosed.
 	Close() error
+}
+
+// Compactor is a journal that can reclaim the space of deleted jobs (a
+// bbolt file never shrinks by itself). Not every backend needs it: callers
+// check with a type assertion and answer errors.ErrUnsupported otherwise.
+type Compactor interface {
+	// Compact copies the live data to fresh storage and swaps it in.
+	Compact() (CompactStats, error)
 }
 
 // ListOptions filter and page a listing.
@@ -86,14 +105,28 @@ type CompactStats struct {
 	Before, After int64 // file sizes in bytes
 }
 
-// Errors of the journal, matched with errors.Is.
+// Errors of the journal, matched with errors.Is. Each error a journal
+// returns wraps one of them, or is a failure of the storage itself.
 var (
+	// Refusals of one call; nothing was changed.
 	ErrNotFound   = errors.New("no such job")
-	ErrClosed     = errors.New("journal is closed")
+	ErrWrongState = errors.New("job is in the wrong state for this change")
 	ErrInvalidJob = errors.New("invalid job")
-	ErrLocked     = errors.New("journal file is locked by another process")
-	ErrCorrupt    = errors.New("journal file is not a bbolt file or is damaged")
-	ErrTooNew     = migrations.ErrTooNew
+	ErrTooLarge   = errors.New("job is over the journal's size limit")
+	ErrBadFilter  = errors.New("bad listing filter or cursor")
+
+	// The journal takes no more writes.
+	ErrClosed   = errors.New("journal is closed")
+	ErrReadOnly = errors.New("journal is open read-only")
+	// ErrFenced: this process can no longer write as the journal's owner
+	// (another broker took over, or its lease ended). A broker that gets
+	// it stops serving.
+	ErrFenced = errors.New("journal is fenced: this broker may no longer write to it")
+
+	// Opening fails.
+	ErrLocked  = errors.New("journal file is locked by another process")
+	ErrCorrupt = errors.New("journal file is not a bbolt file or is damaged")
+	ErrTooNew  = migrations.ErrTooNew
 )
 
 // Wait runs one asynchronous write and waits for its outcome:

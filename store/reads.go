@@ -97,7 +97,7 @@ func (b *Bolt) List(opts ListOptions) (Page, error) {
 			states = states[1:]
 		}
 		if len(states) == 0 {
-			return Page{}, fmt.Errorf("cursor %q does not fit state %s", opts.After, opts.State)
+			return Page{}, fmt.Errorf("%w: cursor %q does not fit state %s", ErrBadFilter, opts.After, opts.State)
 		}
 		after = key
 	}
@@ -154,7 +154,7 @@ func parseCursor(c string) (State, []byte, error) {
 	s, err := ParseState(name)
 	key, herr := hex.DecodeString(h)
 	if !ok || err != nil || herr != nil {
-		return 0, nil, fmt.Errorf("cursor %q is not one a listing gave", c)
+		return 0, nil, fmt.Errorf("%w: cursor %q is not one a listing gave", ErrBadFilter, c)
 	}
 	return s, key, nil
 }

@@ -158,7 +158,7 @@ func TestAppendRejectsTooLarge(t *testing.T) {
 	big := job("big", "q")
 	big.Payload = make([]byte, 1000)
 	_, err = store.Wait(func(done func(bool, error)) { j.Append(big, done) })
-	if !errors.Is(err, store.ErrInvalidJob) || !strings.Contains(err.Error(), "over the journal's limit of 1000") {
+	if !errors.Is(err, store.ErrTooLarge) || !strings.Contains(err.Error(), "over the journal's limit of 1000") {
 		t.Fatalf("append of a job over MaxJobSize: %v", err)
 	}
 	mustAppend(t, j, job("small", "q"))

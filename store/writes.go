@@ -22,7 +22,7 @@ func (b *Bolt) validate(j *Job) error {
 	size := len(j.MsgID) + len(j.Queue) + len(j.Headers) + len(j.Payload) + len(j.ClientID) + len(j.LastError)
 	switch {
 	case size > b.opts.MaxJobSize:
-		return fmt.Errorf("%w: job %s is %d bytes, over the journal's limit of %d", ErrInvalidJob, j.MsgID, size, b.opts.MaxJobSize)
+		return fmt.Errorf("%w: job %s is %d bytes, over the journal's limit of %d", ErrTooLarge, j.MsgID, size, b.opts.MaxJobSize)
 	case j.MsgID == "" || len(j.MsgID) > MaxIDLen:
 		return fmt.Errorf("%w: msgid must be 1 to %d bytes, got %d", ErrInvalidJob, MaxIDLen, len(j.MsgID))
 	case j.Queue == "" || len(j.Queue) > MaxQueueLen:
@@ -182,7 +182,7 @@ func (b *Bolt) RecordAttempt(msgid, reason string, notBefore time.Time, done fun
 func (b *Bolt) Bury(msgid, reason string, done func(*Job, error)) {
 	b.change(msgid, func(tx *bolt.Tx, j *Job) error {
 		if j.State == Dead {
-			return jobError{fmt.Errorf("job %s is dead already", msgid)}
+			return jobError{fmt.Errorf("%w: job %s is dead already", ErrWrongState, msgid)}
 		}
 		key := queueKey(j.Queue, j.Seq)
 		if err := index(tx, Pending).Delete(key); err != nil {
@@ -198,7 +198,7 @@ func (b *Bolt) Bury(msgid, reason string, done func(*Job, error)) {
 func (b *Bolt) Revive(msgid string, done func(*Job, error)) {
 	b.change(msgid, func(tx *bolt.Tx, j *Job) error {
 		if j.State != Dead {
-			return jobError{fmt.Errorf("job %s is not dead (it is %s)", msgid, j.State)}
+			return jobError{fmt.Errorf("%w: job %s is not dead (it is %s)", ErrWrongState, msgid, j.State)}
 		}
 		if err := index(tx, Dead).Delete(queueKey(j.Queue, j.Seq)); err != nil {
 			return err
