@@ -53,26 +53,46 @@ type Broker struct {
 	inbox   chan inbound
 	stopped chan struct{} // closed when the loop stops reading the inbox
 	ready   chan struct{} // closed once replay is done and sockets are bound
-	isReady atomic.Bool
+	isReady atomic.Bool   // /readyz: ready, and not stopping
+	running atomic.Bool   // the loop answers onLoop
+	hurry   chan struct{} // closed by Shutdown
+	hurried sync.Once
 
 	postMu sync.Mutex
 	posted []func()
 	wake   chan struct{}
 
 	// Owned by the loop.
+	phase      phase
 	jobs       map[string]*job
 	clientIDs  map[string]string  // see intern
-	resent     map[*job][]peerKey // others to ACK when a job's write lands
+	resent     map[*job][]peerKey // REQUESTs to answer when a job's write lands
 	queues     map[string]*queue
-	workers    map[peerKey]*peer
-	schedulers []*scheduler // in the order SCHEDULEs go to them
-	delayed    delayHeap
-	journaling int // appends not yet done
-	draining   bool
+	peers      map[peerKey]*peer // workers and schedulers: the one peer table
+	peerCount  [roleScheduler + 1]int
+	schedulers []*peer     // the order SCHEDULEs go round in
+	timers     deadlines   // every deadline (deadlines.go)
+	clock      *time.Timer // rings at the earliest deadline
+	beat       ticker      // HEARTBEAT to every peer
+	sweep      ticker      // delete expired results
+	inFlight   int         // jobs held by workers
+	journaling int         // appends not yet done
+	fenced     error       // the journal's ErrFenced: stop serving
 	out        outbox
 	useSeq     uint64 // for least-recently-used workers
 	errLog     logLimiter
 }
+
+// phase is where the broker is in its life: serving, then draining (no
+// new jobs, nothing dispatched, waiting for REPLYs of jobs in flight),
+// then closing (goodbyes said, journal writes landing).
+type phase uint8
+
+const (
+	serving phase = iota
+	draining
+	closing
+)
 
 // New checks opts and opens the journal (Options.OpenJournal, or the bbolt
 // file in DataDir, creating the directory).
@@ -89,13 +109,18 @@ func New(opts Options) (*Broker, error) {
 		inbox:     make(chan inbound, 4096),
 		stopped:   make(chan struct{}),
 		ready:     make(chan struct{}),
+		hurry:     make(chan struct{}),
 		wake:      make(chan struct{}, 1),
 		jobs:      make(map[string]*job),
 		clientIDs: make(map[string]string),
 		resent:    make(map[*job][]peerKey),
 		queues:    make(map[string]*queue),
-		workers:   make(map[peerKey]*peer),
+		peers:     make(map[peerKey]*peer),
+		clock:     time.NewTimer(time.Hour),
 	}
+	b.clock.Stop()
+	b.beat.fire = b.heartbeat
+	b.sweep.fire = b.expireResults
 	b.metrics = newMetrics(b)
 	open := opts.OpenJournal
 	if open == nil {
@@ -140,9 +165,13 @@ func (b *Broker) Backend() string { return b.routers[backend].Endpoint() }
 // Stats returns the broker's counters.
 func (b *Broker) Stats() *Stats { return &b.stats }
 
-// Run replays the journal, binds the endpoints and serves until ctx ends,
-// then shuts down gracefully and closes the journal. It returns nil after a
-// clean shutdown.
+// Run replays the journal, binds the endpoints and serves until ctx ends.
+// Then it stops taking work and drains: REQUESTs get ERROR unavailable,
+// nothing more is dispatched, and the REPLYs of jobs in flight are awaited
+// up to DrainTimeout (Shutdown cuts the wait short). Then it says goodbye
+// to its peers, lets the journal writes in progress land and closes the
+// journal. It returns nil after a clean shutdown, and an error wrapping
+// store.ErrFenced when the journal fenced it off.
 func (b *Broker) Run(ctx context.Context) (err error) {
 	defer func() {
 		if cerr := b.journal.Close(); cerr != nil && err == nil {
@@ -172,6 +201,10 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 		return err
 	}
 	b.log.Info("broker listening", "frontend", b.Frontend(), "backend", b.Backend(), "admin", b.adminAddr)
+	if b.opts.ResultTTL > 0 {
+		b.timers.set(&b.sweep, time.Now().UnixNano())
+	}
+	b.running.Store(true)
 	b.isReady.Store(true)
 	close(b.ready)
 
@@ -180,7 +213,18 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 	if admin != nil {
 		admin.Close()
 	}
+	if b.fenced != nil {
+		return fmt.Errorf("broker stopped serving: %w", b.fenced)
+	}
 	return nil
+}
+
+// Shutdown ends a drain at once (as a second SIGTERM does): what is still
+// in flight stays journaled and runs again after the next start. Called
+// before Run's context ends, it stops the broker without a drain. It
+// returns at once and may be called from any goroutine, more than once.
+func (b *Broker) Shutdown() {
+	b.hurried.Do(func() { close(b.hurry) })
 }
 
 func (b *Broker) routerOptions(ep int) zmtp.Options {
@@ -233,43 +277,107 @@ func (b *Broker) runPosted() {
 	}
 }
 
-// loop is the one goroutine that owns the broker's state.
+// loop is the one goroutine that owns the broker's state. It sleeps until
+// a message, a posted closure or the earliest deadline.
 func (b *Broker) loop(ctx context.Context) {
-	tick := time.NewTicker(min(b.opts.HeartbeatInterval, 100*time.Millisecond))
-	defer tick.Stop()
-	nextBeat, nextExpiry := time.Now(), time.Now()
+	stop, hurry := ctx.Done(), b.hurry
+	var drainEnd <-chan time.Time
 	for {
+		b.arm()
 		select {
 		case in := <-b.inbox:
 			b.handle(in)
 			b.handleWaiting()
 		case <-b.wake:
 			b.runPosted()
-		case now := <-tick.C:
-			if !now.Before(nextBeat) {
-				b.heartbeat(now)
-				nextBeat = now.Add(b.opts.HeartbeatInterval)
+		case <-b.clock.C:
+			b.fireDue(time.Now())
+		case <-stop:
+			stop = nil
+			if b.opts.DrainTimeout > 0 {
+				b.drain()
+				t := time.NewTimer(b.opts.DrainTimeout)
+				defer t.Stop()
+				drainEnd = t.C
 			}
-			b.expire(now)
-			if b.opts.ResultTTL > 0 && !now.Before(nextExpiry) {
-				b.expireResults(now)
-				nextExpiry = now.Add(min(b.opts.ResultTTL, time.Minute))
+		case <-drainEnd:
+			b.log.Warn("drain timeout: jobs still in flight stay journaled and run again after the next start",
+				"in_flight", b.inFlight, "drain_timeout", b.opts.DrainTimeout)
+			b.phase = closing
+		case <-hurry:
+			hurry = nil
+			if b.phase == draining {
+				b.log.Warn("drain cut short: jobs still in flight stay journaled and run again after the next start", "in_flight", b.inFlight)
 			}
-		case <-ctx.Done():
+			b.phase = closing
+		}
+		b.flush()
+		switch {
+		case b.fenced != nil, stop == nil && b.opts.DrainTimeout <= 0:
+			b.phase = closing
+		case b.phase == draining && b.inFlight == 0:
+			b.log.Info("drained: every job in flight is done")
+			b.phase = closing
+		}
+		if b.phase == closing {
 			b.shutdown()
 			return
 		}
-		b.flush()
 	}
 }
 
-// expireResults deletes kept results whose time is up.
+// drain stops taking work: REQUESTs are refused, nothing is dispatched,
+// /readyz says no; REPLYs of the jobs in flight complete them as usual.
+func (b *Broker) drain() {
+	b.phase = draining
+	b.isReady.Store(false)
+	b.log.Info("broker draining: new jobs are refused; waiting for the jobs in flight",
+		"in_flight", b.inFlight, "drain_timeout", b.opts.DrainTimeout)
+}
+
+// fence stops the broker for good: the journal says another owner writes
+// it now. Nothing more is ACKed or dispatched; peers are told goodbye.
+func (b *Broker) fence(err error) {
+	if b.fenced == nil {
+		b.fenced = err
+		b.log.Error("the journal fenced this broker off; it stops serving", "err", err)
+	}
+}
+
+// arm sets the clock to ring at the earliest deadline.
+func (b *Broker) arm() {
+	at, ok := b.timers.next()
+	if !ok {
+		b.clock.Stop()
+		return
+	}
+	b.clock.Reset(time.Until(time.Unix(0, at)))
+}
+
+// fireDue runs every deadline that is due.
+func (b *Broker) fireDue(now time.Time) {
+	for {
+		x, ok := b.timers.popDue(now.UnixNano())
+		if !ok {
+			return
+		}
+		switch x := x.(type) {
+		case *job:
+			b.jobDue(x, now)
+		case *peer:
+			b.peerDue(x, now)
+		case *ticker:
+			x.fire(now)
+		}
+	}
+}
+
+// expireResults deletes kept results whose time is up, and comes again.
 func (b *Broker) expireResults(now time.Time) {
 	b.journal.ExpireResults(now, func(n int, err error) {
-		if err != nil {
-			b.log.Error("journal could not delete expired results", "err", err)
-		}
+		b.writeFailed(err, "journal could not delete expired results", "")
 	})
+	b.timers.set(&b.sweep, now.Add(min(b.opts.ResultTTL, time.Minute)).UnixNano())
 }
 
 // handleWaiting handles what else is in the inbox, up to a bound, so that
@@ -287,14 +395,11 @@ func (b *Broker) handleWaiting() {
 
 // shutdown: refuse new jobs, say goodbye, let journal writes land, flush.
 func (b *Broker) shutdown() {
-	b.log.Info("broker stopping", "journal_writes_in_progress", b.journaling)
-	b.draining = true
+	b.log.Info("broker stopping", "journal_writes_in_progress", b.journaling, "in_flight", b.inFlight)
+	b.phase = closing
 	b.isReady.Store(false)
-	for key := range b.workers {
+	for key := range b.peers {
 		b.send(key, &emqp.Kbye{MsgID: emqp.NewID()})
-	}
-	for _, s := range b.schedulers {
-		b.send(s.key, &emqp.Kbye{MsgID: emqp.NewID()})
 	}
 	deadline := time.NewTimer(b.opts.ShutdownTimeout)
 	defer deadline.Stop()
@@ -311,8 +416,10 @@ func (b *Broker) shutdown() {
 		}
 		b.flush()
 	}
+	b.running.Store(false)
 	close(b.stopped)
 	b.closeRouters()
+	b.clock.Stop()
 	b.log.Info("broker stopped")
 }
 
@@ -324,39 +431,36 @@ func (b *Broker) closeRouters() {
 	}
 }
 
-// handle is one message from a peer.
+// handle is one message from a peer. It starts with the peer's entry in
+// the peer table: nil for a client, or a peer that has not INFORMed.
 func (b *Broker) handle(in inbound) {
 	if in.err != nil {
 		b.protocolError(in.from, in.err)
 		return
 	}
-	w := b.workers[in.from]
-	if w != nil {
-		w.lastSeen = time.Now()
-	} else if i := b.findScheduler(in.from); i >= 0 {
-		b.schedulers[i].lastSeen = time.Now()
+	p := b.peers[in.from]
+	if p != nil {
+		p.lastSeen = time.Now()
 	}
 	switch m := in.msg.(type) {
 	case *emqp.Request:
 		b.request(in.from, m)
 	case *emqp.Inform:
-		b.inform(in.from, m)
+		b.inform(p, in.from, m)
 	case *emqp.Ready:
-		if w != nil {
-			w.free++
-			b.offer(w)
+		if p.isWorker() {
+			p.free++
+			b.offer(p)
 		}
 	case *emqp.Reply:
-		b.reply(w, m)
+		b.reply(p, m)
 	case *emqp.Fail:
-		b.fail(w, m)
+		b.fail(p, m)
 	case *emqp.Heartbeat:
 		// lastSeen is updated above; a peer that has not INFORMed gets no answer.
 	case *emqp.Kbye, *emqp.Disconnect:
-		if w != nil {
-			b.lose(w, "worker said goodbye")
-		} else if i := b.findScheduler(in.from); i >= 0 {
-			b.removeScheduler(i, "scheduler said goodbye")
+		if p != nil {
+			b.lose(p, p.role.String()+" said goodbye")
 		}
 	case *emqp.Schedule:
 		b.schedule(in.from, m)

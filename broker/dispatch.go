@@ -1,8 +1,6 @@
 package broker
 
 import (
-	"cmp"
-	"slices"
 	"strconv"
 	"time"
 
@@ -27,83 +25,6 @@ func (b *Broker) queue(name string) *queue {
 	return q
 }
 
-// peer is a worker: it INFORMed and has not been lost.
-type peer struct {
-	key      peerKey
-	queues   []served // highest weight first
-	free     int      // slots offered by READY and not yet used
-	held     map[string]*job
-	lastSeen time.Time
-	lastUsed uint64 // when it last got a job, in dispatch order
-}
-
-type served struct {
-	q      *queue
-	weight int
-}
-
-func (w *peer) weight(q *queue) int {
-	for _, s := range w.queues {
-		if s.q == q {
-			return s.weight
-		}
-	}
-	return 0
-}
-
-// inform registers a worker, or renews a known one's queues.
-func (b *Broker) inform(from peerKey, m *emqp.Inform) {
-	if m.PeerType == emqp.PeerScheduler {
-		b.addScheduler(from, m)
-		return
-	}
-	if i := b.findScheduler(from); i >= 0 {
-		b.removeScheduler(i, "the peer INFORMed again as a worker")
-	}
-	w := b.workers[from]
-	if w == nil {
-		w = &peer{key: from, held: make(map[string]*job)}
-		b.workers[from] = w
-	} else {
-		b.removeWorker(w)
-		b.workers[from] = w
-	}
-	w.lastSeen, w.free, w.queues = time.Now(), 0, w.queues[:0]
-	queues := m.Queues
-	if len(queues) == 0 {
-		queues = []emqp.Queue{{Weight: emqp.DefaultWeight, Name: "default"}}
-	}
-	for _, mq := range queues {
-		q := b.queue(mq.Name)
-		if slices.ContainsFunc(w.queues, func(s served) bool { return s.q == q }) {
-			continue
-		}
-		w.queues = append(w.queues, served{q, mq.Weight})
-		q.workers = append(q.workers, w)
-	}
-	slices.SortStableFunc(w.queues, func(x, y served) int { return cmp.Compare(y.weight, x.weight) })
-	b.log.Info("worker joined", "peer", peerName(from), "queues", queueNames(w.queues), "type", m.PeerType)
-	b.ack(from, m.MsgID)
-	b.beatKey(w.key, time.Now())
-}
-
-func queueNames(s []served) []string {
-	names := make([]string, len(s))
-	for i := range s {
-		names[i] = s[i].q.name
-	}
-	return names
-}
-
-// removeWorker takes w out of the worker list and its queues.
-func (b *Broker) removeWorker(w *peer) {
-	delete(b.workers, w.key)
-	for _, s := range w.queues {
-		s.q.workers = slices.DeleteFunc(s.q.workers, func(x *peer) bool { return x == w })
-		b.dropIfUnused(s.q)
-	}
-}
-
 // dropIfUnused forgets a queue with no jobs and no workers, so that queue
 // names that come and go do not pile up.
 func (b *Broker) dropIfUnused(q *queue) {
@@ -113,9 +34,9 @@ func (b *Broker) dropIfUnused(q *queue) {
 }
 
 // offer gives a worker with free slots jobs from its highest-weight queue
-// that has some.
+// that has some. Nothing is dispatched once the broker stops taking work.
 func (b *Broker) offer(w *peer) {
-	for w.free > 0 {
+	for w.free > 0 && b.phase == serving {
 		var q *queue
 		for _, s := range w.queues {
 			if s.q.jobs.len() > 0 {
@@ -133,7 +54,7 @@ func (b *Broker) offer(w *peer) {
 // fill gives q's jobs to free workers: the one weighing q highest, least
 // recently used first.
 func (b *Broker) fill(q *queue) {
-	for q.jobs.len() > 0 {
+	for q.jobs.len() > 0 && b.phase == serving {
 		var best *peer
 		bestWeight := 0
 		for _, w := range q.workers {
@@ -172,27 +93,20 @@ func (b *Broker) deliver(w *peer, j *job) {
 	b.stats.Dispatched.Add(1)
 	j.state, j.holder = inFlight, w
 	w.held[j.id] = j
+	b.inFlight++
 	if j.timeout > 0 {
-		j.deadline = time.Now().Add(j.timeout).UnixNano()
+		b.timers.set(j, time.Now().Add(j.timeout).UnixNano())
 	}
 }
 
-// release takes j from the worker holding it.
+// release takes j from the worker holding it, and stops its timeout.
 func (b *Broker) release(j *job) {
 	if j.holder != nil {
 		delete(j.holder.held, j.id)
 		j.holder = nil
+		b.inFlight--
 	}
-}
-
-// heartbeat sends HEARTBEAT to every worker and scheduler.
-func (b *Broker) heartbeat(now time.Time) {
-	for _, w := range b.workers {
-		b.beatKey(w.key, now)
-	}
-	for _, s := range b.schedulers {
-		b.beatKey(s.key, now)
-	}
+	b.timers.stop(j)
 }
 
 // deque is a FIFO of jobs that can also take one back at its head.

@@ -1,11 +1,9 @@
 package broker
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"time"
 
@@ -19,7 +17,7 @@ var ErrStopped = errors.New("broker is not running")
 // onLoop runs fn on the loop and waits for it. Admin reads and changes go
 // through it, so they see and change the loop's state without locks.
 func (b *Broker) onLoop(ctx context.Context, fn func()) error {
-	if !b.isReady.Load() {
+	if !b.running.Load() {
 		return ErrStopped
 	}
 	done := make(chan struct{})
@@ -67,10 +65,12 @@ func (b *Broker) Queues(ctx context.Context) ([]QueueInfo, error) {
 				out[i].OldestAge = max(out[i].OldestAge, age(now, j))
 			}
 		}
-		for _, j := range b.delayed {
-			count(j, func(qi *QueueInfo) *int { return &qi.Delayed })
+		for _, x := range b.timers {
+			if j, ok := x.(*job); ok && j.state == delayed {
+				count(j, func(qi *QueueInfo) *int { return &qi.Delayed })
+			}
 		}
-		for _, w := range b.workers {
+		for _, w := range b.peers {
 			for _, j := range w.held {
 				count(j, func(qi *QueueInfo) *int { return &qi.InFlight })
 			}
@@ -97,7 +97,10 @@ type WorkerInfo struct {
 func (b *Broker) Workers(ctx context.Context) ([]WorkerInfo, error) {
 	var out []WorkerInfo
 	err := b.onLoop(ctx, func() {
-		for _, w := range b.workers {
+		for _, w := range b.peers {
+			if !w.isWorker() {
+				continue
+			}
 			out = append(out, WorkerInfo{
 				ID:            printableID(w.key.id),
 				Endpoint:      endpointName(w.key.ep),
@@ -117,7 +120,7 @@ func (b *Broker) Workers(ctx context.Context) ([]WorkerInfo, error) {
 func (b *Broker) InFlight(ctx context.Context, queue string) (map[string]string, error) {
 	out := map[string]string{}
 	err := b.onLoop(ctx, func() {
-		for _, w := range b.workers {
+		for _, w := range b.peers {
 			for id, j := range w.held {
 				if queue == "" || j.q.name == queue {
 					out[id] = printableID(w.key.id)
@@ -235,8 +238,7 @@ func (b *Broker) purge(queue string) {
 		q.live--
 	}
 	q.jobs = deque{}
-	b.delayed = slices.DeleteFunc(b.delayed, func(j *job) bool { return j.q == q })
-	heap.Init(&b.delayed)
+	b.timers.removeIf(func(x timed) bool { j, ok := x.(*job); return ok && j.q == q && j.state == delayed })
 	b.dropIfUnused(q)
 }
 
@@ -246,12 +248,7 @@ func (b *Broker) unlink(j *job) {
 	case pending:
 		j.q.jobs.remove(j)
 	case delayed:
-		for i, d := range b.delayed {
-			if d == j {
-				heap.Remove(&b.delayed, i)
-				break
-			}
-		}
+		b.timers.stop(j)
 	case inFlight:
 		b.release(j)
 	}

@@ -1,12 +1,9 @@
 package broker
 
 import (
-	"cmp"
-	"container/heap"
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/eventmq/emq/emqp"
@@ -18,8 +15,8 @@ type jobState uint8
 const (
 	journaling jobState = iota // Append in progress: not ACKed yet
 	pending                    // in its queue's FIFO
-	delayed                    // in the delay heap until notBefore
-	inFlight                   // held by a worker
+	delayed                    // waiting for notBefore (its deadline)
+	inFlight                   // held by a worker (its deadline: the timeout)
 )
 
 // job is a job the broker holds in memory: every stored pending job, and
@@ -35,8 +32,8 @@ type job struct {
 	seq       uint64        // FIFO position, from the journal
 	timeout   time.Duration // 0 = none
 	enqueued  int64
-	notBefore int64 // delay or retry backoff
-	deadline  int64 // in flight with a timeout
+	notBefore int64    // delay or retry backoff
+	due       deadline // delayed: notBefore; in flight: the timeout (deadlines.go)
 	attempts  int32
 	retries   int32 // retry-count
 	state     jobState
@@ -70,22 +67,33 @@ func newJob(id string, q *queue, h emqp.Headers, payload []byte) (*job, error) {
 	return j, nil
 }
 
-// request handles a client's REQUEST (contract points 1 and 2).
+// maxResent bounds the REQUESTs of one msgid waiting for its write to
+// land; more get ERROR unavailable, so a peer resending in a loop cannot
+// grow the broker's memory.
+const maxResent = 256
+
+// request handles a client's REQUEST (contract points 1 and 2). Every
+// REQUEST gets exactly one answer, ACK or ERROR, whoever sends it and
+// whatever state its job is in.
 func (b *Broker) request(from peerKey, m *emqp.Request) {
 	b.stats.Received.Add(1)
-	if b.draining {
+	if b.phase != serving {
 		b.refuse(from, m.MsgID, emqp.CodeUnavailable, "the broker is shutting down; send again later")
 		return
 	}
 	if j := b.jobs[m.MsgID]; j != nil {
 		b.stats.Duplicates.Add(1)
-		if j.state == journaling {
-			if from != j.client {
-				b.resent[j] = append(b.resent[j], from)
-			}
+		if j.state != journaling {
+			b.ack(from, m.MsgID)
 			return
 		}
-		b.ack(from, m.MsgID)
+		// Answered with the first when its write lands, even when the
+		// same peer sent both.
+		if len(b.resent[j]) >= maxResent {
+			b.refuse(from, m.MsgID, emqp.CodeUnavailable, "this msgid is being stored and was sent again too often meanwhile; send it again later")
+			return
+		}
+		b.resent[j] = append(b.resent[j], from)
 		return
 	}
 	// Headers first: a refused job must not leave its queue behind.
@@ -139,12 +147,14 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error) {
 	}
 	if err != nil {
 		b.forget(j)
-		code := emqp.CodeUnavailable // disk full, I/O error: worth sending again
+		code := emqp.CodeUnavailable // disk full, I/O error, fenced: worth sending again
 		switch {
 		case errors.Is(err, store.ErrTooLarge):
 			code = emqp.CodeTooLarge
 		case errors.Is(err, store.ErrInvalidJob):
 			code = emqp.CodeBadRequest
+		case errors.Is(err, store.ErrFenced):
+			b.fence(err)
 		default:
 			b.log.Error("journal write failed; job refused", "msgid", j.id, "queue", j.q.name, "err", err)
 		}
@@ -190,7 +200,7 @@ func (b *Broker) resendResult(msgid string, to []peerKey) {
 func (b *Broker) enqueue(j *job, now time.Time) {
 	if j.notBefore > now.UnixNano() {
 		j.state = delayed
-		heap.Push(&b.delayed, j)
+		b.timers.set(j, j.notBefore)
 		return
 	}
 	j.state = pending
@@ -219,10 +229,8 @@ func (b *Broker) reply(w *peer, m *emqp.Reply) {
 	if b.opts.ResultTTL > 0 {
 		result, keepUntil = m.Payload, time.Now().Add(b.opts.ResultTTL)
 	}
-	b.journal.Complete(j.id, result, keepUntil, func(found bool, err error) {
-		if err != nil {
-			b.log.Error("journal could not delete a replied job; it will run again after a restart", "msgid", j.id, "err", err)
-		}
+	b.journal.Complete(j.id, result, keepUntil, func(_ bool, err error) {
+		b.writeFailed(err, "journal could not delete a replied job; it will run again after a restart", j.id)
 	})
 	if j.headers.ReplyRequested() {
 		to := j.client
@@ -236,7 +244,7 @@ func (b *Broker) reply(w *peer, m *emqp.Reply) {
 // held returns the job msgid if w holds it; otherwise the message is late
 // or foreign, and is ignored.
 func (b *Broker) held(w *peer, msgid string) *job {
-	if w != nil {
+	if w.isWorker() {
 		if j := w.held[msgid]; j != nil {
 			return j
 		}
@@ -272,9 +280,7 @@ func (b *Broker) attempt(j *job, reason string, backoff bool) {
 		b.log.Warn("job out of attempts; moved to the dead letters", "msgid", j.id, "queue", j.q.name,
 			"attempts", j.attempts, "reason", reason)
 		b.journal.Bury(j.id, reason, func(_ *store.Job, err error) {
-			if err != nil {
-				b.log.Error("journal could not bury a job", "msgid", j.id, "err", err)
-			}
+			b.writeFailed(err, "journal could not bury a job", j.id)
 		})
 		return
 	}
@@ -289,9 +295,7 @@ func (b *Broker) attempt(j *job, reason string, backoff bool) {
 		j.notBefore = now.Add(d).UnixNano()
 	}
 	b.journal.RecordAttempt(j.id, reason, fromNanos(j.notBefore), func(_ *store.Job, err error) {
-		if err != nil {
-			b.log.Error("journal could not record an attempt", "msgid", j.id, "err", err)
-		}
+		b.writeFailed(err, "journal could not record an attempt", j.id)
 	})
 	if backoff {
 		b.enqueue(j, now)
@@ -300,23 +304,6 @@ func (b *Broker) attempt(j *job, reason string, backoff bool) {
 	j.state = pending
 	j.q.jobs.pushFront(j)
 	b.fill(j.q)
-}
-
-// lose ends a worker: its jobs go back to the head of their queues, each
-// with one more attempt.
-func (b *Broker) lose(w *peer, reason string) {
-	b.log.Info("worker lost", "peer", peerName(w.key), "reason", reason, "jobs", len(w.held))
-	b.removeWorker(w)
-	jobs := make([]*job, 0, len(w.held))
-	for _, j := range w.held {
-		jobs = append(jobs, j)
-	}
-	// Latest first, so the oldest ends up at the head.
-	slices.SortFunc(jobs, func(x, y *job) int { return cmp.Compare(y.seq, x.seq) })
-	for _, j := range jobs {
-		b.release(j)
-		b.attempt(j, reason, false)
-	}
 }
 
 // undelivered: a REQUEST for a worker was never written, because it is not
@@ -334,30 +321,28 @@ func (b *Broker) undelivered(to peerKey, msgid string) {
 	b.fill(j.q)
 }
 
-// expire moves due delayed jobs to their queues and times out jobs held
-// past their timeout.
-func (b *Broker) expire(now time.Time) {
-	for len(b.delayed) > 0 && b.delayed[0].notBefore <= now.UnixNano() {
-		j := heap.Pop(&b.delayed).(*job)
+// jobDue: a delayed job's time has come, or a held job's timeout passed.
+func (b *Broker) jobDue(j *job, now time.Time) {
+	switch j.state {
+	case delayed:
 		b.enqueue(j, now)
-	}
-	b.expireSchedulers(now)
-	var late []*job
-	for _, w := range b.workers {
-		if now.Sub(w.lastSeen) > b.opts.HeartbeatTimeout {
-			b.lose(w, fmt.Sprintf("no message for %v (heartbeat timeout)", b.opts.HeartbeatTimeout))
-			continue
-		}
-		for _, j := range w.held {
-			if j.timeout > 0 && now.UnixNano() > j.deadline {
-				late = append(late, j)
-			}
-		}
-	}
-	for _, j := range late {
+	case inFlight:
 		b.stats.TimedOut.Add(1)
 		b.release(j)
 		b.attempt(j, fmt.Sprintf("timed out after %v", j.timeout), false)
+	}
+}
+
+// writeFailed logs a failed journal write that no client waits for (the
+// job stays as it was stored: at-least-once), and stops the broker when
+// the journal has fenced it off. It runs on the journal's goroutine.
+func (b *Broker) writeFailed(err error, what, msgid string) {
+	switch {
+	case err == nil:
+	case errors.Is(err, store.ErrFenced):
+		b.post(func() { b.fence(err) })
+	default:
+		b.log.Error(what, "msgid", msgid, "err", err)
 	}
 }
 
@@ -408,19 +393,4 @@ func (b *Broker) intern(id []byte) string {
 	s := string(id)
 	b.clientIDs[s] = s
 	return s
-}
-
-// delayHeap orders delayed jobs by notBefore.
-type delayHeap []*job
-
-func (h delayHeap) Len() int           { return len(h) }
-func (h delayHeap) Less(i, k int) bool { return h[i].notBefore < h[k].notBefore }
-func (h delayHeap) Swap(i, k int)      { h[i], h[k] = h[k], h[i] }
-func (h *delayHeap) Push(x any)        { *h = append(*h, x.(*job)) }
-func (h *delayHeap) Pop() any {
-	old := *h
-	j := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return j
 }

@@ -115,7 +115,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(len(workers)))
 	ch <- prometheus.MustNewConstMetric(descFreeSlots, prometheus.GaugeValue, float64(free))
 	var schedulers int
-	if c.b.onLoop(ctx, func() { schedulers = len(c.b.schedulers) }) == nil {
+	if c.b.onLoop(ctx, func() { schedulers = c.b.peerCount[roleScheduler] }) == nil {
 		ch <- prometheus.MustNewConstMetric(descScheds, prometheus.GaugeValue, float64(schedulers))
 	}
 }

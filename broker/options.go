@@ -35,6 +35,7 @@ type Options struct {
 
 	RetryBackoff    time.Duration // wait before the first retry of a FAILed job; doubles each attempt
 	MaxRetryBackoff time.Duration
+	DrainTimeout    time.Duration // at stop, wait this long for the REPLYs of jobs in flight; 0 = do not wait
 	ShutdownTimeout time.Duration // for journal writes in progress at shutdown
 
 	Logger *slog.Logger // nil = slog.Default()
@@ -55,6 +56,7 @@ func DefaultOptions() Options {
 		ResultTTL:         0,
 		RetryBackoff:      time.Second,
 		MaxRetryBackoff:   5 * time.Minute,
+		DrainTimeout:      10 * time.Second,
 		ShutdownTimeout:   10 * time.Second,
 	}
 }
@@ -94,6 +96,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("result-ttl: must not be negative, not %v", o.ResultTTL)
 	case o.RetryBackoff < 0 || o.MaxRetryBackoff < o.RetryBackoff:
 		return fmt.Errorf("retry backoff: %v must be between 0 and the maximum %v", o.RetryBackoff, o.MaxRetryBackoff)
+	case o.DrainTimeout < 0:
+		return fmt.Errorf("drain-timeout: must not be negative, not %v", o.DrainTimeout)
 	case o.ShutdownTimeout <= 0:
 		return fmt.Errorf("shutdown timeout: must be positive, not %v", o.ShutdownTimeout)
 	}

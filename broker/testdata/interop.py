@@ -75,6 +75,21 @@ for n, reply_form in enumerate(["seed (5 frames)", "6 frames"]):
     rep = recv(client)
     assert rep[2] == b"REPLY" and rep[4] == b"result-%d" % n and rep[5] == job, (reply_form, rep)
 
+# The same REQUEST twice, back to back, as a client resending at once: one
+# answer for each, one job (a second delivery would fail the scheduler's
+# step below, which expects the worker's next job).
+job = msgid()
+twice = [b"", V, b"REQUEST", job, b"interop", b"", b"twice"]
+client.send_multipart(twice)
+client.send_multipart(twice)
+for _ in range(2):
+    ack = recv(client)
+    assert ack[2] == b"ACK" and ack[4] == job, ack
+req = recv(worker)
+assert req[2] == b"REQUEST" and req[3] == job, req
+worker.send_multipart([b"", V, b"REPLY", msgid(), b"", job])
+worker.send_multipart([b"", V, b"READY", msgid()])
+
 # Stay quiet through several ZMTP heartbeat timeouts (the broker's own
 # HEARTBEAT comes only once a second): only PONGs keep the connection.
 if monitor.poll(1200):

@@ -22,7 +22,10 @@ func newBrokerCmd() *cobra.Command {
 --data-dir. Every flag can also be set as EMQ_<FLAG> in the environment
 (EMQ_DATA_DIR, EMQ_MAX_PENDING, ...) or as a key in a --config file (YAML or
 TOML); flags win over the environment, which wins over the file.
-SIGTERM or SIGINT stops it gracefully.`,
+SIGTERM or SIGINT stops it gracefully: new jobs are refused and the jobs in
+flight get up to --drain-timeout to finish; a second signal stops it at
+once (what is still in flight stays journaled and runs after the next
+start).`,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
@@ -38,6 +41,7 @@ SIGTERM or SIGINT stops it gracefully.`,
 	f.String("max-job-size", "256MiB", "largest job stored: payload, headers and ids (bytes, KiB, MiB, GiB)")
 	f.Int("max-pending", d.MaxPending, "jobs per queue beyond which REQUESTs get ERROR queue_full (0 = no limit)")
 	f.Duration("result-ttl", d.ResultTTL, "keep each job's result this long (0 = not kept)")
+	f.Duration("drain-timeout", d.DrainTimeout, "at SIGTERM, wait this long for the jobs in flight before stopping (0 = do not wait)")
 	f.String("log-level", "info", "debug, info, warn or error")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		file, _ := cmd.Flags().GetString("config")
@@ -58,11 +62,36 @@ SIGTERM or SIGINT stops it gracefully.`,
 		if err != nil {
 			return err
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		return b.Run(ctx)
+		return runUntilSignalled(b, opts.Logger)
 	}
 	return cmd
+}
+
+// runUntilSignalled runs b until SIGTERM or SIGINT, which start its drain;
+// a second one stops it at once.
+func runUntilSignalled(b *broker.Broker, log *slog.Logger) error {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case sig := <-sigs:
+			log.Info("signal received: draining; send it again to stop at once", "signal", sig.String())
+			cancel()
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case <-sigs:
+			b.Shutdown()
+		case <-ctx.Done():
+		}
+	}()
+	err := b.Run(ctx)
+	cancel()
+	return err
 }
 
 // brokerOptions reads the broker's options from c; errors name the key.
@@ -78,6 +107,9 @@ func brokerOptions(c *config) (broker.Options, error) {
 		return o, err
 	}
 	if o.ResultTTL, err = c.duration("result-ttl"); err != nil {
+		return o, err
+	}
+	if o.DrainTimeout, err = c.duration("drain-timeout"); err != nil {
 		return o, err
 	}
 	if o.MaxFrameSize, err = c.size("max-frame-size"); err != nil {

@@ -27,11 +27,12 @@ const Wait = 10 * time.Second
 // Broker is a broker running in the test process.
 type Broker struct {
 	*broker.Broker
-	Dir    string
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
-	err    error
+	Dir          string
+	drainTimeout time.Duration
+	cancel       context.CancelFunc
+	done         chan error
+	once         sync.Once
+	err          error
 }
 
 // Start runs a broker on free ports with its journal in dir ("" = a new
@@ -53,7 +54,7 @@ func Start(t testing.TB, dir string, edit func(*broker.Options)) *Broker {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	tb := &Broker{Broker: b, Dir: dir, cancel: cancel, done: make(chan error, 1)}
+	tb := &Broker{Broker: b, Dir: dir, drainTimeout: opts.DrainTimeout, cancel: cancel, done: make(chan error, 1)}
 	go func() { tb.done <- b.Run(ctx) }()
 	select {
 	case <-b.Ready():
@@ -70,14 +71,23 @@ func Start(t testing.TB, dir string, edit func(*broker.Options)) *Broker {
 	return tb
 }
 
-// Stop shuts the broker down gracefully and returns Run's error.
+// Stop shuts the broker down without its drain, as a second SIGTERM does
+// (jobs in flight stay journaled), and returns Run's error.
 func (b *Broker) Stop() error {
+	b.Shutdown()
+	return b.Drain()
+}
+
+// Drain stops the broker as a first SIGTERM does: it refuses new jobs and
+// waits up to DrainTimeout for the jobs in flight, then shuts down. Drain
+// returns Run's error once it has.
+func (b *Broker) Drain() error {
 	b.once.Do(func() {
 		b.cancel()
 		select {
 		case b.err = <-b.done:
-		case <-time.After(Wait):
-			b.err = fmt.Errorf("broker did not stop within %v", Wait)
+		case <-time.After(Wait + b.drainTimeout):
+			b.err = fmt.Errorf("broker did not stop within %v", Wait+b.drainTimeout)
 		}
 	})
 	return b.err
