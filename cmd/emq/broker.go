@@ -73,27 +73,26 @@ func runUntilSignalled(b *broker.Broker, log *slog.Logger) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx, drain := context.WithCancel(context.Background())
+	defer drain()
+	ran := make(chan struct{})
+	defer close(ran)
 	go func() {
 		select {
 		case sig := <-sigs:
 			log.Info("signal received: draining; send it again to stop at once", "signal", sig.String())
-			cancel()
-		case <-ctx.Done():
+			drain()
+		case <-ran:
 			return
 		}
 		select {
 		case <-sigs:
 			b.Shutdown()
-		case <-ctx.Done():
+		case <-ran:
 		}
 	}()
-	err := b.Run(ctx)
-	cancel()
-	return err
+	return b.Run(ctx)
 }
-
 // brokerOptions reads the broker's options from c; errors name the key.
 func brokerOptions(c *config) (broker.Options, error) {
 	o := broker.DefaultOptions()
