@@ -93,6 +93,7 @@ func runUntilSignalled(b *broker.Broker, log *slog.Logger) error {
 	}()
 	return b.Run(ctx)
 }
+
 // brokerOptions reads the broker's options from c; errors name the key.
 func brokerOptions(c *config) (broker.Options, error) {
 	o := broker.DefaultOptions()
