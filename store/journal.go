@@ -27,9 +27,10 @@ import (
 type Journal interface {
 	// Append stores a new pending job at the tail of its queue. dup reports
 	// that the msgid was already stored (pending or dead), or that its job
-	// is done and its result still kept: nothing changed. Append sets j.Seq.
-	// A bad msgid or queue name is ErrInvalidJob; a job over the backend's
-	// size limit, ErrTooLarge.
+	// is done and its result still kept: nothing changed. Once the job is
+	// stored, Append sets j.Seq before it calls done, so the caller must
+	// leave j alone until then. A bad msgid or queue name is
+	// ErrInvalidJob; a job over the backend's size limit, ErrTooLarge.
 	Append(j *Job, done func(dup bool, err error))
 	// Complete removes a job its worker replied to; when keepUntil is set
 	// the result is kept until then. No ACK waits for it, so it may wait a
@@ -49,7 +50,8 @@ type Journal interface {
 	Revive(msgid string, done func(*Job, error))
 	// PurgeQueue deletes every pending job of a queue.
 	PurgeQueue(queue string, done func(removed int, err error))
-	// ExpireResults deletes results whose time is up.
+	// ExpireResults deletes results whose time is up at now, and reports
+	// how many it deleted.
 	ExpireResults(now time.Time, done func(removed int, err error))
 
 	// Load calls fn for every pending job, queue by queue, each queue in
@@ -57,8 +59,9 @@ type Journal interface {
 	Load(fn func(*Job) error) error
 	// Get returns one job; ErrNotFound when it is not stored.
 	Get(msgid string) (*Job, error)
-	// List returns one page of jobs. A cursor that no listing gave, or one
-	// that does not fit the state asked for, is ErrBadFilter.
+	// List returns one page of jobs. A cursor that no listing gave, one
+	// that does not fit the state asked for, or an unknown state, is
+	// ErrBadFilter.
 	List(opts ListOptions) (Page, error)
 	// Counts returns the number of jobs per queue and state.
 	Counts() ([]Count, error)

@@ -84,8 +84,12 @@ func (b *Bolt) List(opts ListOptions) (Page, error) {
 		opts.Limit = 100
 	}
 	states := []State{Pending, Dead}
-	if opts.State != 0 {
+	switch opts.State {
+	case 0:
+	case Pending, Dead:
 		states = []State{opts.State}
+	default:
+		return Page{}, fmt.Errorf("%w: unknown job state %s", ErrBadFilter, opts.State)
 	}
 	var after []byte
 	if opts.After != "" {

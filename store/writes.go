@@ -49,6 +49,7 @@ func (b *Bolt) Append(j *Job, done func(dup bool, err error)) {
 	id := []byte(j.MsgID)
 	queue := j.Queue
 	var dup bool
+	var seq uint64
 	b.enqueue(write{
 		apply: func(tx *bolt.Tx) error {
 			jobs, pending := tx.Bucket(migrations.Jobs), tx.Bucket(migrations.Pending)
@@ -57,8 +58,8 @@ func (b *Bolt) Append(j *Job, done func(dup bool, err error)) {
 				dup = true
 				return nil
 			}
-			seq, err := jobs.NextSequence()
-			if err != nil {
+			var err error
+			if seq, err = jobs.NextSequence(); err != nil {
 				return err
 			}
 			binary.BigEndian.PutUint64(val[recSeq:], seq)
@@ -68,6 +69,9 @@ func (b *Bolt) Append(j *Job, done func(dup bool, err error)) {
 			return pending.Put(queueKey(queue, seq), id)
 		},
 		finish: func(err error) {
+			if err == nil && !dup {
+				j.Seq = seq // only once it is stored: a failed commit stored nothing
+			}
 			if done != nil {
 				done(dup && err == nil, err)
 			}
@@ -262,18 +266,21 @@ func (b *Bolt) ExpireResults(now time.Time, done func(removed int, err error)) {
 		for k, _ := c.First(); k != nil && len(keys) < 10000 && bytes.Compare(k[:8], limit) <= 0; k, _ = c.Next() {
 			keys = append(keys, bytes.Clone(k))
 		}
+		removed := 0
 		for _, k := range keys {
 			if err := idx.Delete(k); err != nil {
 				return 0, err
 			}
 			// Only if the stored result is the one this entry is for (a
-			// msgid can complete again after a re-run).
+			// msgid can complete again after a re-run, and its new
+			// result is not up): the count is of results, not entries.
 			if v := results.Get(k[8:]); len(v) >= 8 && bytes.Equal(v[:8], k[:8]) {
 				if err := results.Delete(k[8:]); err != nil {
 					return 0, err
 				}
+				removed++
 			}
 		}
-		return len(keys), nil
+		return removed, nil
 	}, done)
 }

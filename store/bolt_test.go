@@ -1,0 +1,22 @@
+package store_test
+
+import (
+	"cmp"
+	"path/filepath"
+	"testing"
+
+	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/storetest"
+)
+
+// TestBoltConformance runs the journal's conformance suite on bbolt
+// files with the default options.
+func TestBoltConformance(t *testing.T) {
+	storetest.Run(t, storetest.Harness{
+		Fresh: func(t *testing.T, o storetest.Options) func() (store.Journal, error) {
+			path, opts := filepath.Join(t.TempDir(), "journal.db"), store.DefaultOptions()
+			opts.MaxJobSize = cmp.Or(o.MaxJobSize, opts.MaxJobSize)
+			return func() (store.Journal, error) { return store.Open(path, opts) }
+		},
+	})
+}

@@ -1,0 +1,181 @@
+package storetest
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/eventmq/emq/store"
+)
+
+// listFixture stores 25 jobs over queues a, b and ab, interleaved, and
+// buries a's 1st, 4th and 7th (in append order, so the dead list's order
+// is the same whichever a backend keeps). It returns the msgids per queue
+// and state, in order.
+func listFixture(f *fixture) (pending, dead map[string][]string) {
+	f.t.Helper()
+	pending, dead = map[string][]string{}, map[string][]string{}
+	var jobs []*store.Job
+	for i := range 25 {
+		q := []string{"a", "b", "ab"}[i%3]
+		id := scrambledID(i)
+		jobs = append(jobs, job(id, q))
+		if q == "a" && i%9 == 0 {
+			dead[q] = append(dead[q], id)
+		} else {
+			pending[q] = append(pending[q], id)
+		}
+	}
+	f.appendAtOnce(jobs...)
+	for _, id := range dead["a"] {
+		f.bury(id, "boom")
+	}
+	return pending, dead
+}
+
+// Listing one queue in one state pages through every job once, in order,
+// each as Get gives it, whatever the page size.
+func listPagesInOrder(t *testing.T, f *fixture) {
+	pending, dead := listFixture(f)
+	for _, limit := range []int{1, 3, 4, 8, 9} { // b holds 8 pending jobs: one page ends exactly at its end
+		for _, c := range []struct {
+			queue string
+			state store.State
+			want  []string
+		}{
+			{"a", store.Pending, pending["a"]},
+			{"b", store.Pending, pending["b"]},
+			{"ab", store.Pending, pending["ab"]},
+			{"a", store.Dead, dead["a"]},
+			{"b", store.Dead, nil},
+		} {
+			got := f.list(store.ListOptions{Queue: c.queue, State: c.state, Limit: limit})
+			if !reflect.DeepEqual(ids(got), append([]string{}, c.want...)) {
+				t.Errorf("list of %s %s, %d a page: %v; want %v", c.queue, c.state, limit, ids(got), c.want)
+			}
+			for _, j := range got {
+				if d := diffJob(j, f.get(j.MsgID)); d != "" {
+					t.Errorf("listed %s differs from get: %s", j.MsgID, d)
+				}
+			}
+		}
+	}
+}
+
+// A listing without a state gives the pending jobs, then the dead ones,
+// across pages; with a queue, that queue's.
+func listPendingThenDead(t *testing.T, f *fixture) {
+	pending, dead := listFixture(f)
+	got := f.list(store.ListOptions{Limit: 4})
+	if len(got) != 25 {
+		t.Fatalf("list of everything gave %d jobs, want 25: %v", len(got), ids(got))
+	}
+	var gotPending, gotDead []*store.Job
+	for i, j := range got {
+		switch {
+		case j.State == store.Pending && len(gotDead) > 0:
+			t.Fatalf("list of everything gave pending %s (at %d) after a dead job", j.MsgID, i)
+		case j.State == store.Pending:
+			gotPending = append(gotPending, j)
+		default:
+			gotDead = append(gotDead, j)
+		}
+	}
+	if p := byQueue(gotPending); !reflect.DeepEqual(p, pending) {
+		t.Errorf("pending of the listing of everything %v; want %v", p, pending)
+	}
+	if d := byQueue(gotDead); !reflect.DeepEqual(d, dead) {
+		t.Errorf("dead of the listing of everything %v; want %v", d, dead)
+	}
+	want := append(append([]string{}, pending["a"]...), dead["a"]...)
+	for _, limit := range []int{2, 7, 100} {
+		if got := ids(f.list(store.ListOptions{Queue: "a", Limit: limit})); !reflect.DeepEqual(got, want) {
+			t.Errorf("list of queue a, %d a page: %v; want %v", limit, got, want)
+		}
+	}
+}
+
+// Limit 0 means pages of 100.
+func listLimitZero(t *testing.T, f *fixture) {
+	var jobs []*store.Job
+	for i := range 150 {
+		jobs = append(jobs, job(fmt.Sprintf("m%03d", i), "q"))
+	}
+	f.appendAtOnce(jobs...)
+	first, err := f.j.List(store.ListOptions{Queue: "q"})
+	if err != nil || len(first.Jobs) != 100 || first.Next == "" {
+		t.Fatalf("first page without a limit: %d jobs, next %q, %v; want 100 and a next", len(first.Jobs), first.Next, err)
+	}
+	second, err := f.j.List(store.ListOptions{Queue: "q", After: first.Next})
+	if err != nil || len(second.Jobs) != 50 || second.Next != "" {
+		t.Fatalf("second page without a limit: %d jobs, next %q, %v; want the last 50", len(second.Jobs), second.Next, err)
+	}
+	if got := ids(append(first.Jobs, second.Jobs...)); !reflect.DeepEqual(got, ids(jobs)) {
+		t.Fatalf("two pages without a limit: %v", got)
+	}
+}
+
+// A cursor no listing gave, one of the other state, or a state that does
+// not exist, is ErrBadFilter.
+func listRefusesForeignCursors(t *testing.T, f *fixture) {
+	f.appendAtOnce(job("p1", "q"), job("p2", "q"), job("d1", "q"), job("d2", "q"))
+	f.bury("d1", "boom")
+	f.bury("d2", "boom")
+	deadPage, err := f.j.List(store.ListOptions{State: store.Dead, Limit: 1})
+	if err != nil || deadPage.Next == "" {
+		t.Fatalf("first page of 1 dead job: next %q, %v", deadPage.Next, err)
+	}
+	pendingPage, err := f.j.List(store.ListOptions{State: store.Pending, Limit: 1})
+	if err != nil || pendingPage.Next == "" {
+		t.Fatalf("first page of 1 pending job: next %q, %v", pendingPage.Next, err)
+	}
+	for what, opts := range map[string]store.ListOptions{
+		"a made-up cursor":                   {After: "nonsense"},
+		"a made-up cursor of binary":         {After: "\x00\xff\x01", State: store.Pending},
+		"a dead cursor, listing pending":     {After: deadPage.Next, State: store.Pending},
+		"a pending cursor, listing dead":     {After: pendingPage.Next, State: store.Dead},
+		"a state that does not exist":        {State: store.State(9)},
+		"a cursor with a state that is none": {After: pendingPage.Next, State: store.State(9)},
+	} {
+		f.refused("list with "+what, store.ErrBadFilter, func() error {
+			p, err := f.j.List(opts)
+			if err == nil {
+				return fmt.Errorf("no error, a page of %v", ids(p.Jobs))
+			}
+			return err
+		})
+	}
+	// Each cursor still works with the listing it came from.
+	if got := ids(f.list(store.ListOptions{State: store.Dead, After: deadPage.Next})); !reflect.DeepEqual(got, []string{"d2"}) {
+		t.Errorf("dead after the first dead page: %v; want [d2]", got)
+	}
+	if got := ids(f.list(store.ListOptions{After: pendingPage.Next})); !reflect.DeepEqual(got, []string{"p2", "d1", "d2"}) {
+		t.Errorf("everything after the first pending page: %v; want [p2 d1 d2]", got)
+	}
+}
+
+// Counts gives the pending and dead jobs of every queue that holds any.
+func countsPerQueueAndState(t *testing.T, f *fixture) {
+	if got := f.counts(); len(got) != 0 {
+		t.Fatalf("counts of an empty journal: %v", got)
+	}
+	f.appendAtOnce(job("a1", "a"), job("b1", "b"), job("a2", "a"), job("ab1", "ab"), job("b2", "b"),
+		job("a3", "a"), job("c1", "c"), job("a4", "a"), job("ab2", "ab"))
+	f.bury("a2", "boom")
+	f.bury("b1", "boom")
+	f.bury("b2", "boom")
+	f.complete("c1", nil, time.Time{})
+	want := map[string]store.Count{
+		"a":  {Queue: "a", Pending: 3, Dead: 1},
+		"b":  {Queue: "b", Dead: 2},
+		"ab": {Queue: "ab", Pending: 2},
+	}
+	if got := f.counts(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("counts %v; want %v", got, want)
+	}
+	f.reopen()
+	if got := f.counts(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("counts after a reopen %v; want %v", got, want)
+	}
+}

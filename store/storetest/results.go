@@ -1,0 +1,111 @@
+package storetest
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+// Results of completed jobs, kept for a while so that a client can fetch
+// one it missed and a resent REQUEST is not run again.
+
+// Complete with a keepUntil keeps the result, byte for byte (empty is a
+// result too), until that time; without one, nothing is kept. A result
+// whose time is up is gone at once, before any ExpireResults.
+func completeKeepsResult(t *testing.T, f *fixture) {
+	f.appendAtOnce(job("kept", "q"), job("empty", "q"), job("expired", "q"), job("plain", "q"))
+	now := time.Now()
+	f.complete("kept", []byte{'4', '2', 0, 0xff}, now.Add(time.Hour))
+	f.complete("empty", nil, now.Add(time.Hour))
+	f.complete("expired", []byte("old"), now.Add(-time.Second))
+	f.complete("plain", []byte("not kept"), time.Time{})
+	for range 2 {
+		if r := f.result("kept"); string(r) != "42\x00\xff" {
+			t.Errorf("result of kept: %q", r)
+		}
+		if r := f.result("empty"); len(r) != 0 {
+			t.Errorf("result of empty: %q", r)
+		}
+		f.noResult("expired")
+		f.noResult("plain")
+		f.noResult("unknown")
+		f.reopen()
+	}
+}
+
+// ExpireResults removes exactly the results whose time is up at the time
+// it is given, and returns how many. A result stored again for a msgid
+// that ran again is the new one, not the expired one.
+func expireResultsRemovesExpired(t *testing.T, f *fixture) {
+	f.appendAtOnce(job("e1", "q"), job("e2", "q"), job("l1", "q"), job("l2", "q"), job("again", "q"))
+	now := time.Now()
+	f.complete("e1", []byte("e1"), now.Add(-2*time.Second))
+	f.complete("e2", []byte("e2"), now.Add(-time.Second))
+	f.complete("l1", []byte("l1"), now.Add(time.Hour))
+	f.complete("l2", []byte("l2"), now.Add(2*time.Hour))
+	// again ran, its result expired, and it ran again.
+	f.complete("again", []byte("first"), now.Add(-time.Second))
+	f.append(job("again", "q"))
+	f.complete("again", []byte("second"), now.Add(3*time.Hour))
+
+	if n := f.expire(time.Now()); n != 2 {
+		t.Errorf("expire now removed %d, want 2 (e1, e2)", n)
+	}
+	f.noResult("e1")
+	f.noResult("e2")
+	for _, id := range []string{"l1", "l2"} {
+		if r := f.result(id); string(r) != id {
+			t.Errorf("result of %s after expiring: %q", id, r)
+		}
+	}
+	if r := f.result("again"); string(r) != "second" {
+		t.Errorf("result of again after expiring: %q, want second", r)
+	}
+	f.unchanged("expire with nothing expired", func() {
+		if n := f.expire(time.Now()); n != 0 {
+			t.Errorf("second expire removed %d, want 0", n)
+		}
+	}, "l1", "l2", "again")
+	if n := f.expire(now.Add(90 * time.Minute)); n != 1 {
+		t.Errorf("expire 90 minutes on removed %d, want 1 (l1)", n)
+	}
+	f.noResult("l1")
+	if r := f.result("l2"); string(r) != "l2" {
+		t.Errorf("result of l2 after expiring l1: %q", r)
+	}
+	if r := f.result("again"); string(r) != "second" {
+		t.Errorf("result of again after expiring l1: %q, want second", r)
+	}
+}
+
+// A resent job whose result is kept is a duplicate: the client gets the
+// result, the job does not run again. Once the result is gone, or when
+// none was kept, the msgid is free.
+func keptResultMakesDuplicate(t *testing.T, f *fixture) {
+	f.appendAtOnce(job("kept", "q"), job("expired", "q"), job("plain", "q"), job("swept", "q"))
+	now := time.Now()
+	f.complete("kept", []byte("r"), now.Add(time.Hour))
+	f.complete("expired", []byte("r"), now.Add(-time.Second))
+	f.complete("plain", []byte("r"), time.Time{})
+	f.complete("swept", []byte("r"), now.Add(time.Hour))
+	f.unchanged("append of a job done with its result kept", func() {
+		if !f.appendDup(job("kept", "q")) {
+			t.Error("append of a job done with its result kept: not a duplicate")
+		}
+	}, "kept")
+	// Before any ExpireResults: an expired result no longer counts.
+	for _, id := range []string{"expired", "plain"} {
+		if f.appendDup(job(id, "q")) {
+			t.Errorf("append of %s, done without a result kept: a duplicate", id)
+		}
+	}
+	if n := f.expire(now.Add(90 * time.Minute)); n != 3 {
+		t.Errorf("expire removed %d, want 3 (expired, kept, swept)", n)
+	}
+	if f.appendDup(job("swept", "q")) {
+		t.Error("append of swept, its result expired by ExpireResults: a duplicate")
+	}
+	if got, want := f.pending(), map[string][]string{"q": {"expired", "plain", "swept"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("pending %v; want %v", got, want)
+	}
+}
