@@ -161,14 +161,16 @@ func TestWeightedQueuesAndLRUWorkers(t *testing.T) {
 }
 
 func TestLostWorkerJobGoesToAnother(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"heartbeat timeout", "KBYE", "DISCONNECT"} {
 		t.Run(how, func(t *testing.T) {
+			t.Parallel()
 			b := bt.Start(t, "", fast)
 			client := bt.Dial(t, b.Frontend(), "c")
 			first := bt.Dial(t, b.Backend(), "first")
 			first.Inform("q")
 			first.Ready(1)
-			id := client.Request("q", "", []byte("job"))
+			id := client.Request("q", "reply-requested", []byte("job"))
 			if got := bt.Expect[*emqp.Request](first); got.MsgID != id {
 				t.Fatal(got.MsgID)
 			}
@@ -186,15 +188,57 @@ func TestLostWorkerJobGoesToAnother(t *testing.T) {
 			if got.MsgID != id {
 				t.Fatalf("second worker got %s, want %s", got.MsgID, id)
 			}
-			// The lost worker's late REPLY is ignored; the holder completes it.
+			// The lost worker's late REPLY is ignored: it neither completes
+			// the job nor reaches the client.
 			first.Reply(id, []byte("late"))
+			first.Sync()
+			if n := b.Stats().Ignored.Load(); n != 1 {
+				t.Fatalf("ignored = %d after the late REPLY, want 1", n)
+			}
+			if n := b.Stats().Replied.Load(); n != 0 {
+				t.Fatalf("the late REPLY completed the job (replied = %d)", n)
+			}
+			// The holder's REPLY completes it, and is the one the client gets.
 			second.Reply(id, []byte("on time"))
-			bt.Eventually(t, "replied once", func() bool { return b.Stats().Replied.Load() == 1 })
+			if r := bt.Expect[*emqp.Reply](client); r.OrigMsgID != id || string(r.Payload) != "on time" {
+				t.Fatalf("client got REPLY %q for %s, want the holder's", r.Payload, r.OrigMsgID)
+			}
+			client.Sync() // and only that one
+			if n := b.Stats().Replied.Load(); n != 1 {
+				t.Fatalf("replied = %d, want 1", n)
+			}
 			j, err := storedJob(t, b, id)
 			if !errors.Is(err, store.ErrNotFound) {
 				t.Fatalf("job after REPLY: %+v %v", j, err)
 			}
 		})
+	}
+}
+
+// A lost worker's jobs go back to the head of their queue oldest first,
+// before the jobs that waited behind them.
+func TestLostWorkersJobsKeepTheirOrder(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", fast)
+	client := bt.Dial(t, b.Frontend(), "c")
+	first := bt.Worker(t, b.Backend(), "first", "q")
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, client.Request("q", "", []byte(fmt.Sprint(i))))
+	}
+	first.Ready(3)
+	for _, id := range ids[:3] {
+		if got := bt.Expect[*emqp.Request](first); got.MsgID != id {
+			t.Fatalf("first worker got %s, want %s", got.MsgID, id)
+		}
+	}
+	first.Send(&emqp.Kbye{MsgID: emqp.NewID()})
+	second := bt.Worker(t, b.Backend(), "second", "q")
+	second.Ready(5)
+	for i, id := range ids {
+		if got := bt.Expect[*emqp.Request](second); got.MsgID != id {
+			t.Fatalf("job %d after the loss: %s (%q), want %s", i, got.MsgID, got.Payload, id)
+		}
 	}
 }
 
