@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/base64"
@@ -89,32 +90,120 @@ type JobPage struct {
 	Next string    `json:"next,omitempty"`
 }
 
-// StatsInfo is the broker's counters.
+// StatsInfo is the broker's counters as the stats API shows them: a JSON
+// object with every counter of Counters by name, in that order, then
+// "protocol_errors": the ERRORs sent, by code, in the order of ErrorCodes.
 type StatsInfo struct {
-	Received     int64            `json:"received"`
-	Acked        int64            `json:"acked"`
-	Duplicates   int64            `json:"duplicates"`
-	Dispatched   int64            `json:"dispatched"`
-	Replied      int64            `json:"replied"`
-	Failed       int64            `json:"failed"`
-	Retried      int64            `json:"retried"`
-	TimedOut     int64            `json:"timed_out"`
-	DeadLettered int64            `json:"dead_lettered"`
-	Ignored      int64            `json:"ignored"`
-	Schedules    int64            `json:"schedules_forwarded"`
-	Errors       map[string]int64 `json:"protocol_errors"`
+	Counters []NamedCount
+	Errors   []NamedCount
+}
+
+// NamedCount is one counter's name and value.
+type NamedCount struct {
+	Name  string
+	Value int64
+}
+
+// Get returns the value of the counter called name (0 when absent).
+func (si StatsInfo) Get(name string) int64 {
+	for _, c := range si.Counters {
+		if c.Name == name {
+			return c.Value
+		}
+	}
+	return 0
+}
+
+// MarshalJSON writes the counters as one object, in their order.
+func (si StatsInfo) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	member := func(name string, v int64) {
+		key, _ := json.Marshal(name)
+		fmt.Fprintf(&buf, "%s:%d", key, v)
+	}
+	buf.WriteByte('{')
+	for _, c := range si.Counters {
+		member(c.Name, c.Value)
+		buf.WriteByte(',')
+	}
+	buf.WriteString(`"` + ErrorsName + `":{`)
+	for i, e := range si.Errors {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		member(e.Name, e.Value)
+	}
+	buf.WriteString("}}")
+	return buf.Bytes(), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote, keeping the broker's order
+// (a newer broker's counters included).
+func (si *StatsInfo) UnmarshalJSON(data []byte) error {
+	*si = StatsInfo{}
+	var top orderedCounts
+	if err := json.Unmarshal(data, &top); err != nil {
+		return err
+	}
+	for _, c := range top {
+		if c.Name != ErrorsName {
+			var v int64
+			if err := json.Unmarshal(c.raw, &v); err != nil {
+				return fmt.Errorf("stats: counter %s: %w", c.Name, err)
+			}
+			si.Counters = append(si.Counters, NamedCount{c.Name, v})
+			continue
+		}
+		var errs orderedCounts
+		if err := json.Unmarshal(c.raw, &errs); err != nil {
+			return fmt.Errorf("stats: %s: %w", ErrorsName, err)
+		}
+		for _, e := range errs {
+			var v int64
+			if err := json.Unmarshal(e.raw, &v); err != nil {
+				return fmt.Errorf("stats: %s %s: %w", ErrorsName, e.Name, err)
+			}
+			si.Errors = append(si.Errors, NamedCount{e.Name, v})
+		}
+	}
+	return nil
+}
+
+// orderedCounts is a JSON object's members in the order they came.
+type orderedCounts []struct {
+	Name string
+	raw  json.RawMessage
+}
+
+func (o *orderedCounts) UnmarshalJSON(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return fmt.Errorf("want a JSON object")
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return err
+		}
+		*o = append(*o, struct {
+			Name string
+			raw  json.RawMessage
+		}{tok.(string), raw})
+	}
+	return nil
 }
 
 func (b *Broker) statsInfo() StatsInfo {
-	s := &b.stats
-	si := StatsInfo{
-		Received: s.Received.Load(), Acked: s.Acked.Load(), Duplicates: s.Duplicates.Load(),
-		Dispatched: s.Dispatched.Load(), Replied: s.Replied.Load(), Failed: s.Failed.Load(),
-		Retried: s.Retried.Load(), TimedOut: s.TimedOut.Load(), DeadLettered: s.DeadLettered.Load(),
-		Ignored: s.Ignored.Load(), Schedules: s.SchedulesForwarded.Load(), Errors: map[string]int64{},
+	var si StatsInfo
+	for _, c := range Counters {
+		si.Counters = append(si.Counters, NamedCount{c.Name, c.Value(&b.stats)})
 	}
 	for _, code := range ErrorCodes {
-		si.Errors[code] = s.Errors(code)
+		si.Errors = append(si.Errors, NamedCount{code, b.stats.Errors(code)})
 	}
 	return si
 }

@@ -263,4 +263,31 @@ func TestMetrics(t *testing.T) {
 		t.Error("journal commits are not observed")
 	}
 	value(after, "emq_replay_duration_seconds", "")
+
+	// The stats API shows the same counters, by name, in the order of
+	// broker.Counters, with the same values.
+	resp, err := http.Get("http://" + b.AdminAddr() + "/api/v1/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var si broker.StatsInfo
+	if err := json.Unmarshal(raw, &si); err != nil {
+		t.Fatalf("%v in %s", err, raw)
+	}
+	if len(si.Counters) != len(broker.Counters) || len(si.Errors) != len(broker.ErrorCodes) {
+		t.Fatalf("stats API: %d counters and %d error codes, want %d and %d:\n%s",
+			len(si.Counters), len(si.Errors), len(broker.Counters), len(broker.ErrorCodes), raw)
+	}
+	for i, c := range broker.Counters {
+		if got := si.Counters[i]; got.Name != c.Name || float64(got.Value) != value(after, c.Metric, "") {
+			t.Errorf("stats API counter %d: %+v; /metrics has %s = %v", i, got, c.Metric, value(after, c.Metric, ""))
+		}
+	}
+	for i, code := range broker.ErrorCodes {
+		if got := si.Errors[i]; got.Name != code || float64(got.Value) != value(after, "emq_protocol_errors_total", code) {
+			t.Errorf("stats API error count %d: %+v, want %s as in /metrics", i, got, code)
+		}
+	}
 }

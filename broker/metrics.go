@@ -34,28 +34,12 @@ func newMetrics(b *Broker) *metrics {
 			Help: "Time the last start-up took to load the journal.",
 		}),
 	}
-	counter := func(name, help string, v interface{ Load() int64 }) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(v.Load()) })
+	m.reg.MustRegister(m.commitTime, m.commitBatch, m.replay, &stateCollector{b},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, c := range Counters {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.Metric, Help: c.Help},
+			func() float64 { return float64(c.Value(&b.stats)) }))
 	}
-	s := &b.stats
-	m.reg.MustRegister(
-		m.commitTime, m.commitBatch, m.replay,
-		counter("emq_jobs_received_total", "REQUESTs received, refused ones included.", &s.Received),
-		counter("emq_jobs_acked_total", "Jobs stored and ACKed.", &s.Acked),
-		counter("emq_jobs_duplicate_total", "REQUESTs for a msgid already stored (ACKed again, not stored twice).", &s.Duplicates),
-		counter("emq_jobs_dispatched_total", "Jobs sent to a worker.", &s.Dispatched),
-		counter("emq_jobs_replied_total", "Jobs completed by their worker's REPLY.", &s.Replied),
-		counter("emq_jobs_failed_total", "FAILs from workers.", &s.Failed),
-		counter("emq_jobs_retried_total", "Attempts after which a job was tried again.", &s.Retried),
-		counter("emq_jobs_timed_out_total", "Deliveries that passed the job's timeout.", &s.TimedOut),
-		counter("emq_jobs_dead_lettered_total", "Jobs moved to the dead letters.", &s.DeadLettered),
-		counter("emq_messages_ignored_total", "Late or foreign REPLYs and FAILs, stray ACKs and ERRORs.", &s.Ignored),
-		counter("emq_schedules_forwarded_total", "SCHEDULEs and UNSCHEDULEs passed to schedulers.", &s.SchedulesForwarded),
-		&stateCollector{b},
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
 	return m
 }
 
@@ -78,7 +62,7 @@ var (
 	descWorkers   = prometheus.NewDesc("emq_workers", "Connected workers.", nil, nil)
 	descScheds    = prometheus.NewDesc("emq_schedulers", "Connected schedulers (peers that SCHEDULEs are passed to).", nil, nil)
 	descFreeSlots = prometheus.NewDesc("emq_worker_free_slots", "Slots offered by workers (READY) and not used.", nil, nil)
-	descErrors    = prometheus.NewDesc("emq_protocol_errors_total", "ERRORs sent to peers, by code.", []string{"code"}, nil)
+	descErrors    = prometheus.NewDesc("emq_"+ErrorsName+"_total", "ERRORs sent to peers, by code.", []string{"code"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -10,24 +10,58 @@ import (
 )
 
 // Stats are the broker's counters since it started. They are safe to read
-// from any goroutine.
+// from any goroutine. Counters lists them with their names, in the order
+// every view shows them.
 type Stats struct {
-	Received     atomic.Int64 // REQUESTs, including refused ones
-	Acked        atomic.Int64 // jobs stored and ACKed, once each
-	Duplicates   atomic.Int64 // REQUESTs for a msgid the broker holds
+	Received     atomic.Int64
+	Acked        atomic.Int64
+	Duplicates   atomic.Int64
 	Dispatched   atomic.Int64
 	Replied      atomic.Int64
-	Failed       atomic.Int64 // FAILs from workers
-	Retried      atomic.Int64 // attempts that led to another try
+	Failed       atomic.Int64
+	Retried      atomic.Int64
 	TimedOut     atomic.Int64
 	DeadLettered atomic.Int64
-	Ignored      atomic.Int64 // late or foreign REPLY/FAIL, stray ACK/ERROR
+	Ignored      atomic.Int64
 
-	SchedulesForwarded atomic.Int64 // SCHEDULEs and UNSCHEDULEs passed to schedulers
+	SchedulesForwarded atomic.Int64
 
 	errMu  sync.Mutex
 	errors map[string]int64 // ERRORs sent, by code
 }
+
+// Counter is one of the broker's counters, defined once for every view:
+// its name in the stats API (/api/v1/stats) and emq stats, its name in
+// /metrics, and what it counts.
+type Counter struct {
+	Name   string
+	Metric string
+	Help   string
+	field  func(*Stats) *atomic.Int64
+}
+
+// Value reads the counter in s.
+func (c Counter) Value(s *Stats) int64 { return c.field(s).Load() }
+
+// Counters are every counter of Stats, in the order they are shown.
+var Counters = []Counter{
+	{"received", "emq_jobs_received_total", "REQUESTs received, refused ones included.", func(s *Stats) *atomic.Int64 { return &s.Received }},
+	{"acked", "emq_jobs_acked_total", "Jobs stored and ACKed, once each.", func(s *Stats) *atomic.Int64 { return &s.Acked }},
+	{"duplicates", "emq_jobs_duplicate_total", "REQUESTs for a msgid the broker holds or has stored (ACKed again, not stored twice).", func(s *Stats) *atomic.Int64 { return &s.Duplicates }},
+	{"dispatched", "emq_jobs_dispatched_total", "Jobs sent to a worker.", func(s *Stats) *atomic.Int64 { return &s.Dispatched }},
+	{"replied", "emq_jobs_replied_total", "Jobs completed by their worker's REPLY.", func(s *Stats) *atomic.Int64 { return &s.Replied }},
+	{"failed", "emq_jobs_failed_total", "FAILs from workers.", func(s *Stats) *atomic.Int64 { return &s.Failed }},
+	{"retried", "emq_jobs_retried_total", "Attempts after which a job was tried again.", func(s *Stats) *atomic.Int64 { return &s.Retried }},
+	{"timed_out", "emq_jobs_timed_out_total", "Deliveries that passed the job's timeout.", func(s *Stats) *atomic.Int64 { return &s.TimedOut }},
+	{"dead_lettered", "emq_jobs_dead_lettered_total", "Jobs moved to the dead letters.", func(s *Stats) *atomic.Int64 { return &s.DeadLettered }},
+	{"ignored", "emq_messages_ignored_total", "Late or foreign REPLYs and FAILs, stray ACKs and ERRORs.", func(s *Stats) *atomic.Int64 { return &s.Ignored }},
+	{"schedules_forwarded", "emq_schedules_forwarded_total", "SCHEDULEs and UNSCHEDULEs passed to schedulers.", func(s *Stats) *atomic.Int64 { return &s.SchedulesForwarded }},
+}
+
+// ErrorsName is the name of the ERROR counts by code: "protocol_errors"
+// in the stats API and emq stats, emq_protocol_errors_total{code} in
+// /metrics.
+const ErrorsName = "protocol_errors"
 
 func (s *Stats) countError(code string) {
 	s.errMu.Lock()
@@ -45,7 +79,8 @@ func (s *Stats) Errors(code string) int64 {
 	return s.errors[code]
 }
 
-// ErrorCodes are the codes an ERROR can carry.
+// ErrorCodes are the codes an ERROR can carry, in the order they are
+// shown.
 var ErrorCodes = []string{
 	emqp.CodeBadRequest, emqp.CodeUnsupportedVersion, emqp.CodeUnknownCommand,
 	emqp.CodeTooLarge, emqp.CodeQueueFull, emqp.CodeUnavailable,

@@ -58,8 +58,25 @@ func TestAdminCLIOnline(t *testing.T) {
 	if out := mustEmq(t, append([]string{"workers"}, on...)...); !strings.Contains(out, "w ") || !strings.Contains(out, "FREE SLOTS") {
 		t.Fatalf("workers table:\n%s", out)
 	}
-	if out := mustEmq(t, append([]string{"stats"}, on...)...); !strings.Contains(out, "dead-lettered  1") {
-		t.Fatalf("stats:\n%s", out)
+	// emq stats: every counter by its API name, in the API's order, then
+	// every ERROR code.
+	stats := strings.Split(mustEmq(t, append([]string{"stats"}, on...)...), "\n")
+	var want []string
+	for _, c := range broker.Counters {
+		want = append(want, c.Name)
+	}
+	for _, code := range broker.ErrorCodes {
+		want = append(want, broker.ErrorsName+" "+code)
+	}
+	for i, name := range want {
+		if i >= len(stats) || !strings.HasPrefix(stats[i], name+" ") {
+			t.Fatalf("stats line %d: want %q first:\n%s", i, name, strings.Join(stats, "\n"))
+		}
+	}
+	for _, line := range stats {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "dead_lettered" && f[1] != "1" {
+			t.Fatalf("stats: %q, want dead_lettered 1", line)
+		}
 	}
 	for state, id := range map[string]string{"dead": dead, "inflight": inflight, "pending": pending} {
 		var page broker.JobPage

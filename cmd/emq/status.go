@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/eventmq/emq/broker"
 )
 
 // output prints v as JSON with --json, else calls table with a tabwriter.
@@ -50,15 +52,12 @@ func newStatsCmd() *cobra.Command {
 				return err
 			}
 			return output(cmd, c, map[string]any{"counters": s, "queues": qs}, func(w io.Writer) {
-				if s != nil {
-					fmt.Fprintf(w, "received\t%d\nacked\t%d\nduplicates\t%d\ndispatched\t%d\nreplied\t%d\n",
-						s.Received, s.Acked, s.Duplicates, s.Dispatched, s.Replied)
-					fmt.Fprintf(w, "failed\t%d\nretried\t%d\ntimed out\t%d\ndead-lettered\t%d\nignored\t%d\n",
-						s.Failed, s.Retried, s.TimedOut, s.DeadLettered, s.Ignored)
-					for code, n := range s.Errors {
-						if n > 0 {
-							fmt.Fprintf(w, "errors %s\t%d\n", code, n)
-						}
+				if s != nil { // the names and order of the stats API and /metrics
+					for _, c := range s.Counters {
+						fmt.Fprintf(w, "%s\t%d\n", c.Name, c.Value)
+					}
+					for _, e := range s.Errors {
+						fmt.Fprintf(w, "%s %s\t%d\n", broker.ErrorsName, e.Name, e.Value)
 					}
 				}
 				pending, dead := 0, 0
