@@ -5,8 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +19,7 @@ import (
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/internal/zmtp"
+	"github.com/eventmq/emq/store"
 )
 
 // BenchmarkEndToEnd is the whole durable path: REQUEST → journal (fsync) →
@@ -148,4 +154,129 @@ func endToEnd(b *testing.B, clients, workers, slots, window int) {
 	if err := br.Stop(); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// BenchmarkDelayedIdle is a broker holding 1,000,000 delayed jobs with
+// nothing else to do: it reports the broker's CPU use while it waits
+// (goal: under 1 % of one core), then how late 10,000 jobs, due one a
+// millisecond, reach a worker waiting for them (goal: within 10 ms of
+// their time). Lateness counts from the due time to the REQUEST read by
+// the worker, so it includes the dispatch and the loopback hop.
+//
+//	go test -run '^$' -bench DelayedIdle -benchtime 1x ./broker/
+//
+// EMQ_BENCH_DELAYED=N stores N jobs instead of 1,000,000.
+func BenchmarkDelayedIdle(b *testing.B) {
+	if testing.Short() {
+		b.Skip("takes more than a minute")
+	}
+	stored, due := 1_000_000, 10_000
+	if n, err := strconv.Atoi(os.Getenv("EMQ_BENCH_DELAYED")); err == nil {
+		stored = n
+	}
+	const idle = 30 * time.Second // the window in which CPU is measured
+	dir := b.TempDir()
+	start := time.Now()
+	var firstDue time.Time
+	func() {
+		j, err := store.Open(filepath.Join(dir, broker.JournalFile), store.DefaultOptions())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer j.Close()
+		far := time.Now().Add(24 * time.Hour)
+		appendAll(b, j, stored, func(int) *store.Job {
+			return &store.Job{MsgID: emqp.NewID(), Queue: "later", Payload: make([]byte, 100), NotBefore: far}
+		})
+		// Due after the replay (a few seconds) and the idle window.
+		firstDue = time.Now().Add(time.Since(start)/4 + idle + 15*time.Second)
+		appendAll(b, j, due, func(i int) *store.Job {
+			at := firstDue.Add(time.Duration(i) * time.Millisecond)
+			return &store.Job{MsgID: emqp.NewID(), Queue: "due", Payload: strconv.AppendInt(nil, at.UnixNano(), 10), NotBefore: at}
+		})
+	}()
+	b.Logf("stored %d delayed jobs in %v", stored+due, time.Since(start).Round(time.Second))
+
+	br := bt.Start(b, dir, func(o *broker.Options) {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	})
+	time.Sleep(2 * time.Second) // let the replay's garbage be collected first
+	window := min(idle, time.Until(firstDue)-5*time.Second)
+	if window < 5*time.Second {
+		b.Fatalf("the replay took too long: %v left before the first job is due", time.Until(firstDue))
+	}
+	cpu0, wall0 := cpuTime(), time.Now()
+	time.Sleep(window) // the measurement: nothing happens in this process but the broker waiting
+	cpuShare := (cpuTime() - cpu0).Seconds() / time.Since(wall0).Seconds()
+
+	conn, err := zmtp.Dial(context.Background(), br.Backend(), zmtp.DialOptions{Identity: []byte("waiting")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	msgs := [][][]byte{emqp.Encode(&emqp.Inform{MsgID: emqp.NewID(), Queues: []emqp.Queue{{Weight: 10, Name: "due"}}})}
+	for range due {
+		msgs = append(msgs, emqp.Encode(&emqp.Ready{MsgID: emqp.NewID()}))
+	}
+	if err := conn.WriteMsgs(msgs...); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("idle %v: CPU %.3f%% of a core; waiting for %d due jobs", window, 100*cpuShare, due)
+	var late []time.Duration
+	for len(late) < due {
+		m, err := emqp.ReadMessage(conn.ReadMsg, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var answer emqp.Message
+		switch m := m.(type) {
+		case *emqp.Request:
+			at, _ := strconv.ParseInt(string(m.Payload), 10, 64)
+			late = append(late, time.Since(time.Unix(0, at)))
+			answer = &emqp.Reply{MsgID: emqp.NewID(), OrigMsgID: m.MsgID}
+		case *emqp.Heartbeat: // so that the broker does not lose the worker while it waits
+			answer = &emqp.Heartbeat{MsgID: emqp.NewID()}
+		default:
+			continue
+		}
+		if err := conn.WriteMsgs(emqp.Encode(answer)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	slices.Sort(late)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(100*cpuShare, "%cpu-idle")
+	b.ReportMetric(ms(late[len(late)/2]), "late-p50-ms")
+	b.ReportMetric(ms(late[len(late)*99/100]), "late-p99-ms")
+	b.ReportMetric(ms(late[len(late)-1]), "late-max-ms")
+}
+
+// appendAll appends n jobs made by mk, many at a time.
+func appendAll(b *testing.B, j store.Journal, n int, mk func(i int) *store.Job) {
+	errs := make(chan error, 4096)
+	inFlight := 0
+	for i := range n {
+		if inFlight == cap(errs) {
+			if err := <-errs; err != nil {
+				b.Fatal(err)
+			}
+			inFlight--
+		}
+		j.Append(mk(i), func(_ bool, err error) { errs <- err })
+		inFlight++
+	}
+	for ; inFlight > 0; inFlight-- {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// cpuTime is the CPU this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -16,25 +16,19 @@ func Decode(frames [][]byte) (Message, error) {
 	if len(frames[0]) != 0 {
 		return nil, errorf(ErrEnvelope, "", "", "frame 0 must be empty, got %d bytes", len(frames[0]))
 	}
-	// The refused message's msgid, for the ERROR's ref_msgid, when frame 3
-	// can be one.
-	ref := ""
-	if n := len(frames[3]); n > 0 && n <= MaxIDLen {
-		ref = string(frames[3])
-	}
 	if string(frames[1]) != Version {
-		return nil, errorf(ErrVersion, "", ref, "frame 1 must be the version %s, got %s", Version, quote(frames[1]))
+		return nil, errorf(ErrVersion, "", refID(frames), "frame 1 must be the version %s, got %s", Version, quote(frames[1]))
 	}
 	cmd, ok := parseCommand(frames[2])
 	if !ok {
-		return nil, errorf(ErrCommand, "", ref, "unknown command %s", quote(frames[2]))
+		return nil, errorf(ErrCommand, "", refID(frames), "unknown command %s", quote(frames[2]))
 	}
 	min, max := frameCounts(cmd)
 	if n := len(frames); n < min || n > max {
 		if min == max {
-			return nil, errorf(ErrFrames, cmd, ref, "%s needs %d frames, got %d", cmd, min, n)
+			return nil, errorf(ErrFrames, cmd, refID(frames), "%s needs %d frames, got %d", cmd, min, n)
 		}
-		return nil, errorf(ErrFrames, cmd, ref, "%s needs %d or %d frames, got %d", cmd, min, max, n)
+		return nil, errorf(ErrFrames, cmd, refID(frames), "%s needs %d or %d frames, got %d", cmd, min, max, n)
 	}
 	if err := checkID(cmd, "", "msgid", frames[3]); err != nil {
 		return nil, err
@@ -100,6 +94,15 @@ func Decode(frames [][]byte) (Message, error) {
 		return (*Unschedule)(s), nil
 	}
 	panic("emqp: command without a decoder: " + cmd) // parseCommand and this switch list the same commands
+}
+
+// refID is the refused message's msgid, for the ERROR's ref_msgid, when
+// frame 3 can be one. Only a refusal pays for the string.
+func refID(frames [][]byte) string {
+	if n := len(frames[3]); n > 0 && n <= MaxIDLen {
+		return string(frames[3])
+	}
+	return ""
 }
 
 // parseCommand returns the constant for a command frame, without
