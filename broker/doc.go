@@ -5,26 +5,43 @@
 //
 // # Who owns what
 //
-//	clients, workers (DEALER)                      journal (store.Bolt)
+//	clients, workers (DEALER)                      journal (store.Journal)
 //	       │   ▲                                      ▲        │
 //	 TCP   │   │ one writer goroutine per conn,       │ Append │ done callbacks
 //	       ▼   │ bounded queue (internal/zmtp)        │ ...    ▼ (post)
 //	┌──────────────────┐   decoded messages   ┌──────────────────────────┐
 //	│ reader goroutine │ ───── inbox ───────▶ │ the loop (one goroutine) │
 //	│ per connection:  │   (bounded chan:     │ owns jobs, queues, peers,│
-//	│ frames → emqp    │    back-pressure)    │ in-flight, timers        │
+//	│ frames → emqp    │    back-pressure)    │ deadlines                │
 //	└──────────────────┘                      └──────────────────────────┘
 //
 // One goroutine, the loop, owns every piece of broker state: the jobs it
-// holds in memory, the per-queue FIFOs, the workers with their free slots
-// and held jobs, the delayed jobs. Nothing else touches them, so there are
-// no locks around them. Reader goroutines (one per connection) decode
-// frames into emqp messages off the loop and hand them over a bounded
-// channel; when the loop falls behind, readers block and TCP pushes back on
-// the peers. The journal's committer goroutine reports each durable write
-// through a callback that only posts a closure to the loop (an unbounded
-// list, so the committer never blocks). Sends never block the loop: each
-// connection has its own queue and writer.
+// holds in memory, the per-queue FIFOs, the peer table (workers with their
+// free slots and held jobs, schedulers), and the deadlines. Nothing else
+// touches them, so there are no locks around them. Reader goroutines (one
+// per connection) decode frames into emqp messages off the loop and hand
+// them over a bounded channel; when the loop falls behind, readers block
+// and TCP pushes back on the peers. The journal's goroutine reports each
+// durable write through a callback that only posts a closure to the loop
+// (an unbounded list, so the journal never blocks). Sends never block the
+// loop: each connection has its own queue and writer.
+//
+// The journal is any store.Journal: Options.OpenJournal opens it, the
+// bbolt file in DataDir by default. The broker relies on what the
+// conformance suite (store/storetest) checks, and on the journal's error
+// classes: ErrTooLarge answers too_large, ErrFenced stops the broker,
+// anything else on an Append answers unavailable.
+//
+// # Deadlines
+//
+// Everything that must happen at a time is one entry in one heap
+// (deadlines.go), and the loop sleeps until the earliest: a delayed job's
+// time (delay header, retry backoff), a held job's timeout, a peer's
+// heartbeat expiry, the heartbeat to every peer (only while there are
+// peers), the sweep of expired results (only with ResultTTL). Nothing is
+// scanned on a tick: a broker holding a million delayed jobs and nothing
+// else to do does not wake at all. A peer's expiry is not moved for each
+// message it sends; when it comes due, a peer heard since gets a new one.
 //
 // # A job's life
 //
@@ -34,14 +51,19 @@
 //		                  ERROR unavailable     └──────────────┤ lost, timeout: attempt+1, head of queue
 //		                                                       └ attempts > retry-count: Bury (dead letters)
 //
-//	 1. REQUEST: refused with ERROR when the broker is stopping (unavailable),
-//	    the queue holds MaxPending live jobs (queue_full, nothing journaled), or
-//	    a known header has a bad value (bad_request). A msgid the broker holds
-//	    is ACKed again (or, while its write is in progress, ACKed when it
-//	    lands); nothing is stored twice. The journal also refuses a msgid it
-//	    has stored (pending or dead), or whose job is done with its result
-//	    still kept (ResultTTL): that is ACKed too, and a done job's kept
-//	    result is sent as REPLY again when the REQUEST asks for one.
+//	 1. REQUEST: every REQUEST gets exactly one answer, ACK or ERROR,
+//	    whoever sends it and whatever state its job is in. It is refused
+//	    with ERROR when the broker is stopping (unavailable), the queue
+//	    holds MaxPending live jobs (queue_full, nothing journaled), or a
+//	    known header has a bad value (bad_request). A msgid the broker
+//	    holds pending, delayed or in flight is ACKed again; one whose
+//	    write is in progress is ACKed (or refused) when the write lands,
+//	    once for each REQUEST, the same peer's included (at most 256
+//	    waiting; more get unavailable). Nothing is stored twice: the
+//	    journal also refuses a msgid it has stored (dead), or whose job is
+//	    done with its result still kept (ResultTTL); that is ACKed too, and
+//	    a done job's kept result is sent as REPLY again when the REQUEST
+//	    asks for one.
 //	 2. The ACK is sent from the append's done callback, after the fsync. Only
 //	    then is the job pending (or delayed, with a delay header) and
 //	    dispatchable. A failed write answers ERROR unavailable and the job is
@@ -53,15 +75,17 @@
 //	    forwarded REQUEST keeps the client's msgid and has reply-requested
 //	    added, and attempt:N from the second delivery on.
 //	 4. REPLY from the worker holding the job: Complete in the journal (it
-//	    waits up to 2 ms to share an append's commit), the REPLY forwarded
-//	    to the client if it asked, the result kept for ResultTTL if set. A REPLY or FAIL for a job
-//	    the sender does not hold is ignored and counted.
+//	    may wait a moment to share an append's commit), the REPLY forwarded
+//	    to the client if it asked, the result kept for ResultTTL if set. A
+//	    REPLY or FAIL for a job the sender does not hold is ignored and
+//	    counted.
 //	 5. Attempts: a worker lost (heartbeat timeout, KBYE, DISCONNECT), a job
 //	    past its timeout:N, or a FAIL counts one attempt, recorded in the
-//	    journal. Lost and timed-out jobs go back to the head of their queue;
-//	    FAILed ones wait RetryBackoff·2^(attempts-1) (at most MaxRetryBackoff)
-//	    and then join the tail. When attempts exceed retry-count (default 3)
-//	    the job is buried: the dead letters keep it with its last reason.
+//	    journal. Lost and timed-out jobs go back to the head of their queue,
+//	    oldest first; FAILed ones wait RetryBackoff·2^(attempts-1) (at most
+//	    MaxRetryBackoff) and then join the tail. When attempts exceed
+//	    retry-count (default 3) the job is buried: the dead letters keep it
+//	    with its last reason.
 //	 6. Start-up (Run): every pending job in the journal is loaded, per queue
 //	    in FIFO order, before the sockets are bound. What was in flight is
 //	    pending again; a restart is not an attempt.
@@ -71,19 +95,23 @@
 //
 // Admin reads and changes (admin.go, inspect.go) run on the loop too, as
 // posted closures: a purge or a retry changes memory and journal together.
+// The admin API answers a refusal by its class: 404 no such job, 409 a job
+// in the wrong state, 400 a bad filter, 500 the journal failed.
 //
 // # Peers
 //
-// A peer is (endpoint, routing id). It becomes a worker by INFORM (ACKed,
-// then a HEARTBEAT at once and every HeartbeatInterval). Any message from a
-// worker counts as its heartbeat; silent for HeartbeatTimeout, it is lost.
-// A new INFORM from a known worker replaces its queues and resets its free
-// slots to zero (it offers them again); the jobs it holds stay its own. A
-// READY, HEARTBEAT, REPLY or FAIL from a peer that has not INFORMed gets no
-// answer (see DESIGN.md: an answer would keep an original EventMQ job
-// manager from re-INFORMing). Clients are not tracked: a job remembers its
-// client's routing id to forward the REPLY to; after a restart the REPLY
-// goes to whichever endpoint has that id connected.
+// A peer is (endpoint, routing id), one entry in one table with its role;
+// every message starts with one lookup there. It becomes a worker by
+// INFORM (ACKed, then a HEARTBEAT at once and every HeartbeatInterval).
+// Any message from a peer counts as its heartbeat; silent for
+// HeartbeatTimeout, it is lost. A new INFORM from a known worker replaces
+// its queues and resets its free slots to zero (it offers them again);
+// the jobs it holds stay its own. A READY, HEARTBEAT, REPLY or FAIL from a
+// peer that has not INFORMed gets no answer (see DESIGN.md: an answer
+// would keep an original EventMQ job manager from re-INFORMing). Clients
+// are not peers: a job remembers its client's routing id to forward the
+// REPLY to; after a restart the REPLY goes to whichever endpoint has that
+// id connected.
 //
 // An INFORM with peer type "scheduler" makes a scheduler instead: EventMQ's
 // emq-scheduler, which keeps schedules (in its own store) and sends a
@@ -91,7 +119,22 @@
 // one scheduler in turn and each UNSCHEDULE to all, unchanged; schedulers
 // get HEARTBEATs, are lost like workers, and never get jobs. With none
 // connected, SCHEDULE and UNSCHEDULE get ERROR unavailable (EventMQ's
-// router dropped them with a log line).
+// router dropped them with a log line). A peer that INFORMs as the other
+// role is lost in its old role first.
+//
+// # Stopping
+//
+//	serving ──ctx ends──▶ draining ──nothing in flight, DrainTimeout,──▶ closing ─▶ Run returns
+//	   │                                 or Shutdown (a second signal)      ▲
+//	   └──── Shutdown, or the journal fenced ─────────────────────────────────┘
+//
+// Draining: REQUESTs get ERROR unavailable, nothing more is dispatched
+// (jobs that come due or come back stay pending), /readyz says 503, the
+// admin API still answers. The REPLYs of jobs in flight complete them as
+// usual, and when none is left the broker closes. Closing: KBYE to every
+// peer, the journal writes in progress land (up to ShutdownTimeout),
+// queued messages are written, the journal is closed. Jobs still in flight
+// stay journaled and run again after the next start.
 //
 // # Failures
 //
@@ -104,12 +147,11 @@
 //     what the broker holds keeps being served. A failed Complete or
 //     RecordAttempt is logged: the job stays journaled and runs again after a
 //     restart (at-least-once).
+//   - A journal that says store.ErrFenced (another broker writes it now, or
+//     a lease ended) stops the broker at once: the write that found out is
+//     refused, peers get KBYE, Run returns the error. Nothing more is ACKed.
 //   - A worker whose connection breaks keeps its jobs until the heartbeat
 //     timeout: a reconnecting worker (same routing id) is the same peer.
-//   - Shutdown (context cancelled): REQUESTs get ERROR unavailable, workers
-//     get KBYE, the journal writes in progress finish (up to
-//     ShutdownTimeout), queued messages are written, the journal is closed.
-//     Jobs in flight stay journaled and are replayed at the next start.
 //   - SIGKILL: only ACKed jobs matter, and each was fsynced before its ACK.
 //
 // # Transport
@@ -121,59 +163,17 @@
 // one (handshake in the accept loop without a deadline; sends under one
 // socket-wide lock), delivers one routing id's messages to every connection
 // holding it, drops sends to unknown ids silently, writes each frame with
-// two syscalls and never answers ZMTP PING. internal/zmtp keeps zmq4.Open
-// for the handshake and does the rest itself; see its package doc. Tests:
-// internal/zmtp (unit) and hostile_test.go, interop_test.go (libzmq).
+// two syscalls and never answers ZMTP PING (docs/benchmarks.md compares
+// the two). internal/zmtp keeps zmq4.Open for the handshake and does the
+// rest itself; see its package doc. Tests: internal/zmtp (unit) and
+// hostile_test.go, interop_test.go (libzmq).
 //
-// # Measured (2 cores, loopback, fsync on; 2026-11-30)
+// # Figures
 //
-// Transport echo, 16 DEALERs with 32 seven-frame messages in flight each
-// (go test -run '^$' -bench Echo -benchtime 100000x ./internal/zmtp/):
-//
-//	zmq4 ROUTER as it comes     6,700 –   6,900 msgs/s
-//	internal/zmtp Router      124,000 – 145,000 msgs/s
-//
-// Whole durable path, REQUEST → fsync → ACK → dispatch → REPLY → delete,
-// 100-byte payloads, 16 clients with 32 REQUESTs unACKed each, clients and
-// workers in the same process (go test -run '^$' -bench EndToEnd
-// -benchtime 60000x ./broker/):
-//
-//	16 workers × 1 slot     20,000 – 22,700 jobs/s
-//	 4 workers × 4 slots    26,000 – 28,200 jobs/s
-//	 1 worker × 16 slots    26,000 – 34,300 jobs/s
-//
-// The goal of 20,000 jobs/s is met. Before the journal let a delete wait
-// (2 ms) to share an append's commit, the same runs gave 16,400–18,500,
-// 23,400–23,500 and 20,200–22,600; before the loop sent each turn's
-// messages to a peer in one write, 14,200 (16×1). The CPU profile of the
-// 16×1 run: 35–44 % in write and read syscalls (writev alone 23–32 %):
-// each single-slot worker costs the broker one write and one read per job
-// that no batching can share; the journal's commits 13 %, the loop 13 %,
-// memory allocation 13 %.
-//
-// Through the libraries with REPLYs forwarded to the clients (emq bench,
-// 16 senders × 32 in flight, one worker of 16 slots): 15,000–23,200
-// jobs/s, bound by the round trip of the worker's slots (the queue is
-// never empty, no slot is ever free); one job at a time (1×1):
-// 1,100–1,400 jobs/s, ACK p50 0.6 ms.
-// Paced at 5,000 jobs/s, REQUEST→ACK is 1.5–2.0 ms at p50 and 9–10 ms at
-// p99 (the goal of 5 ms is not reached): the journal's commits, two
-// fdatasyncs each, take 0.8 ms at p50 and 1.6–3.2 ms at p99 with stalls up
-// to 18 ms on this virtual disk; a REQUEST waits for the commit in progress
-// and then its own, and a stall holds every REQUEST that arrives during it.
-// The stalls come with CPU load, not with the broker's own work: the
-// journal alone at 5,000 appends/s (go test -bench AppendPaced ./store/)
-// has p99 2.0–2.5 ms on an idle machine and 10–13 ms while one `nice 19`
-// busy loop runs on the other core; bare pairs of fdatasync go from p99.9
-// 2.8 ms to 9.5 ms the same way. In emq bench the clients and the worker
-// are that load.
-//
-// A million stored jobs (emq broker on a preloaded journal): ready in
-// 3.4–4.9 s, 787 MiB resident (heap 441 MB, about 440 bytes a job; the
-// rest is the journal file's mapped pages), 960 MiB after 60,000 more jobs
-// (GC headroom). Throughput with that journal against an empty one, bench
-// in its own process: 10,400–17,000 against 12,600–13,900 jobs/s (the
-// first run after the start is the slow one).
+// Measured figures (throughput, latency, start-up with a million jobs,
+// idle cost of delayed jobs) live in docs/benchmarks.md and the README's
+// table, with the commands that produce them; this file only says how
+// the broker works.
 //
 // # Not done (yet)
 //

@@ -67,9 +67,9 @@ func NewID() string {
 	return uuid.Must(uuid.NewV7FromReader(idRand)).String()
 }
 
-// idRand is crypto/rand read 4 KiB at a time, for 256 ids. Read per id it
-// was 5 % of the CPU of emq bench at 5,000 jobs/s, most of it stack growth
-// for vgetrandom in short-lived goroutines (a worker's job); now about 3 %.
+// idRand is crypto/rand read 4 KiB at a time, for 256 ids: read per id,
+// it cost a visible share of emq bench's CPU, most of it stack growth for
+// vgetrandom in short-lived goroutines (docs/benchmarks.md has the figure).
 var idRand = &lockedReader{r: bufio.NewReaderSize(rand.Reader, 4096)}
 
 type lockedReader struct {

@@ -4,6 +4,22 @@
 // its implementation in one bbolt file. No bbolt type crosses the
 // interface, so a second backend (etcd) can be added beside it.
 //
+// # The contract
+//
+// Journal (journal.go) says what every backend does, and package
+// storetest checks it: a backend that passes the conformance suite
+// unchanged can stand in for Bolt. What only some backends do is an
+// optional interface (Compactor); the bbolt schema steps stay in package
+// migrations, which only Bolt uses.
+//
+// Every refusal is a sentinel error matched with errors.Is: ErrNotFound,
+// ErrWrongState (bury a dead job, revive a pending one), ErrInvalidJob,
+// ErrTooLarge and ErrBadFilter refuse one call and change nothing;
+// ErrClosed, ErrReadOnly and ErrFenced mean the journal takes no more
+// writes (ErrFenced: another process owns it now, so the broker stops);
+// ErrLocked, ErrCorrupt and ErrTooNew refuse an Open and name the file.
+// Anything else is the storage failing (I/O, disk full).
+//
 // # Layout of the file
 //
 //	meta        schema version (package migrations owns the steps)
@@ -33,8 +49,8 @@
 // committing, so concurrent writers share one fsync without a fixed
 // delay. The one exception: a batch of only Completes (which gate no
 // ACK) waits up to LazyDelay (2 ms) for a write that cannot wait to share
-// its commit, so a job costs one fsync instead of two at low load (emq
-// bench 1×1: 650 → 1,100–1,400 jobs/s). A write's done runs only after its transaction is durable; if
+// its commit, so a job costs one fsync instead of two at low load. A
+// write's done runs only after its transaction is durable; if
 // the commit fails (disk full, I/O error), every write of that batch gets
 // the error and nothing of it is stored. Records are encoded on the
 // caller's goroutine; the committer only checks for a duplicate msgid,
@@ -55,12 +71,10 @@
 //     ErrCorrupt; of a file newer than this binary, with ErrTooNew. Each
 //     error names the file, and the file is left as it was.
 //
-// # Measured (2 cores, ext4 on a virtual disk, 200-byte payloads)
+// # Cost
 //
-// A commit costs about 0.8 ms with one write and grows with the pages it
-// writes (two fdatasyncs of about 0.3 to 0.5 ms each, plus one pwrite per
-// dirty page). So throughput depends on how many writes are queued at
-// once: 64 appenders that each wait for their own append form batches of
-// about 32 and reach about 25,000 appends/s; 256 reach about 57,000 and
-// 1,024 about 79,000. See bench_test.go and the figures in the README.
+// A commit costs two fdatasyncs plus one write per dirty page, so the
+// journal's throughput grows with the writes queued at once: concurrent
+// writers share fsyncs. docs/benchmarks.md has the measured figures
+// (go test -bench . ./store/).
 package store

@@ -6,7 +6,7 @@
 // github.com/go-zeromq/zmq4's own, run through its public zmq4.Open over a
 // net.Conn of ours. After the handshake, frames are read and written here,
 // because zmq4 v0.17.0's socket types, used as they come, let one peer harm
-// the others (see broker/doc.go for the measurements):
+// the others (docs/benchmarks.md has the measurements):
 //
 //   - A frame header is checked against MaxFrameSize before anything is
 //     allocated for its body, during the handshake too (guardConn). An
