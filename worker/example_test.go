@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/signal"
 
@@ -34,18 +35,39 @@ func Example() {
 }
 
 // Go functions for the payloads an EventMQ (Python) client sends:
-// ["run", {"path": "mathjobs", "callable": "add", "args": [2, 3]}].
+// ["run", {"path": "mathjobs", "callable": "add", "args": [2, 3]}]. The
+// handler is called directly here; a worker calls it for each job.
 func ExampleCallables() {
 	var calls worker.Callables
 	calls.Register("mathjobs:add", func(_ context.Context, args []json.RawMessage, _ map[string]json.RawMessage) (any, error) {
+		if len(args) != 2 {
+			return nil, fmt.Errorf("add takes 2 arguments, got %d", len(args))
+		}
 		var x, y int
-		json.Unmarshal(args[0], &x)
-		json.Unmarshal(args[1], &y)
+		if err := json.Unmarshal(args[0], &x); err != nil {
+			return nil, fmt.Errorf("first argument: %w", err)
+		}
+		if err := json.Unmarshal(args[1], &y); err != nil {
+			return nil, fmt.Errorf("second argument: %w", err)
+		}
 		return x + y, nil
 	})
-	w, err := worker.New(worker.Options{Broker: "tcp://127.0.0.1:47291"})
-	if err != nil {
-		panic(err)
+	handle := calls.Handler() // w.Handle("default", calls.Handler()) in a worker
+
+	for _, payload := range []string{
+		`["run", {"path": "mathjobs", "callable": "add", "args": [2, 3]}]`,
+		`["run", {"path": "mathjobs", "callable": "add", "args": [2, "three"]}]`,
+		`["run", {"path": "mathjobs", "callable": "mul", "args": [2, 3]}]`,
+	} {
+		reply, err := handle(context.Background(), &worker.Job{Queue: "default", Payload: []byte(payload)})
+		if err != nil { // a FAIL: the broker retries the job
+			fmt.Println("FAIL:", err)
+			continue
+		}
+		fmt.Println("REPLY:", string(reply))
 	}
-	w.Handle("default", calls.Handler())
+	// Output:
+	// REPLY: 5
+	// FAIL: second argument: json: cannot unmarshal string into Go value of type int
+	// FAIL: no function registered as mathjobs:mul (registered: mathjobs:add)
 }
