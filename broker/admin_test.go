@@ -71,6 +71,7 @@ func jobsInEveryState(t *testing.T, b *bt.Broker) (pending, inflight, delayed, d
 }
 
 func TestAdminAPI(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", withAdmin(""))
 	pending, inflight, delayed, dead, worker := jobsInEveryState(t, b)
 
@@ -159,6 +160,7 @@ func TestAdminAPI(t *testing.T) {
 }
 
 func TestAdminToken(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", withAdmin("s3cret"))
 	for _, path := range []string{"/api/v1/queues", "/metrics", "/readyz"} {
 		if code := api(t, b, "GET", path, "", nil); code != 401 {
@@ -190,6 +192,7 @@ func TestAdminToken(t *testing.T) {
 
 // /metrics parses as Prometheus text, and its counters move with jobs.
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", withAdmin(""))
 	scrape := func() map[string]*dto.MetricFamily {
 		resp, err := http.Get("http://" + b.AdminAddr() + "/metrics")

@@ -45,6 +45,7 @@ func storedJob(t *testing.T, b *bt.Broker, msgid string) (*store.Job, error) {
 }
 
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	client := bt.Dial(t, b.Frontend(), "client-1")
 	worker := bt.Dial(t, b.Backend(), "worker-1")
@@ -84,6 +85,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestDuplicateMsgIDIsOneJob(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	client := bt.Dial(t, b.Frontend(), "c")
 	worker := bt.Dial(t, b.Backend(), "w")
@@ -110,6 +112,7 @@ func TestDuplicateMsgIDIsOneJob(t *testing.T) {
 }
 
 func TestFIFOPerQueue(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	client := bt.Dial(t, b.Frontend(), "c")
 	var ids []string
@@ -129,6 +132,7 @@ func TestFIFOPerQueue(t *testing.T) {
 }
 
 func TestWeightedQueuesAndLRUWorkers(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	client := bt.Dial(t, b.Frontend(), "c")
 	low := client.Request("low", "", nil)
@@ -243,6 +247,7 @@ func TestLostWorkersJobsKeepTheirOrder(t *testing.T) {
 }
 
 func TestJobTimeout(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	client := bt.Dial(t, b.Frontend(), "c")
 	slow := bt.Worker(t, b.Backend(), "slow", "q")
@@ -266,6 +271,7 @@ func TestJobTimeout(t *testing.T) {
 }
 
 func TestFailRetriesThenDeadLetters(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	client := bt.Dial(t, b.Frontend(), "c")
 	worker := bt.Worker(t, b.Backend(), "w", "q")
@@ -295,6 +301,7 @@ func TestFailRetriesThenDeadLetters(t *testing.T) {
 }
 
 func TestDefaultRetryCountIsThree(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	client := bt.Dial(t, b.Frontend(), "c")
 	worker := bt.Worker(t, b.Backend(), "w", "q")
@@ -310,6 +317,7 @@ func TestDefaultRetryCountIsThree(t *testing.T) {
 // Every error case of the shared wire vectors gets an ERROR with the right
 // code, and the broker keeps serving.
 func TestMalformedMessages(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	peer := bt.Dial(t, b.Frontend(), "bad")
 	n := 0
@@ -352,6 +360,7 @@ func TestMalformedMessages(t *testing.T) {
 }
 
 func TestFrameOverLimit(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.MaxFrameSize = 4096 })
 	// The broker answers and hangs up as soon as it reads the frame's
 	// header, so the peer's send may fail; the ERROR must still arrive,
@@ -372,6 +381,7 @@ func TestFrameOverLimit(t *testing.T) {
 // A job bigger than the journal takes is refused as too_large (not
 // unavailable, which clients send again), and nothing is stored.
 func TestJobOverJournalLimit(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.MaxJobSize = 2048 })
 	client := bt.Dial(t, b.Frontend(), "c")
 	id := emqp.NewID()
@@ -388,6 +398,7 @@ func TestJobOverJournalLimit(t *testing.T) {
 // REQUESTs refused for their headers leave no queue behind: a client
 // cannot grow the broker's memory with queue names.
 func TestRefusedRequestsLeaveNoQueues(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	client := bt.Dial(t, b.Frontend(), "c")
 	h, _ := emqp.ParseHeaders("timeout:soon")
@@ -402,6 +413,7 @@ func TestRefusedRequestsLeaveNoQueues(t *testing.T) {
 }
 
 func TestQueueFull(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.MaxPending = 2 })
 	client := bt.Dial(t, b.Frontend(), "c")
 	client.Request("q", "", nil)
@@ -418,6 +430,7 @@ func TestQueueFull(t *testing.T) {
 }
 
 func TestRestartReplaysInOrder(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	client := bt.Dial(t, b.Frontend(), "c")
 	worker := bt.Dial(t, b.Backend(), "w")
@@ -455,6 +468,7 @@ func TestRestartReplaysInOrder(t *testing.T) {
 }
 
 func TestUnknownPeerGetsNoAnswer(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	stranger := bt.Dial(t, b.Backend(), "stranger")
 	stranger.Ready(1)
@@ -467,6 +481,7 @@ func TestUnknownPeerGetsNoAnswer(t *testing.T) {
 }
 
 func TestResultKeptForTTL(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.ResultTTL = time.Hour })
 	client := bt.Dial(t, b.Frontend(), "c")
 	worker := bt.Dial(t, b.Backend(), "w")
@@ -484,6 +499,7 @@ func TestResultKeptForTTL(t *testing.T) {
 // A job sent again after it was done, its result kept, does not run again:
 // the client gets the ACK and, when it asked, the kept result as REPLY.
 func TestResendAfterDone(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.ResultTTL = time.Hour })
 	client := bt.Dial(t, b.Frontend(), "c")
 	worker := bt.Worker(t, b.Backend(), "w", "q")

@@ -60,7 +60,7 @@ type child struct {
 func startChild(t *testing.T, dir, frontend, backend string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+dir, "EMQ_TEST_FRONTEND="+frontend, "EMQ_TEST_BACKEND="+backend)
+	cmd.Env = bt.ChildEnv(childEnv+"="+dir, "EMQ_TEST_FRONTEND="+frontend, "EMQ_TEST_BACKEND="+backend)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -117,6 +117,7 @@ func (p *rawPeer) send(m emqp.Message) error { return p.conn.WriteMsgs(emqp.Enco
 // is delivered twice only across a kill, never twice by one broker run:
 // duplicates are jobs that were in flight.
 func TestCrashRestartLosesNoAckedJob(t *testing.T) {
+	t.Parallel()
 	rounds := 10
 	if os.Getenv("EMQ_TORTURE") != "" {
 		rounds = 100
@@ -231,6 +232,7 @@ func TestCrashRestartLosesNoAckedJob(t *testing.T) {
 // REQUESTs that arrive while stopping are refused with ERROR unavailable
 // (or not read at all), workers get KBYE.
 func TestGracefulStopUnderLoad(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	worker := bt.Dial(t, b.Backend(), "w")
 	worker.Inform("other")

@@ -9,6 +9,7 @@ import (
 // The heap gives back every scheduled deadline in time order, whatever
 // mix of set, move, stop and purge came before; a stopped one never.
 func TestDeadlinesKeepTimeOrder(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 50 {
 		var h deadlines
@@ -61,6 +62,7 @@ func TestDeadlinesKeepTimeOrder(t *testing.T) {
 }
 
 func TestDeadlinesNotDueStayPut(t *testing.T) {
+	t.Parallel()
 	var h deadlines
 	j := &job{}
 	h.set(j, 100)

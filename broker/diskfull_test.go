@@ -29,6 +29,7 @@ func mountTmpfs(t *testing.T, size string) string {
 // A full disk refuses REQUESTs with ERROR unavailable and ACKs none of
 // them; the broker keeps serving and takes jobs again when space returns.
 func TestDiskFull(t *testing.T) {
+	t.Parallel()
 	dir := mountTmpfs(t, "4m")
 	filler := filepath.Join(dir, "filler")
 	if err := os.WriteFile(filler, make([]byte, 2<<20), 0o644); err != nil {

@@ -79,6 +79,7 @@ func rawDial(t *testing.T, endpoint string) net.Conn {
 
 // Hostile peers: none stops the broker or holds up the others.
 func TestHostilePeers(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", func(o *broker.Options) {
 		o.MaxFrameSize = 1 << 20
 		o.HeartbeatInterval, o.HeartbeatTimeout = 200*time.Millisecond, 2*time.Second

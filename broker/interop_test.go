@@ -14,6 +14,7 @@ import (
 // EMQ_REQUIRE_INTEROP=1, so there a missing module fails instead of
 // skipping.
 func TestInteropLibzmq(t *testing.T) {
+	t.Parallel()
 	python := "/usr/bin/python3"
 	if err := exec.Command(python, "-c", "import zmq").Run(); err != nil {
 		if os.Getenv("EMQ_REQUIRE_INTEROP") != "" {

@@ -53,7 +53,7 @@ func runWorkerChild() {
 func startWorkerChild(t *testing.T, backend string) (*exec.Cmd, <-chan string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), workerChildEnv+"="+backend)
+	cmd.Env = bt.ChildEnv(workerChildEnv + "=" + backend)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -78,6 +78,7 @@ func startWorkerChild(t *testing.T, backend string) (*exec.Cmd, <-chan string) {
 // another worker after the heartbeat timeout; a SIGCONTed worker's late
 // REPLY is ignored.
 func TestReliabilityWorkerKilledOrStopped(t *testing.T) {
+	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
 		t.Run(sig.String(), func(t *testing.T) {
 			b := bt.Start(t, "", func(o *broker.Options) {

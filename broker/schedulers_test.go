@@ -32,6 +32,7 @@ func sendSchedule(p *bt.Peer, cmd, interval, cron string) string {
 // SCHEDULE and UNSCHEDULE go to the schedulers as EventMQ's router sends
 // them: one scheduler in turn for SCHEDULE, all for UNSCHEDULE.
 func TestSchedulesGoToSchedulers(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	client := bt.Dial(t, b.Frontend(), "client")
 
@@ -114,6 +115,7 @@ func TestSchedulesGoToSchedulers(t *testing.T) {
 // A silent scheduler is forgotten after the heartbeat timeout, like a
 // silent worker.
 func TestSilentSchedulerIsForgotten(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	client := bt.Dial(t, b.Frontend(), "client")
 	s := bt.Dial(t, b.Frontend(), "quiet")
@@ -134,6 +136,7 @@ func TestSilentSchedulerIsForgotten(t *testing.T) {
 // heartbeat timeout: it would be lost. With none connected the client is
 // told.
 func TestSchedulerConnectionLost(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.HeartbeatTimeout = time.Minute })
 	client := bt.Dial(t, b.Frontend(), "client")
 	gone := bt.Dial(t, b.Frontend(), "gone")

@@ -29,6 +29,7 @@ func newClient(t *testing.T, frontend string) *client.Client {
 }
 
 func TestBrokerErrorIsAGoError(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", func(o *broker.Options) { o.MaxPending = 1 })
 	c := newClient(t, b.Frontend())
 	ctx := context.Background()
@@ -51,6 +52,7 @@ func TestBrokerErrorIsAGoError(t *testing.T) {
 // A payload over the broker's frame limit is a BrokerError at once, not
 // a resend until the context ends.
 func TestTooLargeIsAnError(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", func(o *broker.Options) { o.MaxFrameSize = 4096 })
 	c := newClient(t, b.Frontend())
 	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
@@ -66,6 +68,7 @@ func TestTooLargeIsAnError(t *testing.T) {
 }
 
 func TestSameMsgIDIsOneJob(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", nil)
 	c := newClient(t, b.Frontend())
 	id := emqp.NewID()
@@ -103,6 +106,7 @@ func TestSameMsgIDIsOneJob(t *testing.T) {
 
 // Sends made while no broker runs succeed once one starts.
 func TestSendWaitsForTheBroker(t *testing.T) {
+	t.Parallel()
 	frontend := bt.FreeEndpoint(t)
 	c := newClient(t, frontend)
 	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
@@ -116,6 +120,7 @@ func TestSendWaitsForTheBroker(t *testing.T) {
 }
 
 func TestNoBrokerNamesTheAddress(t *testing.T) {
+	t.Parallel()
 	frontend := bt.FreeEndpoint(t)
 	c := newClient(t, frontend)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

@@ -53,7 +53,7 @@ func BenchmarkNewID(b *testing.B) {
 
 // The README says a REQUEST decodes with two allocations (the message,
 // and one string for msgid, queue and headers); this keeps it true.
-func TestDecodeRequestAllocations(t *testing.T) {
+func TestDecodeRequestAllocations(t *testing.T) { // not parallel: it counts every allocation of the process
 	frames := emqp.Encode(benchRequest())
 	if n := testing.AllocsPerRun(100, func() { _, _ = emqp.Decode(frames) }); n > 2 {
 		t.Fatalf("decoding a REQUEST allocates %v times, want 2", n)

@@ -24,6 +24,7 @@ func mustHeaders(t *testing.T, s string) emqp.Headers {
 }
 
 func TestRoundTripEveryCommand(t *testing.T) {
+	t.Parallel()
 	id, orig := emqp.NewID(), emqp.NewID()
 	binary := []byte{0, 0xff, 0xfe, 'a', 0, '\n', 0xc3} // NUL and invalid UTF-8
 	msgs := []emqp.Message{
@@ -64,6 +65,7 @@ func TestRoundTripEveryCommand(t *testing.T) {
 }
 
 func TestEncodeRichestForms(t *testing.T) {
+	t.Parallel()
 	id := emqp.NewID()
 	reply := emqp.Encode(&emqp.Reply{MsgID: id, Payload: []byte("r"), OrigMsgID: "o"})
 	if len(reply) != 6 || string(reply[5]) != "o" {
@@ -80,6 +82,7 @@ func TestEncodeRichestForms(t *testing.T) {
 }
 
 func TestDecodeDoesNotChangePayloadBytes(t *testing.T) {
+	t.Parallel()
 	all := make([]byte, 256)
 	for i := range all {
 		all[i] = byte(i)
@@ -94,6 +97,7 @@ func TestDecodeDoesNotChangePayloadBytes(t *testing.T) {
 }
 
 func TestDecodeErrorsNameTheProblem(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		frames []string
 		class  emqp.Class
@@ -131,6 +135,7 @@ func TestDecodeErrorsNameTheProblem(t *testing.T) {
 }
 
 func TestHeaders(t *testing.T) {
+	t.Parallel()
 	h := mustHeaders(t, " reply-requested , timeout:2.5,retry-count:5,x-a:1,x-a:2,cb:http://h/x")
 	if !h.ReplyRequested() || h.NoHaste() || h.Guarantee() {
 		t.Fatal("flags read wrong")
@@ -186,6 +191,7 @@ func TestHeaders(t *testing.T) {
 }
 
 func TestJSONHeaders(t *testing.T) {
+	t.Parallel()
 	h := mustHeaders(t, `{"timeout": 30, "reply-requested": true, "nohaste": false, "gone": null, "t": "abc"}`)
 	if h.String() != "timeout:30,reply-requested,t:abc" {
 		t.Fatalf("JSON headers that fit the comma form: %q", h)
@@ -213,6 +219,7 @@ func TestJSONHeaders(t *testing.T) {
 }
 
 func TestHeadersFromOrderAndMap(t *testing.T) {
+	t.Parallel()
 	h := emqp.HeadersFrom(emqp.Header{Name: "b", Value: "1"}, emqp.Header{Name: "a"}, emqp.Header{Name: "b", Value: "2"}, emqp.Header{})
 	if h.String() != "b:2,a" {
 		t.Fatalf("HeadersFrom = %q", h)
@@ -232,6 +239,7 @@ func TestHeadersFromOrderAndMap(t *testing.T) {
 }
 
 func TestNewIDIsTimeOrdered(t *testing.T) {
+	t.Parallel()
 	prev := emqp.NewID()
 	for range 1000 {
 		id := emqp.NewID()
@@ -243,6 +251,7 @@ func TestNewIDIsTimeOrdered(t *testing.T) {
 }
 
 func TestManyHeaderItemsAreLinear(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	for i := range 200000 {
 		fmt.Fprintf(&b, "x%d:%d,", i, i)
@@ -256,6 +265,7 @@ func TestManyHeaderItemsAreLinear(t *testing.T) {
 }
 
 func TestNamelessHeaderItems(t *testing.T) {
+	t.Parallel()
 	for s, bad := range map[string]bool{
 		":5": true, " : 5": true, "a,:5": true, "a:1, :x,b": true, "a:b:c,:": true,
 		"a:1": false, "a,b": false, "": false, " , ,": false, "a:,b": false, "a:x:y": false, ":": true, ",:,": true,
@@ -268,6 +278,7 @@ func TestNamelessHeaderItems(t *testing.T) {
 }
 
 func TestReadMessageSkipsUndecodable(t *testing.T) {
+	t.Parallel()
 	msgs := [][][]byte{{[]byte("junk")}, emqp.Encode(&emqp.Ready{MsgID: "r1"})}
 	var bad []error
 	read := func() ([][]byte, error) {

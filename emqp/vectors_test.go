@@ -59,6 +59,7 @@ func (c vectorCase) frames(t testing.TB) [][]byte {
 }
 
 func TestVectors(t *testing.T) {
+	t.Parallel()
 	for _, c := range loadVectors(t) {
 		t.Run(c.Name, func(t *testing.T) {
 			m, err := emqp.Decode(c.frames(t))

@@ -20,6 +20,7 @@ func openDB(t *testing.T, path string) *bolt.DB {
 }
 
 func TestApplyIsOrderedAndIdempotent(t *testing.T) {
+	t.Parallel()
 	db := openDB(t, filepath.Join(t.TempDir(), "j.db"))
 	from, to, err := migrations.Apply(db)
 	if err != nil || from != 0 || to != migrations.Latest() {
@@ -38,6 +39,7 @@ func TestApplyIsOrderedAndIdempotent(t *testing.T) {
 // A file made at version 1 gets step 2, and the data it held is carried
 // into the new index.
 func TestUpgradeCarriesDataOver(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "j.db")
 	db := openDB(t, path)
 	if _, to, err := migrations.ApplySteps(db, migrations.Steps[:1]); err != nil || to != 1 {
@@ -68,6 +70,7 @@ func TestUpgradeCarriesDataOver(t *testing.T) {
 }
 
 func TestRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
 	db := openDB(t, filepath.Join(t.TempDir(), "j.db"))
 	future := append(append([]migrations.Step{}, migrations.Steps...), migrations.Step{
 		Version: migrations.Latest() + 1, Name: "from the future", Apply: func(*bolt.Tx) error { return nil },
@@ -81,6 +84,7 @@ func TestRefusesNewerSchema(t *testing.T) {
 }
 
 func TestFailedStepLeavesVersion(t *testing.T) {
+	t.Parallel()
 	db := openDB(t, filepath.Join(t.TempDir(), "j.db"))
 	broken := append(append([]migrations.Step{}, migrations.Steps[:1]...), migrations.Step{
 		Version: 2, Name: "breaks", Apply: func(tx *bolt.Tx) error {

@@ -12,6 +12,7 @@ import (
 // TestBoltConformance runs the journal's conformance suite on bbolt
 // files with the default options.
 func TestBoltConformance(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, storetest.Harness{
 		Fresh: func(t *testing.T, o storetest.Options) func() (store.Journal, error) {
 			path, opts := filepath.Join(t.TempDir(), "journal.db"), store.DefaultOptions()

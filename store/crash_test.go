@@ -55,6 +55,7 @@ func TestCrashChild(t *testing.T) {
 // and checks that every msgid it reported durable is in the file, which
 // opens cleanly. EMQ_TORTURE=1 runs it 200 times instead of 20.
 func TestCrashAppend(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("EMQ_CRASH_CHILD") != "" {
 		t.Skip("child")
 	}

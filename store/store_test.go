@@ -63,6 +63,7 @@ func ids(jobs []*store.Job) []string {
 }
 
 func TestOpenErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 
 	t.Run("locked", func(t *testing.T) {
@@ -126,6 +127,7 @@ func TestOpenErrors(t *testing.T) {
 }
 
 func TestReadOnlyOpen(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "journal.db")
 	j := openJournal(t, path)
 	mustAppend(t, j, job("a", "q"))
@@ -146,6 +148,7 @@ func TestReadOnlyOpen(t *testing.T) {
 }
 
 func TestCompact(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("writes 100,000 jobs")
 	}
@@ -196,6 +199,7 @@ func TestCompact(t *testing.T) {
 // A damaged record fails only the write that touches it: appends that
 // share its transaction are stored and acknowledged.
 func TestDamagedRecordFailsOnlyItsWrite(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "journal.db")
 	j := openJournal(t, path)
 	mustAppend(t, j, job("bad", "q"))
@@ -237,6 +241,7 @@ func TestDamagedRecordFailsOnlyItsWrite(t *testing.T) {
 // A Complete with nothing else queued waits LazyDelay for an Append to
 // share its commit: one fsync for both.
 func TestCompleteWaitsForCompany(t *testing.T) {
+	t.Parallel()
 	commits := make(chan int, 16)
 	opts := store.DefaultOptions()
 	opts.LazyDelay = time.Second // long enough for the Append below to arrive

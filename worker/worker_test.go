@@ -83,6 +83,7 @@ func ctxWait(t *testing.T) context.Context {
 }
 
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	startWorker(t, b.Backend(), worker.Options{}, map[string]worker.Handler{
 		"echo": func(_ context.Context, j *worker.Job) ([]byte, error) {
@@ -103,6 +104,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestEveryQueueNeedsAHandler(t *testing.T) {
+	t.Parallel()
 	w, err := worker.New(worker.Options{Broker: "tcp://127.0.0.1:1", Queues: []worker.Queue{{Name: "a"}, {Name: "b"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +116,7 @@ func TestEveryQueueNeedsAHandler(t *testing.T) {
 }
 
 func TestConcurrencyIsHonoured(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	var running, peak atomic.Int32
 	gate := make(chan struct{})
@@ -148,6 +151,7 @@ func TestConcurrencyIsHonoured(t *testing.T) {
 }
 
 func TestTimeoutCancelsTheHandler(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	got := make(chan error, 1)
 	startWorker(t, b.Backend(), worker.Options{}, map[string]worker.Handler{
@@ -171,6 +175,7 @@ func TestTimeoutCancelsTheHandler(t *testing.T) {
 }
 
 func TestPanicFailsAndIsRetried(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	startWorker(t, b.Backend(), worker.Options{}, map[string]worker.Handler{
 		"fragile": func(_ context.Context, j *worker.Job) ([]byte, error) {
@@ -191,6 +196,7 @@ func TestPanicFailsAndIsRetried(t *testing.T) {
 }
 
 func TestGracefulStopFinishesRunningJobs(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fast)
 	started, release := make(chan struct{}), make(chan struct{})
 	var finished atomic.Bool
@@ -228,6 +234,7 @@ func TestGracefulStopFinishesRunningJobs(t *testing.T) {
 // Send succeeds (the client resends until ACKed), every ACKed job runs,
 // and the worker reconnects by itself.
 func TestBrokerRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	frontend, backend := bt.FreeEndpoint(t), bt.FreeEndpoint(t)
 	onPorts := func(o *broker.Options) { fast(o); o.Frontend, o.Backend = frontend, backend }
@@ -285,6 +292,7 @@ func TestBrokerRestart(t *testing.T) {
 // An EventMQ-style Python client (python3-zmq) reaches a Go function
 // registered for its ["run", {...}] payload.
 func TestEventMQPayloadFromPython(t *testing.T) {
+	t.Parallel()
 	python := "/usr/bin/python3"
 	if err := exec.Command(python, "-c", "import zmq").Run(); err != nil {
 		if os.Getenv("EMQ_REQUIRE_INTEROP") != "" {
@@ -316,6 +324,7 @@ func TestEventMQPayloadFromPython(t *testing.T) {
 // delivered on the worker's new connection (the broker still counts it:
 // same routing id, within the heartbeat timeout).
 func TestReplyAfterReconnect(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.HeartbeatTimeout = 5 * time.Second })
 	started, release := make(chan struct{}), make(chan struct{})
 	startWorker(t, b.Backend(), worker.Options{Identity: "steady-worker"}, map[string]worker.Handler{

@@ -47,6 +47,7 @@ func mustEmq(t *testing.T, args ...string) string {
 }
 
 func TestAdminCLIOnline(t *testing.T) {
+	t.Parallel()
 	b, dead, inflight, pending := brokerWithJobs(t, "tok")
 	on := []string{"--admin", b.AdminAddr(), "--admin-token", "tok"}
 
@@ -133,6 +134,7 @@ func TestAdminCLIOnline(t *testing.T) {
 }
 
 func TestAdminCLIOffline(t *testing.T) {
+	t.Parallel()
 	b, dead, inflight, pending := brokerWithJobs(t, "")
 	if err := b.Stop(); err != nil {
 		t.Fatal(err)
@@ -179,6 +181,7 @@ func TestAdminCLIOffline(t *testing.T) {
 // emq compact on a journal that held 100,000 jobs of which 99,000 are
 // done: the file shrinks and the 1,000 left are intact.
 func TestCompactCLI(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, broker.JournalFile)
 	j, err := store.Open(path, store.DefaultOptions())

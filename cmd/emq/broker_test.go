@@ -22,7 +22,7 @@ func TestBrokerSignals(t *testing.T) {
 	admin := strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://")
 	cmd := exec.Command(os.Args[0], "broker", "--frontend", frontend, "--backend", backend, "--admin", admin,
 		"--data-dir", t.TempDir(), "--drain-timeout", "1h", "--heartbeat-interval", "100ms", "--heartbeat-timeout", "1s")
-	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	cmd.Env = bt.ChildEnv(mainEnv + "=1")
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {

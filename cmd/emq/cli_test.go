@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 func emq(t *testing.T, stdin string, args ...string) (string, string, error) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	cmd.Env = bt.ChildEnv(mainEnv + "=1")
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -49,7 +49,7 @@ func startWorkerProcess(t *testing.T, args ...string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"worker", "--heartbeat-interval", "100ms",
 		"--heartbeat-timeout", "1s", "--grace", "2s"}, args...)...)
-	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	cmd.Env = bt.ChildEnv(mainEnv + "=1")
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
@@ -77,6 +77,7 @@ func fastBroker(o *broker.Options) {
 }
 
 func TestSendAndWorkerExec(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fastBroker)
 	startWorkerProcess(t, "--broker", b.Backend(), "--queues", "upper,env", "--concurrency", "2",
 		"--exec", `if [ "$EMQ_QUEUE" = env ]; then echo "$EMQ_HEADER_COLOUR $EMQ_ATTEMPT"; else tr a-z A-Z; fi`)
@@ -100,6 +101,7 @@ func TestSendAndWorkerExec(t *testing.T) {
 }
 
 func TestSendRefusedExitsNonZero(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", func(o *broker.Options) { o.MaxPending = 1 })
 	if _, stderr, err := emq(t, "", "send", "--broker", b.Frontend(), "--queue", "q", "one"); err != nil {
 		t.Fatal(err, stderr)
@@ -116,6 +118,7 @@ func TestSendRefusedExitsNonZero(t *testing.T) {
 }
 
 func TestWorkerExecFailureAndTimeout(t *testing.T) {
+	t.Parallel()
 	b := bt.Start(t, "", fastBroker)
 	pidFile := filepath.Join(t.TempDir(), "pgid")
 	startWorkerProcess(t, "--broker", b.Backend(), "--queues", "fail,slow", "--concurrency", "2",

@@ -12,6 +12,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestRun(t *testing.T) {
+	t.Parallel()
 	r, err := Run(context.Background(), Options{Senders: 2, Window: 4, Slots: 2, Jobs: 300, Size: 10, Preload: 500})
 	if err != nil {
 		t.Fatal(err)
@@ -33,6 +34,7 @@ func TestRun(t *testing.T) {
 }
 
 func TestPaced(t *testing.T) {
+	t.Parallel()
 	r, err := Run(context.Background(), Options{Senders: 2, Window: 2, Slots: 2, Jobs: 100, Rate: 1000})
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +45,7 @@ func TestPaced(t *testing.T) {
 }
 
 func TestPercentiles(t *testing.T) {
+	t.Parallel()
 	d := make([]time.Duration, 0, 1100)
 	for i := 1000; i >= 1; i-- {
 		d = append(d, time.Duration(i)*time.Millisecond)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -369,4 +370,14 @@ func (b *Broker) Journal(t testing.TB) *store.Bolt {
 	}
 	t.Cleanup(func() { j.Close() })
 	return j
+}
+
+// ChildEnv is the environment for a child process of a test (this test
+// binary run again as a broker, worker or emq command): this process's,
+// plus vars. It turns off the race detector's one-second sleep at a clean
+// exit (GORACE atexit_sleep_ms), which every waited-for child would
+// otherwise add to the run.
+func ChildEnv(vars ...string) []string {
+	env := append(os.Environ(), vars...)
+	return append(env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 }

@@ -123,6 +123,7 @@ func recv(t *testing.T, c *Conn) string {
 }
 
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	in := newInbox()
 	r := listen(t, in, Options{})
 	c := dial(t, r, "peer-1")
@@ -145,6 +146,7 @@ func TestRoundTrip(t *testing.T) {
 
 // A zmq4 DEALER and a generated routing id.
 func TestZmq4Dealer(t *testing.T) {
+	t.Parallel()
 	in := newInbox()
 	r := listen(t, in, Options{})
 	d := zmq4.NewDealer(context.Background())
@@ -207,6 +209,7 @@ func waitClosed(t *testing.T, nc net.Conn) {
 }
 
 func TestHugeFrameHeader(t *testing.T) {
+	t.Parallel()
 	in := newInbox()
 	r := listen(t, in, Options{MaxFrameSize: 1 << 20})
 	for _, during := range []bool{false, true} {
@@ -229,6 +232,7 @@ func TestHugeFrameHeader(t *testing.T) {
 }
 
 func TestMalformedMetadata(t *testing.T) {
+	t.Parallel()
 	in := newInbox()
 	r := listen(t, in, Options{})
 	nc := rawConn(t, r)
@@ -247,6 +251,7 @@ func TestMalformedMetadata(t *testing.T) {
 }
 
 func TestSilentPeerDelaysNobody(t *testing.T) {
+	t.Parallel()
 	in := newInbox()
 	r := listen(t, in, Options{HandshakeTimeout: time.Hour})
 	rawConn(t, r) // connects and says nothing
@@ -258,6 +263,7 @@ func TestSilentPeerDelaysNobody(t *testing.T) {
 }
 
 func TestNonReaderIsDropped(t *testing.T) {
+	t.Parallel()
 	in := newInbox()
 	var undelivered sync.WaitGroup
 	undelivered.Add(1)
@@ -289,6 +295,7 @@ func TestNonReaderIsDropped(t *testing.T) {
 }
 
 func TestNewestConnectionTakesOver(t *testing.T) {
+	t.Parallel()
 	in := newInbox()
 	r := listen(t, in, Options{})
 	first := dial(t, r, "same")
@@ -310,6 +317,7 @@ func TestNewestConnectionTakesOver(t *testing.T) {
 }
 
 func TestPingPong(t *testing.T) {
+	t.Parallel()
 	in := newInbox()
 	r := listen(t, in, Options{})
 	nc := rawConn(t, r)
@@ -340,6 +348,7 @@ func TestPingPong(t *testing.T) {
 // end of stream, even while it is still sending: no reset that could
 // destroy the message on a slower network.
 func TestLastWordsBeforeHangUp(t *testing.T) {
+	t.Parallel()
 	in := newInbox()
 	r := listen(t, in, Options{
 		MaxFrameSize: 1024,
