@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/store"
 )
 
 func withAdmin(token string) func(*broker.Options) {
@@ -291,6 +294,65 @@ func TestMetrics(t *testing.T) {
 	for i, code := range broker.ErrorCodes {
 		if got := si.Errors[i]; got.Name != code || float64(got.Value) != value(after, "emq_protocol_errors_total", code) {
 			t.Errorf("stats API error count %d: %+v, want %s as in /metrics", i, got, code)
+		}
+	}
+}
+
+// brokenReads is a real bbolt journal whose reads fail as a failing disk
+// makes them fail; it does not compact (no store.Compactor).
+type brokenReads struct{ store.Journal }
+
+var errDisk = fmt.Errorf("journal: read failed: %w", syscall.EIO)
+
+func (brokenReads) Get(string) (*store.Job, error)             { return nil, errDisk }
+func (brokenReads) List(store.ListOptions) (store.Page, error) { return store.Page{}, errDisk }
+func (brokenReads) Counts() ([]store.Count, error)             { return nil, errDisk }
+func (brokenReads) Result(string) ([]byte, error)              { return nil, errDisk }
+
+// The admin API's status says whose fault a refusal is: 4xx the caller's
+// (no such job, wrong state, bad filter), 5xx the broker's (the journal
+// failed, or cannot do it). An I/O error is never a 400 or a 409.
+func TestAdminErrorStatus(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", withAdmin(""))
+	_, _, _, dead, _ := jobsInEveryState(t, b)
+	for _, c := range []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/api/v1/jobs/nope", 404},
+		{"POST", "/api/v1/jobs/nope/retry", 404},
+		{"POST", "/api/v1/jobs/" + dead + "/retry", 200},
+		{"POST", "/api/v1/jobs/" + dead + "/retry", 409}, // pending now
+		{"GET", "/api/v1/jobs?after=nonsense", 400},
+		{"GET", "/api/v1/jobs?state=dead&after=pending:00", 400},
+		{"GET", "/api/v1/jobs?state=sleeping", 400},
+		{"GET", "/api/v1/jobs?limit=0", 400},
+	} {
+		if code := api(t, b, c.method, c.path, "", nil); code != c.want {
+			t.Errorf("%s %s: %d, want %d", c.method, c.path, code, c.want)
+		}
+	}
+
+	dir := t.TempDir()
+	broken := bt.Start(t, dir, func(o *broker.Options) {
+		withAdmin("")(o)
+		o.OpenJournal = func(func(int, time.Duration)) (store.Journal, error) {
+			j, err := store.Open(filepath.Join(dir, broker.JournalFile), store.DefaultOptions())
+			return brokenReads{j}, err
+		}
+	})
+	for _, c := range []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/api/v1/jobs/x", 500},
+		{"GET", "/api/v1/jobs", 500},
+		{"GET", "/api/v1/queues", 500},
+		{"POST", "/api/v1/compact", 501},
+	} {
+		if code := api(t, broken, c.method, c.path, "", nil); code != c.want {
+			t.Errorf("broken journal: %s %s: %d, want %d", c.method, c.path, code, c.want)
 		}
 	}
 }
