@@ -73,8 +73,10 @@ type Broker struct {
 	schedulers []*peer     // the order SCHEDULEs go round in
 	timers     deadlines   // every deadline (deadlines.go)
 	clock      *time.Timer // rings at the earliest deadline
-	beat       ticker      // HEARTBEAT to every peer
-	sweep      ticker      // delete expired results
+	armedAt    int64       // when the clock rings; 0 = not set
+	beat       alarm       // HEARTBEAT to every peer
+	sweep      alarm       // delete expired results
+	drainEnd   alarm       // the end of a drain
 	inFlight   int         // jobs held by workers
 	journaling int         // appends not yet done
 	fenced     error       // the journal's ErrFenced: stop serving
@@ -121,6 +123,7 @@ func New(opts Options) (*Broker, error) {
 	b.clock.Stop()
 	b.beat.fire = b.heartbeat
 	b.sweep.fire = b.expireResults
+	b.drainEnd.fire = b.drainTimeout
 	b.metrics = newMetrics(b)
 	open := opts.OpenJournal
 	if open == nil {
@@ -281,7 +284,6 @@ func (b *Broker) runPosted() {
 // a message, a posted closure or the earliest deadline.
 func (b *Broker) loop(ctx context.Context) {
 	stop, hurry := ctx.Done(), b.hurry
-	var drainEnd <-chan time.Time
 	for {
 		b.arm()
 		select {
@@ -291,19 +293,11 @@ func (b *Broker) loop(ctx context.Context) {
 		case <-b.wake:
 			b.runPosted()
 		case <-b.clock.C:
+			b.armedAt = 0
 			b.fireDue(time.Now())
 		case <-stop:
 			stop = nil
-			if b.opts.DrainTimeout > 0 {
-				b.drain()
-				t := time.NewTimer(b.opts.DrainTimeout)
-				defer t.Stop()
-				drainEnd = t.C
-			}
-		case <-drainEnd:
-			b.log.Warn("drain timeout: jobs still in flight stay journaled and run again after the next start",
-				"in_flight", b.inFlight, "drain_timeout", b.opts.DrainTimeout)
-			b.phase = closing
+			b.drain(time.Now())
 		case <-hurry:
 			hurry = nil
 			if b.phase == draining {
@@ -312,14 +306,11 @@ func (b *Broker) loop(ctx context.Context) {
 			b.phase = closing
 		}
 		b.flush()
-		switch {
-		case b.fenced != nil, stop == nil && b.opts.DrainTimeout <= 0:
-			b.phase = closing
-		case b.phase == draining && b.inFlight == 0:
-			b.log.Info("drained: every job in flight is done")
+		if b.phase == draining && b.inFlight == 0 {
+			b.log.Info("drained: no job is in flight")
 			b.phase = closing
 		}
-		if b.phase == closing {
+		if b.phase == closing || b.fenced != nil {
 			b.shutdown()
 			return
 		}
@@ -327,12 +318,25 @@ func (b *Broker) loop(ctx context.Context) {
 }
 
 // drain stops taking work: REQUESTs are refused, nothing is dispatched,
-// /readyz says no; REPLYs of the jobs in flight complete them as usual.
-func (b *Broker) drain() {
-	b.phase = draining
+// /readyz says no; REPLYs of the jobs in flight complete them as usual,
+// for up to DrainTimeout.
+func (b *Broker) drain(now time.Time) {
 	b.isReady.Store(false)
+	if b.opts.DrainTimeout == 0 {
+		b.phase = closing
+		return
+	}
+	b.phase = draining
 	b.log.Info("broker draining: new jobs are refused; waiting for the jobs in flight",
 		"in_flight", b.inFlight, "drain_timeout", b.opts.DrainTimeout)
+	b.timers.set(&b.drainEnd, now.Add(b.opts.DrainTimeout).UnixNano())
+}
+
+// drainTimeout ends a drain that took DrainTimeout.
+func (b *Broker) drainTimeout(time.Time) {
+	b.log.Warn("drain timeout: jobs still in flight stay journaled and run again after the next start",
+		"in_flight", b.inFlight, "drain_timeout", b.opts.DrainTimeout)
+	b.phase = closing
 }
 
 // fence stops the broker for good: the journal says another owner writes
@@ -344,10 +348,14 @@ func (b *Broker) fence(err error) {
 	}
 }
 
-// arm sets the clock to ring at the earliest deadline.
+// arm sets the clock to ring at the earliest deadline, when that changed.
 func (b *Broker) arm() {
-	at, ok := b.timers.next()
-	if !ok {
+	at, _ := b.timers.next() // 0 = none
+	if at == b.armedAt {
+		return
+	}
+	b.armedAt = at
+	if at == 0 {
 		b.clock.Stop()
 		return
 	}
@@ -366,7 +374,7 @@ func (b *Broker) fireDue(now time.Time) {
 			b.jobDue(x, now)
 		case *peer:
 			b.peerDue(x, now)
-		case *ticker:
+		case *alarm:
 			x.fire(now)
 		}
 	}

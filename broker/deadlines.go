@@ -10,7 +10,7 @@ import "time"
 //	         in flight with timeout:N: due when the timeout passes
 //	*peer    due HeartbeatTimeout after it was last heard (checked again
 //	         when due: a peer heard since is given a new deadline)
-//	*ticker  the broker's own: the heartbeat to every peer, the sweep of
+//	*alarm   the broker's own: the heartbeat to every peer, the sweep of
 //	         expired results, the end of a drain
 //
 // A million delayed jobs cost a million heap entries and nothing while
@@ -28,13 +28,13 @@ type timed interface{ deadline() *deadline }
 func (j *job) deadline() *deadline  { return &j.due }
 func (p *peer) deadline() *deadline { return &p.due }
 
-// ticker is one of the broker's own deadlines; fire runs when it is due.
-type ticker struct {
+// alarm is one of the broker's own deadlines; fire runs when it is due.
+type alarm struct {
 	due  deadline
 	fire func(now time.Time)
 }
 
-func (t *ticker) deadline() *deadline { return &t.due }
+func (t *alarm) deadline() *deadline { return &t.due }
 
 // deadlines is a binary min-heap on at.
 type deadlines []timed
