@@ -536,4 +536,8 @@ func TestResendAfterDone(t *testing.T) {
 	if d := b.Stats().Dispatched.Load(); d != 2 {
 		t.Fatalf("%d dispatches, want 2", d)
 	}
+	// Counted as what they are: two jobs stored, two resends.
+	if a, d := b.Stats().Acked.Load(), b.Stats().Duplicates.Load(); a != 2 || d != 2 {
+		t.Fatalf("acked %d, duplicates %d; want 2 and 2", a, d)
+	}
 }

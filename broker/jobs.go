@@ -166,14 +166,15 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error) {
 	for _, peer := range to {
 		b.ack(peer, j.id)
 	}
-	b.stats.Acked.Add(1)
 	if dup { // stored before: dead, or done with its result kept
+		b.stats.Duplicates.Add(1)
 		b.forget(j)
 		if j.headers.ReplyRequested() && b.opts.ResultTTL > 0 {
 			b.resendResult(j.id, to)
 		}
 		return
 	}
+	b.stats.Acked.Add(1)
 	j.seq = seq
 	b.enqueue(j, time.Now())
 }
