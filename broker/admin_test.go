@@ -6,9 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -298,17 +296,6 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// brokenReads is a real bbolt journal whose reads fail as a failing disk
-// makes them fail; it does not compact (no store.Compactor).
-type brokenReads struct{ store.Journal }
-
-var errDisk = fmt.Errorf("journal: read failed: %w", syscall.EIO)
-
-func (brokenReads) Get(string) (*store.Job, error)             { return nil, errDisk }
-func (brokenReads) List(store.ListOptions) (store.Page, error) { return store.Page{}, errDisk }
-func (brokenReads) Counts() ([]store.Count, error)             { return nil, errDisk }
-func (brokenReads) Result(string) ([]byte, error)              { return nil, errDisk }
-
 // The admin API's status says whose fault a refusal is: 4xx the caller's
 // (no such job, wrong state, bad filter), 5xx the broker's (the journal
 // failed, or cannot do it). An I/O error is never a 400 or a 409.
@@ -316,10 +303,7 @@ func TestAdminErrorStatus(t *testing.T) {
 	t.Parallel()
 	b := bt.Start(t, "", withAdmin(""))
 	_, _, _, dead, _ := jobsInEveryState(t, b)
-	for _, c := range []struct {
-		method, path string
-		want         int
-	}{
+	expectStatus(t, b, []wantStatus{
 		{"GET", "/api/v1/jobs/nope", 404},
 		{"POST", "/api/v1/jobs/nope/retry", 404},
 		{"POST", "/api/v1/jobs/" + dead + "/retry", 200},
@@ -328,31 +312,30 @@ func TestAdminErrorStatus(t *testing.T) {
 		{"GET", "/api/v1/jobs?state=dead&after=pending:00", 400},
 		{"GET", "/api/v1/jobs?state=sleeping", 400},
 		{"GET", "/api/v1/jobs?limit=0", 400},
-	} {
-		if code := api(t, b, c.method, c.path, "", nil); code != c.want {
-			t.Errorf("%s %s: %d, want %d", c.method, c.path, code, c.want)
-		}
-	}
-
+	})
 	dir := t.TempDir()
 	broken := bt.Start(t, dir, func(o *broker.Options) {
 		withAdmin("")(o)
-		o.OpenJournal = func(func(int, time.Duration)) (store.Journal, error) {
-			j, err := store.Open(filepath.Join(dir, broker.JournalFile), store.DefaultOptions())
-			return brokenReads{j}, err
-		}
+		o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { return brokenReads{j} })
 	})
-	for _, c := range []struct {
-		method, path string
-		want         int
-	}{
+	expectStatus(t, broken, []wantStatus{
 		{"GET", "/api/v1/jobs/x", 500},
 		{"GET", "/api/v1/jobs", 500},
 		{"GET", "/api/v1/queues", 500},
 		{"POST", "/api/v1/compact", 501},
-	} {
-		if code := api(t, broken, c.method, c.path, "", nil); code != c.want {
-			t.Errorf("broken journal: %s %s: %d, want %d", c.method, c.path, code, c.want)
+	})
+}
+
+type wantStatus struct {
+	method, path string
+	want         int
+}
+
+func expectStatus(t *testing.T, b *bt.Broker, cases []wantStatus) {
+	t.Helper()
+	for _, c := range cases {
+		if code := api(t, b, c.method, c.path, "", nil); code != c.want {
+			t.Errorf("%s %s: %d, want %d", c.method, c.path, code, c.want)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package broker_test
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,32 +9,6 @@ import (
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/store"
 )
-
-// heldJournal is a real bbolt journal whose Append outcomes wait until
-// release is closed, so a test sees a write in progress for as long as
-// it needs.
-type heldJournal struct {
-	store.Journal
-	release chan struct{}
-}
-
-func (h heldJournal) Append(j *store.Job, done func(bool, error)) {
-	h.Journal.Append(j, func(dup bool, err error) {
-		go func() { <-h.release; done(dup, err) }()
-	})
-}
-
-func openHeld(dir string, release chan struct{}) func(func(int, time.Duration)) (store.Journal, error) {
-	return func(onCommit func(int, time.Duration)) (store.Journal, error) {
-		o := store.DefaultOptions()
-		o.OnCommit = onCommit
-		j, err := store.Open(filepath.Join(dir, broker.JournalFile), o)
-		if err != nil {
-			return nil, err
-		}
-		return heldJournal{j, release}, nil
-	}
-}
 
 // expectACKs receives n ACKs for msgid from p, then the ERROR of a Sync:
 // no other answer came in between, and no more.
@@ -67,7 +40,10 @@ func TestEveryRequestGetsOneAnswer(t *testing.T) {
 		t.Parallel()
 		release := make(chan struct{})
 		dir := t.TempDir()
-		b := bt.Start(t, dir, func(o *broker.Options) { fast(o); o.OpenJournal = openHeld(dir, release) })
+		b := bt.Start(t, dir, func(o *broker.Options) {
+			fast(o)
+			o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { return heldJournal{j, release} })
+		})
 		a, other := bt.Dial(t, b.Frontend(), "a"), bt.Dial(t, b.Frontend(), "b")
 		req := &emqp.Request{MsgID: emqp.NewID(), Queue: "q", Payload: []byte("once")}
 		send(a, other, req)

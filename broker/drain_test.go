@@ -2,9 +2,7 @@ package broker_test
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -39,11 +37,6 @@ func stopped(b *bt.Broker) <-chan error {
 	return ch
 }
 
-func status(t *testing.T, b *bt.Broker, path string) int {
-	t.Helper()
-	return api(t, b, "GET", path, "", nil)
-}
-
 // A stopping broker takes no more work but lets the job in flight finish:
 // /readyz says no, REQUESTs get ERROR unavailable, a free slot gets
 // nothing, the admin API still answers; the slow worker's REPLY completes
@@ -52,7 +45,7 @@ func TestDrainWaitsForJobsInFlight(t *testing.T) {
 	t.Parallel()
 	b, client, slow, inflight, pending := drainFixture(t, time.Hour)
 	done := stopped(b)
-	bt.Eventually(t, "/readyz says not ready", func() bool { return status(t, b, "/readyz") == http.StatusServiceUnavailable })
+	bt.Eventually(t, "/readyz says not ready", func() bool { return api(t, b, "GET", "/readyz", "", nil) == http.StatusServiceUnavailable })
 
 	id := emqp.NewID()
 	client.Send(&emqp.Request{MsgID: id, Queue: "q"})
@@ -61,7 +54,7 @@ func TestDrainWaitsForJobsInFlight(t *testing.T) {
 	}
 	slow.Ready(1)
 	slow.Sync() // the answer to SYNC comes first: the free slot got no job
-	if code := status(t, b, "/api/v1/workers"); code != http.StatusOK {
+	if code := api(t, b, "GET", "/api/v1/workers", "", nil); code != http.StatusOK {
 		t.Fatalf("admin API while draining: %d", code)
 	}
 	select {
@@ -107,7 +100,7 @@ func TestDrainEnds(t *testing.T) {
 			t.Parallel()
 			b, _, slow, inflight, _ := drainFixture(t, c.timeout)
 			done := stopped(b)
-			bt.Eventually(t, "draining", func() bool { return status(t, b, "/readyz") == http.StatusServiceUnavailable })
+			bt.Eventually(t, "draining", func() bool { return api(t, b, "GET", "/readyz", "", nil) == http.StatusServiceUnavailable })
 			if c.cut {
 				b.Shutdown()
 			}
@@ -127,39 +120,6 @@ func TestDrainEnds(t *testing.T) {
 	}
 }
 
-// fencingJournal is a real bbolt journal that fails every write with
-// store.ErrFenced once fence is closed, as a replicated journal does when
-// another broker has taken over.
-type fencingJournal struct {
-	store.Journal
-	fence chan struct{}
-}
-
-func (f fencingJournal) fenced() error {
-	select {
-	case <-f.fence:
-		return fmt.Errorf("%w: another broker holds the lease", store.ErrFenced)
-	default:
-		return nil
-	}
-}
-
-func (f fencingJournal) Append(j *store.Job, done func(bool, error)) {
-	if err := f.fenced(); err != nil {
-		done(false, err)
-		return
-	}
-	f.Journal.Append(j, done)
-}
-
-func (f fencingJournal) Complete(msgid string, result []byte, keepUntil time.Time, done func(bool, error)) {
-	if err := f.fenced(); err != nil {
-		done(false, err)
-		return
-	}
-	f.Journal.Complete(msgid, result, keepUntil, done)
-}
-
 // A broker whose journal is fenced off stops serving at once: the write
 // that found out is refused (ERROR, never ACK), the workers are told
 // goodbye, Run returns the error, and nothing stored is lost.
@@ -171,12 +131,7 @@ func TestFencedJournalStopsTheBroker(t *testing.T) {
 			dir, fence := t.TempDir(), make(chan struct{})
 			b := bt.Start(t, dir, func(o *broker.Options) {
 				fast(o)
-				o.OpenJournal = func(onCommit func(int, time.Duration)) (store.Journal, error) {
-					so := store.DefaultOptions()
-					so.OnCommit = onCommit
-					j, err := store.Open(filepath.Join(dir, broker.JournalFile), so)
-					return fencingJournal{j, fence}, err
-				}
+				o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { return fencingJournal{j, fence} })
 			})
 			client := bt.Dial(t, b.Frontend(), "c")
 			worker := bt.Worker(t, b.Backend(), "w", "q")

@@ -1,0 +1,85 @@
+package broker_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/store"
+)
+
+// Journals for the tests that need one to misbehave: each is the real
+// bbolt journal the broker would open, with a fault or a delay around it.
+
+// wrapJournal is an Options.OpenJournal that opens the bbolt journal in
+// dir as the broker does and hands it to wrap.
+func wrapJournal(dir string, wrap func(store.Journal) store.Journal) func(func(int, time.Duration)) (store.Journal, error) {
+	return func(onCommit func(int, time.Duration)) (store.Journal, error) {
+		o := store.DefaultOptions()
+		o.OnCommit = onCommit
+		j, err := store.Open(filepath.Join(dir, broker.JournalFile), o)
+		if err != nil {
+			return nil, err
+		}
+		return wrap(j), nil
+	}
+}
+
+// heldJournal's Append outcomes wait until release is closed, so a test
+// sees a write in progress for as long as it needs.
+type heldJournal struct {
+	store.Journal
+	release chan struct{}
+}
+
+func (h heldJournal) Append(j *store.Job, done func(bool, error)) {
+	h.Journal.Append(j, func(dup bool, err error) {
+		go func() { <-h.release; done(dup, err) }()
+	})
+}
+
+// fencingJournal fails every Append and Complete with store.ErrFenced once
+// fence is closed, as a replicated journal does when another broker has
+// taken over.
+type fencingJournal struct {
+	store.Journal
+	fence chan struct{}
+}
+
+func (f fencingJournal) fenced() error {
+	select {
+	case <-f.fence:
+		return fmt.Errorf("%w: another broker holds the lease", store.ErrFenced)
+	default:
+		return nil
+	}
+}
+
+func (f fencingJournal) Append(j *store.Job, done func(bool, error)) {
+	if err := f.fenced(); err != nil {
+		done(false, err)
+		return
+	}
+	f.Journal.Append(j, done)
+}
+
+func (f fencingJournal) Complete(msgid string, result []byte, keepUntil time.Time, done func(bool, error)) {
+	if err := f.fenced(); err != nil {
+		done(false, err)
+		return
+	}
+	f.Journal.Complete(msgid, result, keepUntil, done)
+}
+
+// brokenReads' reads fail as a failing disk makes them fail; it does not
+// compact (no store.Compactor).
+type brokenReads struct{ store.Journal }
+
+var errDisk = fmt.Errorf("journal: read failed: %w", syscall.EIO)
+
+func (brokenReads) Get(string) (*store.Job, error)             { return nil, errDisk }
+func (brokenReads) List(store.ListOptions) (store.Page, error) { return store.Page{}, errDisk }
+func (brokenReads) Counts() ([]store.Count, error)             { return nil, errDisk }
+func (brokenReads) Result(string) ([]byte, error)              { return nil, errDisk }
