@@ -72,14 +72,16 @@ type Broker struct {
 	peerCount  [roleScheduler + 1]int
 	schedulers []*peer     // the order SCHEDULEs go round in
 	timers     deadlines   // every deadline (deadlines.go)
+	epoch      time.Time   // deadlines count from it (see at)
 	clock      *time.Timer // rings at the earliest deadline
-	armedAt    int64       // when the clock rings; 0 = not set
-	beat       alarm       // HEARTBEAT to every peer
-	sweep      alarm       // delete expired results
-	drainEnd   alarm       // the end of a drain
-	inFlight   int         // jobs held by workers
-	journaling int         // appends not yet done
-	fenced     error       // the journal's ErrFenced: stop serving
+	armed      bool        // the clock is set, to ring at armedAt
+	armedAt    int64
+	beat       alarm // HEARTBEAT to every peer
+	sweep      alarm // delete expired results
+	drainEnd   alarm // the end of a drain
+	inFlight   int   // jobs held by workers
+	journaling int   // appends not yet done
+	fenced     error // the journal's ErrFenced: stop serving
 	out        outbox
 	useSeq     uint64 // for least-recently-used workers
 	errLog     logLimiter
@@ -118,6 +120,7 @@ func New(opts Options) (*Broker, error) {
 		resent:    make(map[*job][]peerKey),
 		queues:    make(map[string]*queue),
 		peers:     make(map[peerKey]*peer),
+		epoch:     time.Now(),
 		clock:     time.NewTimer(time.Hour),
 	}
 	b.clock.Stop()
@@ -205,7 +208,7 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 	}
 	b.log.Info("broker listening", "frontend", b.Frontend(), "backend", b.Backend(), "admin", b.adminAddr)
 	if b.opts.ResultTTL > 0 {
-		b.timers.set(&b.sweep, time.Now().UnixNano())
+		b.timers.set(&b.sweep, b.at(time.Now()))
 	}
 	b.running.Store(true)
 	b.isReady.Store(true)
@@ -293,7 +296,7 @@ func (b *Broker) loop(ctx context.Context) {
 		case <-b.wake:
 			b.runPosted()
 		case <-b.clock.C:
-			b.armedAt = 0
+			b.armed = false
 			b.fireDue(time.Now())
 		case <-stop:
 			stop = nil
@@ -310,7 +313,7 @@ func (b *Broker) loop(ctx context.Context) {
 			b.log.Info("drained: no job is in flight")
 			b.phase = closing
 		}
-		if b.phase == closing || b.fenced != nil {
+		if b.phase == closing {
 			b.shutdown()
 			return
 		}
@@ -329,7 +332,7 @@ func (b *Broker) drain(now time.Time) {
 	b.phase = draining
 	b.log.Info("broker draining: new jobs are refused; waiting for the jobs in flight",
 		"in_flight", b.inFlight, "drain_timeout", b.opts.DrainTimeout)
-	b.timers.set(&b.drainEnd, now.Add(b.opts.DrainTimeout).UnixNano())
+	b.timers.set(&b.drainEnd, b.after(now, b.opts.DrainTimeout))
 }
 
 // drainTimeout ends a drain that took DrainTimeout.
@@ -340,32 +343,49 @@ func (b *Broker) drainTimeout(time.Time) {
 }
 
 // fence stops the broker for good: the journal says another owner writes
-// it now. Nothing more is ACKed or dispatched; peers are told goodbye.
+// it now. From this moment nothing is ACKed or dispatched; at the end of
+// the loop's turn the peers are told goodbye and Run returns err.
 func (b *Broker) fence(err error) {
 	if b.fenced == nil {
 		b.fenced = err
 		b.log.Error("the journal fenced this broker off; it stops serving", "err", err)
 	}
+	b.phase = closing
+	b.isReady.Store(false)
 }
+
+// at is t on the deadlines' clock: nanoseconds since epoch, read on the
+// monotonic clock, so that a step of the wall clock (NTP, a resumed VM)
+// moves no deadline.
+func (b *Broker) at(t time.Time) int64 { return int64(t.Sub(b.epoch)) }
+
+// after is the deadline d after now. A wait is at most maxWait.
+func (b *Broker) after(now time.Time, d time.Duration) int64 {
+	return b.at(now) + int64(min(d, maxWait))
+}
+
+// maxWait bounds every wait (delay, timeout, backoff): longer ones are
+// taken as this long, so no deadline and no stored time can overflow.
+const maxWait = 100 * 365 * 24 * time.Hour
 
 // arm sets the clock to ring at the earliest deadline, when that changed.
 func (b *Broker) arm() {
-	at, _ := b.timers.next() // 0 = none
-	if at == b.armedAt {
+	at, ok := b.timers.next()
+	if ok == b.armed && at == b.armedAt {
 		return
 	}
-	b.armedAt = at
-	if at == 0 {
+	b.armed, b.armedAt = ok, at
+	if !ok {
 		b.clock.Stop()
 		return
 	}
-	b.clock.Reset(time.Until(time.Unix(0, at)))
+	b.clock.Reset(time.Duration(at - b.at(time.Now())))
 }
 
 // fireDue runs every deadline that is due.
 func (b *Broker) fireDue(now time.Time) {
 	for {
-		x, ok := b.timers.popDue(now.UnixNano())
+		x, ok := b.timers.popDue(b.at(now))
 		if !ok {
 			return
 		}
@@ -385,7 +405,7 @@ func (b *Broker) expireResults(now time.Time) {
 	b.journal.ExpireResults(now, func(n int, err error) {
 		b.writeFailed(err, "journal could not delete expired results", "")
 	})
-	b.timers.set(&b.sweep, now.Add(min(b.opts.ResultTTL, time.Minute)).UnixNano())
+	b.timers.set(&b.sweep, b.after(now, min(b.opts.ResultTTL, time.Minute)))
 }
 
 // handleWaiting handles what else is in the inbox, up to a bound, so that

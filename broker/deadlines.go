@@ -18,7 +18,7 @@ import "time"
 
 // deadline is an owner's place in the heap.
 type deadline struct {
-	at   int64 // unix nanoseconds
+	at   int64 // on the broker's monotonic clock (Broker.at)
 	slot int   // 1 + index in the heap; 0 = not scheduled
 }
 

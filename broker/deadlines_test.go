@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 )
 
 // The heap gives back every scheduled deadline in time order, whatever
@@ -73,5 +74,29 @@ func TestDeadlinesNotDueStayPut(t *testing.T) {
 	h.stop(j) // stopping twice is harmless
 	if h.len() != 0 || j.due.slot != 0 {
 		t.Fatal("stop left the deadline scheduled")
+	}
+}
+
+// A peer heard since its deadline was set gets a new one after now,
+// counted from how long it has really been silent (on the monotonic
+// clock): never one that is due already, which would pop again at once.
+func TestPeerDeadlineMovesPastNow(t *testing.T) {
+	t.Parallel()
+	opts := DefaultOptions()
+	opts.DataDir, opts.Admin = t.TempDir(), ""
+	b, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.journal.Close()
+	now := time.Now()
+	p := &peer{key: peerKey{backend, "w"}, role: roleWorker, lastSeen: now.Add(-opts.HeartbeatTimeout / 2)}
+	b.peers[p.key] = p
+	b.peerDue(p, now)
+	if b.peers[p.key] == nil {
+		t.Fatal("a peer silent for half the timeout was lost")
+	}
+	if got, want := p.due.at, b.at(now)+int64(opts.HeartbeatTimeout/2); got != want {
+		t.Fatalf("new deadline %d, want %d (half a timeout from now)", got, want)
 	}
 }

@@ -95,7 +95,7 @@ func (b *Broker) deliver(w *peer, j *job) {
 	w.held[j.id] = j
 	b.inFlight++
 	if j.timeout > 0 {
-		b.timers.set(j, time.Now().Add(j.timeout).UnixNano())
+		b.timers.set(j, b.after(time.Now(), j.timeout))
 	}
 }
 

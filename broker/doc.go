@@ -38,10 +38,14 @@
 // (deadlines.go), and the loop sleeps until the earliest: a delayed job's
 // time (delay header, retry backoff), a held job's timeout, a peer's
 // heartbeat expiry, the heartbeat to every peer (only while there are
-// peers), the sweep of expired results (only with ResultTTL). Nothing is
-// scanned on a tick: a broker holding a million delayed jobs and nothing
-// else to do does not wake at all. A peer's expiry is not moved for each
-// message it sends; when it comes due, a peer heard since gets a new one.
+// peers), the sweep of expired results (only with ResultTTL), the end of a
+// drain. Nothing is scanned on a tick: a broker holding a million delayed
+// jobs and nothing else to do does not wake at all. A peer's expiry is not
+// moved for each message it sends; when it comes due, a peer heard since
+// gets a new one. Deadlines count on the monotonic clock, so a step of the
+// wall clock (NTP, a resumed VM) moves none of them; a job's stored
+// not-before time is a wall-clock time, turned into a deadline when the
+// job is held. No wait is longer than 100 years.
 //
 // # A job's life
 //
@@ -96,7 +100,11 @@
 // Admin reads and changes (admin.go, inspect.go) run on the loop too, as
 // posted closures: a purge or a retry changes memory and journal together.
 // The admin API answers a refusal by its class: 404 no such job, 409 a job
-// in the wrong state, 400 a bad filter, 500 the journal failed.
+// in the wrong state, 400 a bad filter; 503 the broker is stopping, 501
+// the journal cannot (compact), 500 the journal failed. A job removed or
+// purged while its write is in progress is ACKed when the write lands
+// (it was stored) and then forgotten, as the journal deletes it after
+// storing it.
 //
 // # Peers
 //
@@ -148,8 +156,9 @@
 //     RecordAttempt is logged: the job stays journaled and runs again after a
 //     restart (at-least-once).
 //   - A journal that says store.ErrFenced (another broker writes it now, or
-//     a lease ended) stops the broker at once: the write that found out is
-//     refused, peers get KBYE, Run returns the error. Nothing more is ACKed.
+//     a lease ended), to any write, stops the broker at once: nothing more
+//     is ACKed or dispatched, the write that found out is refused, peers
+//     get KBYE, Run returns the error.
 //   - A worker whose connection breaks keeps its jobs until the heartbeat
 //     timeout: a reconnecting worker (same routing id) is the same peer.
 //   - SIGKILL: only ACKed jobs matter, and each was fsynced before its ACK.

@@ -131,48 +131,16 @@ func (b *Broker) InFlight(ctx context.Context, queue string) (map[string]string,
 	return out, err
 }
 
-// RetryDead brings a dead job back to the tail of its queue.
+// RetryDead brings a dead job back to the tail of its queue. It returns
+// once the journal has it pending; the loop then dispatches it.
 func (b *Broker) RetryDead(ctx context.Context, msgid string) error {
 	result := make(chan error, 1)
 	err := b.onLoop(ctx, func() {
 		b.journal.Revive(msgid, func(sj *store.Job, err error) {
-			if err != nil {
-				result <- err
-				return
+			if err == nil {
+				b.post(func() { b.revived(sj) })
 			}
-			b.post(func() { b.revived(sj); result <- nil })
-		})
-	})
-	if err != nil {
-		return err
-	}
-	select {
-	case err := <-result:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (b *Broker) revived(sj *store.Job) {
-	j := b.jobFromStore(sj)
-	b.jobs[j.id] = j
-	j.q.live++
-	b.enqueue(j, time.Now())
-}
-
-// RemoveJob deletes a job in any state (an admin's action). A worker
-// holding it may still run it; its REPLY is then ignored.
-func (b *Broker) RemoveJob(ctx context.Context, msgid string) error {
-	result := make(chan error, 1)
-	err := b.onLoop(ctx, func() {
-		if j := b.jobs[msgid]; j != nil && j.state != journaling {
-			b.unlink(j)
-		}
-		b.journal.Remove(msgid, func(found bool, err error) {
-			if err == nil && !found {
-				err = fmt.Errorf("%w: %s", store.ErrNotFound, msgid)
-			}
+			b.noticeFence(err)
 			result <- err
 		})
 	})
@@ -187,8 +155,52 @@ func (b *Broker) RemoveJob(ctx context.Context, msgid string) error {
 	}
 }
 
-// PurgeQueue deletes every stored pending job of queue, in flight or not.
-// Jobs whose write is still in progress are not purged.
+// revived holds a revived job. A REQUEST resending its msgid may be
+// waiting for its own write (a duplicate, since the job is stored): the
+// revived job takes its place in b.jobs.
+func (b *Broker) revived(sj *store.Job) {
+	j := b.jobFromStore(sj)
+	b.jobs[j.id] = j
+	j.q.live++
+	b.enqueue(j, time.Now())
+}
+
+// RemoveJob deletes a job in any state (an admin's action). A worker
+// holding it may still run it; its REPLY is then ignored. A job whose
+// write is in progress is removed once it lands: its client gets the ACK
+// (it was stored), and it is not dispatched.
+func (b *Broker) RemoveJob(ctx context.Context, msgid string) error {
+	result := make(chan error, 1)
+	err := b.onLoop(ctx, func() {
+		if j := b.jobs[msgid]; j != nil {
+			if j.state == journaling {
+				j.removed = true
+			} else {
+				b.unlink(j)
+			}
+		}
+		b.journal.Remove(msgid, func(found bool, err error) {
+			if err == nil && !found {
+				err = fmt.Errorf("%w: %s", store.ErrNotFound, msgid)
+			}
+			b.adminWriteFailed(err, "journal could not remove a job; it stays stored and runs again after the next start", msgid)
+			result <- err
+		})
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-result:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// PurgeQueue deletes every stored pending job of queue, in flight or not,
+// and those whose write is in progress: they are ACKed when it lands (they
+// were stored), then forgotten.
 func (b *Broker) PurgeQueue(ctx context.Context, queue string) (int, error) {
 	type outcome struct {
 		n   int
@@ -197,7 +209,10 @@ func (b *Broker) PurgeQueue(ctx context.Context, queue string) (int, error) {
 	result := make(chan outcome, 1)
 	err := b.onLoop(ctx, func() {
 		b.purge(queue)
-		b.journal.PurgeQueue(queue, func(n int, err error) { result <- outcome{n, err} })
+		b.journal.PurgeQueue(queue, func(n int, err error) {
+			b.adminWriteFailed(err, "journal could not purge a queue; its jobs stay stored and run again after the next start", "")
+			result <- outcome{n, err}
+		})
 	})
 	if err != nil {
 		return 0, err
@@ -228,7 +243,11 @@ func (b *Broker) purge(queue string) {
 		return
 	}
 	for id, j := range b.jobs {
-		if j.q != q || j.state == journaling {
+		if j.q != q {
+			continue
+		}
+		if j.state == journaling { // the journal purges it after storing it
+			j.removed = true
 			continue
 		}
 		if j.state == inFlight {

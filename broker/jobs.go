@@ -37,6 +37,7 @@ type job struct {
 	attempts  int32
 	retries   int32 // retry-count
 	state     jobState
+	removed   bool // by an admin while it was journaling: forget it once stored
 }
 
 func nanos(t time.Time) int64 {
@@ -53,7 +54,8 @@ func fromNanos(n int64) time.Time {
 	return time.Unix(0, n)
 }
 
-// newJob reads a job's known headers. A bad value is the client's error.
+// newJob reads a job's known headers. A bad value is the client's error;
+// a timeout over maxWait is taken as maxWait.
 func newJob(id string, q *queue, h emqp.Headers, payload []byte) (*job, error) {
 	j := &job{id: id, q: q, headers: h, payload: payload}
 	retries, err := h.RetryCount(3)
@@ -64,6 +66,7 @@ func newJob(id string, q *queue, h emqp.Headers, payload []byte) (*job, error) {
 	if j.timeout, err = h.Timeout(); err != nil {
 		return nil, err
 	}
+	j.timeout = min(j.timeout, maxWait)
 	return j, nil
 }
 
@@ -82,8 +85,8 @@ func (b *Broker) request(from peerKey, m *emqp.Request) {
 		return
 	}
 	if j := b.jobs[m.MsgID]; j != nil {
-		b.stats.Duplicates.Add(1)
 		if j.state != journaling {
+			b.stats.Duplicates.Add(1)
 			b.ack(from, m.MsgID)
 			return
 		}
@@ -107,6 +110,7 @@ func (b *Broker) request(from peerKey, m *emqp.Request) {
 		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
 		return
 	}
+	delay = min(delay, maxWait)
 	q := b.queues[m.Queue]
 	if q != nil && b.opts.MaxPending > 0 && q.live >= b.opts.MaxPending {
 		b.refuse(from, m.MsgID, emqp.CodeQueueFull,
@@ -167,7 +171,7 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error) {
 		b.ack(peer, j.id)
 	}
 	if dup { // stored before: dead, or done with its result kept
-		b.stats.Duplicates.Add(1)
+		b.stats.Duplicates.Add(int64(len(to)))
 		b.forget(j)
 		if j.headers.ReplyRequested() && b.opts.ResultTTL > 0 {
 			b.resendResult(j.id, to)
@@ -175,6 +179,11 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error) {
 		return
 	}
 	b.stats.Acked.Add(1)
+	b.stats.Duplicates.Add(int64(len(to) - 1))
+	if j.removed { // an admin removed it meanwhile; the journal did after storing it
+		b.forget(j)
+		return
+	}
 	j.seq = seq
 	b.enqueue(j, time.Now())
 }
@@ -199,9 +208,9 @@ func (b *Broker) resendResult(msgid string, to []peerKey) {
 
 // enqueue makes a stored job dispatchable: now, or when its time comes.
 func (b *Broker) enqueue(j *job, now time.Time) {
-	if j.notBefore > now.UnixNano() {
+	if wait := j.notBefore - now.UnixNano(); wait > 0 { // notBefore is a time of the wall clock, as stored
 		j.state = delayed
-		b.timers.set(j, j.notBefore)
+		b.timers.set(j, b.after(now, time.Duration(wait)))
 		return
 	}
 	j.state = pending
@@ -210,8 +219,12 @@ func (b *Broker) enqueue(j *job, now time.Time) {
 }
 
 // forget drops a job from memory (it is done, dead, or was never stored).
+// Its msgid may name another job by now (revived while this one, sent
+// again, waited for its write), which stays.
 func (b *Broker) forget(j *job) {
-	delete(b.jobs, j.id)
+	if b.jobs[j.id] == j {
+		delete(b.jobs, j.id)
+	}
 	j.q.live--
 	b.dropIfUnused(j.q)
 }
@@ -338,13 +351,28 @@ func (b *Broker) jobDue(j *job, now time.Time) {
 // job stays as it was stored: at-least-once), and stops the broker when
 // the journal has fenced it off. It runs on the journal's goroutine.
 func (b *Broker) writeFailed(err error, what, msgid string) {
-	switch {
-	case err == nil:
-	case errors.Is(err, store.ErrFenced):
-		b.post(func() { b.fence(err) })
-	default:
+	if err != nil && !b.noticeFence(err) {
 		b.log.Error(what, "msgid", msgid, "err", err)
 	}
+}
+
+// adminWriteFailed is writeFailed for an admin's change, whose caller
+// gets the error: a refusal (no such job, wrong state) is not logged.
+func (b *Broker) adminWriteFailed(err error, what, msgid string) {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrWrongState) {
+		return
+	}
+	b.writeFailed(err, what, msgid)
+}
+
+// noticeFence stops the broker, from any goroutine, when err says the
+// journal has fenced it off.
+func (b *Broker) noticeFence(err error) bool {
+	if !errors.Is(err, store.ErrFenced) {
+		return false
+	}
+	b.post(func() { b.fence(err) })
+	return true
 }
 
 // replay loads every stored pending job before the sockets are bound.

@@ -25,8 +25,8 @@ type Options struct {
 	// writes it held and how long the commit took.
 	OpenJournal func(onCommit func(writes int, took time.Duration)) (store.Journal, error)
 
-	HeartbeatInterval time.Duration // HEARTBEAT to each worker this often
-	HeartbeatTimeout  time.Duration // a worker silent this long is lost
+	HeartbeatInterval time.Duration // HEARTBEAT to each peer (worker, scheduler) this often
+	HeartbeatTimeout  time.Duration // a peer silent this long is lost
 
 	MaxFrameSize int64 // largest frame accepted, in bytes
 	MaxJobSize   int   // largest job the bbolt journal stores (payload, headers, ids), in bytes

@@ -80,11 +80,11 @@ func (b *Broker) inform(p *peer, from peerKey, m *emqp.Inform) {
 			b.schedulers = append(b.schedulers, p)
 		}
 		if b.peerCount[r]++; len(b.peers) == 1 {
-			b.timers.set(&b.beat, now.Add(b.opts.HeartbeatInterval).UnixNano())
+			b.timers.set(&b.beat, b.after(now, b.opts.HeartbeatInterval))
 		}
 	}
 	p.lastSeen = now
-	b.timers.set(p, now.Add(b.opts.HeartbeatTimeout).UnixNano())
+	b.timers.set(p, b.after(now, b.opts.HeartbeatTimeout))
 	if r == roleWorker {
 		b.serve(p, m.Queues)
 	}
@@ -161,7 +161,7 @@ func (b *Broker) lose(p *peer, reason string) {
 // all along; otherwise its deadline moves on from when it was last heard.
 func (b *Broker) peerDue(p *peer, now time.Time) {
 	if silent := now.Sub(p.lastSeen); silent < b.opts.HeartbeatTimeout {
-		b.timers.set(p, p.lastSeen.Add(b.opts.HeartbeatTimeout).UnixNano())
+		b.timers.set(p, b.after(now, b.opts.HeartbeatTimeout-silent))
 		return
 	}
 	b.lose(p, fmt.Sprintf("no message for %v (heartbeat timeout)", b.opts.HeartbeatTimeout))
@@ -174,7 +174,7 @@ func (b *Broker) heartbeat(now time.Time) {
 		b.beatKey(key, now)
 	}
 	if len(b.peers) > 0 {
-		b.timers.set(&b.beat, now.Add(b.opts.HeartbeatInterval).UnixNano())
+		b.timers.set(&b.beat, b.after(now, b.opts.HeartbeatInterval))
 	}
 }
 
