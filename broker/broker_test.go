@@ -541,3 +541,27 @@ func TestResendAfterDone(t *testing.T) {
 		t.Fatalf("acked %d, duplicates %d; want 2 and 2", a, d)
 	}
 }
+
+// A delay or timeout of billions of seconds (the header parser takes up
+// to about 292 years) is a very long wait, not an overflow: the delayed
+// job waits, the other one does not time out at once.
+func TestHugeDelayAndTimeout(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", fast)
+	client := bt.Dial(t, b.Frontend(), "c")
+	worker := bt.Worker(t, b.Backend(), "w", "q")
+	worker.Ready(2)
+	client.Request("q", "delay:8000000000", nil)
+	held := client.Request("q", "timeout:8000000000", nil)
+	if got := bt.Expect[*emqp.Request](worker); got.MsgID != held {
+		t.Fatalf("worker got %s, want the job without a delay", got.MsgID)
+	}
+	worker.Sync() // only that one
+	qs, err := b.Queues(context.Background())
+	if err != nil || len(qs) != 1 || qs[0].Delayed != 1 || qs[0].InFlight != 1 {
+		t.Fatalf("queues %+v, %v; want one delayed and one in flight", qs, err)
+	}
+	if n := b.Stats().TimedOut.Load(); n != 0 {
+		t.Fatalf("%d timed out", n)
+	}
+}
