@@ -99,11 +99,7 @@ func TestRetryRacingAResend(t *testing.T) {
 	})
 	client := bt.Dial(t, b.Frontend(), "c")
 	w := bt.Worker(t, b.Backend(), "w", "q")
-	id := client.Request("q", "retry-count:0", nil)
-	w.Ready(1)
-	bt.Expect[*emqp.Request](w)
-	w.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: id, Reason: "boom"})
-	bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered.Load() == 1 })
+	id := buryOne(t, b, client, w)
 
 	rj.armed.Store(true)
 	retried := make(chan error, 1)
@@ -144,11 +140,7 @@ func TestRetryDeadReturnsAfterTheStop(t *testing.T) {
 	})
 	client := bt.Dial(t, b.Frontend(), "c")
 	w := bt.Worker(t, b.Backend(), "w", "q")
-	id := client.Request("q", "retry-count:0", nil)
-	w.Ready(1)
-	bt.Expect[*emqp.Request](w)
-	w.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: id, Reason: "boom"})
-	bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered.Load() == 1 })
+	id := buryOne(t, b, client, w)
 
 	retried := make(chan error, 1)
 	go func() { retried <- b.RetryDead(context.Background(), id) }()
@@ -169,4 +161,19 @@ func TestRetryDeadReturnsAfterTheStop(t *testing.T) {
 	if j, err := b.Journal(t).Get(id); err != nil || j.State != store.Pending {
 		t.Fatalf("the retried job: %+v, %v; want it pending, for the next start", j, err)
 	}
+}
+
+// buryOne has client send a job with no retries to queue q, and worker
+// (serving q) take and FAIL it; it returns once the job is dead.
+func buryOne(t *testing.T, b *bt.Broker, client, worker *bt.Peer) string {
+	t.Helper()
+	dead := b.Stats().DeadLettered.Load()
+	id := client.Request("q", "retry-count:0", nil)
+	worker.Ready(1)
+	if got := bt.Expect[*emqp.Request](worker); got.MsgID != id {
+		t.Fatalf("worker got %s, want %s", got.MsgID, id)
+	}
+	worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: id, Reason: "boom"})
+	bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered.Load() == dead+1 })
+	return id
 }
