@@ -35,10 +35,15 @@ import (
 //	POST   /api/v1/queues/{queue}/purge?confirm={queue}   delete the queue's pending jobs
 //	POST   /api/v1/compact                   rewrite the journal without free space
 //
-// With an AdminToken every request needs "Authorization: Bearer TOKEN";
-// without one, the broker refuses to bind Admin to a non-loopback address.
+// Every request must name this listener as its Host, and one that changes
+// something needs the header X-EMQ-Admin (or a JSON body) and, from a
+// browser, this listener's origin: adminguard.go keeps other sites' pages
+// out. With an AdminToken every request needs "Authorization: Bearer
+// TOKEN"; without one, the broker refuses to bind Admin to a non-loopback
+// address.
 // Errors are {"error": "..."} with a status by class (errorStatus): 400 a
-// bad parameter or filter, 401 no token, 404 no such job, 409 a job in the
+// bad parameter or filter, 401 no token, 403 a cross-site request, 421 a
+// foreign Host, 404 no such job, 409 a job in the
 // wrong state for the change, 501 not done by this journal (compact),
 // 503 the broker is stopping, 500 the journal failed (I/O).
 
@@ -281,17 +286,17 @@ func (b *Broker) adminHandler() http.Handler {
 		reply(w, map[string]int64{"size_before": st.Before, "size_after": st.After}, err)
 	})
 	if b.opts.AdminToken == "" {
-		return mux
+		return b.guardAdmin(mux)
 	}
 	want := []byte("Bearer " + b.opts.AdminToken)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return b.guardAdmin(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="emq"`)
 			writeJSON(w, http.StatusUnauthorized, apiError{"missing or wrong admin token (Authorization: Bearer TOKEN)"})
 			return
 		}
 		mux.ServeHTTP(w, r)
-	})
+	}))
 }
 
 // queuesWithDead is Queues with the dead-letter counts of the journal,

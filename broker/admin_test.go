@@ -37,6 +37,7 @@ func api(t *testing.T, b *bt.Broker, method, path, token string, out any) int {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	req.Header.Set(broker.AdminHeader, "test") // as a program does
 	resp, err := (&http.Client{Timeout: bt.Wait}).Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
@@ -16,7 +17,15 @@ type Options struct {
 	Backend    string // ROUTER endpoint for workers, tcp://host:port
 	Admin      string // HTTP host:port of the admin API (admin.go); "" = none
 	AdminToken string // required as a Bearer token when set; needed for a non-loopback Admin
-	DataDir    string // holds the journal file, emq.db (when OpenJournal is nil)
+	// AdminAllowedHosts are names, besides loopback and the listener's own
+	// address, that requests may give as their Host (a name the admin API
+	// is reached by, through DNS or a proxy). Others get 421.
+	AdminAllowedHosts []string
+	// AdminAllowedOrigins are origins (scheme://host[:port]), besides the
+	// listener's own, whose pages may change things through the admin API
+	// (a proxy that serves it under another name).
+	AdminAllowedOrigins []string
+	DataDir             string // holds the journal file, emq.db (when OpenJournal is nil)
 
 	// OpenJournal opens the journal the broker writes to; nil opens (or
 	// creates) the bbolt file JournalFile in DataDir with MaxJobSize. New
@@ -77,6 +86,17 @@ func (o Options) Validate() error {
 		}
 		if !isLoopback(o.Admin) && o.AdminToken == "" {
 			return fmt.Errorf("admin: %s is not a loopback address; set admin-token so that requests need it", o.Admin)
+		}
+	}
+	for _, h := range o.AdminAllowedHosts {
+		if h == "" || net.ParseIP(strings.Trim(h, "[]")) == nil && strings.ContainsAny(h, "/: ") {
+			return fmt.Errorf("admin-allowed-hosts: %q is not a host name (no scheme, port or path)", h)
+		}
+	}
+	cop := http.NewCrossOriginProtection()
+	for _, origin := range o.AdminAllowedOrigins {
+		if err := cop.AddTrustedOrigin(origin); err != nil {
+			return fmt.Errorf("admin-allowed-origins: %q: want scheme://host[:port]: %w", origin, err)
 		}
 	}
 	switch {

@@ -73,6 +73,7 @@ func (o *online) call(method, path string, out any) error {
 	if o.token != "" {
 		req.Header.Set("Authorization", "Bearer "+o.token)
 	}
+	req.Header.Set(broker.AdminHeader, "emq") // a program, not another site's page
 	resp, err := o.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("no broker answered at %s (%v); is it running? For the journal of a stopped broker use --data-dir DIR", o.base, errors.Unwrap(err))

@@ -56,6 +56,29 @@ func loadConfig(flags *pflag.FlagSet, file string) (*config, error) {
 
 func (c *config) str(key string) string { return c.v.GetString(key) }
 
+// list reads a list: comma-separated in a flag or the environment, a list
+// (or the same string) in a config file.
+func (c *config) list(key string) []string {
+	var items []string
+	switch v := c.v.Get(key).(type) {
+	case []any:
+		for _, it := range v {
+			items = append(items, fmt.Sprint(it))
+		}
+	case []string:
+		items = v
+	default:
+		items = strings.Split(c.v.GetString(key), ",")
+	}
+	var out []string
+	for _, it := range items {
+		if it = strings.TrimSpace(it); it != "" {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
 func (c *config) duration(key string) (time.Duration, error) {
 	s := c.v.GetString(key)
 	d, err := time.ParseDuration(s)

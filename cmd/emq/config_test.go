@@ -90,3 +90,41 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		}
 	}
 }
+
+// The admin allow-lists read as a comma list from a flag or the
+// environment, and as a list from a config file.
+func TestConfigLists(t *testing.T) {
+	yaml := filepath.Join(t.TempDir(), "emq.yaml")
+	os.WriteFile(yaml, []byte("admin-allowed-hosts: [emq.internal, emq.example]\n"), 0o644)
+	for _, c := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{args: []string{"--admin-allowed-hosts", "a.example, b.example"}, want: "[a.example b.example]"},
+		{env: "c.example,d.example", want: "[c.example d.example]"},
+		{args: []string{"--config", yaml}, want: "[emq.internal emq.example]"},
+	} {
+		t.Setenv("EMQ_ADMIN_ALLOWED_HOSTS", c.env)
+		cmd := newBrokerCmd()
+		if err := cmd.Flags().Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		file, _ := cmd.Flags().GetString("config")
+		cfg, err := loadConfig(cmd.Flags(), file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := brokerOptions(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(o.AdminAllowedHosts); got != c.want {
+			t.Errorf("%v %q: %s, want %s", c.args, c.env, got, c.want)
+		}
+	}
+	t.Setenv("EMQ_ADMIN_ALLOWED_ORIGINS", "dash.example")
+	if _, err := brokerConfig(t); err == nil || !strings.Contains(err.Error(), "admin-allowed-origins") {
+		t.Errorf("an origin without a scheme: %v, want an error naming admin-allowed-origins", err)
+	}
+}

@@ -1,0 +1,98 @@
+package broker
+
+import (
+	"fmt"
+	"mime"
+	"net"
+	"net/http"
+	"strings"
+)
+
+// The admin API answers programs, not web pages of other sites. Any page
+// an operator's browser shows can send requests to 127.0.0.1:47293: an
+// auto-submitted form (a cross-site POST), or, after pointing its own
+// name at 127.0.0.1 (DNS rebinding), reads whose answers it may see. So,
+// before the token is looked at (a browser with a dashboard session would
+// send that too):
+//
+//   - Host must name this listener: a loopback name or address, the
+//     address the request came in on, or one of AdminAllowedHosts;
+//     otherwise 421. A rebinding page's requests carry its own name.
+//   - A request that changes something (any method but GET and HEAD)
+//     must carry something no plain HTML form sends: the header
+//     X-EMQ-Admin (emq's CLI sends it), or a JSON body; otherwise 403.
+//   - Such a request from a browser must come from the listener's own
+//     origin or one of AdminAllowedOrigins (Sec-Fetch-Site and Origin,
+//     checked by net/http's CrossOriginProtection); otherwise 403.
+
+// AdminHeader is the header a program sets on the admin API's changing
+// requests (any value): a web page of another site cannot send it.
+const AdminHeader = "X-EMQ-Admin"
+
+// guardAdmin wraps the admin API with the checks above.
+func (b *Broker) guardAdmin(next http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	for _, o := range b.opts.AdminAllowedOrigins {
+		_ = cop.AddTrustedOrigin(o) // checked by Validate
+	}
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusForbidden, apiError{fmt.Sprintf("cross-site request refused: origin %q is not this admin API's; "+
+			"a page elsewhere must be listed in admin-allowed-origins", r.Header.Get("Origin"))})
+	}))
+	next = cop.Handler(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !b.hostAllowed(r) {
+			writeJSON(w, http.StatusMisdirectedRequest, apiError{fmt.Sprintf("host %q is not this admin API's "+
+				"(a loopback name or address, the address it listens on, or one in admin-allowed-hosts)", r.Host)})
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && !fromProgram(r) {
+			writeJSON(w, http.StatusForbidden, apiError{"a request that changes something needs the header " +
+				AdminHeader + " or a JSON body (Content-Type: application/json), which no HTML form can send"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// fromProgram reports whether r carries what a plain HTML form cannot
+// send: the admin header, or a JSON content type.
+func fromProgram(r *http.Request) bool {
+	if r.Header.Get(AdminHeader) != "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return err == nil && mt == "application/json"
+}
+
+// hostAllowed reports whether r's Host names this listener. A request
+// without one (HTTP/1.0) is no browser's.
+func (b *Broker) hostAllowed(r *http.Request) bool {
+	if r.Host == "" {
+		return true
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		if ip.IsLoopback() {
+			return true
+		}
+		if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+			if tcp, ok := local.(*net.TCPAddr); ok && tcp.IP.Equal(ip) {
+				return true
+			}
+		}
+	}
+	for _, allowed := range b.opts.AdminAllowedHosts {
+		if strings.EqualFold(strings.TrimSuffix(strings.Trim(allowed, "[]"), "."), host) {
+			return true
+		}
+	}
+	return false
+}
