@@ -8,7 +8,7 @@ BIN       ?= bin/emq
 FUZZTIME  ?= 100000x
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: help run build test vet race fuzz fuzz-short bench gobench lint torture clean
+.PHONY: help run build test vet race memory fuzz fuzz-short bench gobench lint torture clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,13 +20,16 @@ run: ## build and start a broker on the default embedded journal (./emq-data)
 build: ## build bin/emq
 	$(GO) build -o $(BIN) ./cmd/emq
 
-test: vet race fuzz-short ## all tests: go vet, the race detector, a short fuzz pass
+test: vet race memory fuzz-short ## all tests: go vet, the race detector, the memory tests, a short fuzz pass
 
 vet:
 	$(GO) vet ./...
 
 race:
 	$(GO) test -race -count=1 ./...
+
+memory: ## the broker's memory tests, which the race detector skips
+	$(GO) test -count=1 -run 'LargerThanMemory|StayWithinTheBudget|LargeJobsAtOnce' ./broker/
 
 fuzz-short: ## every fuzz target for FUZZTIME (default 100,000 inputs each)
 	@FUZZTIME=$(FUZZTIME) GO=$(GO) ./scripts/fuzz.sh
@@ -46,8 +49,8 @@ lint: ## staticcheck (installed with go install on first use)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@echo "lint: staticcheck and gofmt clean"
 
-torture: ## the reliability suite at full length (100 broker kills, floods, disk full)
-	set -o pipefail; EMQ_TORTURE=1 $(GO) test -v -count=1 -timeout 60m -run 'Crash|Reliab|DiskFull|Hostile' ./broker/ ./store/ 2>&1 \
+torture: ## the reliability suite at full length (100 broker kills, floods, disk full, 4 GiB backlog)
+	set -o pipefail; EMQ_TORTURE=1 $(GO) test -v -count=1 -timeout 60m -run 'Crash|Reliab|DiskFull|Hostile|LargerThanMemory|StayWithinTheBudget|LargeJobsAtOnce' ./broker/ ./store/ 2>&1 \
 		| grep -E '^(--- |ok|FAIL|SUMMARY|panic)|_test.go:[0-9]+: '
 
 clean:

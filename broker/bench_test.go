@@ -252,7 +252,7 @@ func BenchmarkDelayedIdle(b *testing.B) {
 }
 
 // appendAll appends n jobs made by mk, many at a time.
-func appendAll(b *testing.B, j store.Journal, n int, mk func(i int) *store.Job) {
+func appendAll(b testing.TB, j store.Journal, n int, mk func(i int) *store.Job) {
 	errs := make(chan error, 4096)
 	inFlight := 0
 	for i := range n {

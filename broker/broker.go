@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +37,8 @@ type peerKey struct {
 type inbound struct {
 	from peerKey
 	msg  emqp.Message
-	err  error // the decoder's refusal
+	err  error     // the decoder's refusal
+	held zmtp.Held // of the receive budget, released once handled
 }
 
 // Broker is a running broker. New opens the journal; Run replays it, binds
@@ -50,6 +52,7 @@ type Broker struct {
 	adminAddr string
 
 	routers [2]*zmtp.Router
+	budget  *zmtp.Budget // of received messages, shared by both endpoints
 	inbox   chan inbound
 	stopped chan struct{} // closed when the loop stops reading the inbox
 	ready   chan struct{} // closed once replay is done and sockets are bound
@@ -79,7 +82,11 @@ type Broker struct {
 	beat       alarm // HEARTBEAT to every peer
 	sweep      alarm // delete expired results
 	drainEnd   alarm // the end of a drain
+	readLater  alarm // payloads wait for the send queues (payloads.go)
 	inFlight   int   // jobs held by workers
+	cached     int64 // bytes of payloads held (payloads.go)
+	toRead     []*job
+	readBusy   bool  // a read of payloads is under way
 	journaling int   // appends not yet done
 	fenced     error // the journal's ErrFenced: stop serving
 	out        outbox
@@ -124,9 +131,11 @@ func New(opts Options) (*Broker, error) {
 		clock:     time.NewTimer(time.Hour),
 	}
 	b.clock.Stop()
+	b.budget = zmtp.NewBudget(opts.MaxReceiveBuffer)
 	b.beat.fire = b.heartbeat
 	b.sweep.fire = b.expireResults
 	b.drainEnd.fire = b.drainTimeout
+	b.readLater.fire = func(time.Time) {} // the turn's end reads
 	b.metrics = newMetrics(b)
 	open := opts.OpenJournal
 	if open == nil {
@@ -189,6 +198,7 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	debug.FreeOSMemory() // what decoding the journal left behind
 	b.metrics.replay.Set(time.Since(start).Seconds())
 	b.log.Info("journal replayed", "jobs", n, "took", time.Since(start).Round(time.Millisecond),
 		"journal", journalName(b.journal))
@@ -235,12 +245,14 @@ func (b *Broker) Shutdown() {
 
 func (b *Broker) routerOptions(ep int) zmtp.Options {
 	return zmtp.Options{
-		MaxFrameSize: b.opts.MaxFrameSize,
-		Logger:       b.log,
-		Receive: func(id string, frames [][]byte) {
+		MaxFrameSize:   b.opts.MaxFrameSize,
+		Budget:         b.budget,
+		SendQueueBytes: b.opts.MaxSendBuffer,
+		Logger:         b.log,
+		Receive: func(id string, frames [][]byte, held zmtp.Held) {
 			m, err := emqp.Decode(frames)
 			select {
-			case b.inbox <- inbound{peerKey{ep, id}, m, err}:
+			case b.inbox <- inbound{peerKey{ep, id}, m, err, held}:
 			case <-b.stopped:
 			}
 		},
@@ -309,6 +321,7 @@ func (b *Broker) loop(ctx context.Context) {
 			b.phase = closing
 		}
 		b.flush()
+		b.readPayloads()
 		if b.phase == draining && b.inFlight == 0 {
 			b.log.Info("drained: no job is in flight")
 			b.phase = closing
@@ -463,6 +476,7 @@ func (b *Broker) closeRouters() {
 // the peer table: nil for a client, or a peer that has not INFORMed.
 func (b *Broker) handle(in inbound) {
 	if in.err != nil {
+		b.budget.Release(in.held)
 		b.protocolError(in.from, in.err)
 		return
 	}
@@ -470,9 +484,14 @@ func (b *Broker) handle(in inbound) {
 	if p != nil {
 		p.lastSeen = time.Now()
 	}
+	if m, ok := in.msg.(*emqp.Request); ok {
+		b.request(in.from, m, in.held) // holds its frames until journaled
+		return
+	}
+	// What the message carries is forwarded (a REPLY's payload) or done
+	// with when this returns: its frames now count only in send queues.
+	defer b.budget.Release(in.held)
 	switch m := in.msg.(type) {
-	case *emqp.Request:
-		b.request(in.from, m)
 	case *emqp.Inform:
 		b.inform(p, in.from, m)
 	case *emqp.Ready:

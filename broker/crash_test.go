@@ -37,6 +37,9 @@ func runChild() {
 	if v := os.Getenv("EMQ_TEST_MAX_FRAME"); v != "" {
 		opts.MaxFrameSize, _ = strconv.ParseInt(v, 10, 64)
 	}
+	if v := os.Getenv("EMQ_TEST_MAX_RECEIVE"); v != "" {
+		opts.MaxReceiveBuffer, _ = strconv.ParseInt(v, 10, 64)
+	}
 	b, err := broker.New(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -56,11 +59,12 @@ type child struct {
 	frontend, backend string
 }
 
-// startChild starts a broker process on dir and waits until it serves.
-func startChild(t *testing.T, dir, frontend, backend string) *child {
+// startChild starts a broker process on dir and waits until it serves;
+// env adds EMQ_TEST_* settings (see runChild).
+func startChild(t *testing.T, dir, frontend, backend string, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = bt.ChildEnv(childEnv+"="+dir, "EMQ_TEST_FRONTEND="+frontend, "EMQ_TEST_BACKEND="+backend)
+	cmd.Env = bt.ChildEnv(append([]string{childEnv + "=" + dir, "EMQ_TEST_FRONTEND=" + frontend, "EMQ_TEST_BACKEND=" + backend}, env...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,10 +1,7 @@
 package broker
 
 import (
-	"strconv"
 	"time"
-
-	"github.com/eventmq/emq/emqp"
 )
 
 // queue is one named queue: its pending jobs in FIFO order and the workers
@@ -77,30 +74,33 @@ func (b *Broker) fill(q *queue) {
 // on: attempt:2 is the first retry.
 const HeaderAttempt = "attempt"
 
-// deliver sends job j to worker w, using one of its slots.
+// deliver gives job j to worker w, using one of its slots: at once when
+// its payload is in memory, else once it is read (payloads.go).
 func (b *Broker) deliver(w *peer, j *job) {
 	w.free--
 	b.useSeq++
 	w.lastUsed = b.useSeq
-	h := j.headers
-	if !h.ReplyRequested() { // so that every worker answers with REPLY
-		h = h.Set(emqp.HeaderReplyRequested, "")
-	}
-	if j.attempts > 0 {
-		h = h.Set(HeaderAttempt, strconv.Itoa(int(j.attempts)+1))
-	}
-	b.send(w.key, &emqp.Request{MsgID: j.id, Queue: j.q.name, Headers: h, Payload: j.payload})
-	b.stats.Dispatched.Add(1)
 	j.state, j.holder = inFlight, w
 	w.held[j.id] = j
 	b.inFlight++
 	if j.timeout > 0 {
 		b.timers.set(j, b.after(time.Now(), j.timeout))
 	}
+	if j.inMemory() && w.reading == 0 {
+		b.sendJob(w, j)
+		return
+	}
+	// Behind a read for the same worker, even a job in memory waits its
+	// turn: a worker gets its jobs in the order they were given.
+	j.reading = true
+	w.reading++
+	b.toRead = append(b.toRead, j)
 }
 
-// release takes j from the worker holding it, and stops its timeout.
+// release takes j from the worker holding it, and stops its timeout (and
+// the sending of its payload, if it was being read).
 func (b *Broker) release(j *job) {
+	b.stopReading(j)
 	if j.holder != nil {
 		delete(j.holder.held, j.id)
 		j.holder = nil

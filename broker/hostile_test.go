@@ -47,10 +47,10 @@ func zmtpMsg(frames [][]byte) []byte {
 }
 
 // roundTrips runs n jobs through a fresh client and worker.
-func roundTrips(t *testing.T, b *bt.Broker, name string, n int) {
+func roundTrips(t *testing.T, frontend, backend, name string, n int) {
 	t.Helper()
-	client := bt.Dial(t, b.Frontend(), name+"-client")
-	worker := bt.Dial(t, b.Backend(), name+"-worker")
+	client := bt.Dial(t, frontend, name+"-client")
+	worker := bt.Dial(t, backend, name+"-worker")
 	worker.Inform(name)
 	worker.Ready(1)
 	for range n {
@@ -123,7 +123,7 @@ func TestHostilePeers(t *testing.T) {
 	}
 
 	// Meanwhile everyone else is served.
-	roundTrips(t, b, "normal", 200)
+	roundTrips(t, b.Frontend(), b.Backend(), "normal", 200)
 
 	// The sleeper's jobs reach a worker that reads.
 	reader := bt.Dial(t, b.Backend(), "reader")

@@ -253,6 +253,7 @@ func (b *Broker) purge(queue string) {
 		if j.state == inFlight {
 			b.release(j)
 		}
+		b.uncache(j)
 		delete(b.jobs, id)
 		q.live--
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/zmtp"
 	"github.com/eventmq/emq/store"
 )
 
@@ -21,12 +22,14 @@ const (
 
 // job is a job the broker holds in memory: every stored pending job, and
 // the ones being stored. A million of them may be held, so it is kept
-// small: times are unix nanoseconds (0 = none).
+// small: times are unix nanoseconds (0 = none), and the payload stays in
+// the journal unless the payload cache holds it (payloads.go).
 type job struct {
 	id        string
 	q         *queue
 	headers   emqp.Headers // as the client sent them
-	payload   []byte
+	payload   []byte       // in the payload cache; nil = in the journal only
+	size      int32        // the payload's
 	client    peerKey
 	holder    *peer
 	seq       uint64        // FIFO position, from the journal
@@ -38,6 +41,7 @@ type job struct {
 	retries   int32 // retry-count
 	state     jobState
 	removed   bool // by an admin while it was journaling: forget it once stored
+	reading   bool // given to its holder; its payload is being read
 }
 
 func nanos(t time.Time) int64 {
@@ -56,8 +60,8 @@ func fromNanos(n int64) time.Time {
 
 // newJob reads a job's known headers. A bad value is the client's error;
 // a timeout over maxWait is taken as maxWait.
-func newJob(id string, q *queue, h emqp.Headers, payload []byte) (*job, error) {
-	j := &job{id: id, q: q, headers: h, payload: payload}
+func newJob(id string, q *queue, h emqp.Headers) (*job, error) {
+	j := &job{id: id, q: q, headers: h}
 	retries, err := h.RetryCount(3)
 	if err != nil {
 		return nil, err
@@ -77,9 +81,16 @@ const maxResent = 256
 
 // request handles a client's REQUEST (contract points 1 and 2). Every
 // REQUEST gets exactly one answer, ACK or ERROR, whoever sends it and
-// whatever state its job is in.
-func (b *Broker) request(from peerKey, m *emqp.Request) {
+// whatever state its job is in. held is what its frames hold of the
+// receive budget: a new job keeps it until its write lands.
+func (b *Broker) request(from peerKey, m *emqp.Request, held zmtp.Held) {
 	b.stats.Received.Add(1)
+	keep := false
+	defer func() {
+		if !keep {
+			b.budget.Release(held)
+		}
+	}()
 	if b.phase != serving {
 		b.refuse(from, m.MsgID, emqp.CodeUnavailable, "the broker is shutting down; send again later")
 		return
@@ -100,7 +111,7 @@ func (b *Broker) request(from peerKey, m *emqp.Request) {
 		return
 	}
 	// Headers first: a refused job must not leave its queue behind.
-	j, err := newJob(m.MsgID, nil, m.Headers, m.Payload)
+	j, err := newJob(m.MsgID, nil, m.Headers)
 	if err != nil {
 		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
 		return
@@ -124,6 +135,7 @@ func (b *Broker) request(from peerKey, m *emqp.Request) {
 		j.notBefore = now.Add(delay).UnixNano()
 	}
 	j.client, j.enqueued = from, now.UnixNano()
+	keep = true
 	b.jobs[j.id] = j
 	q.live++
 	b.journaling++
@@ -137,13 +149,16 @@ func (b *Broker) request(from peerKey, m *emqp.Request) {
 		NotBefore: fromNanos(j.notBefore),
 	}
 	b.journal.Append(sj, func(dup bool, err error) {
-		b.post(func() { b.appended(j, sj.Seq, dup, err) })
+		b.post(func() { b.appended(j, sj.Seq, dup, err, held) })
 	})
+	b.hold(j, m.Payload) // the journal has its own copy
 }
 
-// appended is an Append's outcome: ACK and dispatch, or refuse.
-func (b *Broker) appended(j *job, seq uint64, dup bool, err error) {
+// appended is an Append's outcome: ACK and dispatch, or refuse. The
+// REQUEST's frames are no longer needed.
+func (b *Broker) appended(j *job, seq uint64, dup bool, err error, held zmtp.Held) {
 	b.journaling--
+	b.budget.Release(held)
 	to := []peerKey{j.client}
 	if more, ok := b.resent[j]; ok { // rare: the client sent it again meanwhile
 		to = append(to, more...)
@@ -225,6 +240,7 @@ func (b *Broker) forget(j *job) {
 	if b.jobs[j.id] == j {
 		delete(b.jobs, j.id)
 	}
+	b.uncache(j)
 	j.q.live--
 	b.dropIfUnused(j.q)
 }
@@ -341,6 +357,11 @@ func (b *Broker) jobDue(j *job, now time.Time) {
 	case delayed:
 		b.enqueue(j, now)
 	case inFlight:
+		if j.reading { // no worker has seen it yet
+			b.takeBack(j)
+			b.fill(j.q)
+			return
+		}
 		b.stats.TimedOut.Add(1)
 		b.release(j)
 		b.attempt(j, fmt.Sprintf("timed out after %v", j.timeout), false)
@@ -400,9 +421,13 @@ func (b *Broker) jobFromStore(sj *store.Job) *job {
 	if err != nil {
 		h = emqp.Headers{} // stored by an older broker; dispatch it anyway
 	}
-	j, err := newJob(sj.MsgID, q, h, sj.Payload)
+	j, err := newJob(sj.MsgID, q, h)
 	if err != nil {
-		j = &job{id: sj.MsgID, q: q, headers: h, payload: sj.Payload, retries: 3}
+		j = &job{id: sj.MsgID, q: q, headers: h, retries: 3}
+	}
+	j.size = int32(sj.PayloadSize)
+	if sj.Payload != nil {
+		b.hold(j, sj.Payload)
 	}
 	j.client = peerKey{frontend, b.intern(sj.ClientID)}
 	j.seq, j.attempts = sj.Seq, int32(min(sj.Attempts, math.MaxInt32))

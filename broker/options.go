@@ -40,7 +40,17 @@ type Options struct {
 	MaxFrameSize int64 // largest frame accepted, in bytes
 	MaxJobSize   int   // largest job the bbolt journal stores (payload, headers, ids), in bytes
 	MaxPending   int   // live jobs per queue beyond which REQUEST gets queue_full; 0 = no limit
-	ResultTTL    time.Duration
+	PayloadCache int64 // bytes of payloads held in memory for their jobs' dispatch; the rest is read from the journal
+	// MaxReceiveBuffer bounds the bytes of received messages held at once,
+	// all connections together (read, or waiting for the journal); a
+	// connection that would go beyond it is not read until there is room.
+	// A frame larger than seven eighths of it is refused as too_large.
+	MaxReceiveBuffer int64
+	// MaxSendBuffer bounds the bytes queued for sending: payloads are read
+	// from the journal only while all connections together have less
+	// queued, and one connection with more is dropped as too slow.
+	MaxSendBuffer int64
+	ResultTTL     time.Duration
 
 	RetryBackoff    time.Duration // wait before the first retry of a FAILed job; doubles each attempt
 	MaxRetryBackoff time.Duration
@@ -62,6 +72,9 @@ func DefaultOptions() Options {
 		MaxFrameSize:      256 << 20,
 		MaxJobSize:        256 << 20,
 		MaxPending:        2_000_000,
+		PayloadCache:      64 << 20,
+		MaxReceiveBuffer:  defaultReceiveBuffer(),
+		MaxSendBuffer:     256 << 20,
 		ResultTTL:         0,
 		RetryBackoff:      time.Second,
 		MaxRetryBackoff:   5 * time.Minute,
@@ -110,6 +123,12 @@ func (o Options) Validate() error {
 		return fmt.Errorf("max-frame-size: %d is outside 1 KiB to 1 GiB", o.MaxFrameSize)
 	case o.MaxJobSize < 1024 || o.MaxJobSize > 1<<30:
 		return fmt.Errorf("max-job-size: %d is outside 1 KiB to 1 GiB", o.MaxJobSize)
+	case o.MaxReceiveBuffer < 1<<20:
+		return fmt.Errorf("max-receive-buffer: %d is under 1 MiB", o.MaxReceiveBuffer)
+	case o.MaxSendBuffer < 1<<20:
+		return fmt.Errorf("max-send-buffer: %d is under 1 MiB", o.MaxSendBuffer)
+	case o.PayloadCache < 0:
+		return fmt.Errorf("payload-cache: must not be negative, not %d", o.PayloadCache)
 	case o.MaxPending < 0:
 		return fmt.Errorf("max-pending: must not be negative, not %d", o.MaxPending)
 	case o.ResultTTL < 0:

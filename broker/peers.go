@@ -42,6 +42,7 @@ type peer struct {
 	queues   []served // highest weight first
 	free     int      // slots offered by READY and not yet used
 	held     map[string]*job
+	reading  int    // of those, given but waiting for their payloads
 	lastUsed uint64 // when it last got a job, in dispatch order
 }
 
@@ -152,6 +153,11 @@ func (b *Broker) lose(p *peer, reason string) {
 	// Latest first, so the oldest ends up at the head.
 	slices.SortFunc(jobs, func(x, y *job) int { return cmp.Compare(y.seq, x.seq) })
 	for _, j := range jobs {
+		if j.reading { // never sent to it
+			b.takeBack(j)
+			b.fill(j.q)
+			continue
+		}
 		b.release(j)
 		b.attempt(j, reason, false)
 	}

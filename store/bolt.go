@@ -79,6 +79,7 @@ type Bolt struct {
 	closing bool
 	wake    chan struct{} // cap 1: there are writes queued
 	stopped chan struct{} // closed when the committer has finished
+	dropped time.Time     // the committer's last dropMapping
 }
 
 // write is one queued change. apply runs inside the transaction; it
@@ -94,6 +95,7 @@ type write struct {
 	alone  func()
 	finish func(commitErr error)
 	lazy   bool // may wait LazyDelay for company (see Options)
+	size   int  // bytes it stores (an Append's record)
 }
 
 var (
@@ -126,6 +128,9 @@ func Open(path string, opts Options) (*Bolt, error) {
 		return nil, fmt.Errorf("journal %s: %w", path, err)
 	}
 	b := &Bolt{path: path, opts: opts, db: db, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	// Opening walks every page of the file (bbolt rebuilds its free list,
+	// NoFreelistSync below): none of them is needed in memory now.
+	_ = b.view(func(tx *bolt.Tx) error { dropMapping(tx); return nil })
 	go b.commitLoop()
 	return b, nil
 }
@@ -282,6 +287,16 @@ func (b *Bolt) commit(batch []write) {
 	} else if b.opts.OnCommit != nil {
 		b.opts.OnCommit(len(batch), time.Since(start))
 	}
+	size := 0
+	for _, w := range batch {
+		size += w.size
+	}
+	if size >= dropAfter || time.Since(b.dropped) >= dropEvery {
+		// bbolt reads the file's mapping as it writes: it rewrites the
+		// leaves next to what changed, large values included.
+		_ = b.view(func(tx *bolt.Tx) error { dropMapping(tx); return nil })
+		b.dropped = time.Now()
+	}
 	for i, w := range batch {
 		if err != nil {
 			w.finish(err)
@@ -289,6 +304,21 @@ func (b *Bolt) commit(batch []write) {
 			w.finish(own[i])
 		}
 	}
+}
+
+// A commit storing dropAfter bytes is followed by dropMapping, and any
+// commit dropEvery after the last one: the committer's reads of the file
+// do not pile up in memory, for a few system calls a second.
+const (
+	dropAfter = 8 << 20
+	dropEvery = 250 * time.Millisecond
+)
+
+// dropMapping releases the pages of the file's mapping from the
+// process's memory (pages_linux.go); tx keeps the mapping in place.
+func dropMapping(tx *bolt.Tx) {
+	data := tx.DB().Info().Data
+	dropRange(data, data+uintptr(tx.Size()))
 }
 
 func (b *Bolt) update(fn func(tx *bolt.Tx) error) error {

@@ -51,6 +51,8 @@ type Job struct {
 	NotBefore time.Time // not to be dispatched before this (delay, backoff); zero = now
 	State     State
 	Seq       uint64 // position in its queue: FIFO order
+	// PayloadSize is len(Payload), also where Payload is left out (Load).
+	PayloadSize int
 }
 
 // Limits of what a job may hold, so a record always fits bbolt's limits.
@@ -89,8 +91,9 @@ func (j *Job) encode() []byte {
 }
 
 // decodeJob reads a record; it copies everything, so the result outlives
-// the transaction.
-func decodeJob(msgid, b []byte) (*Job, error) {
+// the transaction. Without withPayload it leaves the payload where it is
+// (only its size is read): a large one is never touched.
+func decodeJob(msgid, b []byte, withPayload bool) (*Job, error) {
 	if len(b) < recFields || b[0] != recordVersion {
 		return nil, fmt.Errorf("%w: the record of job %q has an unknown version", ErrCorrupt, msgid)
 	}
@@ -105,11 +108,34 @@ func decodeJob(msgid, b []byte) (*Job, error) {
 	j.Headers = string(r.bytes())
 	j.ClientID = clone(r.bytes())
 	j.LastError = string(r.bytes())
-	j.Payload = clone(r.bytes())
+	payload := r.bytes()
 	if r.bad {
 		return nil, fmt.Errorf("%w: the record of job %q is truncated", ErrCorrupt, msgid)
 	}
+	j.PayloadSize = len(payload)
+	if withPayload {
+		j.Payload = clone(payload)
+	}
 	return j, nil
+}
+
+// payloadOf returns the payload in a record, not copied.
+func payloadOf(msgid, b []byte) ([]byte, error) {
+	if len(b) < recFields || b[0] != recordVersion {
+		return nil, fmt.Errorf("%w: the record of job %q has an unknown version", ErrCorrupt, msgid)
+	}
+	r := reader{b: b[recFields:]}
+	r.varint()
+	r.varint()
+	r.uvarint()
+	for range 4 { // queue, headers, client id, last error
+		r.bytes()
+	}
+	payload := r.bytes()
+	if r.bad {
+		return nil, fmt.Errorf("%w: the record of job %q is truncated", ErrCorrupt, msgid)
+	}
+	return payload, nil
 }
 
 func unixNano(t time.Time) int64 {

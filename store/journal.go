@@ -55,8 +55,16 @@ type Journal interface {
 	ExpireResults(now time.Time, done func(removed int, err error))
 
 	// Load calls fn for every pending job, queue by queue, each queue in
-	// FIFO order, without holding them all in memory.
+	// FIFO order, without holding them all in memory, and without their
+	// payloads (Payload is nil, PayloadSize set): read those with Payloads
+	// when they are needed.
 	Load(fn func(*Job) error) error
+	// Payloads reads the payloads of the jobs msgids names, in one read,
+	// and calls fn for each in order with a copy the caller keeps, or
+	// with the item's error (ErrNotFound when the job is not stored). The
+	// returned error is the read's as a whole; fn is then not called for
+	// the rest.
+	Payloads(msgids []string, fn func(i int, payload []byte, err error)) error
 	// Get returns one job; ErrNotFound when it is not stored.
 	Get(msgid string) (*Job, error)
 	// List returns one page of jobs. A cursor that no listing gave, one

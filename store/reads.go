@@ -13,13 +13,16 @@ import (
 )
 
 // Load implements Journal. It walks the pending index in one read
-// transaction; each job is decoded (copied) only when fn is called.
+// transaction; each job is decoded (copied) only when fn is called, and
+// its payload not at all. The file pages it read are then released from
+// the process's memory (pages_linux.go).
 func (b *Bolt) Load(fn func(*Job) error) error {
 	return b.view(func(tx *bolt.Tx) error {
+		defer dropMapping(tx)
 		jobs := tx.Bucket(migrations.Jobs)
 		c := index(tx, Pending).Cursor()
 		for k, id := c.First(); k != nil; k, id = c.Next() {
-			j, err := b.indexed(jobs, k, id)
+			j, err := b.indexed(jobs, k, id, false)
 			if err != nil {
 				return err
 			}
@@ -32,12 +35,12 @@ func (b *Bolt) Load(fn func(*Job) error) error {
 }
 
 // indexed returns the job an index entry (k -> id) names.
-func (b *Bolt) indexed(jobs *bolt.Bucket, k, id []byte) (*Job, error) {
+func (b *Bolt) indexed(jobs *bolt.Bucket, k, id []byte, withPayload bool) (*Job, error) {
 	rec := jobs.Get(id)
 	if rec == nil {
 		return nil, fmt.Errorf("%w: journal %s: index entry %x names job %q, which is missing", ErrCorrupt, b.path, k, id)
 	}
-	j, err := decodeJob(id, rec)
+	j, err := decodeJob(id, rec, withPayload)
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: %w", b.path, err)
 	}
@@ -53,10 +56,34 @@ func (b *Bolt) Get(msgid string) (*Job, error) {
 			return fmt.Errorf("%w: %s", ErrNotFound, msgid)
 		}
 		var err error
-		j, err = decodeJob([]byte(msgid), rec)
+		j, err = decodeJob([]byte(msgid), rec, true)
 		return err
 	})
 	return j, err
+}
+
+// Payloads implements Journal: one read transaction; each payload is
+// copied out of the file's mapping, nothing else of the record is read,
+// and the pages a large one lay on are released (pages_linux.go).
+func (b *Bolt) Payloads(msgids []string, fn func(i int, payload []byte, err error)) error {
+	return b.view(func(tx *bolt.Tx) error {
+		jobs := tx.Bucket(migrations.Jobs)
+		for i, msgid := range msgids {
+			rec := jobs.Get([]byte(msgid))
+			if rec == nil {
+				fn(i, nil, fmt.Errorf("%w: %s", ErrNotFound, msgid))
+				continue
+			}
+			p, err := payloadOf([]byte(msgid), rec)
+			if err != nil {
+				err = fmt.Errorf("journal %s: %w", b.path, err)
+			}
+			c := clone(p)
+			dropPages(p)
+			fn(i, c, err)
+		}
+		return nil
+	})
 }
 
 // Result implements Journal.
@@ -136,7 +163,7 @@ func (b *Bolt) List(opts ListOptions) (Page, error) {
 					page.Next = cursor(page.Jobs[len(page.Jobs)-1])
 					return nil
 				}
-				j, err := b.indexed(jobs, k, id)
+				j, err := b.indexed(jobs, k, id, true)
 				if err != nil {
 					return err
 				}

@@ -76,6 +76,7 @@ func (b *Bolt) Append(j *Job, done func(dup bool, err error)) {
 				done(dup && err == nil, err)
 			}
 		},
+		size: len(val),
 	})
 }
 
@@ -151,7 +152,7 @@ func (b *Bolt) change(msgid string, fn func(tx *bolt.Tx, j *Job) error, done fun
 			if rec == nil {
 				return jobError{fmt.Errorf("%w: %s", ErrNotFound, msgid)}
 			}
-			j, err := decodeJob(id, rec)
+			j, err := decodeJob(id, rec, true)
 			if err != nil {
 				return jobError{err}
 			}

@@ -227,14 +227,21 @@ func TestCompactCLI(t *testing.T) {
 	defer j.Close()
 	n := 0
 	err = j.Load(func(job *store.Job) error {
-		want := fmt.Sprintf("payload %d %s", n, strings.Repeat("x", 100))
-		if job.MsgID != ids[n] || string(job.Payload) != want {
-			return fmt.Errorf("job %d: %s %q", n, job.MsgID, job.Payload)
+		if job.MsgID != ids[n] {
+			return fmt.Errorf("job %d: %s, want %s", n, job.MsgID, ids[n])
 		}
 		n++
 		return nil
 	})
 	if err != nil || n != kept {
 		t.Fatalf("after compact: %d jobs, %v", n, err)
+	}
+	err = j.Payloads(ids[:kept], func(i int, p []byte, err error) {
+		if want := fmt.Sprintf("payload %d %s", i, strings.Repeat("x", 100)); err != nil || string(p) != want {
+			t.Errorf("after compact, job %d: %q %v", i, p, err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -42,6 +42,9 @@ start).`,
 	f.String("max-frame-size", "256MiB", "largest frame accepted (bytes, KiB, MiB, GiB)")
 	f.String("max-job-size", "256MiB", "largest job stored: payload, headers and ids (bytes, KiB, MiB, GiB)")
 	f.Int("max-pending", d.MaxPending, "jobs per queue beyond which REQUESTs get ERROR queue_full (0 = no limit)")
+	f.String("payload-cache", "64MiB", "payloads held in memory for their dispatch; the others are read from the journal (bytes, KiB, MiB, GiB)")
+	f.String("max-receive-buffer", fmt.Sprintf("%dMiB", d.MaxReceiveBuffer>>20), "received messages held at once, all connections together (default: an eighth of the memory)")
+	f.String("max-send-buffer", "256MiB", "bytes queued for sending: payloads are read only below it; one connection over it is dropped")
 	f.Duration("result-ttl", d.ResultTTL, "keep each job's result this long (0 = not kept)")
 	f.Duration("drain-timeout", d.DrainTimeout, "at SIGTERM, wait this long for the jobs in flight before stopping (0 = do not wait)")
 	f.String("log-level", "info", "debug, info, warn or error")
@@ -125,6 +128,12 @@ func brokerOptions(c *config) (broker.Options, error) {
 	o.MaxJobSize = int(min(size, 1<<31))
 	if o.MaxPending, err = c.integer("max-pending"); err != nil {
 		return o, err
+	}
+	for key, dst := range map[string]*int64{"payload-cache": &o.PayloadCache,
+		"max-receive-buffer": &o.MaxReceiveBuffer, "max-send-buffer": &o.MaxSendBuffer} {
+		if *dst, err = c.size(key); err != nil {
+			return o, err
+		}
 	}
 	return o, o.Validate()
 }

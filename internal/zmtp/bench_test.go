@@ -41,7 +41,7 @@ func BenchmarkEcho(b *testing.B) {
 		var r *Router
 		r, err := Listen("tcp://127.0.0.1:0", Options{
 			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Receive: func(id string, frames [][]byte) { r.Send(id, frames) },
+			Receive: func(id string, frames [][]byte, _ Held) { r.Send(id, frames) },
 		})
 		if err != nil {
 			b.Fatal(err)

@@ -74,6 +74,12 @@ type Conn struct {
 	hdr   [8]byte
 	arena []byte
 
+	// A Router's connections share its receive budget (nil: none).
+	budget *Budget
+	held   Held          // of the message being read
+	done   chan struct{} // closed by Close: a wait for the budget ends
+	once   sync.Once
+
 	wmu      sync.Mutex
 	wbuf     []byte
 	bufs     net.Buffers // reused by WriteMsgs
@@ -102,6 +108,7 @@ func open(nc net.Conn, typ zmq4.SocketType, id []byte, server bool, max uint64, 
 		nc:         nc,
 		r:          g.r,
 		max:        max,
+		done:       make(chan struct{}),
 		Identity:   []byte(zc.Peer.Meta["Identity"]),
 		SocketType: zc.Peer.Meta["Socket-Type"],
 	}, nil
@@ -114,35 +121,53 @@ func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
 func (c *Conn) SetReadDeadline(t time.Time) error { return c.nc.SetReadDeadline(t) }
 
 // Close closes the connection.
-func (c *Conn) Close() error { return c.nc.Close() }
+func (c *Conn) Close() error {
+	c.once.Do(func() { close(c.done) })
+	return c.nc.Close()
+}
 
 // ReadMsg returns the next message. It answers PING itself and skips the
 // other ZMTP commands. The frames are the caller's to keep.
 func (c *Conn) ReadMsg() ([][]byte, error) {
+	frames, held, err := c.readMsg()
+	c.budget.Release(held) // a dialled Conn has none
+	return frames, err
+}
+
+// readMsg is ReadMsg with what the message holds of the budget, for the
+// receiver to release; on an error it holds nothing.
+func (c *Conn) readMsg() ([][]byte, Held, error) {
 	frames := make([][]byte, 0, 8) // an eMQP message has 4 to 9
+	c.held = Held{}
 	for {
 		flags, body, err := c.readFrame()
 		if err != nil {
 			if tl, ok := err.(*TooLargeError); ok {
 				tl.Frames = frames
 			}
-			return nil, err
+			c.budget.Release(c.held)
+			return nil, Held{}, err
 		}
 		if flags&flagCommand != 0 {
 			if len(frames) > 0 {
-				return nil, errors.New("zmtp: command frame inside a message")
+				c.budget.Release(c.held)
+				return nil, Held{}, errors.New("zmtp: command frame inside a message")
 			}
 			if err := c.command(body); err != nil {
-				return nil, err
+				c.budget.Release(c.held) // a command's frame is not kept
+				return nil, Held{}, err
 			}
+			c.budget.Release(c.held)
+			c.held = Held{}
 			continue
 		}
 		if len(frames) == MaxFrames {
-			return nil, ErrTooManyFrames
+			c.budget.Release(c.held)
+			return nil, Held{}, ErrTooManyFrames
 		}
 		frames = append(frames, body)
 		if flags&flagMore == 0 {
-			return frames, nil
+			return frames, c.held, nil
 		}
 	}
 }
@@ -164,14 +189,57 @@ func (c *Conn) readFrame() (byte, []byte, error) {
 		}
 		size = binary.BigEndian.Uint64(c.hdr[:])
 	}
-	if size > c.max {
-		return 0, nil, &TooLargeError{Size: size, Max: c.max}
+	if size > c.max || c.budget != nil && size > c.budget.Max() {
+		return 0, nil, &TooLargeError{Size: size, Max: min(c.max, c.budget.maxOr(c.max))}
 	}
-	body := c.alloc(int(size))
-	if _, err := io.ReadFull(c.r, body); err != nil {
+	if c.budget != nil && size > arenaMax {
+		if !c.budget.acquire(int64(size), c.done) {
+			return 0, nil, ErrClosed
+		}
+		c.held.add(int64(size))
+	}
+	body, err := c.readBody(int(size))
+	if err != nil {
 		return 0, nil, unexpected(err)
 	}
 	return flags, body, nil
+}
+
+// Reading a frame's body. A Router's connection (one with a budget) must
+// receive a body that is not buffered yet at minRate or better, after a
+// grace period, or it is dropped: a sender cannot hold budget room for
+// ever by trickling. A large body is allocated whole only once its first
+// firstChunk bytes have come.
+const (
+	minRate    = 1 << 20 // bytes a second
+	minGrace   = 10 * time.Second
+	firstChunk = 1 << 20
+)
+
+// readBody reads a frame's body of n bytes.
+func (c *Conn) readBody(n int) ([]byte, error) {
+	if n <= arenaMax {
+		body := c.alloc(n)
+		_, err := io.ReadFull(c.r, body)
+		return body, err
+	}
+	if c.budget != nil && c.r.Buffered() < n {
+		_ = c.nc.SetReadDeadline(time.Now().Add(minGrace + time.Duration(n/minRate)*time.Second))
+		defer c.nc.SetReadDeadline(time.Time{})
+	}
+	if n <= firstChunk {
+		body := make([]byte, n)
+		_, err := io.ReadFull(c.r, body)
+		return body, err
+	}
+	first := make([]byte, firstChunk)
+	if _, err := io.ReadFull(c.r, first); err != nil {
+		return nil, err
+	}
+	body := make([]byte, n)
+	copy(body, first)
+	_, err := io.ReadFull(c.r, body[firstChunk:])
+	return body, err
 }
 
 // alloc carves small bodies from a shared arena. A body that is kept keeps

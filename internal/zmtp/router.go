@@ -21,12 +21,21 @@ type Options struct {
 	HandshakeTimeout time.Duration // for the ZMTP handshake; 0 = 5s
 	WriteTimeout     time.Duration // a write blocked this long drops the peer; 0 = 10s
 	SendQueue        int           // sends (each one message or a batch) queued per connection; 0 = 8192
-	Logger           *slog.Logger  // nil = slog.Default()
+	// SendQueueBytes bounds the bytes queued for one connection: a send
+	// beyond it drops the peer as slow (a single message of any size is
+	// taken into an empty queue). 0 = 64 MiB.
+	SendQueueBytes int64
+	// Budget bounds the bytes of received messages held by every
+	// connection together (budget.go); nil = no bound but MaxFrameSize.
+	Budget *Budget
+	Logger *slog.Logger // nil = slog.Default()
 
 	// Receive is called, from the connection's reader goroutine, with
-	// each message and the routing id of the connection it came on. It
-	// may block: the peer then waits (TCP back-pressure), nobody else.
-	Receive func(id string, frames [][]byte)
+	// each message, the routing id of the connection it came on, and
+	// what the message holds of the Budget, which the receiver releases
+	// (Budget.Release) once it no longer needs the frames. It may block:
+	// the peer then waits (TCP back-pressure), nobody else.
+	Receive func(id string, frames [][]byte, held Held)
 	// Undelivered is called with each message that was queued for a
 	// connection that closed before writing it. May be nil.
 	Undelivered func(id string, frames [][]byte)
@@ -48,6 +57,9 @@ func (o *Options) setDefaults() {
 	if o.SendQueue <= 0 {
 		o.SendQueue = 8192
 	}
+	if o.SendQueueBytes <= 0 {
+		o.SendQueueBytes = 64 << 20
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -66,6 +78,7 @@ type Router struct {
 	closed  bool
 
 	nextID atomic.Uint32
+	queued atomic.Int64 // bytes queued for every connection
 }
 
 // Listen binds endpoint ("tcp://host:port"; port 0 picks a free one) and
@@ -116,6 +129,10 @@ func (r *Router) SendBatch(id string, msgs [][][]byte) error {
 	}
 	return rc.send(msgs)
 }
+
+// QueuedBytes is how many bytes are queued for sending, on every
+// connection together.
+func (r *Router) QueuedBytes() int64 { return r.queued.Load() }
 
 // Connected reports whether id has a live connection.
 func (r *Router) Connected(id string) bool {
@@ -192,6 +209,7 @@ func (r *Router) serve(nc net.Conn) {
 		return
 	}
 	c.wtimeout = r.opts.WriteTimeout
+	c.budget = r.opts.Budget
 	id := string(c.Identity)
 	if id == "" {
 		// As libzmq: a generated id starts with a zero byte, which a
@@ -234,25 +252,44 @@ type routerConn struct {
 	stop   chan struct{} // end: write what is queued, then close
 	kill   chan struct{} // end now: what is queued is undelivered
 	linger atomic.Bool   // the read loop has ended: close with lingerClose
+	queued atomic.Int64  // bytes in out and being written
 }
 
 func (rc *routerConn) send(msgs [][][]byte) error {
+	n := batchSize(msgs)
 	rc.mu.Lock()
 	if rc.closed {
 		rc.mu.Unlock()
 		return ErrNoPeer
 	}
-	select {
-	case rc.out <- msgs:
-		rc.mu.Unlock()
-		return nil
-	default:
+	if q := rc.queued.Load(); q == 0 || q+n <= rc.r.opts.SendQueueBytes {
+		select {
+		case rc.out <- msgs:
+			rc.count(n)
+			rc.mu.Unlock()
+			return nil
+		default:
+		}
 	}
 	rc.mu.Unlock()
 	rc.r.opts.Logger.Warn("zmtp: peer does not read; disconnecting it",
-		"id", PrintableID(rc.id), "remote", rc.RemoteAddr().String(), "queued", len(rc.out))
+		"id", PrintableID(rc.id), "remote", rc.RemoteAddr().String(), "queued", len(rc.out), "queued_bytes", rc.queued.Load())
 	rc.end(false)
 	return ErrSlowPeer
+}
+
+// count adds n bytes (n < 0: takes them away) to what is queued.
+func (rc *routerConn) count(n int64) {
+	rc.queued.Add(n)
+	rc.r.queued.Add(n)
+}
+
+func batchSize(msgs [][][]byte) int64 {
+	n := 0
+	for _, m := range msgs {
+		n += msgSize(m)
+	}
+	return int64(n)
 }
 
 // end closes the connection once: gracefully (flush the queue) or at once.
@@ -271,13 +308,13 @@ func (rc *routerConn) end(graceful bool) {
 			return
 		}
 		close(rc.kill)
-		rc.nc.Close()
+		rc.Conn.Close()
 	})
 }
 
 func (rc *routerConn) readLoop() {
 	for {
-		frames, err := rc.ReadMsg()
+		frames, held, err := rc.readMsg()
 		if err != nil {
 			var tl *TooLargeError
 			if errors.As(err, &tl) {
@@ -299,7 +336,7 @@ func (rc *routerConn) readLoop() {
 			rc.end(false)
 			return
 		}
-		rc.r.opts.Receive(rc.id, frames)
+		rc.r.opts.Receive(rc.id, frames, held)
 	}
 }
 
@@ -310,7 +347,9 @@ func (rc *routerConn) writeLoop() {
 		select {
 		case msgs := <-rc.out:
 			batch = rc.gather(append(batch[:0], msgs...))
-			if err := rc.WriteMsgs(batch...); err != nil {
+			err := rc.WriteMsgs(batch...)
+			rc.count(-batchSize(batch))
+			if err != nil {
 				rc.undelivered(batch)
 				rc.end(false)
 				rc.drain()
@@ -325,7 +364,9 @@ func (rc *routerConn) writeLoop() {
 				if len(batch) == 0 {
 					break
 				}
-				if err := rc.WriteMsgs(batch...); err != nil {
+				err := rc.WriteMsgs(batch...)
+				rc.count(-batchSize(batch))
+				if err != nil {
 					rc.undelivered(batch)
 					rc.drain()
 					break
@@ -334,7 +375,7 @@ func (rc *routerConn) writeLoop() {
 			if rc.linger.Load() {
 				rc.lingerClose()
 			}
-			rc.nc.Close()
+			rc.Conn.Close()
 			return
 		}
 	}
@@ -379,6 +420,7 @@ func (rc *routerConn) drain() {
 	for {
 		select {
 		case msgs := <-rc.out:
+			rc.count(-batchSize(msgs))
 			rc.undelivered(msgs)
 		default:
 			return

@@ -20,14 +20,16 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type inbox struct {
-	mu   sync.Mutex
-	msgs []string // id + "|" + frames joined by "/"
-	cond chan struct{}
+	mu     sync.Mutex
+	msgs   []string // id + "|" + frames joined by "/"
+	cond   chan struct{}
+	budget *Budget // what the messages hold is released at once
 }
 
 func newInbox() *inbox { return &inbox{cond: make(chan struct{}, 1)} }
 
-func (in *inbox) receive(id string, frames [][]byte) {
+func (in *inbox) receive(id string, frames [][]byte, held Held) {
+	in.budget.Release(held)
 	in.mu.Lock()
 	in.msgs = append(in.msgs, id+"|"+string(bytes.Join(frames, []byte("/"))))
 	in.mu.Unlock()

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -283,4 +284,38 @@ func tooLargeIsRefusedAlone(t *testing.T, f *fixture) {
 		_, err := store.Wait(func(done func(bool, error)) { f.j.Append(big, done) })
 		return err
 	})
+}
+
+// Payloads gives each job's payload, byte for byte, in the order asked,
+// and ErrNotFound for a msgid that is not stored (or no longer is), without
+// failing the others; a dead job's payload is still there.
+func payloadsReadsEachInOrder(t *testing.T, f *fixture) {
+	a, b, empty, dead := job("a", "q"), job("b", "q"), job("empty", "q"), job("dead", "q")
+	a.Payload, empty.Payload = []byte{0, 0xff, 'a'}, nil
+	f.append(a, b, empty, dead)
+	f.bury("dead", "boom")
+	f.complete("b", nil, time.Time{})
+	want := map[string][]byte{"a": a.Payload, "empty": nil, "dead": dead.Payload}
+	asked := []string{"dead", "b", "a", "nope", "empty", "a"}
+	seen := 0
+	err := f.j.Payloads(asked, func(i int, p []byte, err error) {
+		if i != seen {
+			t.Errorf("payload %d given as %d", seen, i)
+		}
+		seen++
+		id := asked[i]
+		w, stored := want[id]
+		switch {
+		case !stored && !errors.Is(err, store.ErrNotFound):
+			t.Errorf("payload of %s (not stored): %q, %v; want ErrNotFound", id, p, err)
+		case stored && (err != nil || !bytes.Equal(p, w)):
+			t.Errorf("payload of %s: %q, %v; want %q", id, p, err, w)
+		}
+	})
+	if err != nil || seen != len(asked) {
+		t.Fatalf("payloads: %v after %d of %d", err, seen, len(asked))
+	}
+	if err := f.j.Payloads(nil, func(int, []byte, error) { t.Error("called for no msgid") }); err != nil {
+		t.Fatalf("payloads of nothing: %v", err)
+	}
 }

@@ -200,12 +200,30 @@ func (f *fixture) noResult(id string) {
 
 // load returns every pending job, checking what Load promises of each
 // call: pending jobs only, queue by queue (a queue's jobs are one run),
-// and within a queue in FIFO order (growing Seq).
+// within a queue in FIFO order (growing Seq), and without its payload,
+// whose size it gives. The payloads are then read with Payloads and put
+// in the jobs, so that callers compare whole jobs.
 func (f *fixture) load() []*store.Job {
 	f.t.Helper()
 	var out []*store.Job
 	if err := f.j.Load(func(j *store.Job) error { out = append(out, j); return nil }); err != nil {
 		f.t.Fatalf("load: %v", err)
+	}
+	msgids := ids(out)
+	err := f.j.Payloads(msgids, func(i int, p []byte, err error) {
+		switch j := out[i]; {
+		case err != nil:
+			f.t.Errorf("payload of loaded job %s: %v", j.MsgID, err)
+		case j.Payload != nil:
+			f.t.Errorf("load gave %s with its payload %q; payloads stay in the journal", j.MsgID, j.Payload)
+		case len(p) != j.PayloadSize:
+			f.t.Errorf("load gave %s a payload size of %d; its payload has %d bytes", j.MsgID, j.PayloadSize, len(p))
+		default:
+			j.Payload = p
+		}
+	})
+	if err != nil {
+		f.t.Fatalf("payloads of the loaded jobs: %v", err)
 	}
 	done := map[string]bool{}
 	for i, j := range out {
@@ -391,6 +409,9 @@ func diffJob(got, want *store.Job) string {
 	}
 	if !bytes.Equal(got.Payload, want.Payload) {
 		add("Payload", got.Payload, want.Payload)
+	}
+	if got.PayloadSize != len(want.Payload) {
+		d = append(d, fmt.Sprintf("PayloadSize %d, want %d", got.PayloadSize, len(want.Payload)))
 	}
 	if !bytes.Equal(got.ClientID, want.ClientID) {
 		add("ClientID", got.ClientID, want.ClientID)

@@ -38,6 +38,7 @@ var checks = []check{
 	{name: "QueuesLoadInAppendOrderAcrossReopen", run: queuesLoadInAppendOrder},
 	{name: "QueueNamesThatArePrefixesNeverMix", run: prefixQueuesNeverMix},
 	{name: "LoadStopsAtItsCallbacksError", run: loadStopsAtError},
+	{name: "PayloadsReadsEachInOrder", run: payloadsReadsEachInOrder},
 	{name: "DuplicateMsgIDChangesNothing", run: duplicateChangesNothing},
 	{name: "AppendsOfOneMsgIDAtOnceStoreItOnce", run: appendsAtOnceStoreOnce},
 	{name: "InvalidJobIsRefused", run: invalidJobIsRefused},

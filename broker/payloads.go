@@ -1,0 +1,175 @@
+package broker
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/store"
+)
+
+// Payloads stay in the journal. The broker holds a job's payload only in
+// the payload cache: payloads of jobs just stored, while the cache has
+// room for them (Options.PayloadCache bytes in all, a sixteenth of it at
+// most for one payload), so that a job
+// dispatched soon after its ACK is not read back. Any other job's payload
+// is read from the journal when the job is dispatched: the loop gives the
+// job to a worker (its slot is used, its timeout runs) and asks the
+// reader for the payloads of every job given out in that turn, in one
+// read, off the loop; when they come back, the REQUESTs go out. A job
+// taken back meanwhile (its worker lost, the job removed) just drops its
+// payload. A read that fails leaves the job stored and pending: it is
+// retried after readRetry, no attempt counted.
+
+// readRetry is how long a job whose payload could not be read waits
+// before it is dispatched again.
+const readRetry = time.Second
+
+// hold keeps payload in the cache if there is room; otherwise the job's
+// payload is read from the journal when it is dispatched.
+func (b *Broker) hold(j *job, payload []byte) {
+	j.size = int32(len(payload))
+	if len(payload) == 0 || int64(len(payload)) > b.opts.PayloadCache/16 || b.cached+int64(len(payload)) > b.opts.PayloadCache {
+		return // a large one would take the room of many small ones
+	}
+	if len(payload) <= smallPayload {
+		// A small frame is carved from a buffer its connection shares
+		// with other frames: a copy does not keep that buffer alive.
+		payload = bytes.Clone(payload)
+	}
+	j.payload = payload
+	b.cached += int64(len(payload))
+}
+
+// smallPayload: payloads up to this size are copied into the cache.
+const smallPayload = 4 << 10
+
+// uncache drops j's payload from the cache.
+func (b *Broker) uncache(j *job) {
+	b.cached -= int64(len(j.payload))
+	j.payload = nil
+}
+
+// inMemory reports whether j can be sent without reading the journal.
+func (j *job) inMemory() bool { return j.payload != nil || j.size == 0 }
+
+// Reads are paced: one at a time, at most readBatch bytes of payloads
+// each, and none while the connections' send queues hold MaxSendBuffer
+// bytes or more (the loop looks again every readWait). So payloads read
+// and not yet written to their workers stay within about MaxSendBuffer
+// plus one batch, however many slots the workers offer.
+const (
+	readBatch = 16 << 20
+	readWait  = 5 * time.Millisecond
+)
+
+// readPayloads starts a read of the payloads of the jobs given out
+// without one, when no read is under way. It runs at the end of each
+// loop turn.
+func (b *Broker) readPayloads() {
+	if b.readBusy || len(b.toRead) == 0 {
+		return
+	}
+	if b.routers[frontend].QueuedBytes()+b.routers[backend].QueuedBytes() >= b.opts.MaxSendBuffer {
+		if b.readLater.due.slot == 0 {
+			b.timers.set(&b.readLater, b.after(time.Now(), readWait))
+		}
+		return
+	}
+	n, size := 0, int64(0)
+	for n < len(b.toRead) && (n == 0 || size+int64(b.toRead[n].size) <= readBatch) {
+		size += int64(b.toRead[n].size)
+		n++
+	}
+	jobs := slices.Clone(b.toRead[:n])
+	b.toRead = slices.Delete(b.toRead, 0, n)
+	var msgids []string
+	var at []int // index in jobs of each msgid
+	for i, j := range jobs {
+		if !j.inMemory() {
+			msgids, at = append(msgids, j.id), append(at, i)
+		}
+	}
+	b.readBusy = true
+	go func() {
+		payloads, errs := make([][]byte, len(jobs)), make([]error, len(jobs))
+		err := b.journal.Payloads(msgids, func(i int, p []byte, err error) { payloads[at[i]], errs[at[i]] = p, err })
+		for _, i := range at {
+			if err != nil && errs[i] == nil && payloads[i] == nil {
+				errs[i] = err
+			}
+		}
+		b.post(func() { b.payloadsRead(jobs, payloads, errs) })
+	}()
+}
+
+// payloadsRead sends the jobs whose payloads came back, if they are still
+// given out and the broker still dispatches.
+func (b *Broker) payloadsRead(jobs []*job, payloads [][]byte, errs []error) {
+	b.readBusy = false
+	now := time.Now()
+	for i, j := range jobs {
+		if !j.reading {
+			continue // taken back meanwhile (or sent by a later read)
+		}
+		w, err := j.holder, errs[i]
+		switch {
+		case err == nil && b.phase == serving:
+			if !j.inMemory() {
+				j.payload = payloads[i]
+			}
+			b.sendJob(w, j)
+		case err == nil: // stopping: it stays pending, journaled
+			b.takeBack(j)
+		case errors.Is(err, store.ErrNotFound):
+			b.log.Error("the journal has no payload for a job it holds pending; the job is dropped", "msgid", j.id, "err", err)
+			b.release(j)
+			b.forget(j)
+		default:
+			b.errLog.log(b.log, "journal could not read a payload; the job stays pending and is tried again",
+				"msgid", j.id, "retry_in", readRetry, "err", err)
+			b.release(j)
+			j.state = delayed
+			b.timers.set(j, b.after(now, readRetry))
+		}
+		if w.isWorker() && b.peers[w.key] == w && j.holder == nil {
+			w.free++ // its slot was never used
+			b.offer(w)
+		}
+	}
+}
+
+// stopReading ends the wait of j for its payload.
+func (b *Broker) stopReading(j *job) {
+	if j.reading {
+		j.reading = false
+		j.holder.reading--
+	}
+}
+
+// takeBack puts a job given out but not sent back at the head of its
+// queue: no attempt is counted, since no worker saw it.
+func (b *Broker) takeBack(j *job) {
+	b.release(j)
+	j.state = pending
+	j.q.jobs.pushFront(j)
+}
+
+// sendJob sends j to its worker, with reply-requested added so that every
+// worker answers with REPLY, and attempt:N from the second delivery on.
+func (b *Broker) sendJob(w *peer, j *job) {
+	b.stopReading(j)
+	h := j.headers
+	if !h.ReplyRequested() {
+		h = h.Set(emqp.HeaderReplyRequested, "")
+	}
+	if j.attempts > 0 {
+		h = h.Set(HeaderAttempt, strconv.Itoa(int(j.attempts)+1))
+	}
+	b.send(w.key, &emqp.Request{MsgID: j.id, Queue: j.q.name, Headers: h, Payload: j.payload})
+	b.stats.Dispatched.Add(1)
+	b.uncache(j) // the frames keep it until written
+}

@@ -1,0 +1,99 @@
+package zmtp
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+)
+
+// heldInbox keeps every message's frames, and its hold on the budget,
+// until the test releases them.
+type heldInbox struct {
+	mu   sync.Mutex
+	msgs [][][]byte
+	held []Held
+	got  chan struct{}
+}
+
+func (in *heldInbox) receive(_ string, frames [][]byte, held Held) {
+	in.mu.Lock()
+	in.msgs, in.held = append(in.msgs, frames), append(in.held, held)
+	in.mu.Unlock()
+	in.got <- struct{}{}
+}
+
+// Messages held by their receiver count against the budget: a sender
+// whose frame does not fit waits, unread, until one is released; a
+// frame larger than the budget can ever hold is refused; small frames do
+// not wait behind large ones.
+func TestBudgetHoldsWhatIsReceived(t *testing.T) {
+	t.Parallel()
+	budget := NewBudget(8 << 20) // 7 MiB for large frames
+	in := &heldInbox{got: make(chan struct{}, 16)}
+	r, err := Listen("tcp://127.0.0.1:0", Options{Receive: in.receive, Budget: budget, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	big := bytes.Repeat([]byte{7}, 3<<20)
+	for _, id := range []string{"a", "b", "c"} {
+		c := dial(t, r, id)
+		if err := c.WriteMsgs([][]byte{[]byte(id), big}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-in.got
+	<-in.got // two fit, the third waits
+	small := dial(t, r, "small")
+	if err := small.WriteMsgs([][]byte{[]byte("small"), make([]byte, 1000)}); err != nil {
+		t.Fatal(err)
+	}
+	<-in.got // not behind the waiting large one
+	in.mu.Lock()
+	if n, used := len(in.msgs), budget.Used(); n != 3 || used != 6<<20+1000 {
+		t.Fatalf("%d messages holding %d bytes; want the two large ones and the small one, 6 MiB + 1000", n, used)
+	}
+	budget.Release(in.held[0])
+	in.mu.Unlock()
+	<-in.got // the third, now that there is room
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.msgs) != 4 || !bytes.Equal(in.msgs[3][1], big) {
+		t.Fatalf("%d messages; the last should be the waiting large one", len(in.msgs))
+	}
+
+	tooBig := dial(t, r, "too-big")
+	if err := tooBig.WriteMsgs([][]byte{make([]byte, 7<<20+1)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tooBig.ReadMsg(); err == nil {
+		t.Fatal("a frame larger than the budget can hold was taken")
+	}
+}
+
+// A connection whose queue holds more than SendQueueBytes is dropped as
+// slow; a single message larger than that is still taken into an empty
+// queue.
+func TestSendQueueBytes(t *testing.T) {
+	t.Parallel()
+	in := newInbox()
+	r := listen(t, in, Options{SendQueueBytes: 1 << 20})
+	c := dial(t, r, "reader")
+	waitConnected(t, r, "reader")
+	if err := r.Send("reader", [][]byte{make([]byte, 2<<20)}); err != nil {
+		t.Fatalf("one message over the bound into an empty queue: %v", err)
+	}
+	if _, err := c.ReadMsg(); err != nil {
+		t.Fatal(err)
+	}
+	// A peer that does not read: the queue grows until the bound.
+	dial(t, r, "sleeper")
+	waitConnected(t, r, "sleeper")
+	var err error
+	for i := 0; i < 1000 && err == nil; i++ {
+		err = r.Send("sleeper", [][]byte{make([]byte, 256<<10)})
+	}
+	if err != ErrSlowPeer {
+		t.Fatalf("sending 256 MiB to a peer that does not read: %v, want ErrSlowPeer", err)
+	}
+}

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package store
+
+// dropPages does nothing where MADV_DONTNEED is not used (see
+// pages_linux.go).
+func dropPages([]byte) {}
+
+func dropRange(start, end uintptr) {}
