@@ -32,6 +32,17 @@
 // classes: ErrTooLarge answers too_large, ErrFenced stops the broker,
 // anything else on an Append answers unavailable.
 //
+// # Memory
+//
+// A job in memory is what dispatch needs (id, queue, headers, times,
+// attempts); its payload stays in the journal unless the payload cache
+// holds it, and is read when the job goes out (payloads.go). Received
+// messages hold room in a receive budget shared by both endpoints
+// (internal/zmtp, Budget) until the loop is done with them: a REQUEST
+// until its write lands, any other message until it is handled. Payload
+// reads wait while the send queues hold MaxSendBuffer. The README's
+// Memory section says how to size the limits.
+//
 // # Deadlines
 //
 // Everything that must happen at a time is one entry in one heap

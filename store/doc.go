@@ -56,8 +56,13 @@
 // caller's goroutine; the committer only checks for a duplicate msgid,
 // sets the sequence and puts two keys.
 //
-// Reads (Load, Get, List, Counts, Result) use their own read
-// transactions and never wait for the committer. Compact runs on the
+// Reads (Load, Payloads, Get, List, Counts, Result) use their own read
+// transactions and never wait for the committer. Load leaves payloads in
+// the file (only their sizes are read); Payloads copies them out when the
+// broker dispatches. bbolt maps the file read-only, and the pages a read
+// touches stay in the process's resident set: the store gives them back
+// to the kernel after opening, after Load and Payloads, and after commits
+// that write much (pages_linux.go). Compact runs on the
 // committer between two batches and briefly excludes readers while it
 // swaps the file.
 //
