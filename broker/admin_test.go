@@ -192,43 +192,55 @@ func TestAdminToken(t *testing.T) {
 	}
 }
 
+// scrapeMetrics reads the broker's /metrics.
+func scrapeMetrics(t *testing.T, b *bt.Broker) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + b.AdminAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mf, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mf
+}
+
+// metricValue is one metric's value (of the series whose first label is
+// label, when given).
+func metricValue(t *testing.T, mf map[string]*dto.MetricFamily, name, label string) float64 {
+	t.Helper()
+	f := mf[name]
+	if f == nil {
+		t.Fatalf("no metric %s", name)
+	}
+	for _, m := range f.Metric {
+		if label != "" && (len(m.Label) == 0 || m.Label[0].GetValue() != label) {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	t.Fatalf("%s{%s} not found", name, label)
+	return 0
+}
+
 // /metrics parses as Prometheus text, and its counters move with jobs.
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	b := bt.Start(t, "", withAdmin(""))
-	scrape := func() map[string]*dto.MetricFamily {
-		resp, err := http.Get("http://" + b.AdminAddr() + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		mf, err := parser.TextToMetricFamilies(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return mf
-	}
+	scrape := func() map[string]*dto.MetricFamily { return scrapeMetrics(t, b) }
 	value := func(mf map[string]*dto.MetricFamily, name, label string) float64 {
-		f := mf[name]
-		if f == nil {
-			t.Fatalf("no metric %s", name)
-		}
-		for _, m := range f.Metric {
-			if label != "" && (len(m.Label) == 0 || m.Label[0].GetValue() != label) {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
-			}
-		}
-		t.Fatalf("%s{%s} not found", name, label)
-		return 0
+		t.Helper()
+		return metricValue(t, mf, name, label)
 	}
 	before := scrape()
 	if value(before, "emq_jobs_acked_total", "") != 0 {

@@ -85,10 +85,11 @@ type Broker struct {
 	readLater  alarm // payloads wait for the send queues (payloads.go)
 	inFlight   int   // jobs held by workers
 	cached     int64 // bytes of payloads held (payloads.go)
-	toRead     []*job
-	readBusy   bool  // a read of payloads is under way
-	journaling int   // appends not yet done
-	fenced     error // the journal's ErrFenced: stop serving
+	toRead     []readReq
+	readBusy   bool    // a read of payloads is under way
+	idle       []*peer // workers given a slot back this turn (payloads.go)
+	journaling int     // appends not yet done
+	fenced     error   // the journal's ErrFenced: stop serving
 	out        outbox
 	useSeq     uint64 // for least-recently-used workers
 	errLog     logLimiter
@@ -135,7 +136,7 @@ func New(opts Options) (*Broker, error) {
 	b.beat.fire = b.heartbeat
 	b.sweep.fire = b.expireResults
 	b.drainEnd.fire = b.drainTimeout
-	b.readLater.fire = func(time.Time) {} // the turn's end reads
+	b.readLater.fire = func(time.Time) {} // only wakes the loop: the end of its turn reads
 	b.metrics = newMetrics(b)
 	open := opts.OpenJournal
 	if open == nil {
@@ -247,7 +248,7 @@ func (b *Broker) routerOptions(ep int) zmtp.Options {
 	return zmtp.Options{
 		MaxFrameSize:   b.opts.MaxFrameSize,
 		Budget:         b.budget,
-		SendQueueBytes: b.opts.MaxSendBuffer,
+		SendQueueBytes: b.opts.MaxSendBuffer + b.opts.MaxFrameSize, // beyond what the paced payload reads can queue
 		Logger:         b.log,
 		Receive: func(id string, frames [][]byte, held zmtp.Held) {
 			m, err := emqp.Decode(frames)
@@ -320,6 +321,7 @@ func (b *Broker) loop(ctx context.Context) {
 			}
 			b.phase = closing
 		}
+		b.offerIdle()
 		b.flush()
 		b.readPayloads()
 		if b.phase == draining && b.inFlight == 0 {

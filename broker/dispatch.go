@@ -1,9 +1,5 @@
 package broker
 
-import (
-	"time"
-)
-
 // queue is one named queue: its pending jobs in FIFO order and the workers
 // that serve it.
 type queue struct {
@@ -83,24 +79,19 @@ func (b *Broker) deliver(w *peer, j *job) {
 	j.state, j.holder = inFlight, w
 	w.held[j.id] = j
 	b.inFlight++
-	if j.timeout > 0 {
-		b.timers.set(j, b.after(time.Now(), j.timeout))
-	}
 	if j.inMemory() && w.reading == 0 {
-		b.sendJob(w, j)
+		b.sendJob(w, j, nil)
 		return
 	}
 	// Behind a read for the same worker, even a job in memory waits its
 	// turn: a worker gets its jobs in the order they were given.
-	j.reading = true
-	w.reading++
-	b.toRead = append(b.toRead, j)
+	b.startReading(j)
 }
 
 // release takes j from the worker holding it, and stops its timeout (and
 // the sending of its payload, if it was being read).
 func (b *Broker) release(j *job) {
-	b.stopReading(j)
+	b.stopReading(j, false)
 	if j.holder != nil {
 		delete(j.holder.held, j.id)
 		j.holder = nil

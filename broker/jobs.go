@@ -40,8 +40,10 @@ type job struct {
 	attempts  int32
 	retries   int32 // retry-count
 	state     jobState
-	removed   bool // by an admin while it was journaling: forget it once stored
-	reading   bool // given to its holder; its payload is being read
+	removed   bool   // by an admin while it was journaling: forget it once stored
+	reading   bool   // given to its holder; its payload is being read
+	front     bool   // delayed after a failed read: due, it goes to the head of its queue
+	readSeq   uint32 // which delivery's read is current (payloads.go)
 }
 
 func nanos(t time.Time) int64 {
@@ -355,13 +357,14 @@ func (b *Broker) undelivered(to peerKey, msgid string) {
 func (b *Broker) jobDue(j *job, now time.Time) {
 	switch j.state {
 	case delayed:
-		b.enqueue(j, now)
-	case inFlight:
-		if j.reading { // no worker has seen it yet
-			b.takeBack(j)
+		if j.front {
+			j.front, j.state = false, pending
+			j.q.jobs.pushFront(j)
 			b.fill(j.q)
 			return
 		}
+		b.enqueue(j, now)
+	case inFlight: // sent: a job being read has no deadline yet
 		b.stats.TimedOut.Add(1)
 		b.release(j)
 		b.attempt(j, fmt.Sprintf("timed out after %v", j.timeout), false)

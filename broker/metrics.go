@@ -63,10 +63,13 @@ var (
 	descScheds    = prometheus.NewDesc("emq_schedulers", "Connected schedulers (peers that SCHEDULEs are passed to).", nil, nil)
 	descFreeSlots = prometheus.NewDesc("emq_worker_free_slots", "Slots offered by workers (READY) and not used.", nil, nil)
 	descErrors    = prometheus.NewDesc("emq_"+ErrorsName+"_total", "ERRORs sent to peers, by code.", []string{"code"}, nil)
+	descCache     = prometheus.NewDesc("emq_payload_cache_bytes", "Bytes of payloads held in memory for dispatch (payload-cache).", nil, nil)
+	descReceived  = prometheus.NewDesc("emq_receive_buffer_bytes", "Bytes of received messages held (max-receive-buffer).", nil, nil)
+	descSending   = prometheus.NewDesc("emq_send_queue_bytes", "Bytes queued for sending, all connections together (max-send-buffer).", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descWorkers, descScheds, descFreeSlots, descErrors} {
+	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descWorkers, descScheds, descFreeSlots, descErrors, descCache, descReceived, descSending} {
 		ch <- d
 	}
 }
@@ -99,7 +102,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(len(workers)))
 	ch <- prometheus.MustNewConstMetric(descFreeSlots, prometheus.GaugeValue, float64(free))
 	var schedulers int
-	if c.b.onLoop(ctx, func() { schedulers = c.b.peerCount[roleScheduler] }) == nil {
+	var cached, sending int64
+	if c.b.onLoop(ctx, func() {
+		schedulers, cached = c.b.peerCount[roleScheduler], c.b.cached
+		sending = c.b.routers[frontend].QueuedBytes() + c.b.routers[backend].QueuedBytes()
+	}) == nil {
 		ch <- prometheus.MustNewConstMetric(descScheds, prometheus.GaugeValue, float64(schedulers))
+		ch <- prometheus.MustNewConstMetric(descCache, prometheus.GaugeValue, float64(cached))
+		ch <- prometheus.MustNewConstMetric(descSending, prometheus.GaugeValue, float64(sending))
 	}
+	ch <- prometheus.MustNewConstMetric(descReceived, prometheus.GaugeValue, float64(c.b.budget.Used()))
 }

@@ -48,7 +48,8 @@ type Options struct {
 	MaxReceiveBuffer int64
 	// MaxSendBuffer bounds the bytes queued for sending: payloads are read
 	// from the journal only while all connections together have less
-	// queued, and one connection with more is dropped as too slow.
+	// queued, and one connection with more than it plus MaxFrameSize
+	// waiting is dropped as too slow.
 	MaxSendBuffer int64
 	ResultTTL     time.Duration
 

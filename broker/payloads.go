@@ -3,7 +3,6 @@ package broker
 import (
 	"bytes"
 	"errors"
-	"slices"
 	"strconv"
 	"time"
 
@@ -36,8 +35,9 @@ func (b *Broker) hold(j *job, payload []byte) {
 		return // a large one would take the room of many small ones
 	}
 	if len(payload) <= smallPayload {
-		// A small frame is carved from a buffer its connection shares
-		// with other frames: a copy does not keep that buffer alive.
+		// A frame up to 512 bytes is carved from a buffer its connection
+		// shares with other frames (internal/zmtp's arena): a copy does
+		// not keep that buffer alive.
 		payload = bytes.Clone(payload)
 	}
 	j.payload = payload
@@ -45,7 +45,7 @@ func (b *Broker) hold(j *job, payload []byte) {
 }
 
 // smallPayload: payloads up to this size are copied into the cache.
-const smallPayload = 4 << 10
+const smallPayload = 512
 
 // uncache drops j's payload from the cache.
 func (b *Broker) uncache(j *job) {
@@ -79,49 +79,65 @@ func (b *Broker) readPayloads() {
 		}
 		return
 	}
-	n, size := 0, int64(0)
-	for n < len(b.toRead) && (n == 0 || size+int64(b.toRead[n].size) <= readBatch) {
-		size += int64(b.toRead[n].size)
-		n++
+	var batch []readReq
+	size := int64(0)
+	for len(b.toRead) > 0 && (len(batch) == 0 || size+int64(b.toRead[0].j.size) <= readBatch) {
+		r := b.toRead[0]
+		b.toRead = b.toRead[1:]
+		if r.current() { // else taken back (and maybe given again, under a later request)
+			batch = append(batch, r)
+			size += int64(r.j.size)
+		}
 	}
-	jobs := slices.Clone(b.toRead[:n])
-	b.toRead = slices.Delete(b.toRead, 0, n)
+	if len(b.toRead) == 0 {
+		b.toRead = nil // let go of the array
+	}
+	if len(batch) == 0 {
+		return
+	}
 	var msgids []string
-	var at []int // index in jobs of each msgid
-	for i, j := range jobs {
-		if !j.inMemory() {
-			msgids, at = append(msgids, j.id), append(at, i)
+	var at []int // index in batch of each msgid
+	for i, r := range batch {
+		if !r.j.inMemory() {
+			msgids, at = append(msgids, r.j.id), append(at, i)
 		}
 	}
 	b.readBusy = true
 	go func() {
-		payloads, errs := make([][]byte, len(jobs)), make([]error, len(jobs))
+		payloads, errs := make([][]byte, len(batch)), make([]error, len(batch))
 		err := b.journal.Payloads(msgids, func(i int, p []byte, err error) { payloads[at[i]], errs[at[i]] = p, err })
 		for _, i := range at {
 			if err != nil && errs[i] == nil && payloads[i] == nil {
 				errs[i] = err
 			}
 		}
-		b.post(func() { b.payloadsRead(jobs, payloads, errs) })
+		b.post(func() { b.payloadsRead(batch, payloads, errs) })
 	}()
 }
 
+// readReq is a job given out and waiting for its payload: which of its
+// deliveries it was asked for (a job taken back and given again is read
+// again, in its new place).
+type readReq struct {
+	j   *job
+	seq uint32
+}
+
+func (r readReq) current() bool { return r.j.reading && r.j.readSeq == r.seq }
+
 // payloadsRead sends the jobs whose payloads came back, if they are still
 // given out and the broker still dispatches.
-func (b *Broker) payloadsRead(jobs []*job, payloads [][]byte, errs []error) {
+func (b *Broker) payloadsRead(batch []readReq, payloads [][]byte, errs []error) {
 	b.readBusy = false
 	now := time.Now()
-	for i, j := range jobs {
-		if !j.reading {
-			continue // taken back meanwhile (or sent by a later read)
+	for i, r := range batch {
+		j := r.j
+		if !r.current() {
+			continue // taken back meanwhile
 		}
-		w, err := j.holder, errs[i]
-		switch {
+		switch err := errs[i]; {
 		case err == nil && b.phase == serving:
-			if !j.inMemory() {
-				j.payload = payloads[i]
-			}
-			b.sendJob(w, j)
+			b.sendJob(j.holder, j, payloads[i])
 		case err == nil: // stopping: it stays pending, journaled
 			b.takeBack(j)
 		case errors.Is(err, store.ErrNotFound):
@@ -132,22 +148,48 @@ func (b *Broker) payloadsRead(jobs []*job, payloads [][]byte, errs []error) {
 			b.errLog.log(b.log, "journal could not read a payload; the job stays pending and is tried again",
 				"msgid", j.id, "retry_in", readRetry, "err", err)
 			b.release(j)
-			j.state = delayed
+			j.state, j.front = delayed, true // back to the head of its queue when due
 			b.timers.set(j, b.after(now, readRetry))
-		}
-		if w.isWorker() && b.peers[w.key] == w && j.holder == nil {
-			w.free++ // its slot was never used
-			b.offer(w)
 		}
 	}
 }
 
-// stopReading ends the wait of j for its payload.
-func (b *Broker) stopReading(j *job) {
-	if j.reading {
-		j.reading = false
-		j.holder.reading--
+// startReading puts j in line for its payload, read for its holder.
+func (b *Broker) startReading(j *job) {
+	j.reading = true
+	j.readSeq++
+	j.holder.reading++
+	b.toRead = append(b.toRead, readReq{j, j.readSeq})
+}
+
+// stopReading ends the wait of j for its payload. Taken back unsent, the
+// job gives its worker's slot back: the worker never saw it, and will not
+// offer that slot again.
+func (b *Broker) stopReading(j *job, sent bool) {
+	if !j.reading {
+		return
 	}
+	j.reading = false
+	w := j.holder
+	w.reading--
+	if !sent && b.peers[w.key] == w {
+		w.free++
+		b.idle = append(b.idle, w)
+	}
+}
+
+// offerIdle offers their slots again to workers that got some back. It
+// runs at the end of each loop turn, when the jobs taken back are in
+// their queues again.
+func (b *Broker) offerIdle() {
+	for len(b.idle) > 0 {
+		w := b.idle[0]
+		b.idle = b.idle[1:]
+		if b.peers[w.key] == w {
+			b.offer(w)
+		}
+	}
+	b.idle = nil
 }
 
 // takeBack puts a job given out but not sent back at the head of its
@@ -158,10 +200,14 @@ func (b *Broker) takeBack(j *job) {
 	j.q.jobs.pushFront(j)
 }
 
-// sendJob sends j to its worker, with reply-requested added so that every
-// worker answers with REPLY, and attempt:N from the second delivery on.
-func (b *Broker) sendJob(w *peer, j *job) {
-	b.stopReading(j)
+// sendJob sends j to its worker with payload (nil: the cached one), with
+// reply-requested added so that every worker answers with REPLY, and
+// attempt:N from the second delivery on.
+func (b *Broker) sendJob(w *peer, j *job, payload []byte) {
+	b.stopReading(j, true)
+	if payload == nil {
+		payload = j.payload
+	}
 	h := j.headers
 	if !h.ReplyRequested() {
 		h = h.Set(emqp.HeaderReplyRequested, "")
@@ -169,7 +215,10 @@ func (b *Broker) sendJob(w *peer, j *job) {
 	if j.attempts > 0 {
 		h = h.Set(HeaderAttempt, strconv.Itoa(int(j.attempts)+1))
 	}
-	b.send(w.key, &emqp.Request{MsgID: j.id, Queue: j.q.name, Headers: h, Payload: j.payload})
+	b.send(w.key, &emqp.Request{MsgID: j.id, Queue: j.q.name, Headers: h, Payload: payload})
 	b.stats.Dispatched.Add(1)
+	if j.timeout > 0 { // from now: the time the worker has, not the time its payload took
+		b.timers.set(j, b.after(time.Now(), j.timeout))
+	}
 	b.uncache(j) // the frames keep it until written
 }

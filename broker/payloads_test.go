@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -106,5 +107,86 @@ func TestPayloadReadFailureLosesNothing(t *testing.T) {
 	}
 	if n := fr.failed.Load(); n < 3 {
 		t.Fatalf("the flaky payload was read %d times, want 2 failures and a success", n)
+	}
+}
+
+// The payload cache holds at most --payload-cache bytes, and nothing once
+// the jobs it held are dispatched, whether their payloads came from it or
+// from the journal.
+func TestPayloadCacheStaysWithinItsBound(t *testing.T) {
+	t.Parallel()
+	const cache = 64 << 10 // a payload of 4 KiB at most
+	b := bt.Start(t, "", func(o *broker.Options) { withAdmin("")(o); o.PayloadCache = cache })
+	client := bt.Dial(t, b.Frontend(), "c")
+	p := bytes.Repeat([]byte{'x'}, 4000)
+	for range 40 { // 16 cached, 24 not
+		client.Request("q", "", p)
+	}
+	w := bt.Worker(t, b.Backend(), "w", "q")
+	w.Ready(40)
+	for range 40 {
+		r := bt.Expect[*emqp.Request](w)
+		w.Reply(r.MsgID, nil)
+	}
+	w.Sync()
+	if got := metricValue(t, scrapeMetrics(t, b), "emq_payload_cache_bytes", ""); got != 0 {
+		t.Fatalf("payload cache holds %v bytes after every job was dispatched", got)
+	}
+	for range 40 {
+		client.Request("idle", "", p)
+	}
+	if got := metricValue(t, scrapeMetrics(t, b), "emq_payload_cache_bytes", ""); got != 16*4000 {
+		t.Fatalf("payload cache holds %v bytes for 40 jobs of 4,000 bytes; want 16 of them, %d", got, 16*4000)
+	}
+}
+
+// gatedReads holds every payload read until open is closed.
+type gatedReads struct {
+	store.Journal
+	open chan struct{}
+}
+
+func (g gatedReads) Payloads(msgids []string, fn func(int, []byte, error)) error {
+	<-g.open
+	return g.Journal.Payloads(msgids, fn)
+}
+
+// A job taken back while its payload is being read (an admin removed it,
+// or purged its queue) gives its worker's slot back: the worker never saw
+// the job, and does not offer that slot again. The next job reaches the
+// worker.
+func TestSlotComesBackWhenAJobIsTakenBackUnsent(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"remove", "purge"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			dir, open := t.TempDir(), make(chan struct{})
+			b := bt.Start(t, dir, func(o *broker.Options) {
+				fast(o)
+				o.Admin, o.PayloadCache = "127.0.0.1:0", 0
+				o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { return gatedReads{j, open} })
+			})
+			client := bt.Dial(t, b.Frontend(), "c")
+			first := client.Request("q", "", []byte("first"))
+			w := bt.Worker(t, b.Backend(), "w", "q")
+			w.Ready(1)
+			bt.Eventually(t, "the job given out", func() bool {
+				return metricValue(t, scrapeMetrics(t, b), "emq_queue_inflight_jobs", "q") == 1
+			})
+			var err error
+			if how == "remove" {
+				err = b.RemoveJob(context.Background(), first)
+			} else {
+				_, err = b.PurgeQueue(context.Background(), "q")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := client.Request("q", "", []byte("second"))
+			close(open)
+			if r := bt.Expect[*emqp.Request](w); r.MsgID != want {
+				t.Fatalf("worker got %s, want %s", r.MsgID, want)
+			}
+		})
 	}
 }

@@ -288,21 +288,20 @@ func (b *Bolt) commit(batch []write) {
 		b.opts.OnCommit(len(batch), time.Since(start))
 	}
 	size := 0
-	for _, w := range batch {
-		size += w.size
-	}
-	if size >= dropAfter || time.Since(b.dropped) >= dropEvery {
-		// bbolt reads the file's mapping as it writes: it rewrites the
-		// leaves next to what changed, large values included.
-		_ = b.view(func(tx *bolt.Tx) error { dropMapping(tx); return nil })
-		b.dropped = time.Now()
-	}
 	for i, w := range batch {
+		size += w.size
 		if err != nil {
 			w.finish(err)
 		} else {
 			w.finish(own[i])
 		}
+	}
+	if size >= dropAfter || time.Since(b.dropped) >= dropEvery {
+		// bbolt reads the file's mapping as it writes: it rewrites the
+		// leaves next to what changed, large values included. After the
+		// writes are reported: no ACK waits for this.
+		_ = b.view(func(tx *bolt.Tx) error { dropMapping(tx); return nil })
+		b.dropped = time.Now()
 	}
 }
 

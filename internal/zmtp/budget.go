@@ -1,16 +1,23 @@
 package zmtp
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Budget bounds the bytes of received frames that the connections sharing
 // it hold at once: frames being read, and messages read but not yet
 // released by their receiver. Before a frame's body is read its whole
 // size is reserved, waiting while there is no room: the connection is
-// not read meanwhile, and TCP holds its sender back. A reservation is
-// never grown, so readers cannot each hold part of the room and wait for
-// more: the budget cannot deadlock. The body itself is allocated only
-// once its first bytes arrive, so a frame announced and never sent holds
-// room, not memory, and the reader's deadline (minRate) ends it.
+// not read meanwhile, and TCP holds its sender back. A reader that holds
+// nothing yet may wait as long as it takes: others' messages end and give
+// their room back. One that holds room for earlier frames of its message
+// could wait for room others hold the same way, so it waits at most
+// minGrace, then its connection is dropped and its room given back; and a
+// message that could never fit whole is refused as too large. The body
+// itself is allocated only once its first bytes arrive, so a frame
+// announced and never sent holds room, not memory, and the reader's
+// deadline (minRate) ends it.
 //
 // Frames up to smallFrame come from a pool of their own (an eighth of the
 // budget), so that senders of large frames, slow ones included, cannot
@@ -41,14 +48,6 @@ func NewBudget(max int64) *Budget {
 // refused as too large.
 func (b *Budget) Max() uint64 { return uint64(b.pools[1].max) }
 
-// maxOr is Max, or def for no budget.
-func (b *Budget) maxOr(def uint64) uint64 {
-	if b == nil {
-		return def
-	}
-	return b.Max()
-}
-
 func poolOf(n int64) int {
 	if n <= smallFrame {
 		return 0
@@ -56,9 +55,9 @@ func poolOf(n int64) int {
 	return 1
 }
 
-// acquire reserves n bytes, waiting for room until cancel is closed
-// (then it reports false).
-func (b *Budget) acquire(n int64, cancel <-chan struct{}) bool {
+// acquire reserves n bytes, waiting for room until cancel is closed or
+// timeout comes (nil: none); then it reports false.
+func (b *Budget) acquire(n int64, cancel <-chan struct{}, timeout <-chan time.Time) bool {
 	p := poolOf(n)
 	for {
 		b.mu.Lock()
@@ -73,9 +72,14 @@ func (b *Budget) acquire(n int64, cancel <-chan struct{}) bool {
 		case <-changed:
 		case <-cancel:
 			return false
+		case <-timeout:
+			return false
 		}
 	}
 }
+
+// total is what h holds in all.
+func (h Held) total() int64 { return h.small + h.large }
 
 // add counts a reservation of n bytes in h.
 func (h *Held) add(n int64) {

@@ -2,8 +2,11 @@ package zmtp
 
 import (
 	"bytes"
+	"encoding/binary"
+	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // heldInbox keeps every message's frames, and its hold on the budget,
@@ -95,5 +98,79 @@ func TestSendQueueBytes(t *testing.T) {
 	}
 	if err != ErrSlowPeer {
 		t.Fatalf("sending 256 MiB to a peer that does not read: %v, want ErrSlowPeer", err)
+	}
+}
+
+// A message whose frames together could never fit in the budget is
+// refused as too large (each frame alone would fit), and its room goes
+// back at once: an honest peer's large frame is read.
+func TestBudgetRefusesAMessageThatCannotFit(t *testing.T) {
+	t.Parallel()
+	budget := NewBudget(1 << 20) // 896 KiB for large frames
+	in := &heldInbox{got: make(chan struct{}, 16)}
+	r, err := Listen("tcp://127.0.0.1:0", Options{Receive: func(id string, f [][]byte, h Held) {
+		budget.Release(h)
+		in.receive(id, f, h)
+	}, Budget: budget, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	c := dial(t, r, "two-large")
+	_ = c.WriteMsgs([][]byte{make([]byte, 500_000), make([]byte, 500_000)})
+	if _, err := c.ReadMsg(); err == nil {
+		t.Fatal("a 1,000,000-byte message was taken into a budget of 896 KiB for large frames")
+	}
+	d := dial(t, r, "honest")
+	if err := d.WriteMsgs([][]byte{make([]byte, 600_000)}); err != nil {
+		t.Fatal(err)
+	}
+	<-in.got
+	if used := budget.Used(); used != 0 {
+		t.Fatalf("budget holds %d bytes after every message was released", used)
+	}
+}
+
+// Two connections each holding the first large frame of a message and
+// waiting for room for the second, which only the other could give: a
+// waiter holding room waits at most minGrace, then is dropped and its
+// room goes back, so the other can go on (or is dropped too): nothing is
+// held for ever.
+func TestBudgetWaitWhileHoldingEnds(t *testing.T) {
+	t.Parallel()
+	budget := NewBudget(1 << 20)
+	r, err := Listen("tcp://127.0.0.1:0", Options{Receive: func(_ string, _ [][]byte, h Held) { budget.Release(h) },
+		Budget: budget, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	frame := func(more bool, n int) []byte {
+		flags := byte(flagLong)
+		if more {
+			flags |= flagMore
+		}
+		return append(binary.BigEndian.AppendUint64([]byte{flags}, uint64(n)), make([]byte, n)...)
+	}
+	var ncs []net.Conn
+	for _, id := range []string{"a", "b"} {
+		nc := rawConn(t, r)
+		ncs = append(ncs, nc)
+		if _, err := nc.Write(append(rawHandshake(id), frame(true, 400_000)...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); budget.Used() != 800_000; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("budget used %d, want both first frames' 800,000", budget.Used())
+		}
+	}
+	for _, nc := range ncs {
+		go nc.Write(frame(false, 200_000)) // does not fit beside the other's
+	}
+	for deadline := time.Now().Add(minGrace + 5*time.Second); budget.Used() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("budget still holds %d bytes %v after the readers began to wait for each other", budget.Used(), minGrace+5*time.Second)
+		}
 	}
 }

@@ -45,6 +45,7 @@ var (
 	ErrNoPeer        = errors.New("zmtp: no live connection for this routing id")
 	ErrSlowPeer      = errors.New("zmtp: peer does not read; its send queue is full")
 	ErrClosed        = errors.New("zmtp: closed")
+	ErrNoRoom        = errors.New("zmtp: no room in the receive budget for the rest of a message")
 )
 
 // TooLargeError reports a frame header announcing more than the limit.
@@ -189,12 +190,21 @@ func (c *Conn) readFrame() (byte, []byte, error) {
 		}
 		size = binary.BigEndian.Uint64(c.hdr[:])
 	}
-	if size > c.max || c.budget != nil && size > c.budget.Max() {
-		return 0, nil, &TooLargeError{Size: size, Max: min(c.max, c.budget.maxOr(c.max))}
+	if size > c.max {
+		return 0, nil, &TooLargeError{Size: size, Max: c.max}
 	}
 	if c.budget != nil && size > arenaMax {
-		if !c.budget.acquire(int64(size), c.done) {
-			return 0, nil, ErrClosed
+		if limit := c.budget.Max(); uint64(c.held.total())+size > limit {
+			return 0, nil, &TooLargeError{Size: size, Max: limit - uint64(c.held.total())}
+		}
+		var timeout <-chan time.Time
+		if c.held != (Held{}) {
+			t := time.NewTimer(minGrace)
+			defer t.Stop()
+			timeout = t.C
+		}
+		if !c.budget.acquire(int64(size), c.done, timeout) {
+			return 0, nil, ErrNoRoom
 		}
 		c.held.add(int64(size))
 	}

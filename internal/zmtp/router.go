@@ -21,9 +21,10 @@ type Options struct {
 	HandshakeTimeout time.Duration // for the ZMTP handshake; 0 = 5s
 	WriteTimeout     time.Duration // a write blocked this long drops the peer; 0 = 10s
 	SendQueue        int           // sends (each one message or a batch) queued per connection; 0 = 8192
-	// SendQueueBytes bounds the bytes queued for one connection: a send
-	// beyond it drops the peer as slow (a single message of any size is
-	// taken into an empty queue). 0 = 64 MiB.
+	// SendQueueBytes bounds the bytes waiting for one connection's writer
+	// (not counting the batch it is writing): a send beyond it drops the
+	// peer as slow (a single message of any size is taken into an empty
+	// queue). 0 = 64 MiB.
 	SendQueueBytes int64
 	// Budget bounds the bytes of received messages held by every
 	// connection together (budget.go); nil = no bound but MaxFrameSize.
@@ -245,14 +246,15 @@ type routerConn struct {
 	r  *Router
 	id string
 
-	mu     sync.Mutex // guards closed against sends into out
-	closed bool
-	out    chan [][][]byte // batches of messages
-	once   sync.Once
-	stop   chan struct{} // end: write what is queued, then close
-	kill   chan struct{} // end now: what is queued is undelivered
-	linger atomic.Bool   // the read loop has ended: close with lingerClose
-	queued atomic.Int64  // bytes in out and being written
+	mu      sync.Mutex // guards closed against sends into out
+	closed  bool
+	out     chan [][][]byte // batches of messages
+	once    sync.Once
+	stop    chan struct{} // end: write what is queued, then close
+	kill    chan struct{} // end now: what is queued is undelivered
+	linger  atomic.Bool   // the read loop has ended: close with lingerClose
+	queued  atomic.Int64  // bytes in out and being written (Router.QueuedBytes)
+	waiting atomic.Int64  // bytes in out: what SendQueueBytes bounds
 }
 
 func (rc *routerConn) send(msgs [][][]byte) error {
@@ -262,10 +264,11 @@ func (rc *routerConn) send(msgs [][][]byte) error {
 		rc.mu.Unlock()
 		return ErrNoPeer
 	}
-	if q := rc.queued.Load(); q == 0 || q+n <= rc.r.opts.SendQueueBytes {
+	if w := rc.waiting.Load(); w == 0 || w+n <= rc.r.opts.SendQueueBytes {
 		select {
 		case rc.out <- msgs:
 			rc.count(n)
+			rc.waiting.Add(n)
 			rc.mu.Unlock()
 			return nil
 		default:
@@ -273,7 +276,7 @@ func (rc *routerConn) send(msgs [][][]byte) error {
 	}
 	rc.mu.Unlock()
 	rc.r.opts.Logger.Warn("zmtp: peer does not read; disconnecting it",
-		"id", PrintableID(rc.id), "remote", rc.RemoteAddr().String(), "queued", len(rc.out), "queued_bytes", rc.queued.Load())
+		"id", PrintableID(rc.id), "remote", rc.RemoteAddr().String(), "queued", len(rc.out), "queued_bytes", rc.waiting.Load())
 	rc.end(false)
 	return ErrSlowPeer
 }
@@ -346,6 +349,7 @@ func (rc *routerConn) writeLoop() {
 	for {
 		select {
 		case msgs := <-rc.out:
+			rc.waiting.Add(-batchSize(msgs))
 			batch = rc.gather(append(batch[:0], msgs...))
 			err := rc.WriteMsgs(batch...)
 			rc.count(-batchSize(batch))
@@ -404,9 +408,9 @@ func (rc *routerConn) gather(batch [][][]byte) [][][]byte {
 		select {
 		case msgs := <-rc.out:
 			batch = append(batch, msgs...)
-			for _, m := range msgs {
-				n += msgSize(m)
-			}
+			k := batchSize(msgs)
+			rc.waiting.Add(-k)
+			n += int(k)
 		default:
 			return batch
 		}
@@ -420,7 +424,9 @@ func (rc *routerConn) drain() {
 	for {
 		select {
 		case msgs := <-rc.out:
-			rc.count(-batchSize(msgs))
+			k := batchSize(msgs)
+			rc.count(-k)
+			rc.waiting.Add(-k)
 			rc.undelivered(msgs)
 		default:
 			return
