@@ -30,6 +30,7 @@ var (
 	Dead      = []byte("dead")       // queue key + seq -> msgid: dead letters
 	Results   = []byte("results")    // msgid -> expiry (8 bytes, unix ns) + result payload
 	ResultExp = []byte("result_exp") // expiry (8 bytes, unix ns) + msgid -> nothing (since step 2)
+	Schedules = []byte("schedules")  // schedule id -> schedule record (since step 3)
 
 	schemaKey = []byte("schema")
 )
@@ -65,6 +66,10 @@ var Steps = []Step{
 			}
 			return idx.Put(ResultExpKey(v[:8], msgid), nil)
 		})
+	}},
+	{3, "keep schedules", func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(Schedules)
+		return err
 	}},
 }
 

@@ -54,6 +54,27 @@ type Journal interface {
 	// how many it deleted.
 	ExpireResults(now time.Time, done func(removed int, err error))
 
+	// PutSchedule stores s, or replaces the schedule of its ID; created
+	// reports a new one. An empty ID or queue, or one over its limit, is
+	// ErrInvalidJob.
+	PutSchedule(s *Schedule, done func(created bool, err error))
+	// RemoveSchedule deletes a schedule; found is false when there was
+	// none.
+	RemoveSchedule(id string, done func(found bool, err error))
+	// PauseSchedule pauses or resumes a schedule (ErrNotFound).
+	PauseSchedule(id string, paused bool, done func(*Schedule, error))
+	// FireSchedule makes the fire of schedule id due at due, in one
+	// transaction: a new pending job msgid, made of the schedule's queue,
+	// headers and payload (as Append would store it; msgid "" skips this
+	// fire, making no job), the fire counted (Fires, LastFire, one fewer
+	// Left), and Next moved to next. A schedule with no fires left, or
+	// with a zero next, is removed. due must be the schedule's Next, or
+	// the fire was made already (or the schedule changed since):
+	// ErrWrongState, nothing changed; no such schedule is ErrNotFound.
+	// done gets the job stored, with dup when its msgid was stored
+	// already (no new job), or nil when the fire was skipped.
+	FireSchedule(id string, due, next time.Time, msgid string, done func(j *Job, dup bool, err error))
+
 	// Load calls fn for every pending job, queue by queue, each queue in
 	// FIFO order, without holding them all in memory, and without their
 	// payloads (Payload is nil, PayloadSize set): read those with Payloads
@@ -73,6 +94,10 @@ type Journal interface {
 	List(opts ListOptions) (Page, error)
 	// Counts returns the number of jobs per queue and state.
 	Counts() ([]Count, error)
+	// LoadSchedules calls fn for every schedule, by ID.
+	LoadSchedules(fn func(*Schedule) error) error
+	// GetSchedule returns one schedule; ErrNotFound when there is none.
+	GetSchedule(id string) (*Schedule, error)
 	// Result returns a kept result; ErrNotFound when there is none (or its
 	// time is up).
 	Result(msgid string) ([]byte, error)

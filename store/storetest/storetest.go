@@ -65,6 +65,11 @@ var checks = []check{
 	{name: "CloseFinishesQueuedWrites", run: closeFinishesQueuedWrites},
 	{name: "WritesAfterCloseFailWithErrClosed", run: writesAfterCloseFail},
 	{name: "ConcurrentWritersAndReadersLoseNothing", run: concurrentUseLosesNothing},
+
+	{name: "PutScheduleKeepsEveryField", run: putScheduleKeepsEveryField},
+	{name: "RemoveAndPauseSchedules", run: removeAndPauseSchedules},
+	{name: "FireMakesOneJobAndMovesNext", run: fireMakesOneJobAndMovesNext},
+	{name: "FireEndsSchedules", run: fireEndsSchedules},
 }
 
 // Run runs every conformance test against h, each as a parallel subtest
