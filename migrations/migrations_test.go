@@ -52,7 +52,7 @@ func TestUpgradeCarriesDataOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, to, err := migrations.Apply(db); err != nil || to != 2 {
+	if _, to, err := migrations.Apply(db); err != nil || to != migrations.Latest() {
 		t.Fatalf("upgrade: %d, %v", to, err)
 	}
 	err = db.View(func(tx *bolt.Tx) error {
@@ -61,6 +61,9 @@ func TestUpgradeCarriesDataOver(t *testing.T) {
 		}
 		if v := tx.Bucket(migrations.Results).Get([]byte("m1")); string(v[8:]) != "result" {
 			return errors.New("the result itself changed")
+		}
+		if tx.Bucket(migrations.Schedules) == nil {
+			return errors.New("no schedules bucket after step 3")
 		}
 		return nil
 	})
