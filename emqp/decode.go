@@ -218,10 +218,10 @@ func decodeSchedule(cmd Command, id []byte, f [][]byte) (*Schedule, error) {
 		return nil, errorf(ErrInterval, cmd, m.MsgID, "%s: the interval %s is not a whole number of seconds, or -1 for cron", cmd, quote(f[2]))
 	}
 	m.Interval = n
-	if n == CronInterval {
-		if k := len(strings.Fields(m.Cron)); k < 5 || k > 6 {
-			return nil, errorf(ErrCron, cmd, m.MsgID, "%s: interval -1 needs a cron expression of 5 or 6 fields, got %q", cmd, m.Cron)
-		}
+	// An UNSCHEDULE names its schedule by payload (EventMQ's client sends
+	// -1 and no cron); the broker parses a SCHEDULE's cron expression.
+	if n == CronInterval && cmd == CmdSchedule && strings.TrimSpace(m.Cron) == "" {
+		return nil, errorf(ErrCron, cmd, m.MsgID, "%s: interval -1 needs a cron expression", cmd)
 	}
 	return m, nil
 }

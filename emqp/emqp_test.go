@@ -110,7 +110,7 @@ func TestDecodeErrorsNameTheProblem(t *testing.T) {
 		{[]string{"", "eMQP/1.0", "REQUEST", "m", strings.Repeat("q", 256), "", ""}, emqp.ErrQueue, "over the limit of 255"},
 		{[]string{"", "eMQP/1.0", "REQUEST", "m", "q", ":5", ""}, emqp.ErrHeaders, "has a colon but no name"},
 		{[]string{"", "eMQP/1.0", "SCHEDULE", "m", "q", "", "-2", "", ""}, emqp.ErrInterval, "-1 for cron"},
-		{[]string{"", "eMQP/1.0", "SCHEDULE", "m", "q", "", "-1", "", "* *"}, emqp.ErrCron, "5 or 6 fields"},
+		{[]string{"", "eMQP/1.0", "SCHEDULE", "m", "q", "", "-1", "", " "}, emqp.ErrCron, "needs a cron expression"},
 		{[]string{"", "eMQP/1.0", "INFORM", "m", `[[10, ""]]`}, emqp.ErrQueues, "empty"},
 		{[]string{"", "eMQP/1.0", "INFORM", "m", `[["10", "a"]]`}, emqp.ErrQueues, "not [weight"},
 	}
@@ -295,5 +295,16 @@ func TestReadMessageSkipsUndecodable(t *testing.T) {
 	}
 	if _, err := emqp.ReadMessage(read, nil); err != io.EOF {
 		t.Fatalf("end of the stream: %v", err)
+	}
+}
+
+// EventMQ's client unschedules with interval -1 and no cron: the
+// schedule is named by its payload, and the UNSCHEDULE is taken.
+func TestUnscheduleNeedsNoCron(t *testing.T) {
+	t.Parallel()
+	m, err := emqp.Decode([][]byte{[]byte(""), []byte("eMQP/1.0"), []byte("UNSCHEDULE"), []byte("m"), []byte("q"),
+		[]byte("guarantee"), []byte("-1"), []byte(`["run", {}]`), []byte("")})
+	if u, ok := m.(*emqp.Unschedule); err != nil || !ok || u.Interval != emqp.CronInterval {
+		t.Fatalf("UNSCHEDULE as EventMQ's client sends it: %+v, %v", m, err)
 	}
 }
