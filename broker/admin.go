@@ -76,17 +76,23 @@ func NewJobInfo(j *store.Job, worker string, withPayload bool) JobInfo {
 	if worker != "" {
 		ji.State = "inflight"
 	}
-	p := j.Payload[:min(len(j.Payload), PreviewLen)]
-	ji.Preview = strings.Map(func(r rune) rune {
+	ji.Preview = preview(j.Payload)
+	if withPayload {
+		ji.Payload = base64.StdEncoding.EncodeToString(j.Payload)
+	}
+	return ji
+}
+
+// preview is a payload's first PreviewLen bytes as text: invalid UTF-8
+// shown as U+FFFD, control characters but newline and tab as dots.
+func preview(payload []byte) string {
+	p := payload[:min(len(payload), PreviewLen)]
+	return strings.Map(func(r rune) rune {
 		if r < 0x20 && r != '\n' && r != '\t' || r == 0x7f {
 			return '.'
 		}
 		return r
 	}, strings.ToValidUTF8(string(p), string(utf8.RuneError)))
-	if withPayload {
-		ji.Payload = base64.StdEncoding.EncodeToString(j.Payload)
-	}
-	return ji
 }
 
 // JobPage is a page of jobs; pass Next as after for the next page.

@@ -71,7 +71,8 @@ type Broker struct {
 	clientIDs  map[string]string  // see intern
 	resent     map[*job][]peerKey // REQUESTs to answer when a job's write lands
 	queues     map[string]*queue
-	peers      map[peerKey]*peer // workers and schedulers: the one peer table
+	peers      map[peerKey]*peer    // workers and schedulers: the one peer table
+	scheds     map[string]*schedule // the schedules, by id (schedules.go)
 	peerCount  [roleScheduler + 1]int
 	schedulers []*peer     // the order SCHEDULEs go round in
 	timers     deadlines   // every deadline (deadlines.go)
@@ -128,6 +129,7 @@ func New(opts Options) (*Broker, error) {
 		resent:    make(map[*job][]peerKey),
 		queues:    make(map[string]*queue),
 		peers:     make(map[peerKey]*peer),
+		scheds:    make(map[string]*schedule),
 		epoch:     time.Now(),
 		clock:     time.NewTimer(time.Hour),
 	}
@@ -201,7 +203,11 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 	}
 	debug.FreeOSMemory() // what decoding the journal left behind
 	b.metrics.replay.Set(time.Since(start).Seconds())
-	b.log.Info("journal replayed", "jobs", n, "took", time.Since(start).Round(time.Millisecond),
+	ns, err := b.replaySchedules()
+	if err != nil {
+		return fmt.Errorf("replaying the journal's schedules: %w", err)
+	}
+	b.log.Info("journal replayed", "jobs", n, "schedules", ns, "took", time.Since(start).Round(time.Millisecond),
 		"journal", journalName(b.journal))
 
 	for ep, addr := range []string{b.opts.Frontend, b.opts.Backend} {
@@ -409,6 +415,8 @@ func (b *Broker) fireDue(now time.Time) {
 			b.jobDue(x, now)
 		case *peer:
 			b.peerDue(x, now)
+		case *schedule:
+			b.scheduleDue(x)
 		case *alarm:
 			x.fire(now)
 		}
@@ -512,9 +520,17 @@ func (b *Broker) handle(in inbound) {
 			b.lose(p, p.role.String()+" said goodbye")
 		}
 	case *emqp.Schedule:
-		b.schedule(in.from, m)
+		if b.opts.ForwardSchedules {
+			b.forwardSchedule(in.from, m)
+		} else {
+			b.putSchedule(in.from, m)
+		}
 	case *emqp.Unschedule:
-		b.unschedule(in.from, m)
+		if b.opts.ForwardSchedules {
+			b.forwardUnschedule(in.from, m)
+		} else {
+			b.removeSchedule(in.from, m)
+		}
 	default: // ACK, ERROR: not for the broker
 		b.stats.Ignored.Add(1)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/eventmq/emq/broker"
 	bt "github.com/eventmq/emq/internal/brokertest"
 )
 
@@ -22,7 +23,9 @@ func TestInteropLibzmq(t *testing.T) {
 		}
 		t.Skip("python3-zmq is not installed (apt-get install -y python3-zmq)")
 	}
-	b := bt.Start(t, "", nil) // HEARTBEATs once a second, the default
+	// HEARTBEATs once a second, the default; the EventMQ scheduler's part
+	// needs schedules passed to it.
+	b := bt.Start(t, "", func(o *broker.Options) { o.ForwardSchedules = true })
 	out, err := exec.Command(python, "testdata/interop.py", b.Frontend(), b.Backend()).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "ok" {
 		t.Fatalf("interop.py: %v\n%s", err, out)

@@ -10,10 +10,11 @@ import (
 
 // metrics are the broker's Prometheus metrics, in a registry of its own.
 type metrics struct {
-	reg         *prometheus.Registry
-	commitTime  prometheus.Histogram
-	commitBatch prometheus.Histogram
-	replay      prometheus.Gauge
+	reg          *prometheus.Registry
+	commitTime   prometheus.Histogram
+	commitBatch  prometheus.Histogram
+	replay       prometheus.Gauge
+	fireLateness prometheus.Histogram
 }
 
 func newMetrics(b *Broker) *metrics {
@@ -33,8 +34,13 @@ func newMetrics(b *Broker) *metrics {
 			Name: "emq_replay_duration_seconds",
 			Help: "Time the last start-up took to load the journal.",
 		}),
+		fireLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "emq_schedule_fire_lateness_seconds",
+			Help:    "How long after its due time a schedule's fire was made (catch-up fires included).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 20),
+		}),
 	}
-	m.reg.MustRegister(m.commitTime, m.commitBatch, m.replay, &stateCollector{b},
+	m.reg.MustRegister(m.commitTime, m.commitBatch, m.replay, m.fireLateness, &stateCollector{b},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, c := range Counters {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.Metric, Help: c.Help},
@@ -66,10 +72,11 @@ var (
 	descCache     = prometheus.NewDesc("emq_payload_cache_bytes", "Bytes of payloads held in memory for dispatch (payload-cache).", nil, nil)
 	descReceived  = prometheus.NewDesc("emq_receive_buffer_bytes", "Bytes of received messages held (max-receive-buffer).", nil, nil)
 	descSending   = prometheus.NewDesc("emq_send_queue_bytes", "Bytes queued for sending, all connections together (max-send-buffer).", nil, nil)
+	descSchedules = prometheus.NewDesc("emq_schedules", "Schedules the broker keeps, by state.", []string{"state"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descWorkers, descScheds, descFreeSlots, descErrors, descCache, descReceived, descSending} {
+	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descWorkers, descScheds, descFreeSlots, descErrors, descCache, descReceived, descSending, descSchedules} {
 		ch <- d
 	}
 }
@@ -101,13 +108,22 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descWorkers, prometheus.GaugeValue, float64(len(workers)))
 	ch <- prometheus.MustNewConstMetric(descFreeSlots, prometheus.GaugeValue, float64(free))
-	var schedulers int
+	var schedulers, active, paused int
 	var cached, sending int64
 	if c.b.onLoop(ctx, func() {
 		schedulers, cached = c.b.peerCount[roleScheduler], c.b.cached
 		sending = c.b.routers[frontend].QueuedBytes() + c.b.routers[backend].QueuedBytes()
+		for _, s := range c.b.scheds {
+			if s.paused {
+				paused++
+			} else {
+				active++
+			}
+		}
 	}) == nil {
 		ch <- prometheus.MustNewConstMetric(descScheds, prometheus.GaugeValue, float64(schedulers))
+		ch <- prometheus.MustNewConstMetric(descSchedules, prometheus.GaugeValue, float64(active), "active")
+		ch <- prometheus.MustNewConstMetric(descSchedules, prometheus.GaugeValue, float64(paused), "paused")
 		ch <- prometheus.MustNewConstMetric(descCache, prometheus.GaugeValue, float64(cached))
 		ch <- prometheus.MustNewConstMetric(descSending, prometheus.GaugeValue, float64(sending))
 	}

@@ -56,6 +56,13 @@ type Options struct {
 	RetryBackoff    time.Duration // wait before the first retry of a FAILed job; doubles each attempt
 	MaxRetryBackoff time.Duration
 	DrainTimeout    time.Duration // at stop, wait this long for the REPLYs of jobs in flight; 0 = do not wait
+
+	// ForwardSchedules passes SCHEDULE and UNSCHEDULE to EventMQ scheduler
+	// peers, which keep the schedules (EventMQ's split), instead of
+	// keeping them in the journal.
+	ForwardSchedules bool
+	// Now is the clock schedules are due by; nil = time.Now. Tests set it.
+	Now             func() time.Time
 	ShutdownTimeout time.Duration // for journal writes in progress at shutdown
 
 	Logger *slog.Logger // nil = slog.Default()

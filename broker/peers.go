@@ -188,13 +188,13 @@ func (b *Broker) beatKey(key peerKey, now time.Time) {
 	b.send(key, &emqp.Heartbeat{MsgID: emqp.NewID(), Time: strconv.FormatInt(now.Unix(), 10)})
 }
 
-// schedule forwards a SCHEDULE, unchanged, to the next scheduler in turn
-// that is connected now (as EventMQ's router does): one that lost its
-// connection may come back within the heartbeat timeout, but what is sent
-// to it meanwhile is lost. The broker keeps no schedules itself; with no
-// scheduler connected the client gets ERROR unavailable rather than a
-// silent drop.
-func (b *Broker) schedule(from peerKey, m *emqp.Schedule) {
+// forwardSchedule passes a SCHEDULE, unchanged, to the next scheduler in
+// turn that is connected now (ForwardSchedules: EventMQ's split, where a
+// scheduler process keeps the schedules, as EventMQ's router does): one
+// that lost its connection may come back within the heartbeat timeout,
+// but what is sent to it meanwhile is lost. With no scheduler connected
+// the client gets ERROR unavailable rather than a silent drop.
+func (b *Broker) forwardSchedule(from peerKey, m *emqp.Schedule) {
 	for range b.schedulers {
 		s := b.schedulers[0]
 		b.schedulers = append(b.schedulers[1:], s)
@@ -207,9 +207,9 @@ func (b *Broker) schedule(from peerKey, m *emqp.Schedule) {
 	b.refuse(from, m.MsgID, emqp.CodeUnavailable, noScheduler)
 }
 
-// unschedule forwards an UNSCHEDULE to every connected scheduler: any of
-// them may hold the schedule.
-func (b *Broker) unschedule(from peerKey, m *emqp.Unschedule) {
+// forwardUnschedule passes an UNSCHEDULE to every connected scheduler:
+// any of them may hold the schedule.
+func (b *Broker) forwardUnschedule(from peerKey, m *emqp.Unschedule) {
 	sent := false
 	for _, s := range b.schedulers {
 		if b.connected(s.key) {
@@ -226,4 +226,4 @@ func (b *Broker) unschedule(from peerKey, m *emqp.Unschedule) {
 
 func (b *Broker) connected(key peerKey) bool { return b.routers[key.ep].Connected(key.id) }
 
-const noScheduler = "no scheduler is connected: this broker passes SCHEDULE and UNSCHEDULE to an EventMQ scheduler (INFORM with peer type scheduler) and stores no schedules itself"
+const noScheduler = "no scheduler is connected: this broker passes SCHEDULE and UNSCHEDULE to an EventMQ scheduler (INFORM with peer type scheduler; forward-schedules is set) and stores no schedules itself"

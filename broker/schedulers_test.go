@@ -29,11 +29,15 @@ func sendSchedule(p *bt.Peer, cmd, interval, cron string) string {
 	return id
 }
 
-// SCHEDULE and UNSCHEDULE go to the schedulers as EventMQ's router sends
-// them: one scheduler in turn for SCHEDULE, all for UNSCHEDULE.
+// forwarding is a broker that passes schedules to EventMQ schedulers.
+func forwarding(o *broker.Options) { fast(o); o.ForwardSchedules = true }
+
+// With forward-schedules, SCHEDULE and UNSCHEDULE go to the schedulers as
+// EventMQ's router sends them: one scheduler in turn for SCHEDULE, all for
+// UNSCHEDULE.
 func TestSchedulesGoToSchedulers(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", fast)
+	b := bt.Start(t, "", forwarding)
 	client := bt.Dial(t, b.Frontend(), "client")
 
 	id := sendSchedule(client, "SCHEDULE", "60", "")
@@ -116,7 +120,7 @@ func TestSchedulesGoToSchedulers(t *testing.T) {
 // silent worker.
 func TestSilentSchedulerIsForgotten(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", fast)
+	b := bt.Start(t, "", forwarding)
 	client := bt.Dial(t, b.Frontend(), "client")
 	s := bt.Dial(t, b.Frontend(), "quiet")
 	informScheduler(t, s)
@@ -137,7 +141,7 @@ func TestSilentSchedulerIsForgotten(t *testing.T) {
 // told.
 func TestSchedulerConnectionLost(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.HeartbeatTimeout = time.Minute })
+	b := bt.Start(t, "", func(o *broker.Options) { forwarding(o); o.HeartbeatTimeout = time.Minute })
 	client := bt.Dial(t, b.Frontend(), "client")
 	gone := bt.Dial(t, b.Frontend(), "gone")
 	informScheduler(t, gone)

@@ -25,6 +25,7 @@ type Stats struct {
 	Ignored      atomic.Int64
 
 	SchedulesForwarded atomic.Int64
+	SchedulesFired     atomic.Int64
 
 	errMu  sync.Mutex
 	errors map[string]int64 // ERRORs sent, by code
@@ -55,7 +56,8 @@ var Counters = []Counter{
 	{"timed_out", "emq_jobs_timed_out_total", "Deliveries that passed the job's timeout.", func(s *Stats) *atomic.Int64 { return &s.TimedOut }},
 	{"dead_lettered", "emq_jobs_dead_lettered_total", "Jobs moved to the dead letters.", func(s *Stats) *atomic.Int64 { return &s.DeadLettered }},
 	{"ignored", "emq_messages_ignored_total", "Late or foreign REPLYs and FAILs, stray ACKs and ERRORs.", func(s *Stats) *atomic.Int64 { return &s.Ignored }},
-	{"schedules_forwarded", "emq_schedules_forwarded_total", "SCHEDULEs and UNSCHEDULEs passed to schedulers.", func(s *Stats) *atomic.Int64 { return &s.SchedulesForwarded }},
+	{"schedules_forwarded", "emq_schedules_forwarded_total", "SCHEDULEs and UNSCHEDULEs passed to schedulers (forward-schedules).", func(s *Stats) *atomic.Int64 { return &s.SchedulesForwarded }},
+	{"schedules_fired", "emq_schedule_fires_total", "Jobs made by schedules the broker keeps.", func(s *Stats) *atomic.Int64 { return &s.SchedulesFired }},
 }
 
 // ErrorsName is the name of the ERROR counts by code: "protocol_errors"

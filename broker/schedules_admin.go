@@ -1,0 +1,126 @@
+package broker
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/store"
+)
+
+// ScheduleInfo describes a schedule the broker keeps.
+type ScheduleInfo struct {
+	ID       string    `json:"id"`
+	Queue    string    `json:"queue"`
+	Headers  string    `json:"headers"`
+	Every    string    `json:"every,omitempty"` // an interval, as 30s
+	Cron     string    `json:"cron,omitempty"`
+	Next     time.Time `json:"next,omitzero"`
+	LastFire time.Time `json:"last_fire,omitzero"`
+	Fires    int       `json:"fires"`
+	Left     int       `json:"left"` // fires left; -1 = no end
+	Paused   bool      `json:"paused"`
+	Created  time.Time `json:"created,omitzero"`
+
+	PayloadSize int    `json:"payload_size"`
+	Preview     string `json:"preview"`
+	Payload     string `json:"payload_base64,omitempty"` // only when asked for
+}
+
+// NewScheduleInfo describes a stored schedule.
+func NewScheduleInfo(s *store.Schedule, withPayload bool) ScheduleInfo {
+	si := ScheduleInfo{ID: s.ID, Queue: s.Queue, Headers: s.Headers, Cron: s.Cron, Next: s.Next, LastFire: s.LastFire,
+		Fires: s.Fires, Left: s.Left, Paused: s.Paused, Created: s.Created, PayloadSize: len(s.Payload),
+		Preview: preview(s.Payload)}
+	if s.Every > 0 {
+		si.Every = s.Every.String()
+	}
+	if withPayload {
+		si.Payload = base64.StdEncoding.EncodeToString(s.Payload)
+	}
+	return si
+}
+
+// Schedules describes every schedule, by id, as the journal has them.
+func (b *Broker) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
+	if !b.running.Load() {
+		return nil, ErrStopped
+	}
+	var out []ScheduleInfo
+	err := b.journal.LoadSchedules(func(s *store.Schedule) error {
+		out = append(out, NewScheduleInfo(s, false))
+		return ctx.Err()
+	})
+	sort.Slice(out, func(i, k int) bool { return out[i].ID < out[k].ID })
+	return out, err
+}
+
+// AddSchedule stores a schedule, as a SCHEDULE does: interval (seconds)
+// or cron (interval -1), headers as on the wire.
+func (b *Broker) AddSchedule(ctx context.Context, queue, headers string, interval int, cron string, payload []byte) (ScheduleInfo, error) {
+	h, err := emqp.ParseHeaders(headers)
+	if err != nil {
+		return ScheduleInfo{}, fmt.Errorf("%w: %v", store.ErrInvalidJob, err)
+	}
+	if queue == "" || len(queue) > emqp.MaxQueueLen {
+		return ScheduleInfo{}, fmt.Errorf("%w: queue name must be 1 to %d bytes", store.ErrInvalidJob, emqp.MaxQueueLen)
+	}
+	result := make(chan error, 1)
+	var ss *store.Schedule
+	err = b.onLoop(ctx, func() {
+		var s *schedule
+		var err error
+		if ss, s, err = b.newSchedule(queue, h, interval, cron, payload); err != nil {
+			result <- fmt.Errorf("%w: %v", store.ErrInvalidJob, err)
+			return
+		}
+		b.storeSchedule(ss, s, func(err error) { result <- err })
+	})
+	if err == nil {
+		err = wait(ctx, result)
+	}
+	if err != nil {
+		return ScheduleInfo{}, err
+	}
+	return NewScheduleInfo(ss, false), nil
+}
+
+// RemoveSchedule removes a schedule (an admin's UNSCHEDULE by id).
+func (b *Broker) RemoveSchedule(ctx context.Context, id string) error {
+	result := make(chan error, 1)
+	err := b.onLoop(ctx, func() {
+		b.dropSchedule(id, func(found bool, err error) {
+			if err == nil && !found {
+				err = fmt.Errorf("%w: schedule %s", store.ErrNotFound, id)
+			}
+			result <- err
+		})
+	})
+	if err != nil {
+		return err
+	}
+	return wait(ctx, result)
+}
+
+// PauseSchedule pauses (or resumes) a schedule.
+func (b *Broker) PauseSchedule(ctx context.Context, id string, paused bool) error {
+	result := make(chan error, 1)
+	err := b.onLoop(ctx, func() { b.pauseSchedule(id, paused, func(err error) { result <- err }) })
+	if err != nil {
+		return err
+	}
+	return wait(ctx, result)
+}
+
+// wait waits for an admin change's outcome.
+func wait(ctx context.Context, result <-chan error) error {
+	select {
+	case err := <-result:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
