@@ -166,7 +166,7 @@ func TestScheduleTimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(broker.FireID("thrice", start.Add(1200*time.Second))) // its third and last
-	c.set(b, time.Date(2026, 3, 2, 17, 0, 0, 0, time.UTC)) // noon in New York
+	c.set(b, time.Date(2026, 3, 2, 17, 0, 0, 0, time.UTC))       // noon in New York
 	expect(broker.FireID("ny", time.Date(2026, 3, 2, 17, 0, 0, 0, time.UTC)))
 	worker.Sync()
 	if n := metricCount(t, b, "emq_schedules", "active"); n != 2 {
