@@ -14,9 +14,6 @@ import (
 	"github.com/eventmq/emq/emqp"
 )
 
-// HeaderScheduleID names a schedule whose payload is not EventMQ's.
-const HeaderScheduleID = "schedule-id"
-
 // scheduleID names the schedule a SCHEDULE or UNSCHEDULE is about:
 //
 //  1. its header schedule-id:NAME, if it has one;
@@ -28,7 +25,7 @@ const HeaderScheduleID = "schedule-id"
 //     unschedule() finds it;
 //  3. else the SHA-1 of the queue name and the payload.
 func scheduleID(queue string, headers emqp.Headers, payload []byte) string {
-	if id, ok := headers.Get(HeaderScheduleID); ok && id != "" {
+	if id, ok := headers.Get(emqp.HeaderScheduleID); ok && id != "" {
 		return id
 	}
 	if id, ok := eventMQHash(payload); ok {

@@ -35,12 +35,6 @@ import (
 // now: fires missed while no broker ran are one catch-up fire, or none
 // with the header misfire:skip.
 
-// Headers of schedules, besides nohaste and run_count.
-const (
-	HeaderTZ      = "tz"
-	HeaderMisfire = "misfire" // misfire:skip: no catch-up fire
-)
-
 // schedule is a schedule the loop holds: what it needs to know when it is
 // due. Its queue, headers and payload stay in the journal.
 type schedule struct {
@@ -50,9 +44,10 @@ type schedule struct {
 	next     time.Time // the due time of its next fire (on the broker's clock)
 	left     int       // fires left; -1 = no end
 	paused   bool
-	skipLate bool // misfire:skip
-	late     bool // its next due time passed while no broker ran
-	firing   bool // the journal is making a fire
+	skipLate bool     // misfire:skip
+	late     bool     // its next due time passed while no broker ran
+	firing   bool     // the journal is making a fire
+	sig      [20]byte // of what defines it: the same SCHEDULE again changes nothing
 	fires    int
 	lastFire time.Time
 	due      deadline
@@ -154,14 +149,29 @@ func scheduleFromStore(ss *store.Schedule) (*schedule, error) {
 	if ss.Cron == "" {
 		interval = int(ss.Every / time.Second)
 	}
-	tz, _ := h.Get(HeaderTZ)
+	tz, _ := h.Get(emqp.HeaderTZ)
 	when, err := parseCadence(interval, ss.Cron, tz)
 	if err != nil {
 		return nil, err
 	}
-	misfire, _ := h.Get(HeaderMisfire)
+	misfire, _ := h.Get(emqp.HeaderMisfire)
 	return &schedule{id: ss.ID, queue: ss.Queue, when: when, next: ss.Next, left: ss.Left, paused: ss.Paused,
-		skipLate: misfire == "skip", fires: ss.Fires, lastFire: ss.LastFire}, nil
+		skipLate: misfire == "skip", fires: ss.Fires, lastFire: ss.LastFire, sig: signature(ss)}, nil
+}
+
+// signature sums what defines a schedule, so that the same SCHEDULE sent
+// again (a client resending it, an application scheduling at each start)
+// leaves the schedule as it is instead of starting it over.
+func signature(ss *store.Schedule) [20]byte {
+	h := sha1.New()
+	for _, f := range []string{ss.Queue, ss.Headers, ss.Every.String(), ss.Cron} {
+		h.Write([]byte(f))
+		h.Write([]byte{0})
+	}
+	h.Write(ss.Payload)
+	var sum [20]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 // replaySchedules loads every stored schedule; those whose due time passed
@@ -296,6 +306,10 @@ func (b *Broker) putSchedule(from peerKey, m *emqp.Schedule) {
 		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
 		return
 	}
+	if old := b.scheds[s.id]; old != nil && old.sig == s.sig {
+		b.ack(from, m.MsgID) // the same schedule: it goes on as it was
+		return
+	}
 	b.storeSchedule(ss, s, func(err error) {
 		if err != nil {
 			code := emqp.CodeUnavailable
@@ -312,7 +326,7 @@ func (b *Broker) putSchedule(from peerKey, m *emqp.Schedule) {
 // newSchedule checks a schedule's parts and makes it, due first at once
 // (or, with nohaste, at its first due time after now).
 func (b *Broker) newSchedule(queue string, h emqp.Headers, interval int, expr string, payload []byte) (*store.Schedule, *schedule, error) {
-	tz, _ := h.Get(HeaderTZ)
+	tz, _ := h.Get(emqp.HeaderTZ)
 	when, err := parseCadence(interval, expr, tz)
 	if err != nil {
 		return nil, nil, err

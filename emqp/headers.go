@@ -20,6 +20,11 @@ const (
 	HeaderNoHaste        = "nohaste"
 	HeaderRunCount       = "run_count"
 	HeaderDelay          = "delay"
+
+	// Of schedules kept by the broker.
+	HeaderScheduleID = "schedule-id" // names a schedule whose payload is not EventMQ's
+	HeaderTZ         = "tz"          // the Area/City of a cron expression
+	HeaderMisfire    = "misfire"     // misfire:skip: no catch-up fire
 )
 
 // Header is one header item. A flag (such as reply-requested) has an empty
