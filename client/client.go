@@ -152,17 +152,75 @@ func seconds(d time.Duration) string {
 
 // Send enqueues a job and returns its msgid once the broker has stored it.
 func (c *Client) Send(ctx context.Context, queue string, payload []byte, opts ...Option) (string, error) {
-	id, _, err := c.do(ctx, queue, payload, false, opts)
+	id, _, err := c.request(ctx, queue, payload, false, opts)
 	return id, err
 }
 
 // Request enqueues a job and waits for its worker's REPLY.
 func (c *Client) Request(ctx context.Context, queue string, payload []byte, opts ...Option) ([]byte, error) {
-	_, reply, err := c.do(ctx, queue, payload, true, opts)
+	_, reply, err := c.request(ctx, queue, payload, true, opts)
 	return reply, err
 }
 
-func (c *Client) do(ctx context.Context, queue string, payload []byte, wantReply bool, opts []Option) (string, []byte, error) {
+// When is when a schedule's job is made: Every or At.
+type When struct {
+	interval int
+	cron     string
+}
+
+// Every makes a schedule's job every d, in whole seconds (at least one).
+func Every(d time.Duration) When {
+	return When{interval: int((d + time.Second - 1) / time.Second)}
+}
+
+// At makes a schedule's job at the times of a cron expression: 5 fields
+// (minute hour day-of-month month day-of-week) or a descriptor such as
+// @hourly, in UTC unless TZ says otherwise.
+func At(cron string) When { return When{interval: emqp.CronInterval, cron: cron} }
+
+// NoHaste holds a schedule's first job until its first due time (without
+// it, the first job is made at once).
+func NoHaste() Option { return Header(emqp.HeaderNoHaste, "") }
+
+// RunCount ends a schedule after n jobs.
+func RunCount(n int) Option { return Header(emqp.HeaderRunCount, strconv.Itoa(n)) }
+
+// TZ is the time zone (Area/City) of a schedule's cron expression.
+func TZ(zone string) Option { return Header(emqp.HeaderTZ, zone) }
+
+// ScheduleID names a schedule; without it the broker names it by its
+// payload (as EventMQ does) and queue.
+func ScheduleID(name string) Option { return Header(emqp.HeaderScheduleID, name) }
+
+// Schedule asks the broker to keep a schedule: the job (queue, payload,
+// headers) made when says, until Unschedule. It returns once the broker
+// has stored the schedule. The same schedule sent again changes nothing;
+// another one with the same id replaces it.
+func (c *Client) Schedule(ctx context.Context, queue string, when When, payload []byte, opts ...Option) error {
+	_, _, err := c.do(ctx, queue, false, opts, func(msgid string, h emqp.Headers) emqp.Message {
+		return &emqp.Schedule{MsgID: msgid, Queue: queue, Headers: h, Interval: when.interval, Payload: payload, Cron: when.cron}
+	})
+	return err
+}
+
+// Unschedule removes the schedule that queue, payload and options name
+// (as Schedule named it); removing one that is not there is no error.
+func (c *Client) Unschedule(ctx context.Context, queue string, payload []byte, opts ...Option) error {
+	_, _, err := c.do(ctx, queue, false, opts, func(msgid string, h emqp.Headers) emqp.Message {
+		return &emqp.Unschedule{MsgID: msgid, Queue: queue, Headers: h, Interval: emqp.CronInterval, Payload: payload}
+	})
+	return err
+}
+
+func (c *Client) request(ctx context.Context, queue string, payload []byte, wantReply bool, opts []Option) (string, []byte, error) {
+	return c.do(ctx, queue, wantReply, opts, func(msgid string, h emqp.Headers) emqp.Message {
+		return &emqp.Request{MsgID: msgid, Queue: queue, Headers: h, Payload: payload}
+	})
+}
+
+// do sends the message msg makes and waits for its ACK (and, with
+// wantReply, the REPLY).
+func (c *Client) do(ctx context.Context, queue string, wantReply bool, opts []Option, msg func(msgid string, h emqp.Headers) emqp.Message) (string, []byte, error) {
 	var o sendOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -182,7 +240,7 @@ func (c *Client) do(ctx context.Context, queue string, payload []byte, wantReply
 		return "", nil, fmt.Errorf("client: msgid is %d bytes, over %d", len(o.msgid), emqp.MaxIDLen)
 	}
 	cl := &call{
-		frames:    emqp.Encode(&emqp.Request{MsgID: o.msgid, Queue: queue, Headers: o.headers, Payload: payload}),
+		frames:    emqp.Encode(msg(o.msgid, o.headers)),
 		wantReply: wantReply,
 		acked:     make(chan struct{}),
 		reply:     make(chan []byte, 1),

@@ -131,3 +131,38 @@ func TestNoBrokerNamesTheAddress(t *testing.T) {
 		t.Fatalf("Send without a broker: %v", err)
 	}
 }
+
+// Schedule keeps a schedule in the broker: its jobs reach a worker, the
+// first at once and then each interval; a bad cron expression is a
+// BrokerError; Unschedule removes it from the journal.
+func TestScheduleAndUnschedule(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", nil)
+	c := newClient(t, b.Frontend())
+	ctx := t.Context()
+	w := bt.Worker(t, b.Backend(), "w", "ticks")
+	w.Ready(10)
+	if err := c.Schedule(ctx, "ticks", client.Every(time.Second), []byte("tick"), client.ScheduleID("tick")); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for len(seen) < 2 {
+		r := bt.Expect[*emqp.Request](w)
+		if string(r.Payload) != "tick" || !strings.HasPrefix(r.MsgID, "schedule-") {
+			t.Fatalf("a fire's job: %q %q", r.MsgID, r.Payload)
+		}
+		seen[r.MsgID] = true
+		w.Reply(r.MsgID, nil)
+	}
+	var be *client.BrokerError
+	if err := c.Schedule(ctx, "ticks", client.At("61 * * * *"), []byte("x")); !errors.As(err, &be) || be.Code != emqp.CodeBadRequest {
+		t.Fatalf("bad cron: %v, want bad_request", err)
+	}
+	if err := c.Unschedule(ctx, "ticks", []byte("tick"), client.ScheduleID("tick")); err != nil {
+		t.Fatal(err)
+	}
+	ss, err := b.Schedules(ctx)
+	if err != nil || len(ss) != 0 {
+		t.Fatalf("after Unschedule: %v %v", ss, err)
+	}
+}
