@@ -34,6 +34,11 @@ import (
 //	POST   /api/v1/jobs/{msgid}/retry        a dead job back to its queue
 //	POST   /api/v1/queues/{queue}/purge?confirm={queue}   delete the queue's pending jobs
 //	POST   /api/v1/compact                   rewrite the journal without free space
+//	GET    /api/v1/schedules                 []ScheduleInfo
+//	POST   /api/v1/schedules                 add one: {"queue", "every" (30s) or "cron", "headers", "payload" or "payload_base64"}
+//	GET    /api/v1/schedules/{id}[?payload=1]
+//	DELETE /api/v1/schedules/{id}
+//	POST   /api/v1/schedules/{id}/pause, /resume
 //
 // Every request must name this listener as its Host, and one that changes
 // something needs the header X-EMQ-Admin (or a JSON body) and, from a
@@ -287,6 +292,7 @@ func (b *Broker) adminHandler() http.Handler {
 		n, err := b.PurgeQueue(r.Context(), q)
 		reply(w, map[string]int{"removed": n}, err)
 	})
+	b.scheduleRoutes(mux)
 	mux.HandleFunc("POST /api/v1/compact", func(w http.ResponseWriter, _ *http.Request) {
 		st, err := b.Compact()
 		reply(w, map[string]int64{"size_before": st.Before, "size_after": st.After}, err)

@@ -3,8 +3,11 @@ package broker
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/eventmq/emq/emqp"
@@ -77,12 +80,19 @@ func (b *Broker) AddSchedule(ctx context.Context, queue, headers string, interva
 			result <- fmt.Errorf("%w: %v", store.ErrInvalidJob, err)
 			return
 		}
+		if old := b.scheds[s.id]; old != nil && old.sig == s.sig {
+			result <- nil // the same schedule: it goes on as it was
+			return
+		}
 		b.storeSchedule(ss, s, func(err error) { result <- err })
 	})
 	if err == nil {
 		err = wait(ctx, result)
 	}
 	if err != nil {
+		return ScheduleInfo{}, err
+	}
+	if ss, err = b.journal.GetSchedule(ss.ID); err != nil {
 		return ScheduleInfo{}, err
 	}
 	return NewScheduleInfo(ss, false), nil
@@ -122,5 +132,87 @@ func wait(ctx context.Context, result <-chan error) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// ScheduleSpec is a schedule to add through the admin API: Every (a
+// duration of whole seconds) or Cron, as a SCHEDULE's frames say.
+type ScheduleSpec struct {
+	Queue         string `json:"queue"`
+	Every         string `json:"every,omitempty"`
+	Cron          string `json:"cron,omitempty"`
+	Headers       string `json:"headers,omitempty"`
+	Payload       string `json:"payload,omitempty"`
+	PayloadBase64 string `json:"payload_base64,omitempty"`
+}
+
+// interval turns Every or Cron into a SCHEDULE's interval_secs.
+func (sp ScheduleSpec) interval() (int, error) {
+	switch {
+	case (sp.Every == "") == (sp.Cron == ""):
+		return 0, fmt.Errorf("%w: give every or cron, not both", store.ErrInvalidJob)
+	case sp.Cron != "":
+		return emqp.CronInterval, nil
+	}
+	d, err := time.ParseDuration(sp.Every)
+	if err != nil || d < time.Second || d%time.Second != 0 {
+		return 0, fmt.Errorf("%w: every %q: want whole seconds, at least 1s", store.ErrInvalidJob, sp.Every)
+	}
+	return int(d / time.Second), nil
+}
+
+func (sp ScheduleSpec) payload() ([]byte, error) {
+	if sp.PayloadBase64 == "" {
+		return []byte(sp.Payload), nil
+	}
+	p, err := base64.StdEncoding.DecodeString(sp.PayloadBase64)
+	if err != nil {
+		return nil, fmt.Errorf("%w: payload_base64: %v", store.ErrInvalidJob, err)
+	}
+	return p, nil
+}
+
+func (b *Broker) scheduleRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /api/v1/schedules", func(w http.ResponseWriter, r *http.Request) {
+		ss, err := b.Schedules(r.Context())
+		reply(w, ss, err)
+	})
+	mux.HandleFunc("POST /api/v1/schedules", func(w http.ResponseWriter, r *http.Request) {
+		var sp ScheduleSpec
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, int64(b.opts.MaxJobSize)*2)).Decode(&sp); err != nil {
+			reply(w, nil, fmt.Errorf("%w: the body is not a schedule in JSON: %v", store.ErrInvalidJob, err))
+			return
+		}
+		interval, err := sp.interval()
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		payload, err := sp.payload()
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		si, err := b.AddSchedule(r.Context(), sp.Queue, sp.Headers, interval, sp.Cron, payload)
+		reply(w, si, err)
+	})
+	mux.HandleFunc("GET /api/v1/schedules/{id}", func(w http.ResponseWriter, r *http.Request) {
+		s, err := b.journal.GetSchedule(r.PathValue("id"))
+		if err != nil {
+			reply(w, nil, err)
+			return
+		}
+		withPayload, _ := strconv.ParseBool(r.URL.Query().Get("payload"))
+		reply(w, NewScheduleInfo(s, withPayload), nil)
+	})
+	mux.HandleFunc("DELETE /api/v1/schedules/{id}", func(w http.ResponseWriter, r *http.Request) {
+		err := b.RemoveSchedule(r.Context(), r.PathValue("id"))
+		reply(w, map[string]bool{"removed": err == nil}, err)
+	})
+	for _, action := range []string{"pause", "resume"} {
+		mux.HandleFunc("POST /api/v1/schedules/{id}/"+action, func(w http.ResponseWriter, r *http.Request) {
+			err := b.PauseSchedule(r.Context(), r.PathValue("id"), action == "pause")
+			reply(w, map[string]bool{"paused": action == "pause" && err == nil}, err)
+		})
 	}
 }

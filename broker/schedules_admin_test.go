@@ -1,0 +1,84 @@
+package broker_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/eventmq/emq/broker"
+	bt "github.com/eventmq/emq/internal/brokertest"
+)
+
+// post sends a JSON body to the admin API and returns the status and the
+// answer's text.
+func post(t *testing.T, b *bt.Broker, path string, body any) (int, string) {
+	t.Helper()
+	js, _ := json.Marshal(body)
+	resp, err := (&http.Client{Timeout: bt.Wait}).Post("http://"+b.AdminAddr()+path, "application/json", bytes.NewReader(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	text, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(text)
+}
+
+// Schedules through /api/v1/schedules: added, listed, shown with the
+// payload, paused, resumed and removed; bad ones are 400 naming the
+// problem.
+func TestSchedulesAPI(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", withAdmin(""))
+	code, text := post(t, b, "/api/v1/schedules", broker.ScheduleSpec{Queue: "q", Every: "1h", Headers: "nohaste,schedule-id:hourly", Payload: "hello"})
+	var si broker.ScheduleInfo
+	if code != http.StatusOK || json.Unmarshal([]byte(text), &si) != nil || si.ID != "hourly" || si.Every != "1h0m0s" || si.Left != -1 {
+		t.Fatalf("add: %d %s", code, text)
+	}
+	for _, c := range []struct {
+		spec broker.ScheduleSpec
+		says string
+	}{
+		{broker.ScheduleSpec{Queue: "q", Cron: "61 * * * *"}, "cron expression"},
+		{broker.ScheduleSpec{Queue: "q"}, "every or cron"},
+		{broker.ScheduleSpec{Queue: "q", Every: "1.5s"}, "whole seconds"},
+		{broker.ScheduleSpec{Every: "1s"}, "queue name"},
+		{broker.ScheduleSpec{Queue: "q", Every: "1s", PayloadBase64: "%%"}, "payload_base64"},
+	} {
+		if code, text := post(t, b, "/api/v1/schedules", c.spec); code != http.StatusBadRequest || !strings.Contains(text, c.says) {
+			t.Errorf("%+v: %d %s, want 400 naming %q", c.spec, code, text, c.says)
+		}
+	}
+	var list []broker.ScheduleInfo
+	if code := api(t, b, "GET", "/api/v1/schedules", "", &list); code != http.StatusOK || len(list) != 1 || list[0].ID != "hourly" {
+		t.Fatalf("list: %d %+v", code, list)
+	}
+	if code := api(t, b, "GET", "/api/v1/schedules/hourly?payload=1", "", &si); code != http.StatusOK || si.Payload != base64.StdEncoding.EncodeToString([]byte("hello")) {
+		t.Fatalf("show: %d %+v", code, si)
+	}
+	for _, action := range []string{"pause", "resume"} {
+		if code := api(t, b, "POST", "/api/v1/schedules/hourly/"+action, "", nil); code != http.StatusOK {
+			t.Fatalf("%s: %d", action, code)
+		}
+		api(t, b, "GET", "/api/v1/schedules/hourly", "", &si)
+		if si.Paused != (action == "pause") {
+			t.Fatalf("after %s: paused %v", action, si.Paused)
+		}
+	}
+	if n := metricCount(t, b, "emq_schedules", "active"); n != 1 {
+		t.Fatalf("%v schedules active", n)
+	}
+	if code := api(t, b, "DELETE", "/api/v1/schedules/hourly", "", nil); code != http.StatusOK {
+		t.Fatalf("rm: %d", code)
+	}
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/api/v1/schedules/hourly"}, {"DELETE", "/api/v1/schedules/hourly"}, {"POST", "/api/v1/schedules/hourly/pause"},
+	} {
+		if code := api(t, b, c.method, c.path, "", nil); code != http.StatusNotFound {
+			t.Errorf("%s %s of a removed schedule: %d, want 404", c.method, c.path, code)
+		}
+	}
+}
