@@ -151,6 +151,11 @@ var (
 	ErrTooLarge   = errors.New("job is over the journal's size limit")
 	ErrBadFilter  = errors.New("bad listing filter or cursor")
 
+	// The same refusals about a schedule: errors.Is matches them with
+	// ErrNotFound and ErrInvalidJob too.
+	ErrNoSchedule  error = kindOf{"no such schedule", ErrNotFound}
+	ErrBadSchedule error = kindOf{"invalid schedule", ErrInvalidJob}
+
 	// The journal takes no more writes.
 	ErrClosed   = errors.New("journal is closed")
 	ErrReadOnly = errors.New("journal is open read-only")
@@ -164,6 +169,16 @@ var (
 	ErrCorrupt = errors.New("journal file is not a bbolt file or is damaged")
 	ErrTooNew  = migrations.ErrTooNew
 )
+
+// kindOf is an error with its own text that errors.Is also matches with
+// a more general one.
+type kindOf struct {
+	text string
+	kind error
+}
+
+func (e kindOf) Error() string        { return e.text }
+func (e kindOf) Is(target error) bool { return target == e.kind }
 
 // Wait runs one asynchronous write and waits for its outcome:
 //

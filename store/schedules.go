@@ -11,9 +11,9 @@ import (
 func validSchedule(s *Schedule) error {
 	switch {
 	case s.ID == "" || len(s.ID) > MaxIDLen:
-		return fmt.Errorf("%w: schedule id must be 1 to %d bytes, got %d", ErrInvalidJob, MaxIDLen, len(s.ID))
+		return fmt.Errorf("%w: schedule id must be 1 to %d bytes, got %d", ErrBadSchedule, MaxIDLen, len(s.ID))
 	case s.Queue == "" || len(s.Queue) > MaxQueueLen:
-		return fmt.Errorf("%w: queue name must be 1 to %d bytes, got %d", ErrInvalidJob, MaxQueueLen, len(s.Queue))
+		return fmt.Errorf("%w: queue name must be 1 to %d bytes, got %d", ErrBadSchedule, MaxQueueLen, len(s.Queue))
 	}
 	return nil
 }
@@ -80,7 +80,7 @@ func (b *Bolt) changeSchedule(id string, fn func(tx *bolt.Tx, s *Schedule) (remo
 			bkt := tx.Bucket(migrations.Schedules)
 			rec := bkt.Get(key)
 			if rec == nil {
-				return jobError{fmt.Errorf("%w: schedule %s", ErrNotFound, id)}
+				return jobError{fmt.Errorf("%w: %s", ErrNoSchedule, id)}
 			}
 			s, err := decodeSchedule(key, rec)
 			if err != nil {
@@ -191,7 +191,7 @@ func (b *Bolt) GetSchedule(id string) (*Schedule, error) {
 	err := b.view(func(tx *bolt.Tx) error {
 		rec := tx.Bucket(migrations.Schedules).Get([]byte(id))
 		if rec == nil {
-			return fmt.Errorf("%w: schedule %s", ErrNotFound, id)
+			return fmt.Errorf("%w: %s", ErrNoSchedule, id)
 		}
 		var err error
 		s, err = decodeSchedule([]byte(id), rec)

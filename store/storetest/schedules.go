@@ -91,12 +91,12 @@ func putScheduleKeepsEveryField(t *testing.T, f *fixture) {
 	if len(got) != 2 || got[0].ID != "s0" || diffSchedule(got[1], s2) != "" {
 		t.Fatalf("loaded after a reopen: %d schedules, first %q; want s0 and the replaced s1", len(got), got[0].ID)
 	}
-	if _, err := f.j.GetSchedule("nope"); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("get of an unknown schedule: %v, want ErrNotFound", err)
+	if _, err := f.j.GetSchedule("nope"); !errors.Is(err, store.ErrNoSchedule) || !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("get of an unknown schedule: %v, want ErrNoSchedule (an ErrNotFound)", err)
 	}
 	for _, bad := range []*store.Schedule{{Queue: "q"}, {ID: "x"}, {ID: string(make([]byte, 256)), Queue: "q"}} {
-		if _, err := store.Wait(func(done func(bool, error)) { f.j.PutSchedule(bad, done) }); !errors.Is(err, store.ErrInvalidJob) {
-			t.Errorf("put of schedule %q in queue %q: %v, want ErrInvalidJob", bad.ID, bad.Queue, err)
+		if _, err := store.Wait(func(done func(bool, error)) { f.j.PutSchedule(bad, done) }); !errors.Is(err, store.ErrBadSchedule) {
+			t.Errorf("put of schedule %q in queue %q: %v, want ErrBadSchedule", bad.ID, bad.Queue, err)
 		}
 	}
 }
