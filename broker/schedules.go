@@ -323,29 +323,43 @@ func (b *Broker) putSchedule(from peerKey, m *emqp.Schedule) {
 	})
 }
 
-// newSchedule checks a schedule's parts and makes it, due first at once
-// (or, with nohaste, at its first due time after now).
+// newSchedule makes a schedule from a SCHEDULE's parts on the broker's
+// clock: in the journal's terms, and as the loop holds it.
 func (b *Broker) newSchedule(queue string, h emqp.Headers, interval int, expr string, payload []byte) (*store.Schedule, *schedule, error) {
-	tz, _ := h.Get(emqp.HeaderTZ)
-	when, err := parseCadence(interval, expr, tz)
+	ss, err := makeSchedule(queue, h, interval, expr, payload, b.now())
 	if err != nil {
 		return nil, nil, err
 	}
+	s, err := scheduleFromStore(ss)
+	return ss, s, err
+}
+
+// makeSchedule checks a schedule's parts and makes it, due first at now
+// (or, with nohaste, at its first due time after now).
+func makeSchedule(queue string, h emqp.Headers, interval int, expr string, payload []byte, now time.Time) (*store.Schedule, error) {
+	if queue == "" || len(queue) > emqp.MaxQueueLen {
+		return nil, fmt.Errorf("queue name must be 1 to %d bytes", emqp.MaxQueueLen)
+	}
+	tz, _ := h.Get(emqp.HeaderTZ)
+	when, err := parseCadence(interval, expr, tz)
+	if err != nil {
+		return nil, err
+	}
 	runs, err := h.RunCount()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	left := -1
 	if runs > 0 {
 		left = runs
 	}
-	now := b.now()
-	id := scheduleID(queue, h, payload)
-	ss := &store.Schedule{ID: id, Queue: queue, Headers: h.String(), Payload: payload, Every: when.every,
-		Cron: when.expr, Next: when.first(now, h.NoHaste()), Left: left, Created: now}
-	s, err := scheduleFromStore(ss)
-	return ss, s, err
+	return &store.Schedule{ID: scheduleID(queue, h, payload), Queue: queue, Headers: h.String(), Payload: payload,
+		Every: when.every, Cron: when.expr, Next: when.first(now, h.NoHaste()), Left: left, Created: now}, nil
 }
+
+// SameSchedule says whether a and b are the same schedule: the same id,
+// and what defines it (queue, headers, cadence, payload) unchanged.
+func SameSchedule(a, b *store.Schedule) bool { return a.ID == b.ID && signature(a) == signature(b) }
 
 // storeSchedule writes ss and, once it is stored, holds s in its place.
 func (b *Broker) storeSchedule(ss *store.Schedule, s *schedule, done func(error)) {

@@ -61,27 +61,24 @@ func (b *Broker) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
 	return out, err
 }
 
-// AddSchedule stores a schedule, as a SCHEDULE does: interval (seconds)
-// or cron (interval -1), headers as on the wire.
-func (b *Broker) AddSchedule(ctx context.Context, queue, headers string, interval int, cron string, payload []byte) (ScheduleInfo, error) {
-	h, err := emqp.ParseHeaders(headers)
+// AddSchedule stores a schedule, as a SCHEDULE does; the same schedule as
+// one kept goes on as it was.
+func (b *Broker) AddSchedule(ctx context.Context, sp ScheduleSpec) (ScheduleInfo, error) {
+	interval, h, payload, err := sp.parts()
 	if err != nil {
-		return ScheduleInfo{}, fmt.Errorf("%w: %v", store.ErrInvalidJob, err)
-	}
-	if queue == "" || len(queue) > emqp.MaxQueueLen {
-		return ScheduleInfo{}, fmt.Errorf("%w: queue name must be 1 to %d bytes", store.ErrInvalidJob, emqp.MaxQueueLen)
+		return ScheduleInfo{}, err
 	}
 	result := make(chan error, 1)
-	var ss *store.Schedule
+	var id string
 	err = b.onLoop(ctx, func() {
-		var s *schedule
-		var err error
-		if ss, s, err = b.newSchedule(queue, h, interval, cron, payload); err != nil {
-			result <- fmt.Errorf("%w: %v", store.ErrInvalidJob, err)
+		ss, s, err := b.newSchedule(sp.Queue, h, interval, sp.Cron, payload)
+		if err != nil {
+			result <- fmt.Errorf("%w: %v", store.ErrBadSchedule, err)
 			return
 		}
+		id = ss.ID
 		if old := b.scheds[s.id]; old != nil && old.sig == s.sig {
-			result <- nil // the same schedule: it goes on as it was
+			result <- nil
 			return
 		}
 		b.storeSchedule(ss, s, func(err error) { result <- err })
@@ -92,7 +89,8 @@ func (b *Broker) AddSchedule(ctx context.Context, queue, headers string, interva
 	if err != nil {
 		return ScheduleInfo{}, err
 	}
-	if ss, err = b.journal.GetSchedule(ss.ID); err != nil {
+	ss, err := b.journal.GetSchedule(id)
+	if err != nil {
 		return ScheduleInfo{}, err
 	}
 	return NewScheduleInfo(ss, false), nil
@@ -104,7 +102,7 @@ func (b *Broker) RemoveSchedule(ctx context.Context, id string) error {
 	err := b.onLoop(ctx, func() {
 		b.dropSchedule(id, func(found bool, err error) {
 			if err == nil && !found {
-				err = fmt.Errorf("%w: schedule %s", store.ErrNotFound, id)
+				err = fmt.Errorf("%w: %s", store.ErrNoSchedule, id)
 			}
 			result <- err
 		})
@@ -146,30 +144,46 @@ type ScheduleSpec struct {
 	PayloadBase64 string `json:"payload_base64,omitempty"`
 }
 
-// interval turns Every or Cron into a SCHEDULE's interval_secs.
-func (sp ScheduleSpec) interval() (int, error) {
+// Schedule makes the schedule sp describes, due first at now (or, with
+// the header nohaste, at its first due time after now). Errors wrap
+// store.ErrBadSchedule and say what is wrong.
+func (sp ScheduleSpec) Schedule(now time.Time) (*store.Schedule, error) {
+	interval, h, payload, err := sp.parts()
+	if err != nil {
+		return nil, err
+	}
+	ss, err := makeSchedule(sp.Queue, h, interval, sp.Cron, payload, now)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", store.ErrBadSchedule, err)
+	}
+	return ss, nil
+}
+
+// parts reads sp as a SCHEDULE's interval_secs, headers and payload.
+func (sp ScheduleSpec) parts() (interval int, h emqp.Headers, payload []byte, err error) {
+	bad := func(format string, args ...any) (int, emqp.Headers, []byte, error) {
+		return 0, emqp.Headers{}, nil, fmt.Errorf("%w: "+format, append([]any{store.ErrBadSchedule}, args...)...)
+	}
+	if h, err = emqp.ParseHeaders(sp.Headers); err != nil {
+		return bad("%v", err)
+	}
+	payload = []byte(sp.Payload)
+	if sp.PayloadBase64 != "" {
+		if payload, err = base64.StdEncoding.DecodeString(sp.PayloadBase64); err != nil {
+			return bad("payload_base64: %v", err)
+		}
+	}
 	switch {
 	case (sp.Every == "") == (sp.Cron == ""):
-		return 0, fmt.Errorf("%w: give every or cron, not both", store.ErrInvalidJob)
+		return bad("give every or cron, not both")
 	case sp.Cron != "":
-		return emqp.CronInterval, nil
+		return emqp.CronInterval, h, payload, nil
 	}
 	d, err := time.ParseDuration(sp.Every)
 	if err != nil || d < time.Second || d%time.Second != 0 {
-		return 0, fmt.Errorf("%w: every %q: want whole seconds, at least 1s", store.ErrInvalidJob, sp.Every)
+		return bad("every %q: want whole seconds, at least 1s", sp.Every)
 	}
-	return int(d / time.Second), nil
-}
-
-func (sp ScheduleSpec) payload() ([]byte, error) {
-	if sp.PayloadBase64 == "" {
-		return []byte(sp.Payload), nil
-	}
-	p, err := base64.StdEncoding.DecodeString(sp.PayloadBase64)
-	if err != nil {
-		return nil, fmt.Errorf("%w: payload_base64: %v", store.ErrInvalidJob, err)
-	}
-	return p, nil
+	return int(d / time.Second), h, payload, nil
 }
 
 func (b *Broker) scheduleRoutes(mux *http.ServeMux) {
@@ -180,20 +194,10 @@ func (b *Broker) scheduleRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/schedules", func(w http.ResponseWriter, r *http.Request) {
 		var sp ScheduleSpec
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, int64(b.opts.MaxJobSize)*2)).Decode(&sp); err != nil {
-			reply(w, nil, fmt.Errorf("%w: the body is not a schedule in JSON: %v", store.ErrInvalidJob, err))
+			reply(w, nil, fmt.Errorf("%w: the body is not a schedule in JSON: %v", store.ErrBadSchedule, err))
 			return
 		}
-		interval, err := sp.interval()
-		if err != nil {
-			reply(w, nil, err)
-			return
-		}
-		payload, err := sp.payload()
-		if err != nil {
-			reply(w, nil, err)
-			return
-		}
-		si, err := b.AddSchedule(r.Context(), sp.Queue, sp.Headers, interval, sp.Cron, payload)
+		si, err := b.AddSchedule(r.Context(), sp)
 		reply(w, si, err)
 	})
 	mux.HandleFunc("GET /api/v1/schedules/{id}", func(w http.ResponseWriter, r *http.Request) {
