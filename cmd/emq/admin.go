@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,6 +33,11 @@ type admin interface {
 	Retry(msgid string) error
 	Purge(queue string) (int, error)
 	Compact() (before, after int64, err error)
+	Schedules() ([]broker.ScheduleInfo, error)
+	Schedule(id string, payload bool) (broker.ScheduleInfo, error)
+	AddSchedule(sp broker.ScheduleSpec) (broker.ScheduleInfo, error)
+	RemoveSchedule(id string) error
+	PauseSchedule(id string, paused bool) error
 	Close() error
 }
 
@@ -65,10 +71,24 @@ type online struct {
 	http        *http.Client
 }
 
-func (o *online) call(method, path string, out any) error {
-	req, err := http.NewRequestWithContext(context.Background(), method, o.base+path, nil)
+func (o *online) call(method, path string, out any) error { return o.send(method, path, nil, out) }
+
+// send calls the API with in (if not nil) as the JSON body.
+func (o *online) send(method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		js, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(js)
+	}
+	req, err := http.NewRequestWithContext(context.Background(), method, o.base+path, body)
 	if err != nil {
 		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if o.token != "" {
 		req.Header.Set("Authorization", "Bearer "+o.token)
@@ -79,14 +99,14 @@ func (o *online) call(method, path string, out any) error {
 		return fmt.Errorf("no broker answered at %s (%v); is it running? For the journal of a stopped broker use --data-dir DIR", o.base, errors.Unwrap(err))
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	answer, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct{ Error string }
-		if json.Unmarshal(body, &e) != nil || e.Error == "" {
-			e.Error = string(body)
+		if json.Unmarshal(answer, &e) != nil || e.Error == "" {
+			e.Error = string(answer)
 		}
 		if resp.StatusCode == http.StatusUnauthorized {
 			return fmt.Errorf("the broker at %s refused the admin token: %s", o.base, e.Error)
@@ -96,7 +116,7 @@ func (o *online) call(method, path string, out any) error {
 	if out == nil {
 		return nil
 	}
-	return json.Unmarshal(body, out)
+	return json.Unmarshal(answer, out)
 }
 
 func (o *online) Stats() (*broker.StatsInfo, []broker.QueueInfo, error) {
@@ -146,6 +166,30 @@ func (o *online) Compact() (int64, int64, error) {
 	}
 	err := o.call("POST", "/api/v1/compact", &r)
 	return r.Before, r.After, err
+}
+
+func (o *online) Schedules() (ss []broker.ScheduleInfo, err error) {
+	return ss, o.call("GET", "/api/v1/schedules", &ss)
+}
+
+func (o *online) Schedule(id string, payload bool) (s broker.ScheduleInfo, err error) {
+	return s, o.call("GET", "/api/v1/schedules/"+url.PathEscape(id)+"?payload="+strconv.FormatBool(payload), &s)
+}
+
+func (o *online) AddSchedule(sp broker.ScheduleSpec) (s broker.ScheduleInfo, err error) {
+	return s, o.send("POST", "/api/v1/schedules", sp, &s)
+}
+
+func (o *online) RemoveSchedule(id string) error {
+	return o.call("DELETE", "/api/v1/schedules/"+url.PathEscape(id), nil)
+}
+
+func (o *online) PauseSchedule(id string, paused bool) error {
+	action := "resume"
+	if paused {
+		action = "pause"
+	}
+	return o.call("POST", "/api/v1/schedules/"+url.PathEscape(id)+"/"+action, nil)
 }
 
 func (o *online) Close() error { return nil }
@@ -246,6 +290,53 @@ func (o *offline) Purge(queue string) (int, error) {
 func (o *offline) Compact() (int64, int64, error) {
 	st, err := o.j.Compact()
 	return st.Before, st.After, err
+}
+
+func (o *offline) Schedules() ([]broker.ScheduleInfo, error) {
+	var ss []broker.ScheduleInfo
+	err := o.j.LoadSchedules(func(s *store.Schedule) error {
+		ss = append(ss, broker.NewScheduleInfo(s, false))
+		return nil
+	})
+	sort.Slice(ss, func(i, k int) bool { return ss[i].ID < ss[k].ID })
+	return ss, err
+}
+
+func (o *offline) Schedule(id string, payload bool) (broker.ScheduleInfo, error) {
+	s, err := o.j.GetSchedule(id)
+	if err != nil {
+		return broker.ScheduleInfo{}, err
+	}
+	return broker.NewScheduleInfo(s, payload), nil
+}
+
+// AddSchedule stores a schedule for the broker to keep when it starts;
+// the same schedule as one stored is left as it is.
+func (o *offline) AddSchedule(sp broker.ScheduleSpec) (broker.ScheduleInfo, error) {
+	s, err := sp.Schedule(time.Now())
+	if err != nil {
+		return broker.ScheduleInfo{}, err
+	}
+	if old, err := o.j.GetSchedule(s.ID); err == nil && broker.SameSchedule(old, s) {
+		return broker.NewScheduleInfo(old, false), nil
+	}
+	if _, err := store.Wait(func(done func(bool, error)) { o.j.PutSchedule(s, done) }); err != nil {
+		return broker.ScheduleInfo{}, err
+	}
+	return broker.NewScheduleInfo(s, false), nil
+}
+
+func (o *offline) RemoveSchedule(id string) error {
+	found, err := store.Wait(func(done func(bool, error)) { o.j.RemoveSchedule(id, done) })
+	if err == nil && !found {
+		err = fmt.Errorf("%w: %s", store.ErrNoSchedule, id)
+	}
+	return err
+}
+
+func (o *offline) PauseSchedule(id string, paused bool) error {
+	_, err := store.Wait(func(done func(*store.Schedule, error)) { o.j.PauseSchedule(id, paused, done) })
+	return err
 }
 
 func (o *offline) Close() error { return o.j.Close() }

@@ -15,7 +15,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newBrokerCmd(), newWorkerCmd(), newSendCmd(),
-		newStatsCmd(), newQueuesCmd(), newWorkersCmd(), newJobsCmd(), newDLQCmd(),
+		newStatsCmd(), newQueuesCmd(), newWorkersCmd(), newJobsCmd(), newDLQCmd(), newSchedulesCmd(),
 		newMigrateCmd(), newCompactCmd(), newBenchCmd(), newVersionCmd())
 	return root
 }
