@@ -47,6 +47,7 @@ start).`,
 	f.String("max-send-buffer", "256MiB", "bytes queued for sending: payloads are read only below it; one connection over it is dropped")
 	f.Duration("result-ttl", d.ResultTTL, "keep each job's result this long (0 = not kept)")
 	f.Duration("drain-timeout", d.DrainTimeout, "at SIGTERM, wait this long for the jobs in flight before stopping (0 = do not wait)")
+	f.Bool("forward-schedules", false, "pass SCHEDULE and UNSCHEDULE to an EventMQ scheduler peer instead of keeping schedules in the journal (EventMQ's split)")
 	f.String("log-level", "info", "debug, info, warn or error")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		file, _ := cmd.Flags().GetString("config")
@@ -127,6 +128,9 @@ func brokerOptions(c *config) (broker.Options, error) {
 	}
 	o.MaxJobSize = int(min(size, 1<<31))
 	if o.MaxPending, err = c.integer("max-pending"); err != nil {
+		return o, err
+	}
+	if o.ForwardSchedules, err = c.boolean("forward-schedules"); err != nil {
 		return o, err
 	}
 	for key, dst := range map[string]*int64{"payload-cache": &o.PayloadCache,

@@ -97,6 +97,15 @@ func (c *config) integer(key string) (int, error) {
 	return n, nil
 }
 
+func (c *config) boolean(key string) (bool, error) {
+	s := c.v.GetString(key)
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, fmt.Errorf("%s: %q is not true or false", key, s)
+	}
+	return b, nil
+}
+
 // size reads a byte count: a number with an optional KiB, MiB or GiB.
 func (c *config) size(key string) (int64, error) {
 	s := strings.TrimSpace(c.v.GetString(key))

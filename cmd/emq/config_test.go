@@ -24,8 +24,8 @@ func brokerConfig(t *testing.T, args ...string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%s %s %v %v %d %d", o.Frontend, o.DataDir, o.HeartbeatTimeout,
-		o.ResultTTL, o.MaxFrameSize, o.MaxPending), nil
+	return fmt.Sprintf("%s %s %v %v %d %d forward=%v", o.Frontend, o.DataDir, o.HeartbeatTimeout,
+		o.ResultTTL, o.MaxFrameSize, o.MaxPending, o.ForwardSchedules), nil
 }
 
 func TestConfigPrecedence(t *testing.T) {
@@ -39,13 +39,14 @@ func TestConfigPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "tcp://127.0.0.1:5000 /from/file 9s 0s 268435456 7"; got != want {
+	if want := "tcp://127.0.0.1:5000 /from/file 9s 0s 268435456 7 forward=false"; got != want {
 		t.Errorf("file: %q, want %q", got, want)
 	}
 	t.Setenv("EMQ_DATA_DIR", "/from/env")
 	t.Setenv("EMQ_MAX_FRAME_SIZE", "1MiB")
+	t.Setenv("EMQ_FORWARD_SCHEDULES", "true")
 	got, _ = brokerConfig(t, "--config", yaml)
-	if want := "tcp://127.0.0.1:5000 /from/env 9s 0s 1048576 7"; got != want {
+	if want := "tcp://127.0.0.1:5000 /from/env 9s 0s 1048576 7 forward=true"; got != want {
 		t.Errorf("env over file: %q, want %q", got, want)
 	}
 	got, _ = brokerConfig(t, "--config", yaml, "--data-dir", "/from/flag")
@@ -74,6 +75,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{env: [2]string{"EMQ_HEARTBEAT_INTERVAL", "often"}, want: "heartbeat-interval"},
 		{env: [2]string{"EMQ_MAX_FRAME_SIZE", "big"}, want: "max-frame-size"},
 		{env: [2]string{"EMQ_MAX_PENDING", "-1"}, want: "max-pending"},
+		{env: [2]string{"EMQ_FORWARD_SCHEDULES", "sometimes"}, want: `forward-schedules: "sometimes" is not true or false`},
 		{args: []string{"--frontend", "127.0.0.1:1"}, want: "frontend"},
 		{args: []string{"--heartbeat-timeout", "1ms"}, want: "heartbeat-timeout"},
 	}
