@@ -165,3 +165,28 @@ func TestSchedulerConnectionLost(t *testing.T) {
 		}
 	}
 }
+
+// Without forward-schedules an EventMQ scheduler peer is still accepted
+// and its REQUESTs are ordinary jobs, but a client's SCHEDULE is kept by
+// the broker: the scheduler never sees it.
+func TestSchedulerPeerWhileTheBrokerKeepsSchedules(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", fast)
+	s := bt.Dial(t, b.Frontend(), "s")
+	informScheduler(t, s)
+	s.KeepAlive(50 * time.Millisecond)
+	worker := bt.Worker(t, b.Backend(), "w", "default")
+	worker.Ready(10)
+	job := s.Request("default", "", []byte("from the scheduler"))
+	if r := bt.Expect[*emqp.Request](worker); r.MsgID != job {
+		t.Fatalf("worker got %s, want the scheduler's REQUEST %s", r.MsgID, job)
+	} else {
+		worker.Reply(r.MsgID, nil)
+	}
+	client := bt.Dial(t, b.Frontend(), "c")
+	expectAck(t, client, sendSchedule(client, "SCHEDULE", "3600", ""))
+	if r := bt.Expect[*emqp.Request](worker); !strings.HasPrefix(r.MsgID, "schedule-") {
+		t.Fatalf("worker got %s, want the kept schedule's first fire", r.MsgID)
+	}
+	s.Sync() // the scheduler got nothing but heartbeats: schedules are the broker's
+}
