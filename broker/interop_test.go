@@ -16,6 +16,20 @@ import (
 // skipping.
 func TestInteropLibzmq(t *testing.T) {
 	t.Parallel()
+	python := pythonZMQ(t)
+	// HEARTBEATs once a second, the default; the EventMQ scheduler's part
+	// needs schedules passed to it.
+	b := bt.Start(t, "", func(o *broker.Options) { o.ForwardSchedules = true })
+	out, err := exec.Command(python, "testdata/interop.py", b.Frontend(), b.Backend()).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("interop.py: %v\n%s", err, out)
+	}
+}
+
+// pythonZMQ is a Python with the zmq module, or the test is skipped (or,
+// under EMQ_REQUIRE_INTEROP, fails).
+func pythonZMQ(t *testing.T) string {
+	t.Helper()
 	python := "/usr/bin/python3"
 	if err := exec.Command(python, "-c", "import zmq").Run(); err != nil {
 		if os.Getenv("EMQ_REQUIRE_INTEROP") != "" {
@@ -23,11 +37,19 @@ func TestInteropLibzmq(t *testing.T) {
 		}
 		t.Skip("python3-zmq is not installed (apt-get install -y python3-zmq)")
 	}
-	// HEARTBEATs once a second, the default; the EventMQ scheduler's part
-	// needs schedules passed to it.
-	b := bt.Start(t, "", func(o *broker.Options) { o.ForwardSchedules = true })
-	out, err := exec.Command(python, "testdata/interop.py", b.Frontend(), b.Backend()).CombinedOutput()
+	return python
+}
+
+// EventMQ's client SCHEDULE and UNSCHEDULE frames from a libzmq peer,
+// against a broker that keeps the schedules: the job runs on a worker at
+// once and again each interval, the same SCHEDULE twice is one schedule,
+// a bad cron expression is refused, and UNSCHEDULE stops the fires.
+func TestInteropLibzmqSchedules(t *testing.T) {
+	t.Parallel()
+	python := pythonZMQ(t)
+	b := bt.Start(t, "", func(o *broker.Options) { o.Admin = "127.0.0.1:0" })
+	out, err := exec.Command(python, "testdata/interop_schedules.py", b.Frontend(), b.Backend(), b.AdminAddr()).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "ok" {
-		t.Fatalf("interop.py: %v\n%s", err, out)
+		t.Fatalf("interop_schedules.py: %v\n%s", err, out)
 	}
 }
