@@ -33,7 +33,13 @@ import (
 // ends the schedule after N fires. A broker late for a due time (it was
 // stopped, or busy) fires once and goes on from the next due time after
 // now: fires missed while no broker ran are one catch-up fire, or none
-// with the header misfire:skip.
+// with the header misfire:skip. A due time less than misfireGrace past
+// when the broker starts (or the schedule is resumed) is not missed: a
+// restart or failover of a few seconds fires it even with misfire:skip.
+
+// misfireGrace: how late a due time may be found and still fire under
+// misfire:skip.
+const misfireGrace = time.Minute
 
 // schedule is a schedule the loop holds: what it needs to know when it is
 // due. Its queue, headers and payload stay in the journal.
@@ -45,7 +51,7 @@ type schedule struct {
 	left     int       // fires left; -1 = no end
 	paused   bool
 	skipLate bool     // misfire:skip
-	late     bool     // its next due time passed while no broker ran
+	missed   bool     // its next due time passed, over misfireGrace, while no broker ran (or it was paused)
 	firing   bool     // the journal is making a fire
 	sig      [20]byte // of what defines it: the same SCHEDULE again changes nothing
 	fires    int
@@ -185,7 +191,7 @@ func (b *Broker) replaySchedules() (int, error) {
 			b.log.Error("a stored schedule cannot be read; it is left as it is", "schedule", ss.ID, "err", err)
 			return nil
 		}
-		s.late = !s.next.After(now)
+		s.missed = now.Sub(s.next) > misfireGrace
 		b.scheds[s.id] = s
 		b.plan(s)
 		n++
@@ -205,10 +211,10 @@ func (b *Broker) scheduleDue(s *schedule) {
 	due := s.next
 	next := s.when.after(due, now)
 	msgid := fireID(s.id, due)
-	if s.late && s.skipLate {
+	if s.missed && s.skipLate {
 		msgid = "" // misfire:skip: no catch-up fire
 	}
-	s.late, s.firing = false, true
+	s.missed, s.firing = false, true
 	b.journal.FireSchedule(s.id, due, next, msgid, func(sj *store.Job, dup bool, err error) {
 		b.post(func() { b.fired(s, due, next, sj, dup, err) })
 	})
@@ -412,13 +418,13 @@ func (b *Broker) dropSchedule(id string, done func(found bool, err error)) {
 
 // pauseSchedule pauses or resumes schedule id. A schedule resumed after
 // its due time fires once, as one found late at a start does (unless
-// misfire:skip).
+// misfire:skip and over misfireGrace late).
 func (b *Broker) pauseSchedule(id string, paused bool, done func(error)) {
 	b.journal.PauseSchedule(id, paused, func(_ *store.Schedule, err error) {
 		b.post(func() {
 			if s := b.scheds[id]; err == nil && s != nil {
 				s.paused = paused
-				s.late = !paused && !s.next.After(b.now())
+				s.missed = !paused && b.now().Sub(s.next) > misfireGrace
 				b.plan(s)
 			}
 			b.noticeFence(err)

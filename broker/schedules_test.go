@@ -176,7 +176,7 @@ func TestScheduleTimes(t *testing.T) {
 
 // Fires missed while no broker ran: one catch-up fire, for the first
 // missed due time, then on from the next due time after the start; none
-// with misfire:skip.
+// with misfire:skip, unless the gap was under a minute.
 func TestMissedFiresCatchUpOnce(t *testing.T) {
 	t.Parallel()
 	c := &clock{now: time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)}
@@ -199,6 +199,7 @@ func TestMissedFiresCatchUpOnce(t *testing.T) {
 	if want := broker.FireID("catch", start.Add(time.Minute)); r.MsgID != want {
 		t.Fatalf("catch-up fire %s, want the first missed due time's %s", r.MsgID, want)
 	}
+	worker.Reply(r.MsgID, nil)
 	worker.Sync() // one, and none for misfire:skip
 	c.set(b2, start.Add(11*time.Minute))
 	for range 2 {
@@ -206,5 +207,26 @@ func TestMissedFiresCatchUpOnce(t *testing.T) {
 		if r.MsgID != broker.FireID("catch", start.Add(11*time.Minute)) && r.MsgID != broker.FireID("skip", start.Add(11*time.Minute)) {
 			t.Fatalf("fire %s, want both schedules at the next due time after the start", r.MsgID)
 		}
+		worker.Reply(r.MsgID, nil)
+	}
+
+	// A due time found less than a minute past (a quick restart) is not
+	// missed: it fires even with misfire:skip.
+	worker.Sync() // the REPLYs are handled
+	if err := b2.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.now = start.Add(12*time.Minute + 30*time.Second)
+	c.mu.Unlock()
+	b3 := bt.Start(t, b.Dir, opts)
+	worker = bt.Worker(t, b3.Backend(), "w", "q")
+	worker.Ready(10)
+	got := map[string]bool{}
+	for range 2 {
+		got[bt.Expect[*emqp.Request](worker).MsgID] = true
+	}
+	if !got[broker.FireID("catch", start.Add(12*time.Minute))] || !got[broker.FireID("skip", start.Add(12*time.Minute))] {
+		t.Fatalf("after a 30-second gap: fires %v, want both schedules' due time", got)
 	}
 }
