@@ -40,10 +40,22 @@ func runChild() {
 	if v := os.Getenv("EMQ_TEST_MAX_RECEIVE"); v != "" {
 		opts.MaxReceiveBuffer, _ = strconv.ParseInt(v, 10, 64)
 	}
+	var clock *fileClock
+	if path := os.Getenv(clockEnv); path != "" {
+		var err error
+		if clock, err = childClock(path); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		opts.Now = clock.Now
+	}
 	b, err := broker.New(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	if clock != nil {
+		go clock.follow(b)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
