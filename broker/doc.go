@@ -132,14 +132,65 @@
 // REPLY to; after a restart the REPLY goes to whichever endpoint has that
 // id connected.
 //
-// An INFORM with peer type "scheduler" makes a scheduler instead: EventMQ's
-// emq-scheduler, which keeps schedules (in its own store) and sends a
-// REQUEST when one is due. As in EventMQ's router, each SCHEDULE goes to
-// one scheduler in turn and each UNSCHEDULE to all, unchanged; schedulers
-// get HEARTBEATs, are lost like workers, and never get jobs. With none
-// connected, SCHEDULE and UNSCHEDULE get ERROR unavailable (EventMQ's
-// router dropped them with a log line). A peer that INFORMs as the other
-// role is lost in its old role first.
+// An INFORM with peer type "scheduler" makes a scheduler instead:
+// EventMQ's emq-scheduler. It gets HEARTBEATs, is lost like a worker and
+// never gets jobs; its REQUESTs are jobs like any client's. Only with
+// ForwardSchedules (EventMQ's split) is it passed schedules: as in
+// EventMQ's router, each SCHEDULE goes to one scheduler in turn and each
+// UNSCHEDULE to all, unchanged, and with none connected they get ERROR
+// unavailable. A peer that INFORMs as the other role is lost in its old
+// role first.
+//
+// # Schedules
+//
+// The broker keeps schedules in its journal (schedules.go). SCHEDULE
+// (queue, headers, interval_secs, payload, cron) stores one and is ACKed
+// after the fsync; UNSCHEDULE (the same frames) removes the one they name
+// and is ACKed. A bad interval_secs, cron expression, tz or run_count gets
+// ERROR bad_request saying which; a failed write, unavailable.
+//
+// Identity (scheduleid.go): a schedule is named by
+//
+//  1. its header schedule-id:NAME, if given;
+//  2. else, for an EventMQ payload ["run", {...}], EventMQ's
+//     schedule_hash: the hex SHA-1 of Python's json.dumps(sort_keys=True)
+//     of the run object's args, kwargs, class_args, class_kwargs, path
+//     and callable. An original client's schedule() sent twice names one
+//     schedule, and its unschedule() finds it;
+//  3. else the hex SHA-1 of the queue and the payload.
+//
+// A SCHEDULE naming a kept schedule with the same queue, headers, cadence
+// and payload changes nothing (it does not fire again at once); one that
+// differs replaces it, due from now as a new one.
+//
+// When: interval_secs N ≥ 1 fires every N seconds, keeping its phase;
+// interval_secs -1 fires at the times of cron (5 fields or a descriptor
+// such as @hourly) in UTC, or in the header tz:Area/City. The first fire
+// is at once unless nohaste; run_count:N ends the schedule after N fires;
+// guarantee is accepted (every fire is durable anyway).
+//
+// Exactly once: a fire's msgid is "schedule-", 16 hex digits of the id's
+// SHA-1, "-" and the due time in Unix seconds. The journal makes the
+// fire's job and moves the schedule's next due time in one transaction
+// (store.Journal.FireSchedule), and refuses a fire whose due time is no
+// longer the schedule's next: neither a restart nor a second broker can
+// make a fire twice, and a crash before the commit leaves the due time in
+// place for the next broker to fire. The fire is then a pending job like
+// a REQUEST's, with the schedule's queue, headers and payload: retried,
+// timed out and dead-lettered as any job.
+//
+// Missed fires: a broker late for a due time (it was stopped, or the
+// schedule paused) fires once, for the first missed due time, then goes on
+// from the next due time after now: one catch-up fire per schedule after
+// an outage, not one per missed interval. With the header misfire:skip
+// there is none when the due time is over a minute (misfireGrace) past; a
+// restart of a few seconds still fires it.
+//
+// The loop holds each schedule as one deadline (id, cadence, next due
+// time, fires left, paused); queue, headers and payload stay in the
+// journal. Due times are wall-clock times (Options.Now in a test): the
+// loop waits for one on the monotonic clock and, when it comes, checks
+// the wall clock again, so a fire is never made before its due time.
 //
 // # Stopping
 //
@@ -191,16 +242,14 @@
 // # Figures
 //
 // Measured figures (throughput, latency, start-up with a million jobs,
-// idle cost of delayed jobs) live in docs/benchmarks.md and the README's
+// idle cost of delayed jobs and of schedules) live in docs/benchmarks.md and the README's
 // table, with the commands that produce them; this file only says how
 // the broker works.
 //
 // # Not done (yet)
 //
-// The broker keeps no schedules of its own: SCHEDULE needs a scheduler
-// peer, and a SCHEDULE passed to one is not journaled by EMQ (the ERROR
-// with no scheduler tells the client so). Without ResultTTL a completed
-// job leaves nothing behind, so a msgid sent again after its job was done
-// makes a second job; EMQ's client only resends until the ACK, and with
-// ResultTTL set the kept result makes the resend a duplicate.
+// Without ResultTTL a completed job leaves nothing behind, so a msgid sent
+// again after its job was done makes a second job; EMQ's client only
+// resends until the ACK, and with ResultTTL set the kept result makes the
+// resend a duplicate.
 package broker
