@@ -351,6 +351,9 @@ func makeSchedule(queue string, h emqp.Headers, interval int, expr string, paylo
 	if err != nil {
 		return nil, err
 	}
+	if when.cron != nil && when.cron.Next(now).IsZero() {
+		return nil, fmt.Errorf("cron expression %q: no such time in the next five years", expr)
+	}
 	runs, err := h.RunCount()
 	if err != nil {
 		return nil, err

@@ -111,6 +111,7 @@ func TestBadSchedulesAreRefused(t *testing.T) {
 		{"", "0", "", "interval_secs 0"},
 		{"", "-1", "61 * * * *", "cron expression"},
 		{"", "-1", "* * * * * *", "cron expression"},
+		{"nohaste", "-1", "0 0 30 2 *", "no such time"},
 		{"tz:Mars/Olympus", "-1", "@hourly", "tz:Mars/Olympus"},
 		{"run_count:x", "5", "", "run_count"},
 	} {
