@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 	_ "time/tzdata" // tz:Area/City works on machines without a zoneinfo database
 
@@ -434,9 +433,4 @@ func (b *Broker) pauseSchedule(id string, paused bool, done func(error)) {
 			done(err)
 		})
 	})
-}
-
-// scheduleHeaders parses a schedule's headers given as text (CLI, API).
-func scheduleHeaders(items []string) (emqp.Headers, error) {
-	return emqp.ParseHeaders(strings.Join(items, ","))
 }
