@@ -200,30 +200,47 @@ func BenchmarkDelayedIdle(b *testing.B) {
 	br := bt.Start(b, dir, func(o *broker.Options) {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	})
-	time.Sleep(2 * time.Second) // let the replay's garbage be collected first
-	window := min(idle, time.Until(firstDue)-5*time.Second)
+	cpuShare, window := idleCPU(b, idle, firstDue, 5*time.Second)
+	b.Logf("idle %v: CPU %.3f%% of a core; waiting for %d due jobs", window, 100*cpuShare, due)
+	late := lateness(b, br.Backend(), "due", due, func(r *emqp.Request) time.Time {
+		at, _ := strconv.ParseInt(string(r.Payload), 10, 64)
+		return time.Unix(0, at)
+	})
+	b.ReportMetric(100*cpuShare, "%cpu-idle")
+	reportLateness(b, late)
+}
+
+// idleCPU lets the replay's garbage be collected, then measures this
+// process's CPU share over up to max, ending margin before dueAt; nothing
+// happens in the process but the broker waiting.
+func idleCPU(b *testing.B, max time.Duration, dueAt time.Time, margin time.Duration) (share float64, window time.Duration) {
+	time.Sleep(2 * time.Second)
+	window = min(max, time.Until(dueAt)-margin)
 	if window < 5*time.Second {
-		b.Fatalf("the replay took too long: %v left before the first job is due", time.Until(firstDue))
+		b.Fatalf("the replay took too long: %v left before the first job is due", time.Until(dueAt))
 	}
 	cpu0, wall0 := cpuTime(), time.Now()
-	time.Sleep(window) // the measurement: nothing happens in this process but the broker waiting
-	cpuShare := (cpuTime() - cpu0).Seconds() / time.Since(wall0).Seconds()
+	time.Sleep(window) // the measurement
+	return (cpuTime() - cpu0).Seconds() / time.Since(wall0).Seconds(), window
+}
 
-	conn, err := zmtp.Dial(context.Background(), br.Backend(), zmtp.DialOptions{Identity: []byte("waiting")})
+// lateness is a worker of queue at backend with n slots waiting for n
+// jobs: how late each REQUEST is read, after the time dueOf says, sorted.
+func lateness(b *testing.B, backend, queue string, n int, dueOf func(*emqp.Request) time.Time) []time.Duration {
+	conn, err := zmtp.Dial(context.Background(), backend, zmtp.DialOptions{Identity: []byte("waiting")})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	msgs := [][][]byte{emqp.Encode(&emqp.Inform{MsgID: emqp.NewID(), Queues: []emqp.Queue{{Weight: 10, Name: "due"}}})}
-	for range due {
+	msgs := [][][]byte{emqp.Encode(&emqp.Inform{MsgID: emqp.NewID(), Queues: []emqp.Queue{{Weight: 10, Name: queue}}})}
+	for range n {
 		msgs = append(msgs, emqp.Encode(&emqp.Ready{MsgID: emqp.NewID()}))
 	}
 	if err := conn.WriteMsgs(msgs...); err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("idle %v: CPU %.3f%% of a core; waiting for %d due jobs", window, 100*cpuShare, due)
 	var late []time.Duration
-	for len(late) < due {
+	for len(late) < n {
 		m, err := emqp.ReadMessage(conn.ReadMsg, nil)
 		if err != nil {
 			b.Fatal(err)
@@ -231,8 +248,7 @@ func BenchmarkDelayedIdle(b *testing.B) {
 		var answer emqp.Message
 		switch m := m.(type) {
 		case *emqp.Request:
-			at, _ := strconv.ParseInt(string(m.Payload), 10, 64)
-			late = append(late, time.Since(time.Unix(0, at)))
+			late = append(late, time.Since(dueOf(m)))
 			answer = &emqp.Reply{MsgID: emqp.NewID(), OrigMsgID: m.MsgID}
 		case *emqp.Heartbeat: // so that the broker does not lose the worker while it waits
 			answer = &emqp.Heartbeat{MsgID: emqp.NewID()}
@@ -244,8 +260,12 @@ func BenchmarkDelayedIdle(b *testing.B) {
 		}
 	}
 	slices.Sort(late)
+	return late
+}
+
+// reportLateness reports sorted latenesses' p50, p99 and max.
+func reportLateness(b *testing.B, late []time.Duration) {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	b.ReportMetric(100*cpuShare, "%cpu-idle")
 	b.ReportMetric(ms(late[len(late)/2]), "late-p50-ms")
 	b.ReportMetric(ms(late[len(late)*99/100]), "late-p99-ms")
 	b.ReportMetric(ms(late[len(late)-1]), "late-max-ms")

@@ -1,13 +1,11 @@
 package broker_test
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
-	"github.com/eventmq/emq/internal/zmtp"
 	"github.com/eventmq/emq/store"
 )
 
@@ -74,57 +71,14 @@ func BenchmarkSchedules(b *testing.B) {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	})
 	b.Logf("replayed in %v", time.Since(replay).Round(time.Millisecond))
-	time.Sleep(2 * time.Second) // let the replay's garbage be collected first
+	cpuShare, window := idleCPU(b, idle, dueAt, 3*time.Second)
 	heap := heapInUse() - heap0
-	window := min(idle, time.Until(dueAt)-3*time.Second)
-	if window < 5*time.Second {
-		b.Fatalf("the replay took too long: %v left before the schedules are due", time.Until(dueAt))
-	}
-	cpu0, wall0 := cpuTime(), time.Now()
-	time.Sleep(window) // the measurement: nothing happens in this process but the broker waiting
-	cpuShare := (cpuTime() - cpu0).Seconds() / time.Since(wall0).Seconds()
-
-	conn, err := zmtp.Dial(context.Background(), br.Backend(), zmtp.DialOptions{Identity: []byte("waiting")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
-	msgs := [][][]byte{emqp.Encode(&emqp.Inform{MsgID: emqp.NewID(), Queues: []emqp.Queue{{Weight: 10, Name: "due"}}})}
-	for range due {
-		msgs = append(msgs, emqp.Encode(&emqp.Ready{MsgID: emqp.NewID()}))
-	}
-	if err := conn.WriteMsgs(msgs...); err != nil {
-		b.Fatal(err)
-	}
 	b.Logf("idle %v: CPU %.3f%% of a core, heap %.1f MiB; waiting for %d fires due at %s",
 		window, 100*cpuShare, float64(heap)/(1<<20), due, dueAt.Format(time.RFC3339))
-	var late []time.Duration
-	for len(late) < due {
-		m, err := emqp.ReadMessage(conn.ReadMsg, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var answer emqp.Message
-		switch m := m.(type) {
-		case *emqp.Request:
-			late = append(late, time.Since(dueAt))
-			answer = &emqp.Reply{MsgID: emqp.NewID(), OrigMsgID: m.MsgID}
-		case *emqp.Heartbeat:
-			answer = &emqp.Heartbeat{MsgID: emqp.NewID()}
-		default:
-			continue
-		}
-		if err := conn.WriteMsgs(emqp.Encode(answer)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	slices.Sort(late)
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	late := lateness(b, br.Backend(), "due", due, func(*emqp.Request) time.Time { return dueAt })
 	b.ReportMetric(100*cpuShare, "%cpu-idle")
 	b.ReportMetric(float64(heap)/float64(kept), "heap-B/schedule")
-	b.ReportMetric(ms(late[len(late)/2]), "late-p50-ms")
-	b.ReportMetric(ms(late[len(late)*99/100]), "late-p99-ms")
-	b.ReportMetric(ms(late[len(late)-1]), "late-max-ms")
+	reportLateness(b, late)
 }
 
 // heapInUse is the live heap after a collection.
