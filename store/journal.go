@@ -56,12 +56,12 @@ type Journal interface {
 
 	// PutSchedule stores s, or replaces the schedule of its ID; created
 	// reports a new one. An empty ID or queue, or one over its limit, is
-	// ErrInvalidJob.
+	// ErrBadSchedule.
 	PutSchedule(s *Schedule, done func(created bool, err error))
 	// RemoveSchedule deletes a schedule; found is false when there was
 	// none.
 	RemoveSchedule(id string, done func(found bool, err error))
-	// PauseSchedule pauses or resumes a schedule (ErrNotFound).
+	// PauseSchedule pauses or resumes a schedule (ErrNoSchedule).
 	PauseSchedule(id string, paused bool, done func(*Schedule, error))
 	// FireSchedule makes the fire of schedule id due at due, in one
 	// transaction: a new pending job msgid, made of the schedule's queue,
@@ -96,7 +96,11 @@ type Journal interface {
 	Counts() ([]Count, error)
 	// LoadSchedules calls fn for every schedule, by ID.
 	LoadSchedules(fn func(*Schedule) error) error
-	// GetSchedule returns one schedule; ErrNotFound when there is none.
+	// ListSchedules returns up to limit schedules (0 = 100) whose IDs
+	// come after after, by ID, and the after of the next page ("" = no
+	// more).
+	ListSchedules(after string, limit int) ([]*Schedule, string, error)
+	// GetSchedule returns one schedule; ErrNoSchedule when there is none.
 	GetSchedule(id string) (*Schedule, error)
 	// Result returns a kept result; ErrNotFound when there is none (or its
 	// time is up).

@@ -185,6 +185,37 @@ func (b *Bolt) LoadSchedules(fn func(*Schedule) error) error {
 	})
 }
 
+// ListSchedules implements Journal.
+func (b *Bolt) ListSchedules(after string, limit int) ([]*Schedule, string, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	var out []*Schedule
+	next := ""
+	err := b.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(migrations.Schedules).Cursor()
+		k, v := c.First()
+		if after != "" {
+			if k, v = c.Seek([]byte(after)); k != nil && string(k) == after {
+				k, v = c.Next()
+			}
+		}
+		for ; k != nil; k, v = c.Next() {
+			if len(out) == limit {
+				next = out[len(out)-1].ID
+				return nil
+			}
+			s, err := decodeSchedule(k, v)
+			if err != nil {
+				return fmt.Errorf("journal %s: %w", b.path, err)
+			}
+			out = append(out, s)
+		}
+		return nil
+	})
+	return out, next, err
+}
+
 // GetSchedule implements Journal.
 func (b *Bolt) GetSchedule(id string) (*Schedule, error) {
 	var s *Schedule

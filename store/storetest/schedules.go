@@ -91,6 +91,33 @@ func putScheduleKeepsEveryField(t *testing.T, f *fixture) {
 	if len(got) != 2 || got[0].ID != "s0" || diffSchedule(got[1], s2) != "" {
 		t.Fatalf("loaded after a reopen: %d schedules, first %q; want s0 and the replaced s1", len(got), got[0].ID)
 	}
+	for _, id := range []string{"s2", "s3", "s4"} {
+		f.putSchedule(schedule(id))
+	}
+	var pages [][]string
+	for after := ""; ; {
+		page, next, err := f.j.ListSchedules(after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, s := range page {
+			ids = append(ids, s.ID)
+		}
+		pages = append(pages, ids)
+		if after = next; after == "" {
+			break
+		}
+	}
+	if fmt.Sprint(pages) != "[[s0 s1] [s2 s3] [s4]]" {
+		t.Fatalf("listed by twos: %v, want [[s0 s1] [s2 s3] [s4]]", pages)
+	}
+	if page, next, err := f.j.ListSchedules("s1a", 0); err != nil || len(page) != 3 || page[0].ID != "s2" || next != "" {
+		t.Fatalf("listed after an id no schedule has: %d schedules, next %q, %v", len(page), next, err)
+	}
+	for _, id := range []string{"s2", "s3", "s4"} {
+		store.Wait(func(done func(bool, error)) { f.j.RemoveSchedule(id, done) })
+	}
 	if _, err := f.j.GetSchedule("nope"); !errors.Is(err, store.ErrNoSchedule) || !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("get of an unknown schedule: %v, want ErrNoSchedule (an ErrNotFound)", err)
 	}
