@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,7 +35,7 @@ import (
 //	POST   /api/v1/jobs/{msgid}/retry        a dead job back to its queue
 //	POST   /api/v1/queues/{queue}/purge?confirm={queue}   delete the queue's pending jobs
 //	POST   /api/v1/compact                   rewrite the journal without free space
-//	GET    /api/v1/schedules                 []ScheduleInfo
+//	GET    /api/v1/schedules?limit=&after=    a SchedulePage, by id
 //	POST   /api/v1/schedules                 add one: {"queue", "every" (30s) or "cron", "headers", "payload" or "payload_base64"}
 //	GET    /api/v1/schedules/{id}[?payload=1]
 //	DELETE /api/v1/schedules/{id}
@@ -341,17 +342,27 @@ func (b *Broker) queuesWithDead(ctx context.Context) ([]QueueInfo, error) {
 	return qs, nil
 }
 
+// pageLimit reads a listing's limit (default 100, at most 10,000); a bad
+// one is answered 400.
+func pageLimit(w http.ResponseWriter, q url.Values) (int, bool) {
+	v := q.Get("limit")
+	if v == "" {
+		return 100, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 10000 {
+		writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("limit %q: want 1 to 10000", v)})
+		return 0, false
+	}
+	return n, true
+}
+
 // listJobs pages through stored jobs; state inflight lists the held ones.
 func (b *Broker) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 10000 {
-			writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("limit %q: want 1 to 10000", v)})
-			return
-		}
-		limit = n
+	limit, ok := pageLimit(w, q)
+	if !ok {
+		return
 	}
 	held, err := b.InFlight(r.Context(), q.Get("queue"))
 	if err != nil {

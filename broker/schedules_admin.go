@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sort"
 	"strconv"
 	"time"
 
@@ -47,18 +46,29 @@ func NewScheduleInfo(s *store.Schedule, withPayload bool) ScheduleInfo {
 	return si
 }
 
-// Schedules describes every schedule, by id, as the journal has them.
-func (b *Broker) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
+// SchedulePage is a page of a listing of schedules.
+type SchedulePage struct {
+	Schedules []ScheduleInfo `json:"schedules"`
+	Next      string         `json:"next,omitempty"` // the after of the next page
+}
+
+// Schedules lists up to limit schedules (0 = 100) with ids after after, by
+// id, as the journal has them.
+func (b *Broker) Schedules(after string, limit int) (SchedulePage, error) {
 	if !b.running.Load() {
-		return nil, ErrStopped
+		return SchedulePage{}, ErrStopped
 	}
-	var out []ScheduleInfo
-	err := b.journal.LoadSchedules(func(s *store.Schedule) error {
-		out = append(out, NewScheduleInfo(s, false))
-		return ctx.Err()
-	})
-	sort.Slice(out, func(i, k int) bool { return out[i].ID < out[k].ID })
-	return out, err
+	return ListSchedules(b.journal, after, limit)
+}
+
+// ListSchedules lists a journal's schedules, as Schedules does.
+func ListSchedules(j store.Journal, after string, limit int) (SchedulePage, error) {
+	ss, next, err := j.ListSchedules(after, limit)
+	page := SchedulePage{Schedules: make([]ScheduleInfo, 0, len(ss)), Next: next}
+	for _, s := range ss {
+		page.Schedules = append(page.Schedules, NewScheduleInfo(s, false))
+	}
+	return page, err
 }
 
 // AddSchedule stores a schedule, as a SCHEDULE does; the same schedule as
@@ -188,8 +198,12 @@ func (sp ScheduleSpec) parts() (interval int, h emqp.Headers, payload []byte, er
 
 func (b *Broker) scheduleRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/v1/schedules", func(w http.ResponseWriter, r *http.Request) {
-		ss, err := b.Schedules(r.Context())
-		reply(w, ss, err)
+		limit, ok := pageLimit(w, r.URL.Query())
+		if !ok {
+			return
+		}
+		page, err := b.Schedules(r.URL.Query().Get("after"), limit)
+		reply(w, page, err)
 	})
 	mux.HandleFunc("POST /api/v1/schedules", func(w http.ResponseWriter, r *http.Request) {
 		var sp ScheduleSpec

@@ -52,9 +52,37 @@ func TestSchedulesAPI(t *testing.T) {
 			t.Errorf("%+v: %d %s, want 400 naming %q", c.spec, code, text, c.says)
 		}
 	}
-	var list []broker.ScheduleInfo
-	if code := api(t, b, "GET", "/api/v1/schedules", "", &list); code != http.StatusOK || len(list) != 1 || list[0].ID != "hourly" {
+	var list broker.SchedulePage
+	if code := api(t, b, "GET", "/api/v1/schedules", "", &list); code != http.StatusOK || len(list.Schedules) != 1 || list.Schedules[0].ID != "hourly" {
 		t.Fatalf("list: %d %+v", code, list)
+	}
+	// By pages, in id order.
+	for _, id := range []string{"a", "b", "c"} {
+		if code, text := post(t, b, "/api/v1/schedules", broker.ScheduleSpec{Queue: "q", Cron: "@daily", Headers: "schedule-id:" + id}); code != http.StatusOK {
+			t.Fatalf("add %s: %d %s", id, code, text)
+		}
+	}
+	var ids []string
+	for after := ""; ; after = list.Next {
+		list = broker.SchedulePage{}
+		if code := api(t, b, "GET", "/api/v1/schedules?limit=3&after="+after, "", &list); code != http.StatusOK {
+			t.Fatalf("list after %q: %d", after, code)
+		}
+		for _, s := range list.Schedules {
+			ids = append(ids, s.ID)
+		}
+		if list.Next == "" {
+			break
+		}
+	}
+	if strings.Join(ids, " ") != "a b c hourly" {
+		t.Fatalf("listed by threes: %v", ids)
+	}
+	if code := api(t, b, "GET", "/api/v1/schedules?limit=0", "", nil); code != http.StatusBadRequest {
+		t.Fatalf("limit 0: %d, want 400", code)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		api(t, b, "DELETE", "/api/v1/schedules/"+id, "", nil)
 	}
 	if code := api(t, b, "GET", "/api/v1/schedules/hourly?payload=1", "", &si); code != http.StatusOK || si.Payload != base64.StdEncoding.EncodeToString([]byte("hello")) {
 		t.Fatalf("show: %d %+v", code, si)

@@ -72,7 +72,7 @@ def schedule_hash(payload):
 
 def schedules():
     with urllib.request.urlopen("http://%s/api/v1/schedules" % admin, timeout=10) as r:
-        return json.load(r) or []
+        return json.load(r)["schedules"]
 
 
 def due(job_msgid):

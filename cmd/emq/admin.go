@@ -33,7 +33,7 @@ type admin interface {
 	Retry(msgid string) error
 	Purge(queue string) (int, error)
 	Compact() (before, after int64, err error)
-	Schedules() ([]broker.ScheduleInfo, error)
+	Schedules(after string, limit int) (broker.SchedulePage, error)
 	Schedule(id string, payload bool) (broker.ScheduleInfo, error)
 	AddSchedule(sp broker.ScheduleSpec) (broker.ScheduleInfo, error)
 	RemoveSchedule(id string) error
@@ -168,8 +168,9 @@ func (o *online) Compact() (int64, int64, error) {
 	return r.Before, r.After, err
 }
 
-func (o *online) Schedules() (ss []broker.ScheduleInfo, err error) {
-	return ss, o.call("GET", "/api/v1/schedules", &ss)
+func (o *online) Schedules(after string, limit int) (p broker.SchedulePage, err error) {
+	q := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
+	return p, o.call("GET", "/api/v1/schedules?"+q.Encode(), &p)
 }
 
 func (o *online) Schedule(id string, payload bool) (s broker.ScheduleInfo, err error) {
@@ -292,14 +293,8 @@ func (o *offline) Compact() (int64, int64, error) {
 	return st.Before, st.After, err
 }
 
-func (o *offline) Schedules() ([]broker.ScheduleInfo, error) {
-	var ss []broker.ScheduleInfo
-	err := o.j.LoadSchedules(func(s *store.Schedule) error {
-		ss = append(ss, broker.NewScheduleInfo(s, false))
-		return nil
-	})
-	sort.Slice(ss, func(i, k int) bool { return ss[i].ID < ss[k].ID })
-	return ss, err
+func (o *offline) Schedules(after string, limit int) (broker.SchedulePage, error) {
+	return broker.ListSchedules(o.j, after, limit)
 }
 
 func (o *offline) Schedule(id string, payload bool) (broker.ScheduleInfo, error) {

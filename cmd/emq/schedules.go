@@ -22,19 +22,28 @@ func newSchedulesCmd() *cobra.Command {
 		Short:   "List, show, add, remove, pause and resume the schedules the broker keeps",
 	}
 	adminFlags(cmd)
-	ls := adminCmd("ls", "List schedules", cobra.NoArgs, func(cmd *cobra.Command, a admin, c *config, _ []string) error {
-		ss, err := a.Schedules()
+	ls := adminCmd("ls", "List schedules, by id", cobra.NoArgs, func(cmd *cobra.Command, a admin, c *config, _ []string) error {
+		limit, err := c.integer("limit")
 		if err != nil {
 			return err
 		}
-		return output(cmd, c, ss, func(w io.Writer) {
+		p, err := a.Schedules(c.str("after"), limit)
+		if err != nil {
+			return err
+		}
+		return output(cmd, c, p, func(w io.Writer) {
 			fmt.Fprintln(w, "ID\tQUEUE\tWHEN\tNEXT\tFIRES\tLEFT\tSTATE\tPREVIEW")
-			for _, s := range ss {
+			for _, s := range p.Schedules {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%q\n", s.ID, s.Queue, when(s), s.Next.Format(time.RFC3339),
 					s.Fires, left(s), state(s), oneLine(s.Preview, 40))
 			}
+			if p.Next != "" {
+				fmt.Fprintf(w, "(more: --after %s)\n", p.Next)
+			}
 		})
 	})
+	ls.Flags().Int("limit", 100, "schedules to show")
+	ls.Flags().String("after", "", "continue a listing (the id it printed)")
 	show := adminCmd("show ID", "Show one schedule", cobra.ExactArgs(1), func(cmd *cobra.Command, a admin, c *config, args []string) error {
 		withPayload := c.v.GetBool("payload")
 		s, err := a.Schedule(args[0], withPayload)

@@ -40,9 +40,9 @@ func TestSchedulesCLI(t *testing.T) {
 			t.Errorf("add %v: %v %s, want an error naming %q", c.args, err, stderr, c.says)
 		}
 	}
-	var ss []broker.ScheduleInfo
-	json.Unmarshal([]byte(mustEmq(t, append([]string{"schedules", "ls", "--json"}, on...)...)), &ss)
-	if len(ss) != 1 || ss[0].ID != "hourly" || ss[0].Left != 3 || ss[0].Headers != "schedule-id:hourly,nohaste,run_count:3" {
+	var p broker.SchedulePage
+	json.Unmarshal([]byte(mustEmq(t, append([]string{"schedules", "ls", "--json"}, on...)...)), &p)
+	if ss := p.Schedules; len(ss) != 1 || ss[0].ID != "hourly" || ss[0].Left != 3 || ss[0].Headers != "schedule-id:hourly,nohaste,run_count:3" {
 		t.Fatalf("ls: %+v", ss)
 	}
 	mustEmq(t, append([]string{"schedules", "pause", "hourly"}, on...)...)
@@ -62,6 +62,7 @@ func TestSchedulesCLI(t *testing.T) {
 	}
 	mustEmq(t, append([]string{"schedules", "resume", "hourly"}, off...)...)
 	mustEmq(t, append([]string{"schedule", "add", "--queue", "q", "--cron", "@daily", "--id", "daily", "x"}, off...)...)
+	mustEmq(t, append([]string{"schedule", "add", "--queue", "q", "--cron", "@weekly", "--id", "weekly", "x"}, off...)...)
 	mustEmq(t, append([]string{"schedules", "rm", "hourly"}, off...)...)
 	if _, stderr, err := emq(t, "", append([]string{"schedules", "rm", "hourly"}, off...)...); err == nil || !strings.Contains(stderr, "no such schedule: hourly") {
 		t.Fatalf("rm twice: %v %s", err, stderr)
@@ -69,10 +70,13 @@ func TestSchedulesCLI(t *testing.T) {
 
 	b2 := bt.Start(t, b.Dir, func(o *broker.Options) { fastBroker(o); o.Admin = "127.0.0.1:0" })
 	on = []string{"--admin", b2.AdminAddr()}
-	ss = nil
-	json.Unmarshal([]byte(mustEmq(t, append([]string{"schedules", "ls", "--json"}, on...)...)), &ss)
-	if len(ss) != 1 || ss[0].ID != "daily" || ss[0].Cron != "@daily" || ss[0].Paused {
+	p = broker.SchedulePage{}
+	json.Unmarshal([]byte(mustEmq(t, append([]string{"schedules", "ls", "--json"}, on...)...)), &p)
+	if ss := p.Schedules; len(ss) != 2 || ss[0].ID != "daily" || ss[0].Cron != "@daily" || ss[0].Paused || ss[1].ID != "weekly" {
 		t.Fatalf("what the broker keeps after the offline changes: %+v", ss)
+	}
+	if out := mustEmq(t, append([]string{"schedules", "ls", "--limit", "1"}, on...)...); !strings.Contains(out, "(more: --after daily)") {
+		t.Fatalf("ls --limit 1:\n%s", out)
 	}
 	if _, stderr, err := emq(t, "", append([]string{"schedules", "show", "hourly"}, on...)...); err == nil || !strings.Contains(stderr, "no such schedule: hourly") {
 		t.Fatalf("online show of a removed schedule: %v %s", err, stderr)
