@@ -56,7 +56,8 @@ type Journal interface {
 
 	// PutSchedule stores s, or replaces the schedule of its ID; created
 	// reports a new one. An empty ID or queue, or one over its limit, is
-	// ErrBadSchedule.
+	// ErrBadSchedule; one whose fires (with a msgid of up to MaxIDLen
+	// bytes) would be over the job size limit, ErrTooLarge.
 	PutSchedule(s *Schedule, done func(created bool, err error))
 	// RemoveSchedule deletes a schedule; found is false when there was
 	// none.
@@ -69,8 +70,9 @@ type Journal interface {
 	// fire, making no job), the fire counted (Fires, LastFire, one fewer
 	// Left), and Next moved to next. A schedule with no fires left, or
 	// with a zero next, is removed. due must be the schedule's Next, or
-	// the fire was made already (or the schedule changed since):
-	// ErrWrongState, nothing changed; no such schedule is ErrNotFound.
+	// the fire was made already (or the schedule changed since), and the
+	// schedule must not be paused: else ErrWrongState, nothing changed;
+	// no such schedule is ErrNotFound.
 	// done gets the job stored, with dup when its msgid was stored
 	// already (no new job), or nil when the fire was skipped.
 	FireSchedule(id string, due, next time.Time, msgid string, done func(j *Job, dup bool, err error))

@@ -26,9 +26,10 @@ func (b *Bolt) PutSchedule(s *Schedule, done func(created bool, err error)) {
 		}
 		return
 	}
-	if size := len(s.ID) + len(s.Queue) + len(s.Headers) + len(s.Payload); size > b.opts.MaxJobSize {
+	// Its fires must fit as jobs, whatever their msgids.
+	if size := MaxIDLen + len(s.Queue) + len(s.Headers) + len(s.Payload); size > b.opts.MaxJobSize {
 		if done != nil {
-			done(false, fmt.Errorf("%w: schedule %s is %d bytes, over the journal's limit of %d", ErrTooLarge, s.ID, size, b.opts.MaxJobSize))
+			done(false, fmt.Errorf("%w: schedule %s's jobs would be up to %d bytes, over the journal's limit of %d", ErrTooLarge, s.ID, size, b.opts.MaxJobSize))
 		}
 		return
 	}
@@ -124,6 +125,9 @@ func (b *Bolt) FireSchedule(id string, due, next time.Time, msgid string, done f
 		if !s.Next.Equal(due) {
 			return false, jobError{fmt.Errorf("%w: schedule %s is due at %s, not %s: that fire was made", ErrWrongState,
 				id, s.Next.UTC().Format(time.RFC3339Nano), due.UTC().Format(time.RFC3339Nano))}
+		}
+		if s.Paused {
+			return false, jobError{fmt.Errorf("%w: schedule %s is paused", ErrWrongState, id)}
 		}
 		if msgid != "" {
 			j := &Job{MsgID: msgid, Queue: s.Queue, Headers: s.Headers, Payload: s.Payload, Enqueued: time.Now(), State: Pending}

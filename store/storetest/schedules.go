@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,6 +137,10 @@ func removeAndPauseSchedules(t *testing.T, f *fixture) {
 	if err != nil || !s.Paused || !f.getSchedule("s").Paused {
 		t.Fatalf("pause: %+v, %v", s, err)
 	}
+	if _, _, err := f.fire("s", s.Next, s.Next.Add(s.Every), "s@paused"); !errors.Is(err, store.ErrWrongState) {
+		t.Fatalf("fire of a paused schedule: %v, want ErrWrongState", err)
+	}
+	f.gone("s@paused")
 	if s, err = store.Wait(func(done func(*store.Schedule, error)) { f.j.PauseSchedule("s", false, done) }); err != nil || s.Paused {
 		t.Fatalf("resume: %+v, %v", s, err)
 	}
@@ -228,5 +234,22 @@ func fireEndsSchedules(t *testing.T, f *fixture) {
 	}
 	if got := f.getSchedule("again"); got.Fires != 1 {
 		t.Errorf("a duplicate fire was not counted: fires %d", got.Fires)
+	}
+}
+
+// A schedule whose fires, with any msgid, would be over the backend's job
+// size limit is ErrTooLarge, naming the limit: it could never fire.
+func tooLargeScheduleIsRefused(t *testing.T, f *fixture) {
+	limit := f.opts.MaxJobSize
+	s := schedule("big")
+	s.Payload = make([]byte, limit-store.MaxIDLen-len(s.Queue)-len(s.Headers)+1)
+	_, err := store.Wait(func(done func(bool, error)) { f.j.PutSchedule(s, done) })
+	if !errors.Is(err, store.ErrTooLarge) || !strings.Contains(err.Error(), strconv.Itoa(limit)) {
+		t.Fatalf("put of a schedule whose fires are over the limit: %v; want ErrTooLarge naming %d", err, limit)
+	}
+	s.Payload = s.Payload[1:]
+	f.putSchedule(s)
+	if j, _, err := f.fire("big", s.Next, s.Next.Add(s.Every), strings.Repeat("x", store.MaxIDLen)); err != nil || j == nil {
+		t.Fatalf("the largest schedule's fire, with the longest msgid: %v", err)
 	}
 }

@@ -68,6 +68,7 @@ var checks = []check{
 
 	{name: "PutScheduleKeepsEveryField", run: putScheduleKeepsEveryField},
 	{name: "RemoveAndPauseSchedules", run: removeAndPauseSchedules},
+	{name: "TooLargeScheduleIsRefused", opts: Options{MaxJobSize: 4096}, run: tooLargeScheduleIsRefused},
 	{name: "FireMakesOneJobAndMovesNext", run: fireMakesOneJobAndMovesNext},
 	{name: "FireEndsSchedules", run: fireEndsSchedules},
 }
