@@ -160,22 +160,33 @@
 //  3. else the hex SHA-1 of the queue and the payload.
 //
 // A SCHEDULE naming a kept schedule with the same queue, headers, cadence
-// and payload changes nothing (it does not fire again at once); one that
-// differs replaces it, due from now as a new one.
+// and payload changes nothing (it does not fire again at once), unless a
+// write of that id is under way (then it is written again, after it: the
+// last one sent holds); one that differs replaces it, due from now as a
+// new one.
 //
 // When: interval_secs N ≥ 1 fires every N seconds, keeping its phase;
 // interval_secs -1 fires at the times of cron (5 fields or a descriptor
-// such as @hourly) in UTC, or in the header tz:Area/City. The first fire
-// is at once unless nohaste; run_count:N ends the schedule after N fires;
-// guarantee is accepted (every fire is durable anyway).
+// such as @hourly) in UTC, or in the header tz:Area/City (or the
+// expression's CRON_TZ= prefix). Across daylight saving changes a cron
+// schedule that names its hours fires once a local time, as classic cron
+// does: not again in the repeated hour, and a skipped local time at the
+// same time on the old clock (02:30 skipped is 03:30). The first fire is
+// at once unless nohaste; run_count:N ends the schedule after N fires;
+// guarantee is accepted (every fire is durable anyway). Headers are
+// checked as a REQUEST's, as the fires are jobs with them.
 //
 // Exactly once: a fire's msgid is "schedule-", 16 hex digits of the id's
-// SHA-1, "-" and the due time in Unix seconds. The journal makes the
+// SHA-1, "-" and the due time in Unix nanoseconds. The journal makes the
 // fire's job and moves the schedule's next due time in one transaction
 // (store.Journal.FireSchedule), and refuses a fire whose due time is no
-// longer the schedule's next: neither a restart nor a second broker can
-// make a fire twice, and a crash before the commit leaves the due time in
-// place for the next broker to fire. The fire is then a pending job like
+// longer the schedule's next, or of a paused schedule: neither a restart
+// nor a second broker can make a fire twice, and a crash before the
+// commit leaves the due time in place for the next broker to fire. While
+// the schedule's queue holds MaxPending jobs its fires make no job (the
+// schedule goes on, the fires are counted as skipped, a log line says
+// when it starts and ends); a fire the journal cannot store (a size limit
+// lowered since) pauses the schedule. The fire is then a pending job like
 // a REQUEST's, with the schedule's queue, headers and payload: retried,
 // timed out and dead-lettered as any job.
 //
@@ -184,7 +195,9 @@
 // from the next due time after now: one catch-up fire per schedule after
 // an outage, not one per missed interval. With the header misfire:skip
 // there is none when the due time is over a minute (misfireGrace) past; a
-// restart of a few seconds still fires it.
+// restart of a few seconds still fires it. A first fire "at once" that no
+// broker made yet (the schedule was added to a stopped broker's journal)
+// is not missed.
 //
 // The loop holds each schedule as one deadline (id, cadence, next due
 // time, fires left, paused); queue, headers and payload stay in the

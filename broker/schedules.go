@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	_ "time/tzdata" // tz:Area/City works on machines without a zoneinfo database
 
@@ -52,6 +53,7 @@ type schedule struct {
 	skipLate bool     // misfire:skip
 	missed   bool     // its next due time passed, over misfireGrace, while no broker ran (or it was paused)
 	firing   bool     // the journal is making a fire
+	full     bool     // its last fire was skipped: the queue held MaxPending jobs
 	sig      [20]byte // of what defines it: the same SCHEDULE again changes nothing
 	fires    int
 	lastFire time.Time
@@ -69,28 +71,37 @@ type cadence struct {
 
 var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
-// parseCadence reads an interval (seconds, ≥ 1) or, for interval -1, a
-// cron expression in the time zone tz ("" = UTC).
+// parseCadence reads an interval (seconds, 1 to maxWait) or, for interval
+// -1, a cron expression in the time zone tz ("" = UTC, or the
+// expression's own CRON_TZ= prefix).
 func parseCadence(interval int, expr, tz string) (cadence, error) {
 	if interval != emqp.CronInterval {
-		if interval < 1 {
-			return cadence{}, fmt.Errorf("interval_secs %d: want a number of seconds of at least 1, or -1 with a cron expression", interval)
+		if interval < 1 || int64(interval) > int64(maxWait/time.Second) {
+			return cadence{}, fmt.Errorf("interval_secs %d: want 1 to %d seconds (100 years), or -1 with a cron expression", interval, int64(maxWait/time.Second))
 		}
 		return cadence{every: time.Duration(interval) * time.Second}, nil
-	}
-	loc := time.UTC
-	if tz != "" {
-		var err error
-		if loc, err = time.LoadLocation(tz); err != nil {
-			return cadence{}, fmt.Errorf("header tz:%s: not a time zone (want Area/City, as Europe/Berlin): %v", tz, err)
-		}
 	}
 	sched, err := cronParser.Parse(expr)
 	if err != nil {
 		return cadence{}, fmt.Errorf("cron expression %q: %v (want 5 fields, minute hour day-of-month month day-of-week, or a descriptor such as @hourly)", expr, err)
 	}
-	if ss, ok := sched.(*cron.SpecSchedule); ok {
-		ss.Location = loc
+	switch sched := sched.(type) {
+	case cron.ConstantDelaySchedule:
+		if sched.Delay > maxWait {
+			return cadence{}, fmt.Errorf("cron expression %q: over 100 years", expr)
+		}
+	case *cron.SpecSchedule:
+		hasTZ := strings.HasPrefix(expr, "TZ=") || strings.HasPrefix(expr, "CRON_TZ=")
+		switch {
+		case hasTZ && tz != "":
+			return cadence{}, fmt.Errorf("cron expression %q and header tz:%s: give the time zone once", expr, tz)
+		case !hasTZ && tz != "":
+			if sched.Location, err = time.LoadLocation(tz); err != nil {
+				return cadence{}, fmt.Errorf("header tz:%s: not a time zone (want Area/City, as Europe/Berlin): %v", tz, err)
+			}
+		case !hasTZ:
+			sched.Location = time.UTC // the parser's default is the machine's zone
+		}
 	}
 	return cadence{cron: sched, expr: expr}, nil
 }
@@ -98,13 +109,61 @@ func parseCadence(interval int, expr, tz string) (cadence, error) {
 // after is the first due time after now, following due: an interval keeps
 // its phase, a cron schedule its times.
 func (c cadence) after(due, now time.Time) time.Time {
-	if c.cron != nil {
-		return c.cron.Next(now)
+	if c.cron == nil {
+		if due.After(now) {
+			return due
+		}
+		return due.Add((now.Sub(due)/c.every + 1) * c.every)
 	}
-	if due.After(now) {
-		return due
+	next := c.cronNext(now)
+	// The hour that the end of daylight saving time repeats: a schedule
+	// that names its hours does not fire again at a local time it has
+	// fired at, as in classic cron (one every hour fires every hour).
+	if spec, ok := c.cron.(*cron.SpecSchedule); ok && !everyHour(spec) && !next.IsZero() && !due.IsZero() &&
+		!wallClock(next, spec.Location).After(wallClock(due, spec.Location)) {
+		next = c.cronNext(next)
 	}
-	return due.Add((now.Sub(due)/c.every + 1) * c.every)
+	return next
+}
+
+// cronNext is the cron schedule's first time after t. A local time that
+// the start of daylight saving time skips (robfig/cron passes over it)
+// comes at the same time on the clock of before the change: 02:30 skipped
+// when 02:00 became 03:00 is 03:30.
+func (c cadence) cronNext(t time.Time) time.Time {
+	next := c.cron.Next(t)
+	spec, ok := c.cron.(*cron.SpecSchedule)
+	if !ok || spec.Location == time.UTC {
+		return next
+	}
+	_, offset := t.In(spec.Location).Zone()
+	before := *spec
+	before.Location = time.FixedZone("", offset)
+	alt := before.Next(t)
+	if !alt.IsZero() && (next.IsZero() || alt.Before(next)) && !exists(alt.In(before.Location), spec.Location) {
+		return alt
+	}
+	return next
+}
+
+// everyHour: the expression's hour field is every hour.
+func everyHour(spec *cron.SpecSchedule) bool {
+	const all = 1<<24 - 1
+	return spec.Hour&all == all
+}
+
+// wallClock is t as the clock on the wall in loc reads it, in UTC's terms
+// (so that two readings compare as the wall clock's).
+func wallClock(t time.Time, loc *time.Location) time.Time {
+	l := t.In(loc)
+	return time.Date(l.Year(), l.Month(), l.Day(), l.Hour(), l.Minute(), l.Second(), 0, time.UTC)
+}
+
+// exists says whether the wall clock of w (date, hour, minute) is a time
+// in loc.
+func exists(w time.Time, loc *time.Location) bool {
+	t := time.Date(w.Year(), w.Month(), w.Day(), w.Hour(), w.Minute(), 0, 0, loc)
+	return t.Hour() == w.Hour() && t.Minute() == w.Minute()
 }
 
 // first is a new schedule's first due time: now, or with nohaste the
@@ -114,24 +173,26 @@ func (c cadence) first(now time.Time, nohaste bool) time.Time {
 	case !nohaste:
 		return now
 	case c.cron != nil:
-		return c.cron.Next(now)
+		return c.cronNext(now)
 	}
 	return now.Add(c.every)
 }
 
 // fireID is the msgid of a schedule's fire: the same for the same due
-// time, whoever makes it.
+// time, whoever makes it. The due time counts in nanoseconds, so that a
+// schedule replaced within a second (its first fire due at once) does not
+// name its fire as the old one's.
 func fireID(id string, due time.Time) string {
 	sum := sha1.Sum([]byte(id))
-	return "schedule-" + hex.EncodeToString(sum[:8]) + "-" + strconv.FormatInt(due.Unix(), 10)
+	return "schedule-" + hex.EncodeToString(sum[:8]) + "-" + strconv.FormatInt(due.UnixNano(), 10)
 }
 
 // now is the time on the schedules' clock (Options.Now).
 func (b *Broker) now() time.Time {
 	if b.opts.Now != nil {
-		return b.opts.Now()
+		return b.opts.Now().Round(0)
 	}
-	return time.Now()
+	return time.Now().Round(0) // the wall clock's reading: due times are wall-clock times
 }
 
 // plan sets s's deadline at its next due time (none while it is paused).
@@ -190,7 +251,10 @@ func (b *Broker) replaySchedules() (int, error) {
 			b.log.Error("a stored schedule cannot be read; it is left as it is", "schedule", ss.ID, "err", err)
 			return nil
 		}
-		s.missed = now.Sub(s.next) > misfireGrace
+		// An "at once" first fire still to be made (the schedule was
+		// added to a stopped broker's journal) is not a missed one.
+		atOnce := ss.Fires == 0 && ss.Next.Equal(ss.Created)
+		s.missed = now.Sub(s.next) > misfireGrace && !atOnce
 		b.scheds[s.id] = s
 		b.plan(s)
 		n++
@@ -200,7 +264,9 @@ func (b *Broker) replaySchedules() (int, error) {
 }
 
 // scheduleDue: s's due time has come. The journal makes the fire and
-// moves s on; s waits meanwhile.
+// moves s on; s waits meanwhile. No job is made for a due time missed
+// under misfire:skip, or while the schedule's queue holds MaxPending jobs
+// (the schedule goes on; both are counted).
 func (b *Broker) scheduleDue(s *schedule) {
 	now := b.now()
 	if s.next.After(now) { // the clocks disagree: not yet
@@ -213,7 +279,20 @@ func (b *Broker) scheduleDue(s *schedule) {
 	if s.missed && s.skipLate {
 		msgid = "" // misfire:skip: no catch-up fire
 	}
-	s.missed, s.firing = false, true
+	q := b.queues[s.queue]
+	full := b.opts.MaxPending > 0 && q != nil && q.live >= b.opts.MaxPending
+	if full {
+		msgid = ""
+	}
+	if full != s.full {
+		s.full = full
+		if full {
+			b.log.Warn("a schedule's queue holds max-pending jobs: its fires make no job until it holds fewer", "schedule", s.id, "queue", s.queue, "jobs", q.live)
+		} else {
+			b.log.Info("a schedule's queue has room again: its fires make jobs", "schedule", s.id, "queue", s.queue)
+		}
+	}
+	s.firing = true
 	b.journal.FireSchedule(s.id, due, next, msgid, func(sj *store.Job, dup bool, err error) {
 		b.post(func() { b.fired(s, due, next, sj, dup, err) })
 	})
@@ -234,19 +313,30 @@ func (b *Broker) fired(s *schedule, due, next time.Time, sj *store.Job, dup bool
 		delete(b.scheds, s.id)
 		return
 	case errors.Is(err, store.ErrWrongState):
-		// Made already (by another broker, or before a replace): take
-		// the journal's word for what is next.
-		b.reloadSchedule(s.id)
+		// Made already (by another broker), or the schedule was paused
+		// or changed meanwhile: take the journal's word for it.
+		b.reloadSchedule(s)
 		return
 	case errors.Is(err, store.ErrFenced):
 		b.fence(err)
 		return
+	case errors.Is(err, store.ErrTooLarge), errors.Is(err, store.ErrInvalidJob):
+		// No fire of it can be stored (a journal limit lower than when
+		// it was added): hold it for an operator rather than retry.
+		b.log.Error("a schedule's fire cannot be stored; the schedule is paused: change or remove it", "schedule", s.id, "due", due, "err", err)
+		b.pauseSchedule(s.id, true, func(error) {})
+		return
 	case err != nil:
 		b.log.Error("journal could not make a schedule's fire; it is tried again", "schedule", s.id, "due", due, "err", err)
-		b.timers.set(s, b.after(time.Now(), readRetry))
+		if !s.paused {
+			b.timers.set(s, b.after(time.Now(), readRetry))
+		}
 		return
 	}
-	if sj != nil {
+	s.missed = false
+	if sj == nil {
+		b.stats.FiresSkipped.Add(1)
+	} else {
 		s.fires++
 		s.lastFire = due
 		if s.left > 0 {
@@ -279,22 +369,37 @@ func (b *Broker) holdFire(sj *store.Job) {
 	b.enqueue(j, time.Now())
 }
 
-// reloadSchedule reads a schedule back from the journal into memory.
-func (b *Broker) reloadSchedule(id string) {
+// reloadSchedule reads s back from the journal and holds what it says in
+// s's place, unless s was replaced or removed meanwhile. A schedule write
+// that lands during the read makes it read again.
+func (b *Broker) reloadSchedule(s *schedule) {
+	b.timers.stop(s)
+	gen := b.schedGen
 	go func() {
-		ss, err := b.journal.GetSchedule(id)
+		ss, err := b.journal.GetSchedule(s.id)
 		b.post(func() {
-			if old := b.scheds[id]; old != nil {
-				b.timers.stop(old)
-				delete(b.scheds, id)
+			switch {
+			case b.scheds[s.id] != s:
+				return // replaced or removed: that holds
+			case b.schedGen != gen:
+				b.reloadSchedule(s)
+				return
+			case errors.Is(err, store.ErrNotFound):
+				delete(b.scheds, s.id)
+				return
+			case err != nil:
+				b.log.Error("journal could not read a schedule; it is tried again", "schedule", s.id, "err", err)
+				b.timers.set(s, b.after(time.Now(), readRetry)) // its fire finds out again
+				return
 			}
+			fresh, err := scheduleFromStore(ss)
 			if err != nil {
-				return // removed
+				b.log.Error("a stored schedule cannot be read; it is left as it is", "schedule", s.id, "err", err)
+				delete(b.scheds, s.id)
+				return
 			}
-			if s, err := scheduleFromStore(ss); err == nil {
-				b.scheds[id] = s
-				b.plan(s)
-			}
+			b.scheds[s.id] = fresh
+			b.plan(fresh)
 		})
 	}()
 }
@@ -311,21 +416,29 @@ func (b *Broker) putSchedule(from peerKey, m *emqp.Schedule) {
 		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
 		return
 	}
-	if old := b.scheds[s.id]; old != nil && old.sig == s.sig {
+	if b.kept(s) {
 		b.ack(from, m.MsgID) // the same schedule: it goes on as it was
 		return
 	}
 	b.storeSchedule(ss, s, func(err error) {
-		if err != nil {
-			code := emqp.CodeUnavailable
-			if errors.Is(err, store.ErrTooLarge) {
-				code = emqp.CodeTooLarge
-			}
-			b.refuse(from, m.MsgID, code, "the journal could not store the schedule: "+err.Error())
-			return
+		switch {
+		case errors.Is(err, store.ErrTooLarge):
+			b.refuse(from, m.MsgID, emqp.CodeTooLarge, err.Error())
+		case errors.Is(err, store.ErrInvalidJob):
+			b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
+		case err != nil:
+			b.refuse(from, m.MsgID, emqp.CodeUnavailable, "the journal could not store the schedule: "+err.Error())
+		default:
+			b.ack(from, m.MsgID)
 		}
-		b.ack(from, m.MsgID)
 	})
+}
+
+// kept says whether s is the schedule held under its id, with no write of
+// that id under way (the last one to land wins).
+func (b *Broker) kept(s *schedule) bool {
+	old := b.scheds[s.id]
+	return old != nil && old.sig == s.sig && b.schedWriting[s.id] == 0
 }
 
 // newSchedule makes a schedule from a SCHEDULE's parts on the broker's
@@ -345,12 +458,23 @@ func makeSchedule(queue string, h emqp.Headers, interval int, expr string, paylo
 	if queue == "" || len(queue) > emqp.MaxQueueLen {
 		return nil, fmt.Errorf("queue name must be 1 to %d bytes", emqp.MaxQueueLen)
 	}
+	// Its fires are jobs: their headers are checked as a REQUEST's.
+	if _, err := newJob("", nil, h); err != nil {
+		return nil, err
+	}
+	if _, err := h.Delay(); err != nil {
+		return nil, err
+	}
+	id := scheduleID(queue, h, payload)
+	if len(id) > store.MaxIDLen {
+		return nil, fmt.Errorf("header %s: a schedule id is at most %d bytes, got %d", emqp.HeaderScheduleID, store.MaxIDLen, len(id))
+	}
 	tz, _ := h.Get(emqp.HeaderTZ)
 	when, err := parseCadence(interval, expr, tz)
 	if err != nil {
 		return nil, err
 	}
-	if when.cron != nil && when.cron.Next(now).IsZero() {
+	if when.cron != nil && when.cronNext(now).IsZero() {
 		return nil, fmt.Errorf("cron expression %q: no such time in the next five years", expr)
 	}
 	runs, err := h.RunCount()
@@ -361,7 +485,7 @@ func makeSchedule(queue string, h emqp.Headers, interval int, expr string, paylo
 	if runs > 0 {
 		left = runs
 	}
-	return &store.Schedule{ID: scheduleID(queue, h, payload), Queue: queue, Headers: h.String(), Payload: payload,
+	return &store.Schedule{ID: id, Queue: queue, Headers: h.String(), Payload: payload,
 		Every: when.every, Cron: when.expr, Next: when.first(now, h.NoHaste()), Left: left, Created: now}, nil
 }
 
@@ -371,8 +495,10 @@ func SameSchedule(a, b *store.Schedule) bool { return a.ID == b.ID && signature(
 
 // storeSchedule writes ss and, once it is stored, holds s in its place.
 func (b *Broker) storeSchedule(ss *store.Schedule, s *schedule, done func(error)) {
+	b.writingSchedule(s.id, 1)
 	b.journal.PutSchedule(ss, func(created bool, err error) {
 		b.post(func() {
+			b.writingSchedule(s.id, -1)
 			if err != nil {
 				b.noticeFence(err)
 				done(err)
@@ -404,8 +530,10 @@ func (b *Broker) removeSchedule(from peerKey, m *emqp.Unschedule) {
 
 // dropSchedule removes schedule id from the journal, then from memory.
 func (b *Broker) dropSchedule(id string, done func(found bool, err error)) {
+	b.writingSchedule(id, 1)
 	b.journal.RemoveSchedule(id, func(found bool, err error) {
 		b.post(func() {
+			b.writingSchedule(id, -1)
 			if err == nil {
 				if s := b.scheds[id]; s != nil {
 					b.timers.stop(s)
@@ -422,8 +550,10 @@ func (b *Broker) dropSchedule(id string, done func(found bool, err error)) {
 // its due time fires once, as one found late at a start does (unless
 // misfire:skip and over misfireGrace late).
 func (b *Broker) pauseSchedule(id string, paused bool, done func(error)) {
+	b.writingSchedule(id, 1)
 	b.journal.PauseSchedule(id, paused, func(_ *store.Schedule, err error) {
 		b.post(func() {
+			b.writingSchedule(id, -1)
 			if s := b.scheds[id]; err == nil && s != nil {
 				s.paused = paused
 				s.missed = !paused && b.now().Sub(s.next) > misfireGrace
@@ -433,4 +563,18 @@ func (b *Broker) pauseSchedule(id string, paused bool, done func(error)) {
 			done(err)
 		})
 	})
+}
+
+// writingSchedule counts the writes of schedule id under way: +1 when one
+// starts, -1 when it lands. Each landing moves schedGen, which tells a
+// read begun before it (reloadSchedule) that it may be stale.
+func (b *Broker) writingSchedule(id string, delta int) {
+	if n := b.schedWriting[id] + delta; n > 0 {
+		b.schedWriting[id] = n
+	} else {
+		delete(b.schedWriting, id)
+	}
+	if delta < 0 {
+		b.schedGen++
+	}
 }

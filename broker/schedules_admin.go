@@ -80,6 +80,7 @@ func (b *Broker) AddSchedule(ctx context.Context, sp ScheduleSpec) (ScheduleInfo
 	}
 	result := make(chan error, 1)
 	var id string
+	var stored *store.Schedule // what was written; nil: nothing was
 	err = b.onLoop(ctx, func() {
 		ss, s, err := b.newSchedule(sp.Queue, h, interval, sp.Cron, payload)
 		if err != nil {
@@ -87,10 +88,11 @@ func (b *Broker) AddSchedule(ctx context.Context, sp ScheduleSpec) (ScheduleInfo
 			return
 		}
 		id = ss.ID
-		if old := b.scheds[s.id]; old != nil && old.sig == s.sig {
-			result <- nil
+		if b.kept(s) {
+			result <- nil // the same schedule: it goes on as it was
 			return
 		}
+		stored = ss
 		b.storeSchedule(ss, s, func(err error) { result <- err })
 	})
 	if err == nil {
@@ -99,11 +101,12 @@ func (b *Broker) AddSchedule(ctx context.Context, sp ScheduleSpec) (ScheduleInfo
 	if err != nil {
 		return ScheduleInfo{}, err
 	}
-	ss, err := b.journal.GetSchedule(id)
-	if err != nil {
-		return ScheduleInfo{}, err
+	if stored == nil {
+		if stored, err = b.journal.GetSchedule(id); err != nil {
+			return ScheduleInfo{}, err
+		}
 	}
-	return NewScheduleInfo(ss, false), nil
+	return NewScheduleInfo(stored, false), nil
 }
 
 // RemoveSchedule removes a schedule (an admin's UNSCHEDULE by id).

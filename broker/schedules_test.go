@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"errors"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -114,6 +115,11 @@ func TestBadSchedulesAreRefused(t *testing.T) {
 		{"nohaste", "-1", "0 0 30 2 *", "no such time"},
 		{"tz:Mars/Olympus", "-1", "@hourly", "tz:Mars/Olympus"},
 		{"run_count:x", "5", "", "run_count"},
+		{"", "8000000000", "", "interval_secs 8000000000"},
+		{"", "-1", "@every 2000000h", "over 100 years"},
+		{"tz:Europe/Berlin", "-1", "CRON_TZ=Asia/Tokyo 0 3 * * *", "time zone once"},
+		{"timeout:soon", "60", "", "timeout"},
+		{"schedule-id:" + strings.Repeat("x", 300), "60", "", "schedule id"},
 	} {
 		id := scheduleFrames(client, "SCHEDULE", "q", c.headers, c.interval, "x", c.cron)
 		e := bt.Expect[*emqp.Error](client)
@@ -229,5 +235,146 @@ func TestMissedFiresCatchUpOnce(t *testing.T) {
 	}
 	if !got[broker.FireID("catch", start.Add(12*time.Minute))] || !got[broker.FireID("skip", start.Add(12*time.Minute))] {
 		t.Fatalf("after a 30-second gap: fires %v, want both schedules' due time", got)
+	}
+}
+
+// A schedule replaced within the second its first fire was made (both
+// due at once) makes its own first job: fires are named by their due
+// time to the nanosecond, not by the second.
+func TestScheduleReplacedAtOnceFiresAgain(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", fast)
+	client := bt.Dial(t, b.Frontend(), "c")
+	worker := bt.Worker(t, b.Backend(), "w", "q")
+	worker.Ready(10)
+	for _, payload := range []string{"first", "second"} {
+		expectAck(t, client, scheduleFrames(client, "SCHEDULE", "q", "run_count:1,schedule-id:x", "3600", payload, ""))
+		if r := bt.Expect[*emqp.Request](worker); string(r.Payload) != payload {
+			t.Fatalf("job %q, want the %s schedule's", r.Payload, payload)
+		}
+	}
+}
+
+// heldSchedules holds the outcome of every PutSchedule until release is
+// closed.
+type heldSchedules struct {
+	store.Journal
+	release chan struct{}
+}
+
+func (h heldSchedules) PutSchedule(s *store.Schedule, done func(bool, error)) {
+	h.Journal.PutSchedule(s, func(created bool, err error) {
+		go func() { <-h.release; done(created, err) }()
+	})
+}
+
+// The same SCHEDULE as the kept one, sent while another of its id is
+// being stored, is stored again after it: the last one sent holds.
+func TestSameScheduleDuringAChangeIsStoredAgain(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := &clock{now: time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)}
+	b := bt.Start(t, dir, func(o *broker.Options) { fast(o); o.Now = c.Now })
+	client := bt.Dial(t, b.Frontend(), "c")
+	expectAck(t, client, scheduleFrames(client, "SCHEDULE", "q", "nohaste,schedule-id:x", "60", "A", ""))
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	b = bt.Start(t, dir, func(o *broker.Options) {
+		fast(o)
+		o.Now = c.Now
+		o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { return heldSchedules{j, release} })
+	})
+	client = bt.Dial(t, b.Frontend(), "c")
+	toB := scheduleFrames(client, "SCHEDULE", "q", "nohaste,schedule-id:x", "60", "B", "")
+	backToA := scheduleFrames(client, "SCHEDULE", "q", "nohaste,schedule-id:x", "60", "A", "")
+	client.Sync()
+	close(release)
+	acked := map[string]bool{}
+	for range 2 {
+		acked[bt.Expect[*emqp.Ack](client).AckedID] = true
+	}
+	if !acked[toB] || !acked[backToA] {
+		t.Fatalf("ACKs of %v, want both SCHEDULEs'", acked)
+	}
+	ss, err := b.Journal(t).GetSchedule("x")
+	if err != nil || string(ss.Payload) != "A" {
+		t.Fatalf("stored: %+v %v, want the last one sent (A)", ss, err)
+	}
+}
+
+// While its queue holds MaxPending jobs a schedule's fires make no job;
+// it goes on, and makes jobs again when the queue has room.
+func TestScheduleFiresWaitForRoomInTheirQueue(t *testing.T) {
+	t.Parallel()
+	c := &clock{now: time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)}
+	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.Now = c.Now; o.MaxPending = 1; o.Admin = "127.0.0.1:0" })
+	client := bt.Dial(t, b.Frontend(), "c")
+	expectAck(t, client, scheduleFrames(client, "SCHEDULE", "q", "schedule-id:x", "60", "x", ""))
+	start := c.Now()
+	bt.Eventually(t, "the first fire", func() bool { return b.Stats().SchedulesFired.Load() == 1 })
+	c.set(b, start.Add(time.Minute)) // the queue is full: no job
+	bt.Eventually(t, "the second due time passed, skipped", func() bool { return b.Stats().FiresSkipped.Load() == 1 })
+	if n := metricCount(t, b, "emq_schedule_fires_skipped_total", ""); n != 1 {
+		t.Fatalf("%v fires counted as skipped, want 1", n)
+	}
+	worker := bt.Worker(t, b.Backend(), "w", "q")
+	worker.Ready(10)
+	r := bt.Expect[*emqp.Request](worker)
+	if r.MsgID != broker.FireID("x", start) {
+		t.Fatalf("job %s, want the first fire's", r.MsgID)
+	}
+	worker.Reply(r.MsgID, nil)
+	worker.Sync()
+	c.set(b, start.Add(2*time.Minute))
+	if r := bt.Expect[*emqp.Request](worker); r.MsgID != broker.FireID("x", start.Add(2*time.Minute)) {
+		t.Fatalf("job %s, want the third due time's", r.MsgID)
+	}
+}
+
+// A schedule whose fires the journal cannot store (its limit lowered
+// since the schedule was added) is paused, not retried without end.
+func TestScheduleThatCannotFireIsPaused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	j, err := store.Open(filepath.Join(dir, broker.JournalFile), store.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	big := &store.Schedule{ID: "big", Queue: "q", Payload: make([]byte, 8000), Every: time.Hour, Next: now, Left: -1, Created: now}
+	if _, err := store.Wait(func(done func(bool, error)) { j.PutSchedule(big, done) }); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	b := bt.Start(t, dir, func(o *broker.Options) { fast(o); o.MaxJobSize = 4096 })
+	bt.Eventually(t, "the schedule paused", func() bool {
+		p, err := b.Schedules("", 0)
+		return err == nil && len(p.Schedules) == 1 && p.Schedules[0].Paused && p.Schedules[0].Fires == 0
+	})
+}
+
+// A schedule added to a stopped broker's journal, to fire at once, fires
+// when a broker starts, even with misfire:skip and long after it was
+// added: its first fire was never due while a broker ran.
+func TestAtOnceFireOfAScheduleAddedOffline(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	j, err := store.Open(filepath.Join(dir, broker.JournalFile), store.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	added := time.Now().Add(-time.Hour)
+	s := &store.Schedule{ID: "x", Queue: "q", Headers: "misfire:skip", Every: 24 * time.Hour, Next: added, Left: -1, Created: added}
+	if _, err := store.Wait(func(done func(bool, error)) { j.PutSchedule(s, done) }); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	b := bt.Start(t, dir, fast)
+	worker := bt.Worker(t, b.Backend(), "w", "q")
+	worker.Ready(1)
+	if r := bt.Expect[*emqp.Request](worker); r.MsgID != broker.FireID("x", added) {
+		t.Fatalf("job %s, want the at-once fire", r.MsgID)
 	}
 }
