@@ -168,7 +168,8 @@ type When struct {
 	cron     string
 }
 
-// Every makes a schedule's job every d, in whole seconds (at least one).
+// Every makes a schedule's job every d, rounded up to whole seconds (at
+// least one).
 func Every(d time.Duration) When {
 	return When{interval: int((d + time.Second - 1) / time.Second)}
 }
@@ -197,6 +198,9 @@ func ScheduleID(name string) Option { return Header(emqp.HeaderScheduleID, name)
 // has stored the schedule. The same schedule sent again changes nothing;
 // another one with the same id replaces it.
 func (c *Client) Schedule(ctx context.Context, queue string, when When, payload []byte, opts ...Option) error {
+	if when.cron == "" && when.interval < 1 {
+		return errors.New("client: a schedule needs Every (a second or more) or At")
+	}
 	_, _, err := c.do(ctx, queue, false, opts, func(msgid string, h emqp.Headers) emqp.Message {
 		return &emqp.Schedule{MsgID: msgid, Queue: queue, Headers: h, Interval: when.interval, Payload: payload, Cron: when.cron}
 	})

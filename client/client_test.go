@@ -158,6 +158,9 @@ func TestScheduleAndUnschedule(t *testing.T) {
 	if err := c.Schedule(ctx, "ticks", client.At("61 * * * *"), []byte("x")); !errors.As(err, &be) || be.Code != emqp.CodeBadRequest {
 		t.Fatalf("bad cron: %v, want bad_request", err)
 	}
+	if err := c.Schedule(ctx, "ticks", client.Every(0), []byte("x")); err == nil || !strings.Contains(err.Error(), "Every") {
+		t.Fatalf("Every(0): %v, want an error", err)
+	}
 	if err := c.Unschedule(ctx, "ticks", []byte("tick"), client.ScheduleID("tick")); err != nil {
 		t.Fatal(err)
 	}
