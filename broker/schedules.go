@@ -56,7 +56,6 @@ type schedule struct {
 	full     bool     // its last fire was skipped: the queue held MaxPending jobs
 	sig      [20]byte // of what defines it: the same SCHEDULE again changes nothing
 	fires    int
-	lastFire time.Time
 	due      deadline
 }
 
@@ -222,7 +221,7 @@ func scheduleFromStore(ss *store.Schedule) (*schedule, error) {
 	}
 	misfire, _ := h.Get(emqp.HeaderMisfire)
 	return &schedule{id: ss.ID, queue: ss.Queue, when: when, next: ss.Next, left: ss.Left, paused: ss.Paused,
-		skipLate: misfire == "skip", fires: ss.Fires, lastFire: ss.LastFire, sig: signature(ss)}, nil
+		skipLate: misfire == "skip", fires: ss.Fires, sig: signature(ss)}, nil
 }
 
 // signature sums what defines a schedule, so that the same SCHEDULE sent
@@ -338,7 +337,6 @@ func (b *Broker) fired(s *schedule, due, next time.Time, sj *store.Job, dup bool
 		b.stats.FiresSkipped.Add(1)
 	} else {
 		s.fires++
-		s.lastFire = due
 		if s.left > 0 {
 			s.left--
 		}
