@@ -8,28 +8,25 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-func validSchedule(s *Schedule) error {
-	switch {
+// validSchedule checks s as validate checks a job: its fires must fit as
+// jobs, whatever their msgids.
+func (b *Bolt) validSchedule(s *Schedule) error {
+	switch size := MaxIDLen + len(s.Queue) + len(s.Headers) + len(s.Payload); {
 	case s.ID == "" || len(s.ID) > MaxIDLen:
 		return fmt.Errorf("%w: schedule id must be 1 to %d bytes, got %d", ErrBadSchedule, MaxIDLen, len(s.ID))
 	case s.Queue == "" || len(s.Queue) > MaxQueueLen:
 		return fmt.Errorf("%w: queue name must be 1 to %d bytes, got %d", ErrBadSchedule, MaxQueueLen, len(s.Queue))
+	case size > b.opts.MaxJobSize:
+		return fmt.Errorf("%w: schedule %s's jobs would be up to %d bytes, over the journal's limit of %d", ErrTooLarge, s.ID, size, b.opts.MaxJobSize)
 	}
 	return nil
 }
 
 // PutSchedule implements Journal.
 func (b *Bolt) PutSchedule(s *Schedule, done func(created bool, err error)) {
-	if err := validSchedule(s); err != nil {
+	if err := b.validSchedule(s); err != nil {
 		if done != nil {
 			done(false, err)
-		}
-		return
-	}
-	// Its fires must fit as jobs, whatever their msgids.
-	if size := MaxIDLen + len(s.Queue) + len(s.Headers) + len(s.Payload); size > b.opts.MaxJobSize {
-		if done != nil {
-			done(false, fmt.Errorf("%w: schedule %s's jobs would be up to %d bytes, over the journal's limit of %d", ErrTooLarge, s.ID, size, b.opts.MaxJobSize))
 		}
 		return
 	}
@@ -229,8 +226,10 @@ func (b *Bolt) GetSchedule(id string) (*Schedule, error) {
 			return fmt.Errorf("%w: %s", ErrNoSchedule, id)
 		}
 		var err error
-		s, err = decodeSchedule([]byte(id), rec)
-		return err
+		if s, err = decodeSchedule([]byte(id), rec); err != nil {
+			return fmt.Errorf("journal %s: %w", b.path, err)
+		}
+		return nil
 	})
 	return s, err
 }
