@@ -427,7 +427,7 @@ func errorStatus(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, errors.ErrUnsupported):
 		return http.StatusNotImplemented
-	case errors.Is(err, ErrStopped), errors.Is(err, store.ErrClosed), errors.Is(err, store.ErrFenced), errors.Is(err, store.ErrReadOnly),
+	case errors.Is(err, ErrStopped), errors.Is(err, errDraining), errors.Is(err, store.ErrClosed), errors.Is(err, store.ErrFenced), errors.Is(err, store.ErrReadOnly),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable
 	}

@@ -16,26 +16,10 @@ import (
 	"github.com/eventmq/emq/store"
 )
 
-// Schedules are kept by the broker in its journal. A schedule is named by
-// an id (scheduleid.go); SCHEDULE stores it (and the ACK says it is
-// stored), UNSCHEDULE removes it. Each one in memory is a deadline at its
-// next due time. When it is due, the journal makes the fire's job and
-// moves the schedule's next due time on, in one transaction
-// (store.Journal.FireSchedule), and only then does the job join its
-// queue: a crash, a restart or a second broker can neither lose a fire
-// nor make two of one. The job's msgid is the schedule's id and the due
-// time, so a fire made twice would be one job anyway.
-//
-// When: every interval_secs seconds (N ≥ 1), keeping its phase; or at the
-// times of a cron expression (5 fields, or a descriptor such as @hourly),
-// in UTC unless a header tz:Area/City says otherwise. The first fire is
-// at once, as in EventMQ, unless the header nohaste is given; run_count:N
-// ends the schedule after N fires. A broker late for a due time (it was
-// stopped, or busy) fires once and goes on from the next due time after
-// now: fires missed while no broker ran are one catch-up fire, or none
-// with the header misfire:skip. A due time less than misfireGrace past
-// when the broker starts (or the schedule is resumed) is not missed: a
-// restart or failover of a few seconds fires it even with misfire:skip.
+// Schedules kept by the broker: the contract (identity, when, exactly
+// once, missed fires) is broker/doc.go's "Schedules"; this file carries it
+// out. Each schedule is one deadline on the loop; its fire is one journal
+// transaction (store.Journal.FireSchedule) before the job joins its queue.
 
 // misfireGrace: how late a due time may be found and still fire under
 // misfire:skip.
@@ -405,31 +389,45 @@ func (b *Broker) reloadSchedule(s *schedule) {
 // putSchedule handles a SCHEDULE: the schedule is stored (new, or
 // replacing the one of its id), then ACKed, then planned.
 func (b *Broker) putSchedule(from peerKey, m *emqp.Schedule) {
-	if b.phase != serving {
-		b.refuse(from, m.MsgID, emqp.CodeUnavailable, "the broker is shutting down; send again later")
-		return
-	}
-	ss, s, err := b.newSchedule(m.Queue, m.Headers, m.Interval, m.Cron, m.Payload)
-	if err != nil {
-		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
-		return
-	}
-	if b.kept(s) {
-		b.ack(from, m.MsgID) // the same schedule: it goes on as it was
-		return
-	}
-	b.storeSchedule(ss, s, func(err error) {
+	b.keepSchedule(m.Queue, m.Headers, m.Interval, m.Cron, m.Payload, func(_ string, _ *store.Schedule, err error) {
 		switch {
-		case errors.Is(err, store.ErrTooLarge):
-			b.refuse(from, m.MsgID, emqp.CodeTooLarge, err.Error())
+		case err == nil:
+			b.ack(from, m.MsgID)
 		case errors.Is(err, store.ErrInvalidJob):
 			b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
-		case err != nil:
-			b.refuse(from, m.MsgID, emqp.CodeUnavailable, "the journal could not store the schedule: "+err.Error())
+		case errors.Is(err, store.ErrTooLarge):
+			b.refuse(from, m.MsgID, emqp.CodeTooLarge, err.Error())
+		case errors.Is(err, errDraining):
+			b.refuse(from, m.MsgID, emqp.CodeUnavailable, err.Error())
 		default:
-			b.ack(from, m.MsgID)
+			b.refuse(from, m.MsgID, emqp.CodeUnavailable, "the journal could not store the schedule: "+err.Error())
 		}
 	})
+}
+
+// errDraining refuses new work while the broker stops.
+var errDraining = errors.New("the broker is shutting down; send again later")
+
+// keepSchedule makes the schedule that a SCHEDULE's parts describe and
+// stores it, unless it is the one kept already (then it goes on as it
+// was). done gets its id and what was written (nil: nothing), or the
+// refusal: ErrBadSchedule saying what is wrong, errDraining, or the
+// journal's.
+func (b *Broker) keepSchedule(queue string, h emqp.Headers, interval int, expr string, payload []byte,
+	done func(id string, stored *store.Schedule, err error)) {
+	if b.phase != serving {
+		done("", nil, errDraining)
+		return
+	}
+	ss, s, err := b.newSchedule(queue, h, interval, expr, payload)
+	switch {
+	case err != nil:
+		done("", nil, fmt.Errorf("%w: %v", store.ErrBadSchedule, err))
+	case b.kept(s):
+		done(s.id, nil, nil)
+	default:
+		b.storeSchedule(ss, s, func(err error) { done(s.id, ss, err) })
+	}
 }
 
 // kept says whether s is the schedule held under its id, with no write of

@@ -71,8 +71,8 @@ func ListSchedules(j store.Journal, after string, limit int) (SchedulePage, erro
 	return page, err
 }
 
-// AddSchedule stores a schedule, as a SCHEDULE does; the same schedule as
-// one kept goes on as it was.
+// AddSchedule stores a schedule, as a SCHEDULE does (keepSchedule); the
+// same schedule as one kept goes on as it was.
 func (b *Broker) AddSchedule(ctx context.Context, sp ScheduleSpec) (ScheduleInfo, error) {
 	interval, h, payload, err := sp.parts()
 	if err != nil {
@@ -82,18 +82,10 @@ func (b *Broker) AddSchedule(ctx context.Context, sp ScheduleSpec) (ScheduleInfo
 	var id string
 	var stored *store.Schedule // what was written; nil: nothing was
 	err = b.onLoop(ctx, func() {
-		ss, s, err := b.newSchedule(sp.Queue, h, interval, sp.Cron, payload)
-		if err != nil {
-			result <- fmt.Errorf("%w: %v", store.ErrBadSchedule, err)
-			return
-		}
-		id = ss.ID
-		if b.kept(s) {
-			result <- nil // the same schedule: it goes on as it was
-			return
-		}
-		stored = ss
-		b.storeSchedule(ss, s, func(err error) { result <- err })
+		b.keepSchedule(sp.Queue, h, interval, sp.Cron, payload, func(i string, ss *store.Schedule, err error) {
+			id, stored = i, ss
+			result <- err
+		})
 	})
 	if err == nil {
 		err = wait(ctx, result)
