@@ -273,6 +273,17 @@ func reportLateness(b *testing.B, late []time.Duration) {
 
 // appendAll appends n jobs made by mk, many at a time.
 func appendAll(b testing.TB, j store.Journal, n int, mk func(i int) *store.Job) {
+	writeAll(b, n, func(i int, done func(error)) { j.Append(mk(i), func(_ bool, err error) { done(err) }) })
+}
+
+// putAll stores n schedules made by mk, many at a time.
+func putAll(b testing.TB, j store.Journal, n int, mk func(i int) *store.Schedule) {
+	writeAll(b, n, func(i int, done func(error)) { j.PutSchedule(mk(i), func(_ bool, err error) { done(err) }) })
+}
+
+// writeAll makes n journal writes, up to 4,096 at a time, and fails b at
+// the first error.
+func writeAll(b testing.TB, n int, write func(i int, done func(error))) {
 	errs := make(chan error, 4096)
 	inFlight := 0
 	for i := range n {
@@ -282,7 +293,7 @@ func appendAll(b testing.TB, j store.Journal, n int, mk func(i int) *store.Job) 
 			}
 			inFlight--
 		}
-		j.Append(mk(i), func(_ bool, err error) { errs <- err })
+		write(i, func(err error) { errs <- err })
 		inFlight++
 	}
 	for ; inFlight > 0; inFlight-- {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/eventmq/emq/broker"
@@ -27,8 +28,8 @@ func wrapJournal(dir string, wrap func(store.Journal) store.Journal) func(func(i
 	}
 }
 
-// heldJournal's Append outcomes wait until release is closed, so a test
-// sees a write in progress for as long as it needs.
+// heldJournal's Append and PutSchedule outcomes wait until release is
+// closed, so a test sees a write in progress for as long as it needs.
 type heldJournal struct {
 	store.Journal
 	release chan struct{}
@@ -38,6 +39,28 @@ func (h heldJournal) Append(j *store.Job, done func(bool, error)) {
 	h.Journal.Append(j, func(dup bool, err error) {
 		go func() { <-h.release; done(dup, err) }()
 	})
+}
+
+func (h heldJournal) PutSchedule(s *store.Schedule, done func(bool, error)) {
+	h.Journal.PutSchedule(s, func(created bool, err error) {
+		go func() { <-h.release; done(created, err) }()
+	})
+}
+
+// journalWith makes the journal in dir, as a stopped broker leaves it,
+// holding schedules.
+func journalWith(t *testing.T, dir string, schedules ...*store.Schedule) {
+	t.Helper()
+	j, err := store.Open(filepath.Join(dir, broker.JournalFile), store.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	for _, s := range schedules {
+		if _, err := store.Wait(func(done func(bool, error)) { j.PutSchedule(s, done) }); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // fencingJournal fails every Append and Complete with store.ErrFenced once

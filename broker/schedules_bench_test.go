@@ -25,7 +25,7 @@ import (
 // by the worker: the journal transaction of the fire, the dispatch and
 // the loopback hop.
 //
-//	go test -run '^$' -bench Schedules -benchtime 1x ./broker/
+//	go test -run '^$' -bench 'BenchmarkSchedules$' -benchtime 1x ./broker/
 //
 // EMQ_BENCH_SCHEDULES=N keeps N schedules instead of 100,000.
 func BenchmarkSchedules(b *testing.B) {
@@ -87,25 +87,4 @@ func heapInUse() int64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return int64(ms.HeapInuse)
-}
-
-// putAll stores n schedules made by mk, many at a time.
-func putAll(b testing.TB, j store.Journal, n int, mk func(i int) *store.Schedule) {
-	errs := make(chan error, 4096)
-	inFlight := 0
-	for i := range n {
-		if inFlight == cap(errs) {
-			if err := <-errs; err != nil {
-				b.Fatal(err)
-			}
-			inFlight--
-		}
-		j.PutSchedule(mk(i), func(_ bool, err error) { errs <- err })
-		inFlight++
-	}
-	for ; inFlight > 0; inFlight-- {
-		if err := <-errs; err != nil {
-			b.Fatal(err)
-		}
-	}
 }

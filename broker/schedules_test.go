@@ -2,7 +2,6 @@ package broker_test
 
 import (
 	"errors"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -255,19 +254,6 @@ func TestScheduleReplacedAtOnceFiresAgain(t *testing.T) {
 	}
 }
 
-// heldSchedules holds the outcome of every PutSchedule until release is
-// closed.
-type heldSchedules struct {
-	store.Journal
-	release chan struct{}
-}
-
-func (h heldSchedules) PutSchedule(s *store.Schedule, done func(bool, error)) {
-	h.Journal.PutSchedule(s, func(created bool, err error) {
-		go func() { <-h.release; done(created, err) }()
-	})
-}
-
 // The same SCHEDULE as the kept one, sent while another of its id is
 // being stored, is stored again after it: the last one sent holds.
 func TestSameScheduleDuringAChangeIsStoredAgain(t *testing.T) {
@@ -284,7 +270,7 @@ func TestSameScheduleDuringAChangeIsStoredAgain(t *testing.T) {
 	b = bt.Start(t, dir, func(o *broker.Options) {
 		fast(o)
 		o.Now = c.Now
-		o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { return heldSchedules{j, release} })
+		o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { return heldJournal{j, release} })
 	})
 	client = bt.Dial(t, b.Frontend(), "c")
 	toB := scheduleFrames(client, "SCHEDULE", "q", "nohaste,schedule-id:x", "60", "B", "")
@@ -338,16 +324,8 @@ func TestScheduleFiresWaitForRoomInTheirQueue(t *testing.T) {
 func TestScheduleThatCannotFireIsPaused(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	j, err := store.Open(filepath.Join(dir, broker.JournalFile), store.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
-	big := &store.Schedule{ID: "big", Queue: "q", Payload: make([]byte, 8000), Every: time.Hour, Next: now, Left: -1, Created: now}
-	if _, err := store.Wait(func(done func(bool, error)) { j.PutSchedule(big, done) }); err != nil {
-		t.Fatal(err)
-	}
-	j.Close()
+	journalWith(t, dir, &store.Schedule{ID: "big", Queue: "q", Payload: make([]byte, 8000), Every: time.Hour, Next: now, Left: -1, Created: now})
 	b := bt.Start(t, dir, func(o *broker.Options) { fast(o); o.MaxJobSize = 4096 })
 	bt.Eventually(t, "the schedule paused", func() bool {
 		p, err := b.Schedules("", 0)
@@ -361,16 +339,8 @@ func TestScheduleThatCannotFireIsPaused(t *testing.T) {
 func TestAtOnceFireOfAScheduleAddedOffline(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	j, err := store.Open(filepath.Join(dir, broker.JournalFile), store.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
 	added := time.Now().Add(-time.Hour)
-	s := &store.Schedule{ID: "x", Queue: "q", Headers: "misfire:skip", Every: 24 * time.Hour, Next: added, Left: -1, Created: added}
-	if _, err := store.Wait(func(done func(bool, error)) { j.PutSchedule(s, done) }); err != nil {
-		t.Fatal(err)
-	}
-	j.Close()
+	journalWith(t, dir, &store.Schedule{ID: "x", Queue: "q", Headers: "misfire:skip", Every: 24 * time.Hour, Next: added, Left: -1, Created: added})
 	b := bt.Start(t, dir, fast)
 	worker := bt.Worker(t, b.Backend(), "w", "q")
 	worker.Ready(1)
