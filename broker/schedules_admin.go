@@ -179,7 +179,9 @@ func (sp ScheduleSpec) parts() (interval int, h emqp.Headers, payload []byte, er
 		}
 	}
 	switch {
-	case (sp.Every == "") == (sp.Cron == ""):
+	case sp.Every == "" && sp.Cron == "":
+		return bad("give every (an interval) or cron (an expression)")
+	case sp.Every != "" && sp.Cron != "":
 		return bad("give every or cron, not both")
 	case sp.Cron != "":
 		return emqp.CronInterval, h, payload, nil

@@ -43,7 +43,8 @@ func TestSchedulesAPI(t *testing.T) {
 		says string
 	}{
 		{broker.ScheduleSpec{Queue: "q", Cron: "61 * * * *"}, "cron expression"},
-		{broker.ScheduleSpec{Queue: "q"}, "every or cron"},
+		{broker.ScheduleSpec{Queue: "q"}, "give every (an interval) or cron"},
+		{broker.ScheduleSpec{Queue: "q", Every: "1m", Cron: "@daily"}, "not both"},
 		{broker.ScheduleSpec{Queue: "q", Every: "1.5s"}, "whole seconds"},
 		{broker.ScheduleSpec{Every: "1s"}, "queue name"},
 		{broker.ScheduleSpec{Queue: "q", Every: "1s", PayloadBase64: "%%"}, "payload_base64"},
