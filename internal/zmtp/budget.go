@@ -25,8 +25,8 @@ import (
 // are not counted: they are carved from a small per-connection arena.
 type Budget struct {
 	mu      sync.Mutex
-	pools   [2]pool // small, large
-	changed chan struct{}
+	pools   [2]pool       // small, large
+	changed chan struct{} // closed at the next release; nil while nobody waits
 }
 
 type pool struct{ max, used int64 }
@@ -41,7 +41,7 @@ type Held struct{ small, large int64 }
 // NewBudget makes a budget of max bytes.
 func NewBudget(max int64) *Budget {
 	small := max / 8
-	return &Budget{pools: [2]pool{{max: small}, {max: max - small}}, changed: make(chan struct{})}
+	return &Budget{pools: [2]pool{{max: small}, {max: max - small}}}
 }
 
 // Max is the largest frame the budget can ever hold: a larger one is
@@ -65,6 +65,9 @@ func (b *Budget) acquire(n int64, cancel <-chan struct{}, timeout <-chan time.Ti
 			pl.used += n
 			b.mu.Unlock()
 			return true
+		}
+		if b.changed == nil {
+			b.changed = make(chan struct{})
 		}
 		changed := b.changed
 		b.mu.Unlock()
@@ -98,8 +101,10 @@ func (b *Budget) Release(h Held) {
 	b.mu.Lock()
 	b.pools[0].used -= h.small
 	b.pools[1].used -= h.large
-	close(b.changed)
-	b.changed = make(chan struct{})
+	if b.changed != nil { // wake the waiters: there may be room now
+		close(b.changed)
+		b.changed = nil
+	}
 	b.mu.Unlock()
 }
 

@@ -174,3 +174,17 @@ func TestBudgetWaitWhileHoldingEnds(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkBudgetUncontended: one reservation and its release, as each
+// REQUEST with a payload over the arena's size makes, with nobody waiting.
+//
+//	go test -run '^$' -bench BudgetUncontended -benchmem ./internal/zmtp/
+func BenchmarkBudgetUncontended(b *testing.B) {
+	bg := NewBudget(1 << 30)
+	for range b.N {
+		bg.acquire(4096, nil, nil)
+		var h Held
+		h.add(4096)
+		bg.Release(h)
+	}
+}
