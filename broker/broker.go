@@ -271,14 +271,27 @@ func (b *Broker) routerOptions(ep int) zmtp.Options {
 				b.post(func() { b.undelivered(peerKey{ep, id}, msgid) })
 			}
 		},
-		TooLarge: func(id string, e *zmtp.TooLargeError) [][]byte {
-			b.stats.countError(emqp.CodeTooLarge)
-			ref := "" // the refused message's msgid, when its frame came before
-			if len(e.Frames) > 3 && len(e.Frames[3]) <= emqp.MaxIDLen {
-				ref = string(e.Frames[3])
+		Refused: func(id string, err error) [][]byte {
+			code, text := emqp.CodeUnavailable, "the broker's receive buffer (max-receive-buffer) had no room for this message for 10 s; closing the connection: send it again"
+			var frames [][]byte
+			var tl *zmtp.TooLargeError
+			var nr *zmtp.NoRoomError
+			switch {
+			case errors.As(err, &tl) && tl.Budget:
+				code, frames = emqp.CodeTooLarge, tl.Frames
+				text = fmt.Sprintf("frame of %d bytes does not fit in the receive buffer: this message may hold %d more bytes (max-receive-buffer gives one message up to seven eighths of it); closing the connection", tl.Size, tl.Max)
+			case errors.As(err, &tl):
+				code, frames = emqp.CodeTooLarge, tl.Frames
+				text = fmt.Sprintf("frame of %d bytes is over max-frame-size (%d bytes); closing the connection", tl.Size, tl.Max)
+			case errors.As(err, &nr):
+				frames = nr.Frames
 			}
-			return emqp.Encode(&emqp.Error{MsgID: emqp.NewID(), RefMsgID: ref, Code: emqp.CodeTooLarge,
-				Text: fmt.Sprintf("frame of %d bytes is over the limit of %d bytes; closing the connection", e.Size, e.Max)})
+			b.stats.countError(code)
+			ref := "" // the refused message's msgid, when its frame came before
+			if len(frames) > 3 && len(frames[3]) <= emqp.MaxIDLen {
+				ref = string(frames[3])
+			}
+			return emqp.Encode(&emqp.Error{MsgID: emqp.NewID(), RefMsgID: ref, Code: code, Text: text})
 		},
 	}
 }

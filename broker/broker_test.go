@@ -378,6 +378,20 @@ func TestFrameOverLimit(t *testing.T) {
 	other.Request("q", "", make([]byte, 4000))
 }
 
+// A message that could never fit in the receive buffer (each frame under
+// max-frame-size) is refused too_large, naming max-receive-buffer.
+func TestMessageOverTheReceiveBuffer(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.MaxReceiveBuffer = 1 << 20; o.MaxFrameSize = 4 << 20 })
+	big := bt.Dial(t, b.Frontend(), "big")
+	id := emqp.NewID()
+	_ = big.TrySend(emqp.Encode(&emqp.Request{MsgID: id, Queue: "q", Payload: make([]byte, 1<<20)})...)
+	if e := bt.Expect[*emqp.Error](big); e.Code != emqp.CodeTooLarge || e.RefMsgID != id || !strings.Contains(e.Text, "max-receive-buffer") {
+		t.Fatalf("ERROR %s for %q: %q; want too_large for %s naming max-receive-buffer", e.Code, e.RefMsgID, e.Text, id)
+	}
+	bt.Dial(t, b.Frontend(), "other").Request("q", "", make([]byte, 4000))
+}
+
 // A job bigger than the journal takes is refused as too_large (not
 // unavailable, which clients send again), and nothing is stored.
 func TestJobOverJournalLimit(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/zmtp"
 	"github.com/eventmq/emq/store"
 )
 
@@ -34,18 +35,14 @@ func (b *Broker) hold(j *job, payload []byte) {
 	if len(payload) == 0 || int64(len(payload)) > b.opts.PayloadCache/16 || b.cached+int64(len(payload)) > b.opts.PayloadCache {
 		return // a large one would take the room of many small ones
 	}
-	if len(payload) <= smallPayload {
-		// A frame up to 512 bytes is carved from a buffer its connection
-		// shares with other frames (internal/zmtp's arena): a copy does
-		// not keep that buffer alive.
+	if len(payload) <= zmtp.ArenaMax {
+		// Carved from a buffer its connection shares with other frames:
+		// a copy does not keep that buffer alive.
 		payload = bytes.Clone(payload)
 	}
 	j.payload = payload
 	b.cached += int64(len(payload))
 }
-
-// smallPayload: payloads up to this size are copied into the cache.
-const smallPayload = 512
 
 // uncache drops j's payload from the cache.
 func (b *Broker) uncache(j *job) {

@@ -21,7 +21,7 @@ import (
 //
 // Frames up to smallFrame come from a pool of their own (an eighth of the
 // budget), so that senders of large frames, slow ones included, cannot
-// keep the usual small messages waiting. Frames of up to arenaMax bytes
+// keep the usual small messages waiting. Frames of up to ArenaMax bytes
 // are not counted: they are carved from a small per-connection arena.
 type Budget struct {
 	mu      sync.Mutex

@@ -3,6 +3,7 @@ package zmtp
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"net"
 	"sync"
 	"testing"
@@ -108,10 +109,11 @@ func TestBudgetRefusesAMessageThatCannotFit(t *testing.T) {
 	t.Parallel()
 	budget := NewBudget(1 << 20) // 896 KiB for large frames
 	in := &heldInbox{got: make(chan struct{}, 16)}
+	refused := make(chan error, 4)
 	r, err := Listen("tcp://127.0.0.1:0", Options{Receive: func(id string, f [][]byte, h Held) {
 		budget.Release(h)
 		in.receive(id, f, h)
-	}, Budget: budget, Logger: testLogger(t)})
+	}, Refused: func(_ string, err error) [][]byte { refused <- err; return nil }, Budget: budget, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +122,10 @@ func TestBudgetRefusesAMessageThatCannotFit(t *testing.T) {
 	_ = c.WriteMsgs([][]byte{make([]byte, 500_000), make([]byte, 500_000)})
 	if _, err := c.ReadMsg(); err == nil {
 		t.Fatal("a 1,000,000-byte message was taken into a budget of 896 KiB for large frames")
+	}
+	var tl *TooLargeError
+	if err := <-refused; !errors.As(err, &tl) || !tl.Budget || tl.Size != 500_000 || len(tl.Frames) != 1 {
+		t.Fatalf("refused with %v, want a TooLargeError of the budget for the second frame", err)
 	}
 	d := dial(t, r, "honest")
 	if err := d.WriteMsgs([][]byte{make([]byte, 600_000)}); err != nil {
@@ -139,8 +145,9 @@ func TestBudgetRefusesAMessageThatCannotFit(t *testing.T) {
 func TestBudgetWaitWhileHoldingEnds(t *testing.T) {
 	t.Parallel()
 	budget := NewBudget(1 << 20)
+	refused := make(chan error, 4)
 	r, err := Listen("tcp://127.0.0.1:0", Options{Receive: func(_ string, _ [][]byte, h Held) { budget.Release(h) },
-		Budget: budget, Logger: testLogger(t)})
+		Refused: func(_ string, err error) [][]byte { refused <- err; return nil }, Budget: budget, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,6 +179,10 @@ func TestBudgetWaitWhileHoldingEnds(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("budget still holds %d bytes %v after the readers began to wait for each other", budget.Used(), minGrace+5*time.Second)
 		}
+	}
+	var nr *NoRoomError // the refusal names the message: its first frame
+	if err := <-refused; !errors.As(err, &nr) || !errors.Is(err, ErrNoRoom) || len(nr.Frames) != 1 {
+		t.Fatalf("refused with %v, want ErrNoRoom with the frame read before", err)
 	}
 }
 

@@ -32,7 +32,10 @@ const (
 	greetingLen = 64
 	readBuffer  = 64 << 10
 	arenaSize   = 4 << 10
-	arenaMax    = 512       // larger bodies get their own allocation
+	// ArenaMax: bodies up to this size are carved from a buffer that a
+	// connection's frames share (keeping one keeps the buffer alive);
+	// larger ones get their own allocation.
+	ArenaMax    = 512
 	copyMax     = 8 << 10   // larger bodies are written from the caller's slice
 	batchMax    = 256 << 10 // bytes of small frames gathered into one write
 	lingerTime  = time.Second
@@ -48,17 +51,28 @@ var (
 	ErrNoRoom        = errors.New("zmtp: no room in the receive budget for the rest of a message")
 )
 
-// TooLargeError reports a frame header announcing more than the limit.
-// Frames holds the message's frames read before it (after the handshake),
-// so that the refusal can name the message.
+// TooLargeError reports a frame header announcing more than the limit:
+// MaxFrameSize, or (Budget) the room the receive budget has for the rest
+// of the message. Frames holds the message's frames read before it
+// (after the handshake), so that the refusal can name the message.
 type TooLargeError struct {
 	Size, Max uint64
+	Budget    bool
 	Frames    [][]byte
 }
 
 func (e *TooLargeError) Error() string {
+	if e.Budget {
+		return fmt.Sprintf("zmtp: frame of %d bytes does not fit in the receive budget, which holds %d more bytes of one message", e.Size, e.Max)
+	}
 	return fmt.Sprintf("zmtp: frame of %d bytes exceeds the limit of %d bytes", e.Size, e.Max)
 }
+
+// NoRoomError is ErrNoRoom, with the message's frames read before it.
+type NoRoomError struct{ Frames [][]byte }
+
+func (e *NoRoomError) Error() string        { return ErrNoRoom.Error() }
+func (e *NoRoomError) Is(target error) bool { return target == ErrNoRoom }
 
 // Conn is one ZMTP connection after its handshake. Reads belong to one
 // goroutine; writes are serialised by the Conn.
@@ -137,33 +151,37 @@ func (c *Conn) ReadMsg() ([][]byte, error) {
 
 // readMsg is ReadMsg with what the message holds of the budget, for the
 // receiver to release; on an error it holds nothing.
-func (c *Conn) readMsg() ([][]byte, Held, error) {
+func (c *Conn) readMsg() (_ [][]byte, _ Held, err error) {
 	frames := make([][]byte, 0, 8) // an eMQP message has 4 to 9
 	c.held = Held{}
+	defer func() {
+		if err != nil { // what the message held is given back
+			c.budget.Release(c.held)
+		}
+	}()
 	for {
 		flags, body, err := c.readFrame()
 		if err != nil {
-			if tl, ok := err.(*TooLargeError); ok {
-				tl.Frames = frames
+			switch e := err.(type) {
+			case *TooLargeError:
+				e.Frames = frames
+			case *NoRoomError:
+				e.Frames = frames
 			}
-			c.budget.Release(c.held)
 			return nil, Held{}, err
 		}
 		if flags&flagCommand != 0 {
 			if len(frames) > 0 {
-				c.budget.Release(c.held)
 				return nil, Held{}, errors.New("zmtp: command frame inside a message")
 			}
 			if err := c.command(body); err != nil {
-				c.budget.Release(c.held) // a command's frame is not kept
 				return nil, Held{}, err
 			}
-			c.budget.Release(c.held)
+			c.budget.Release(c.held) // a command's frame is not kept
 			c.held = Held{}
 			continue
 		}
 		if len(frames) == MaxFrames {
-			c.budget.Release(c.held)
 			return nil, Held{}, ErrTooManyFrames
 		}
 		frames = append(frames, body)
@@ -193,9 +211,9 @@ func (c *Conn) readFrame() (byte, []byte, error) {
 	if size > c.max {
 		return 0, nil, &TooLargeError{Size: size, Max: c.max}
 	}
-	if c.budget != nil && size > arenaMax {
+	if c.budget != nil && size > ArenaMax {
 		if limit := c.budget.Max(); uint64(c.held.total())+size > limit {
-			return 0, nil, &TooLargeError{Size: size, Max: limit - uint64(c.held.total())}
+			return 0, nil, &TooLargeError{Size: size, Max: limit - uint64(c.held.total()), Budget: true}
 		}
 		var timeout <-chan time.Time
 		if c.held != (Held{}) {
@@ -204,7 +222,7 @@ func (c *Conn) readFrame() (byte, []byte, error) {
 			timeout = t.C
 		}
 		if !c.budget.acquire(int64(size), c.done, timeout) {
-			return 0, nil, ErrNoRoom
+			return 0, nil, &NoRoomError{}
 		}
 		c.held.add(int64(size))
 	}
@@ -228,7 +246,7 @@ const (
 
 // readBody reads a frame's body of n bytes.
 func (c *Conn) readBody(n int) ([]byte, error) {
-	if n <= arenaMax {
+	if n <= ArenaMax {
 		body := c.alloc(n)
 		_, err := io.ReadFull(c.r, body)
 		return body, err
@@ -252,14 +270,11 @@ func (c *Conn) readBody(n int) ([]byte, error) {
 	return body, err
 }
 
-// alloc carves small bodies from a shared arena. A body that is kept keeps
+// alloc carves small bodies (up to ArenaMax) from a shared arena. A body that is kept keeps
 // its arena alive, so the arena stays small.
 func (c *Conn) alloc(n int) []byte {
 	if n == 0 {
 		return nil
-	}
-	if n > arenaMax {
-		return make([]byte, n)
 	}
 	if cap(c.arena)-len(c.arena) < n {
 		c.arena = make([]byte, 0, arenaSize)

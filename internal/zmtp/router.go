@@ -40,9 +40,11 @@ type Options struct {
 	// Undelivered is called with each message that was queued for a
 	// connection that closed before writing it. May be nil.
 	Undelivered func(id string, frames [][]byte)
-	// TooLarge may return a last message for a peer that sent a frame over
-	// the limit; it is written before the connection is closed. May be nil.
-	TooLarge func(id string, err *TooLargeError) [][]byte
+	// Refused may return a last message for a peer whose message is
+	// refused, err a *TooLargeError or a *NoRoomError (no room in the
+	// Budget within minGrace); it is written before the connection is
+	// closed. May be nil.
+	Refused func(id string, err error) [][]byte
 }
 
 func (o *Options) setDefaults() {
@@ -223,7 +225,7 @@ func (r *Router) serve(nc net.Conn) {
 		Conn: c,
 		r:    r,
 		id:   id,
-		out:  make(chan [][][]byte, r.opts.SendQueue),
+		out:  make(chan sending, r.opts.SendQueue),
 		stop: make(chan struct{}),
 		kill: make(chan struct{}),
 	}
@@ -248,17 +250,25 @@ type routerConn struct {
 
 	mu      sync.Mutex // guards closed against sends into out
 	closed  bool
-	out     chan [][][]byte // batches of messages
+	out     chan sending
 	once    sync.Once
 	stop    chan struct{} // end: write what is queued, then close
 	kill    chan struct{} // end now: what is queued is undelivered
 	linger  atomic.Bool   // the read loop has ended: close with lingerClose
-	queued  atomic.Int64  // bytes in out and being written (Router.QueuedBytes)
 	waiting atomic.Int64  // bytes in out: what SendQueueBytes bounds
 }
 
+// sending is one send in a connection's queue: messages and their bytes.
+type sending struct {
+	msgs [][][]byte
+	n    int64
+}
+
 func (rc *routerConn) send(msgs [][][]byte) error {
-	n := batchSize(msgs)
+	n := int64(0)
+	for _, m := range msgs {
+		n += int64(msgSize(m))
+	}
 	rc.mu.Lock()
 	if rc.closed {
 		rc.mu.Unlock()
@@ -266,8 +276,8 @@ func (rc *routerConn) send(msgs [][][]byte) error {
 	}
 	if w := rc.waiting.Load(); w == 0 || w+n <= rc.r.opts.SendQueueBytes {
 		select {
-		case rc.out <- msgs:
-			rc.count(n)
+		case rc.out <- sending{msgs, n}:
+			rc.r.queued.Add(n)
 			rc.waiting.Add(n)
 			rc.mu.Unlock()
 			return nil
@@ -279,20 +289,6 @@ func (rc *routerConn) send(msgs [][][]byte) error {
 		"id", PrintableID(rc.id), "remote", rc.RemoteAddr().String(), "queued", len(rc.out), "queued_bytes", rc.waiting.Load())
 	rc.end(false)
 	return ErrSlowPeer
-}
-
-// count adds n bytes (n < 0: takes them away) to what is queued.
-func (rc *routerConn) count(n int64) {
-	rc.queued.Add(n)
-	rc.r.queued.Add(n)
-}
-
-func batchSize(msgs [][][]byte) int64 {
-	n := 0
-	for _, m := range msgs {
-		n += msgSize(m)
-	}
-	return int64(n)
 }
 
 // end closes the connection once: gracefully (flush the queue) or at once.
@@ -320,11 +316,11 @@ func (rc *routerConn) readLoop() {
 		frames, held, err := rc.readMsg()
 		if err != nil {
 			var tl *TooLargeError
-			if errors.As(err, &tl) {
-				rc.r.opts.Logger.Warn("zmtp: frame over the size limit; disconnecting the peer",
-					"id", PrintableID(rc.id), "remote", rc.RemoteAddr().String(), "size", tl.Size, "max", tl.Max)
-				if rc.r.opts.TooLarge != nil {
-					if msg := rc.r.opts.TooLarge(rc.id, tl); msg != nil {
+			if errors.As(err, &tl) || errors.Is(err, ErrNoRoom) {
+				rc.r.opts.Logger.Warn("zmtp: message refused; disconnecting the peer",
+					"id", PrintableID(rc.id), "remote", rc.RemoteAddr().String(), "err", err)
+				if rc.r.opts.Refused != nil {
+					if msg := rc.r.opts.Refused(rc.id, err); msg != nil {
 						_ = rc.send([][][]byte{msg})
 					}
 				}
@@ -348,11 +344,11 @@ func (rc *routerConn) writeLoop() {
 	batch := make([][][]byte, 0, 64)
 	for {
 		select {
-		case msgs := <-rc.out:
-			rc.waiting.Add(-batchSize(msgs))
-			batch = rc.gather(append(batch[:0], msgs...))
+		case first := <-rc.out:
+			var n int64
+			batch, n = rc.gather(batch[:0], first)
 			err := rc.WriteMsgs(batch...)
-			rc.count(-batchSize(batch))
+			rc.r.queued.Add(-n)
 			if err != nil {
 				rc.undelivered(batch)
 				rc.end(false)
@@ -364,12 +360,13 @@ func (rc *routerConn) writeLoop() {
 			return
 		case <-rc.stop:
 			for {
-				batch = rc.gather(batch[:0])
+				var n int64
+				batch, n = rc.gather(batch[:0], sending{})
 				if len(batch) == 0 {
 					break
 				}
 				err := rc.WriteMsgs(batch...)
-				rc.count(-batchSize(batch))
+				rc.r.queued.Add(-n)
 				if err != nil {
 					rc.undelivered(batch)
 					rc.drain()
@@ -398,24 +395,22 @@ func (rc *routerConn) lingerClose() {
 	_, _ = io.CopyN(io.Discard, rc.Conn.r, lingerBytes)
 }
 
-// gather adds what else is queued to batch, up to batchMax bytes.
-func (rc *routerConn) gather(batch [][][]byte) [][][]byte {
-	n := 0
-	for _, m := range batch {
-		n += msgSize(m)
-	}
-	for n < batchMax {
+// gather makes a batch of first and what else is queued, up to batchMax
+// bytes, and returns it with its bytes.
+func (rc *routerConn) gather(batch [][][]byte, first sending) ([][][]byte, int64) {
+	next, n := first, int64(0)
+	for {
+		batch = append(batch, next.msgs...)
+		rc.waiting.Add(-next.n)
+		if n += next.n; n >= batchMax {
+			return batch, n
+		}
 		select {
-		case msgs := <-rc.out:
-			batch = append(batch, msgs...)
-			k := batchSize(msgs)
-			rc.waiting.Add(-k)
-			n += int(k)
+		case next = <-rc.out:
 		default:
-			return batch
+			return batch, n
 		}
 	}
-	return batch
 }
 
 // drain reports everything still queued as undelivered. The queue takes
@@ -423,11 +418,10 @@ func (rc *routerConn) gather(batch [][][]byte) [][][]byte {
 func (rc *routerConn) drain() {
 	for {
 		select {
-		case msgs := <-rc.out:
-			k := batchSize(msgs)
-			rc.count(-k)
-			rc.waiting.Add(-k)
-			rc.undelivered(msgs)
+		case q := <-rc.out:
+			rc.r.queued.Add(-q.n)
+			rc.waiting.Add(-q.n)
+			rc.undelivered(q.msgs)
 		default:
 			return
 		}

@@ -354,7 +354,7 @@ func TestLastWordsBeforeHangUp(t *testing.T) {
 	in := newInbox()
 	r := listen(t, in, Options{
 		MaxFrameSize: 1024,
-		TooLarge:     func(string, *TooLargeError) [][]byte { return frames("too", "large") },
+		Refused:      func(string, error) [][]byte { return frames("too", "large") },
 	})
 	c := dial(t, r, "big")
 	waitConnected(t, r, "big")
