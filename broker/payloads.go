@@ -141,6 +141,11 @@ func (b *Broker) payloadsRead(batch []readReq, payloads [][]byte, errs []error) 
 			b.log.Error("the journal has no payload for a job it holds pending; the job is dropped", "msgid", j.id, "err", err)
 			b.release(j)
 			b.forget(j)
+		case errors.Is(err, store.ErrCorrupt): // reading it again will not mend it
+			b.log.Error("the journal's record of a job is damaged; the broker no longer dispatches it, and leaves it in the journal for an operator (emq jobs show, emq jobs rm)",
+				"msgid", j.id, "err", err)
+			b.release(j)
+			b.forget(j)
 		default:
 			b.errLog.log(b.log, "journal could not read a payload; the job stays pending and is tried again",
 				"msgid", j.id, "retry_in", readRetry, "err", err)

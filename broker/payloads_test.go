@@ -55,18 +55,27 @@ func TestPayloadsComeFromTheJournal(t *testing.T) {
 }
 
 // failingReads fails the payload reads of one msgid until it has failed
-// twice, as a flaky disk does.
+// twice, as a flaky disk does; with corrupt, every time, as a damaged
+// record does.
 type failingReads struct {
 	store.Journal
-	msgid  string
-	failed atomic.Int32
+	msgid   string
+	corrupt bool
+	failed  atomic.Int32
 }
 
 func (f *failingReads) Payloads(msgids []string, fn func(int, []byte, error)) error {
 	return f.Journal.Payloads(msgids, func(i int, p []byte, err error) {
-		if msgids[i] == f.msgid && f.failed.Add(1) <= 2 {
-			fn(i, nil, fmt.Errorf("read %s: input/output error", msgids[i]))
-			return
+		switch {
+		case msgids[i] != f.msgid:
+		case f.corrupt:
+			f.failed.Add(1)
+			err = fmt.Errorf("%w: the record of job %q is truncated", store.ErrCorrupt, msgids[i])
+		case f.failed.Add(1) <= 2:
+			err = fmt.Errorf("read %s: input/output error", msgids[i])
+		}
+		if err != nil {
+			p = nil
 		}
 		fn(i, p, err)
 	})
@@ -107,6 +116,38 @@ func TestPayloadReadFailureLosesNothing(t *testing.T) {
 	}
 	if n := fr.failed.Load(); n < 3 {
 		t.Fatalf("the flaky payload was read %d times, want 2 failures and a success", n)
+	}
+}
+
+// A job whose record is damaged is not read again and again: the broker
+// stops dispatching it, and leaves it in the journal for an operator. The
+// jobs around it go out.
+func TestDamagedRecordIsLeftInTheJournal(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fr := &failingReads{corrupt: true}
+	b := bt.Start(t, dir, func(o *broker.Options) {
+		fast(o)
+		o.PayloadCache = 0
+		o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { fr.Journal = j; return fr })
+	})
+	client := bt.Dial(t, b.Frontend(), "c")
+	fr.msgid = client.Request("q", "", []byte("damaged"))
+	fine := client.Request("q", "", []byte("fine"))
+	w := bt.Worker(t, b.Backend(), "w", "q")
+	w.Ready(2)
+	if r := bt.Expect[*emqp.Request](w); r.MsgID != fine {
+		t.Fatalf("worker got %s, want the undamaged job %s", r.MsgID, fine)
+	}
+	bt.Eventually(t, "the damaged job no longer held", func() bool {
+		qs, err := b.Queues(t.Context())
+		return err == nil && len(qs) == 1 && qs[0].Pending+qs[0].Delayed+qs[0].InFlight == 1 // the fine one, in flight
+	})
+	if n := fr.failed.Load(); n != 1 {
+		t.Fatalf("the damaged record was read %d times, want once", n)
+	}
+	if _, err := storedJob(t, b, fr.msgid); err != nil {
+		t.Fatalf("the damaged job is not in the journal: %v", err)
 	}
 }
 
