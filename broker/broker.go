@@ -75,12 +75,11 @@ type Broker struct {
 	scheds       map[string]*schedule // the schedules, by id (schedules.go)
 	schedWriting map[string]int       // schedule writes under way, by id
 	schedGen     uint64               // schedule writes landed
-	peerCount    [roleScheduler + 1]int
-	schedulers   []*peer     // the order SCHEDULEs go round in
-	timers       deadlines   // every deadline (deadlines.go)
-	epoch        time.Time   // deadlines count from it (see at)
-	clock        *time.Timer // rings at the earliest deadline
-	armed        bool        // the clock is set, to ring at armedAt
+	schedulers   []*peer              // the order SCHEDULEs go round in
+	timers       deadlines            // every deadline (deadlines.go)
+	epoch        time.Time            // deadlines count from it (see at)
+	clock        *time.Timer          // rings at the earliest deadline
+	armed        bool                 // the clock is set, to ring at armedAt
 	armedAt      int64
 	beat         alarm // HEARTBEAT to every peer
 	sweep        alarm // delete expired results

@@ -111,7 +111,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	var schedulers, active, paused int
 	var cached, sending int64
 	if c.b.onLoop(ctx, func() {
-		schedulers, cached = c.b.peerCount[roleScheduler], c.b.cached
+		schedulers, cached = len(c.b.schedulers), c.b.cached
 		sending = c.b.routers[frontend].QueuedBytes() + c.b.routers[backend].QueuedBytes()
 		for _, s := range c.b.scheds {
 			if s.paused {

@@ -80,7 +80,7 @@ func (b *Broker) inform(p *peer, from peerKey, m *emqp.Inform) {
 		if r == roleScheduler {
 			b.schedulers = append(b.schedulers, p)
 		}
-		if b.peerCount[r]++; len(b.peers) == 1 {
+		if len(b.peers) == 1 {
 			b.timers.set(&b.beat, b.after(now, b.opts.HeartbeatInterval))
 		}
 	}
@@ -139,7 +139,6 @@ func queueNames(s []served) []string {
 func (b *Broker) lose(p *peer, reason string) {
 	b.log.Info(p.role.String()+" lost", "peer", peerName(p.key), "reason", reason, "jobs", len(p.held))
 	delete(b.peers, p.key)
-	b.peerCount[p.role]--
 	b.timers.stop(p)
 	if p.role == roleScheduler {
 		b.schedulers = slices.DeleteFunc(b.schedulers, func(x *peer) bool { return x == p })
