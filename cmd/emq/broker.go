@@ -39,12 +39,12 @@ start).`,
 	f.String("data-dir", d.DataDir, "directory of the journal file "+broker.JournalFile)
 	f.Duration("heartbeat-interval", d.HeartbeatInterval, "HEARTBEAT to each worker this often")
 	f.Duration("heartbeat-timeout", d.HeartbeatTimeout, "a worker silent this long is lost and its jobs requeued")
-	f.String("max-frame-size", "256MiB", "largest frame accepted (bytes, KiB, MiB, GiB)")
-	f.String("max-job-size", "256MiB", "largest job stored: payload, headers and ids (bytes, KiB, MiB, GiB)")
+	f.String("max-frame-size", mib(d.MaxFrameSize), "largest frame accepted (bytes, KiB, MiB, GiB)")
+	f.String("max-job-size", mib(int64(d.MaxJobSize)), "largest job stored: payload, headers and ids (bytes, KiB, MiB, GiB)")
 	f.Int("max-pending", d.MaxPending, "jobs per queue beyond which REQUESTs get ERROR queue_full (0 = no limit)")
-	f.String("payload-cache", "64MiB", "payloads held in memory for their dispatch; the others are read from the journal (bytes, KiB, MiB, GiB)")
-	f.String("max-receive-buffer", fmt.Sprintf("%dMiB", d.MaxReceiveBuffer>>20), "received messages held at once, all connections together (default: an eighth of the memory)")
-	f.String("max-send-buffer", "256MiB", "bytes queued for sending: payloads are read only below it; one connection over it is dropped")
+	f.String("payload-cache", mib(d.PayloadCache), "payloads held in memory for their dispatch; the others are read from the journal (bytes, KiB, MiB, GiB)")
+	f.String("max-receive-buffer", mib(d.MaxReceiveBuffer), "received messages held at once, all connections together (default: an eighth of the memory: the machine's, the container's limit or GOMEMLIMIT, the least)")
+	f.String("max-send-buffer", mib(d.MaxSendBuffer), "bytes queued for sending: payloads are read only below it; one connection over it is dropped")
 	f.Duration("result-ttl", d.ResultTTL, "keep each job's result this long (0 = not kept)")
 	f.Duration("drain-timeout", d.DrainTimeout, "at SIGTERM, wait this long for the jobs in flight before stopping (0 = do not wait)")
 	f.Bool("forward-schedules", false, "pass SCHEDULE and UNSCHEDULE to an EventMQ scheduler peer instead of keeping schedules in the journal (EventMQ's split)")
@@ -72,6 +72,9 @@ start).`,
 	}
 	return cmd
 }
+
+// mib writes a default size as the flags read it.
+func mib(n int64) string { return fmt.Sprintf("%dMiB", n>>20) }
 
 // runUntilSignalled runs b until SIGTERM or SIGINT, which start its drain;
 // a second one stops it at once.
