@@ -92,6 +92,12 @@ func Decode(frames [][]byte) (Message, error) {
 			return nil, err
 		}
 		return (*Unschedule)(s), nil
+	case CmdPublish:
+		id := string(frames[3])
+		if len(f[0]) > MaxTopicLen {
+			return nil, errorf(ErrTopic, cmd, id, "PUBLISH: the topic is %d bytes, over the limit of %d", len(f[0]), MaxTopicLen)
+		}
+		return &Publish{MsgID: id, Topic: string(f[0]), Message: payload(f[1])}, nil
 	}
 	panic("emqp: command without a decoder: " + cmd) // parseCommand and this switch list the same commands
 }
@@ -133,6 +139,8 @@ func parseCommand(b []byte) (Command, bool) {
 		return CmdSchedule, true
 	case "UNSCHEDULE":
 		return CmdUnschedule, true
+	case "PUBLISH":
+		return CmdPublish, true
 	}
 	return "", false
 }
@@ -147,7 +155,7 @@ func frameCounts(c Command) (min, max int) {
 		return 5, 5
 	case CmdInform, CmdReply:
 		return 5, 6
-	case CmdFail:
+	case CmdFail, CmdPublish:
 		return 6, 6
 	case CmdHeartbeat:
 		return 4, 5

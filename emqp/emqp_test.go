@@ -46,6 +46,8 @@ func TestRoundTripEveryCommand(t *testing.T) {
 		&emqp.Schedule{MsgID: id, Queue: "q", Headers: mustHeaders(t, "nohaste"), Interval: 60, Payload: binary},
 		&emqp.Schedule{MsgID: id, Queue: "q", Interval: emqp.CronInterval, Payload: []byte("x"), Cron: "*/5 * * * *"},
 		&emqp.Unschedule{MsgID: id, Queue: "q", Interval: 60, Payload: []byte("x")},
+		&emqp.Publish{MsgID: id, Topic: "orders.eu", Message: binary},
+		&emqp.Publish{MsgID: id},
 	}
 	seen := map[emqp.Command]bool{}
 	for _, m := range msgs {
@@ -59,8 +61,8 @@ func TestRoundTripEveryCommand(t *testing.T) {
 			t.Fatalf("%s: round trip\n got %#v\nwant %#v", m.Command(), got, m)
 		}
 	}
-	if len(seen) != 12 {
-		t.Fatalf("round trip covers %d commands, want all 12", len(seen))
+	if len(seen) != 13 {
+		t.Fatalf("round trip covers %d commands, want all 13", len(seen))
 	}
 }
 
@@ -108,6 +110,8 @@ func TestDecodeErrorsNameTheProblem(t *testing.T) {
 		{[]string{"", "eMQP/1.0", "ACK", "m", ""}, emqp.ErrMsgID, "acked msgid is empty"},
 		{[]string{"", "eMQP/1.0", "FAIL", "m", "", "why"}, emqp.ErrMsgID, "orig msgid is empty"},
 		{[]string{"", "eMQP/1.0", "REQUEST", "m", strings.Repeat("q", 256), "", ""}, emqp.ErrQueue, "over the limit of 255"},
+		{[]string{"", "eMQP/1.0", "PUBLISH", "m", "topic"}, emqp.ErrFrames, "PUBLISH needs 6 frames, got 5"},
+		{[]string{"", "eMQP/1.0", "PUBLISH", "m", strings.Repeat("t", 1025), "x"}, emqp.ErrTopic, "over the limit of 1024"},
 		{[]string{"", "eMQP/1.0", "REQUEST", "m", "q", ":5", ""}, emqp.ErrHeaders, "has a colon but no name"},
 		{[]string{"", "eMQP/1.0", "SCHEDULE", "m", "q", "", "-2", "", ""}, emqp.ErrInterval, "-1 for cron"},
 		{[]string{"", "eMQP/1.0", "SCHEDULE", "m", "q", "", "-1", "", " "}, emqp.ErrCron, "needs a cron expression"},

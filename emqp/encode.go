@@ -14,7 +14,7 @@ var (
 
 func init() {
 	for _, c := range []Command{CmdRequest, CmdAck, CmdInform, CmdReady, CmdReply, CmdFail,
-		CmdError, CmdHeartbeat, CmdKbye, CmdDisconnect, CmdSchedule, CmdUnschedule} {
+		CmdError, CmdHeartbeat, CmdKbye, CmdDisconnect, CmdSchedule, CmdUnschedule, CmdPublish} {
 		cmdFrames[c] = []byte(c)
 	}
 }
@@ -48,6 +48,8 @@ func Encode(m Message) [][]byte {
 		return encodeSchedule(CmdSchedule, m)
 	case *Unschedule:
 		return encodeSchedule(CmdUnschedule, (*Schedule)(m))
+	case *Publish:
+		return frames(CmdPublish, 2, m.Message, m.MsgID, m.Topic)
 	}
 	panic("emqp: Encode of an unknown message type")
 }

@@ -15,6 +15,7 @@ const (
 	ErrMsgID    Class = "msgid"    // a message id is empty or over MaxIDLen bytes
 	ErrQueue    Class = "queue"    // a queue name is empty or over MaxQueueLen bytes
 	ErrQueues   Class = "queues"   // INFORM's queue list cannot be read
+	ErrTopic    Class = "topic"    // a PUBLISH topic is over MaxTopicLen bytes
 	ErrHeaders  Class = "headers"  // the headers frame cannot be read
 	ErrInterval Class = "interval" // SCHEDULE's interval is not a whole number >= -1
 	ErrCron     Class = "cron"     // SCHEDULE's cron expression is missing or malformed

@@ -16,6 +16,8 @@ const Version = "eMQP/1.0"
 const (
 	MaxIDLen    = 255
 	MaxQueueLen = 255
+	// MaxTopicLen bounds a PUBLISH topic; an empty topic is allowed.
+	MaxTopicLen = 1024
 )
 
 // Command is a message's command frame.
@@ -35,6 +37,7 @@ const (
 	CmdDisconnect Command = "DISCONNECT"
 	CmdSchedule   Command = "SCHEDULE"
 	CmdUnschedule Command = "UNSCHEDULE"
+	CmdPublish    Command = "PUBLISH"
 )
 
 // Peer types an INFORM may name.
@@ -174,6 +177,14 @@ type Schedule struct {
 // Unschedule removes a schedule; its frames are those of Schedule.
 type Unschedule Schedule
 
+// Publish is a message for the subscribers of its topic: fanned out as
+// the two frames [Topic, Message], not stored, not acknowledged.
+type Publish struct {
+	MsgID   string
+	Topic   string
+	Message []byte
+}
+
 // Command returns REQUEST.
 func (*Request) Command() Command { return CmdRequest }
 
@@ -210,8 +221,14 @@ func (*Schedule) Command() Command { return CmdSchedule }
 // Command returns UNSCHEDULE.
 func (*Unschedule) Command() Command { return CmdUnschedule }
 
+// Command returns PUBLISH.
+func (*Publish) Command() Command { return CmdPublish }
+
 // ID returns the msgid.
 func (m *Request) ID() string { return m.MsgID }
+
+// ID returns the msgid.
+func (m *Publish) ID() string { return m.MsgID }
 
 // ID returns the msgid.
 func (m *Ack) ID() string { return m.MsgID }

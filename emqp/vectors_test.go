@@ -123,6 +123,8 @@ func asVector(t *testing.T, m emqp.Message) map[string]any {
 		v["time"] = m.Time
 	case *emqp.Schedule:
 		v["queue"], v["headers"], v["interval"], v["payload"], v["cron"] = m.Queue, headers(m.Headers), float64(m.Interval), string(m.Payload), m.Cron
+	case *emqp.Publish:
+		v["topic"], v["message"] = m.Topic, string(m.Message)
 	case *emqp.Unschedule:
 		v["queue"], v["headers"], v["interval"], v["payload"], v["cron"] = m.Queue, headers(m.Headers), float64(m.Interval), string(m.Payload), m.Cron
 	default:
