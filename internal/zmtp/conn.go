@@ -99,11 +99,21 @@ type Conn struct {
 	wbuf     []byte
 	bufs     net.Buffers // reused by WriteMsgs
 	wtimeout time.Duration
+	keep     int // largest write buffer kept between writes; 0 = 4*batchMax
+
+	// onCommand, when set, gets the commands ReadMsg does not answer
+	// itself (a PUB's SUBSCRIBE and CANCEL); an error ends the read.
+	onCommand func(name string, data []byte) error
 }
 
 // open runs zmq4's ZMTP handshake over nc within timeout.
 func open(nc net.Conn, typ zmq4.SocketType, id []byte, server bool, max uint64, timeout time.Duration) (c *Conn, err error) {
-	g := &guardConn{Conn: nc, r: bufio.NewReaderSize(nc, readBuffer), max: max, greet: greetingLen}
+	return openBuffered(nc, typ, id, server, max, timeout, readBuffer)
+}
+
+// openBuffered is open with a read buffer of rbuf bytes.
+func openBuffered(nc net.Conn, typ zmq4.SocketType, id []byte, server bool, max uint64, timeout time.Duration, rbuf int) (c *Conn, err error) {
+	g := &guardConn{Conn: nc, r: bufio.NewReaderSize(nc, rbuf), max: max, greet: greetingLen}
 	if timeout > 0 {
 		_ = nc.SetDeadline(time.Now().Add(timeout))
 	}
@@ -308,6 +318,9 @@ func (c *Conn) command(body []byte) error {
 	case "ERROR":
 		return fmt.Errorf("zmtp: peer reported an error: %q", data)
 	}
+	if c.onCommand != nil {
+		return c.onCommand(name, data)
+	}
 	return nil // PONG, SUBSCRIBE, ...: nothing to do
 }
 
@@ -349,7 +362,7 @@ func (c *Conn) WriteMsgs(msgs ...[][]byte) error {
 	if mark < len(b) || len(bufs) == 0 {
 		bufs = append(bufs, b[mark:])
 	}
-	if cap(b) <= 4*batchMax {
+	if keep := c.keep; cap(b) <= keep || keep == 0 && cap(b) <= 4*batchMax {
 		c.wbuf = b
 	}
 	err := c.write(bufs)

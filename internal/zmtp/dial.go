@@ -14,9 +14,12 @@ type DialOptions struct {
 	MaxFrameSize int64         // largest frame body accepted; 0 = DefaultMaxFrameSize
 	WriteTimeout time.Duration // a write blocked this long fails; 0 = 10s
 	Timeout      time.Duration // for connect and handshake; 0 = 5s
+	// Sub connects a SUB socket (to a PUB) instead of a DEALER: it
+	// subscribes by writing the message 0x01 prefix (0x00 prefix cancels).
+	Sub bool
 }
 
-// Dial connects a DEALER to a ROUTER at endpoint ("tcp://host:port") and
+// Dial connects a DEALER to a ROUTER (or a SUB to a PUB) at endpoint ("tcp://host:port") and
 // runs the handshake. The Conn is one connection: when it breaks, make a
 // new one. Send with WriteMsgs (safe for concurrent use), read with
 // ReadMsg from one goroutine.
@@ -39,7 +42,11 @@ func Dial(ctx context.Context, endpoint string, opts DialOptions) (*Conn, error)
 	if err != nil {
 		return nil, err
 	}
-	c, err := open(nc, zmq4.Dealer, opts.Identity, false, uint64(opts.MaxFrameSize), opts.Timeout)
+	typ := zmq4.Dealer
+	if opts.Sub {
+		typ = zmq4.Sub
+	}
+	c, err := open(nc, typ, opts.Identity, false, uint64(opts.MaxFrameSize), opts.Timeout)
 	if err != nil {
 		nc.Close()
 		return nil, err
