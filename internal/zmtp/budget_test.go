@@ -67,9 +67,8 @@ func TestBudgetHoldsWhatIsReceived(t *testing.T) {
 	}
 
 	tooBig := dial(t, r, "too-big")
-	if err := tooBig.WriteMsgs([][]byte{make([]byte, 7<<20+1)}); err != nil {
-		t.Fatal(err)
-	}
+	// The router hangs up after the header: the write may fail part way.
+	_ = tooBig.WriteMsgs([][]byte{make([]byte, 7<<20+1)})
 	if _, err := tooBig.ReadMsg(); err == nil {
 		t.Fatal("a frame larger than the budget can hold was taken")
 	}
