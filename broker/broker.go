@@ -52,6 +52,9 @@ type Broker struct {
 	adminAddr string
 
 	routers [2]*zmtp.Router
+	pub     atomic.Pointer[zmtp.Pub]    // pub/sub's PUB endpoint (pubsub.go); nil when off
+	pubIn   atomic.Pointer[zmtp.Router] // PUBLISH only, EventMQ's emq-pubsub address
+	pubLog  lockedLimiter
 	budget  *zmtp.Budget // of received messages, shared by both endpoints
 	inbox   chan inbound
 	stopped chan struct{} // closed when the loop stops reading the inbox
@@ -179,6 +182,23 @@ func (b *Broker) Ready() <-chan struct{} { return b.ready }
 // Frontend is the bound frontend endpoint (after Ready).
 func (b *Broker) Frontend() string { return b.routers[frontend].Endpoint() }
 
+// PublisherIncoming is the bound PUBLISH endpoint ("" when off).
+func (b *Broker) PublisherIncoming() string {
+	if r := b.pubIn.Load(); r != nil {
+		return r.Endpoint()
+	}
+	return ""
+}
+
+// PublisherOutgoing is the bound endpoint SUB sockets connect to ("" when
+// pub/sub is off).
+func (b *Broker) PublisherOutgoing() string {
+	if p := b.pub.Load(); p != nil {
+		return p.Endpoint()
+	}
+	return ""
+}
+
 // Backend is the bound backend endpoint (after Ready).
 func (b *Broker) Backend() string { return b.routers[backend].Endpoint() }
 
@@ -220,12 +240,17 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 		}
 		b.routers[ep] = r
 	}
+	if err := b.startPubSub(); err != nil {
+		b.closeRouters()
+		return err
+	}
 	admin, err := b.serveAdmin()
 	if err != nil {
 		b.closeRouters()
 		return err
 	}
-	b.log.Info("broker listening", "frontend", b.Frontend(), "backend", b.Backend(), "admin", b.adminAddr)
+	b.log.Info("broker listening", "frontend", b.Frontend(), "backend", b.Backend(), "admin", b.adminAddr,
+		"publisher_incoming", b.opts.PublisherIncoming, "publisher_outgoing", b.opts.PublisherOutgoing)
 	if b.opts.ResultTTL > 0 {
 		b.timers.set(&b.sweep, b.at(time.Now()))
 	}
@@ -260,6 +285,10 @@ func (b *Broker) routerOptions(ep int) zmtp.Options {
 		Logger:         b.log,
 		Receive: func(id string, frames [][]byte, held zmtp.Held) {
 			m, err := emqp.Decode(frames)
+			if _, ok := m.(*emqp.Publish); ok && b.frontendPublish(frames) {
+				b.budget.Release(held)
+				return
+			}
 			select {
 			case b.inbox <- inbound{peerKey{ep, id}, m, err, held}:
 			case <-b.stopped:
@@ -495,6 +524,7 @@ func (b *Broker) closeRouters() {
 			r.Close()
 		}
 	}
+	b.stopPubSub()
 }
 
 // handle is one message from a peer. It starts with the peer's entry in
@@ -545,6 +575,10 @@ func (b *Broker) handle(in inbound) {
 			b.forwardUnschedule(in.from, m)
 		} else {
 			b.removeSchedule(in.from, m)
+		}
+	case *emqp.Publish: // refused by its reader: fanned-out ones do not come here
+		if code, text := b.publishRefusal([]byte(m.Topic), m.Message); code != "" {
+			b.refuse(in.from, m.MsgID, code, text)
 		}
 	default: // ACK, ERROR: not for the broker
 		b.stats.Ignored.Add(1)
@@ -625,17 +659,7 @@ func (b *Broker) refuse(key peerKey, ref, code, text string) {
 
 // protocolError answers a message the decoder refused.
 func (b *Broker) protocolError(from peerKey, err error) {
-	code, ref := emqp.CodeBadRequest, ""
-	var de *emqp.DecodeError
-	if errors.As(err, &de) {
-		ref = de.MsgID
-		switch {
-		case errors.Is(err, emqp.ErrVersion):
-			code = emqp.CodeUnsupportedVersion
-		case errors.Is(err, emqp.ErrCommand):
-			code = emqp.CodeUnknownCommand
-		}
-	}
+	code, ref := protocolCode(err)
 	b.refuse(from, ref, code, err.Error())
 	b.errLog.log(b.log, "protocol error", "code", code, "peer", peerName(from), "err", err)
 }

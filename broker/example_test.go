@@ -28,6 +28,7 @@ func Example() {
 
 	opts := broker.DefaultOptions()
 	opts.Frontend, opts.Backend, opts.Admin = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", "" // free ports, no admin API
+	opts.PublisherIncoming, opts.PublisherOutgoing = "", ""                                // no pub/sub
 	opts.DataDir, opts.Logger = dir, quiet
 	b, err := broker.New(opts)
 	if err != nil {

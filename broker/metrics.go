@@ -40,7 +40,7 @@ func newMetrics(b *Broker) *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 20),
 		}),
 	}
-	m.reg.MustRegister(m.commitTime, m.commitBatch, m.replay, m.fireLateness, &stateCollector{b},
+	m.reg.MustRegister(m.commitTime, m.commitBatch, m.replay, m.fireLateness, &stateCollector{b}, pubCollector{b},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, c := range Counters {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.Metric, Help: c.Help},

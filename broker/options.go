@@ -61,6 +61,22 @@ type Options struct {
 	// peers, which keep the schedules (EventMQ's split), instead of
 	// keeping them in the journal.
 	ForwardSchedules bool
+
+	// Pub/sub (pubsub.go). PUBLISH is taken on the frontend and on
+	// PublisherIncoming ("" = not bound) and fanned out to the ZeroMQ SUB
+	// sockets connected to PublisherOutgoing ("" = pub/sub off).
+	PublisherIncoming string
+	PublisherOutgoing string
+	SubscriberHWM     int   // messages queued per subscriber; past it, its messages are dropped
+	PublisherBuffer   int64 // bytes queued for every subscriber together; one may hold a quarter
+	MaxSubscribers    int   // subscriber connections; more are closed at once
+	// PublisherLastValue sends a new subscription the latest message of
+	// each topic it matches, from a cache of LastValueTopics topics and
+	// LastValueBytes bytes.
+	PublisherLastValue bool
+	LastValueTopics    int
+	LastValueBytes     int64
+
 	// Now is the clock schedules are due by; nil = time.Now. Tests set it.
 	Now             func() time.Time
 	ShutdownTimeout time.Duration // for journal writes in progress at shutdown
@@ -88,6 +104,13 @@ func DefaultOptions() Options {
 		MaxRetryBackoff:   5 * time.Minute,
 		DrainTimeout:      10 * time.Second,
 		ShutdownTimeout:   10 * time.Second,
+		PublisherIncoming: "tcp://127.0.0.1:47298",
+		PublisherOutgoing: "tcp://127.0.0.1:47299",
+		SubscriberHWM:     1000,
+		PublisherBuffer:   64 << 20,
+		MaxSubscribers:    10000,
+		LastValueTopics:   10000,
+		LastValueBytes:    16 << 20,
 	}
 }
 
@@ -98,8 +121,27 @@ func (o Options) Validate() error {
 			return fmt.Errorf("%s: %w", ep.name, err)
 		}
 	}
-	if o.Frontend == o.Backend && !strings.HasSuffix(o.Frontend, ":0") {
-		return fmt.Errorf("frontend and backend are the same endpoint %q", o.Frontend)
+	for _, ep := range []struct{ name, v string }{{"publisher-incoming", o.PublisherIncoming}, {"publisher-outgoing", o.PublisherOutgoing}} {
+		if ep.v == "" {
+			continue
+		}
+		if err := checkEndpoint(ep.v); err != nil {
+			return fmt.Errorf("%s: %w", ep.name, err)
+		}
+	}
+	eps := map[string]string{}
+	for _, ep := range []struct{ name, v string }{{"frontend", o.Frontend}, {"backend", o.Backend},
+		{"publisher-incoming", o.PublisherIncoming}, {"publisher-outgoing", o.PublisherOutgoing}} {
+		if ep.v == "" || strings.HasSuffix(ep.v, ":0") {
+			continue
+		}
+		if other, ok := eps[ep.v]; ok {
+			return fmt.Errorf("%s and %s are the same endpoint %q", other, ep.name, ep.v)
+		}
+		eps[ep.v] = ep.name
+	}
+	if o.PublisherIncoming != "" && o.PublisherOutgoing == "" {
+		return fmt.Errorf("publisher-incoming: %q is set but publisher-outgoing is empty: PUBLISH would reach no one; empty both to turn pub/sub off", o.PublisherIncoming)
 	}
 	if o.Admin != "" {
 		if _, _, err := net.SplitHostPort(o.Admin); err != nil {
@@ -145,6 +187,16 @@ func (o Options) Validate() error {
 		return fmt.Errorf("retry backoff: %v must be between 0 and the maximum %v", o.RetryBackoff, o.MaxRetryBackoff)
 	case o.DrainTimeout < 0:
 		return fmt.Errorf("drain-timeout: must not be negative, not %v", o.DrainTimeout)
+	case o.SubscriberHWM <= 0:
+		return fmt.Errorf("subscriber-hwm: must be positive, not %d", o.SubscriberHWM)
+	case o.PublisherBuffer < 1<<20:
+		return fmt.Errorf("publisher-buffer: %d is under 1 MiB", o.PublisherBuffer)
+	case o.MaxSubscribers <= 0:
+		return fmt.Errorf("max-subscribers: must be positive, not %d", o.MaxSubscribers)
+	case o.LastValueTopics <= 0:
+		return fmt.Errorf("last-value-topics: must be positive, not %d", o.LastValueTopics)
+	case o.LastValueBytes < 1024:
+		return fmt.Errorf("last-value-bytes: %d is under 1 KiB", o.LastValueBytes)
 	case o.ShutdownTimeout <= 0:
 		return fmt.Errorf("shutdown timeout: must be positive, not %v", o.ShutdownTimeout)
 	}

@@ -70,11 +70,14 @@ type Client struct {
 	closed  bool
 	outq    chan *call // to the writer
 	done    chan struct{}
+	ending  chan struct{} // Close: the writer writes what is queued, then stops
+	written chan struct{} // closed when the writer stops
 	wg      sync.WaitGroup
 }
 
 type call struct {
 	frames    [][]byte
+	publish   bool      // a PUBLISH: written once, never resent, not answered
 	sentAt    time.Time // zero = not on the current connection
 	wantReply bool
 	acked     chan struct{} // closed by the ACK
@@ -103,11 +106,13 @@ func New(opts Options) (*Client, error) {
 		opts.Logger = slog.Default()
 	}
 	c := &Client{
-		opts:  opts,
-		log:   opts.Logger,
-		calls: make(map[string]*call),
-		outq:  make(chan *call, 1024),
-		done:  make(chan struct{}),
+		opts:    opts,
+		log:     opts.Logger,
+		calls:   make(map[string]*call),
+		outq:    make(chan *call, 1024),
+		done:    make(chan struct{}),
+		ending:  make(chan struct{}),
+		written: make(chan struct{}),
 	}
 	c.wg.Add(2)
 	go c.run()
@@ -315,8 +320,45 @@ func (c *Client) forget(msgid string) {
 	c.mu.Unlock()
 }
 
-// Close stops resending and closes the connection. Calls in progress
-// return ErrClosed.
+// Publish sends a PUBLISH: the broker passes [topic, payload] to the
+// subscribers of topic's prefixes. It is fire-and-forget, as in EventMQ:
+// nothing is stored or acknowledged. Publish waits for a connection (within
+// ctx), queues the message and returns; Close writes what is queued. A
+// message queued when the connection breaks is lost; a refusal from the
+// broker (ERROR) is logged.
+func (c *Client) Publish(ctx context.Context, topic string, payload []byte) error {
+	if len(topic) > emqp.MaxTopicLen {
+		return fmt.Errorf("client: topic is %d bytes, over %d", len(topic), emqp.MaxTopicLen)
+	}
+	cl := &call{publish: true, frames: emqp.Encode(&emqp.Publish{MsgID: emqp.NewID(), Topic: topic, Message: payload})}
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		c.mu.Lock()
+		closed, conn := c.closed, c.conn
+		c.mu.Unlock()
+		if closed {
+			return ErrClosed
+		}
+		if conn != nil {
+			break
+		}
+		select { // not connected yet
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return c.ctxErr(ctx, cl, "connection")
+		}
+	}
+	select {
+	case c.outq <- cl:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return ErrClosed
+	}
+}
+
+// Close stops resending and closes the connection, after writing the
+// PUBLISHes queued. Calls in progress return ErrClosed.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -324,6 +366,10 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.mu.Unlock()
+	close(c.ending)
+	<-c.written
+	c.mu.Lock()
 	close(c.done)
 	conn := c.conn
 	c.mu.Unlock()
@@ -338,18 +384,19 @@ func (c *Client) Close() error {
 // What finds no connection is sent by resend once there is one.
 func (c *Client) writeLoop() {
 	defer c.wg.Done()
+	defer close(c.written)
 	var batch []*call
 	var msgs [][][]byte
-	for {
+	for ending := false; !ending; {
 		select {
 		case cl := <-c.outq:
 			batch = append(batch[:0], cl)
-		case <-c.done:
-			return
+		case <-c.ending: // write what is queued, then stop
+			batch, ending = batch[:0], true
 		}
 		runtime.Gosched() // let callers queuing now join this write
 	gather:
-		for len(batch) < 256 {
+		for len(batch) < 256 || ending {
 			select {
 			case cl := <-c.outq:
 				batch = append(batch, cl)
@@ -486,6 +533,9 @@ func (c *Client) read(conn *zmtp.Conn) {
 				}
 			}
 		case *emqp.Error:
+			if c.calls[m.RefMsgID] == nil { // a PUBLISH's, or a call that ended
+				c.log.Warn("client: the broker refused a message", "ref_msgid", m.RefMsgID, "code", m.Code, "text", m.Text)
+			}
 			if cl := c.calls[m.RefMsgID]; cl != nil {
 				berr := &BrokerError{Code: m.Code, Text: m.Text}
 				if m.Code == emqp.CodeUnavailable {

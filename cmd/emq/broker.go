@@ -47,6 +47,14 @@ start).`,
 	f.String("max-send-buffer", mib(d.MaxSendBuffer), "bytes queued for sending: payloads are read only below it; one connection over it is dropped")
 	f.Duration("result-ttl", d.ResultTTL, "keep each job's result this long (0 = not kept)")
 	f.Duration("drain-timeout", d.DrainTimeout, "at SIGTERM, wait this long for the jobs in flight before stopping (0 = do not wait)")
+	f.String("publisher-incoming", d.PublisherIncoming, "ROUTER endpoint taking PUBLISH only, EventMQ's emq-pubsub address (\"\" = not bound; the frontend takes PUBLISH too)")
+	f.String("publisher-outgoing", d.PublisherOutgoing, "PUB endpoint ZeroMQ SUB sockets connect to (\"\" = pub/sub off)")
+	f.Int("subscriber-hwm", d.SubscriberHWM, "published messages queued per subscriber; past it its messages are dropped (counted)")
+	f.String("publisher-buffer", mib(d.PublisherBuffer), "bytes queued for every subscriber together (one may hold a quarter)")
+	f.Int("max-subscribers", d.MaxSubscribers, "subscriber connections; more are closed at once")
+	f.Bool("publisher-last-value", false, "send a new subscription the latest message of each topic it matches (a last-value cache)")
+	f.Int("last-value-topics", d.LastValueTopics, "topics the last-value cache holds")
+	f.String("last-value-bytes", mib(d.LastValueBytes), "bytes the last-value cache holds")
 	f.Bool("forward-schedules", false, "pass SCHEDULE and UNSCHEDULE to an EventMQ scheduler peer instead of keeping schedules in the journal (EventMQ's split)")
 	f.String("log-level", "info", "debug, info, warn or error")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -136,8 +144,19 @@ func brokerOptions(c *config) (broker.Options, error) {
 	if o.ForwardSchedules, err = c.boolean("forward-schedules"); err != nil {
 		return o, err
 	}
+	o.PublisherIncoming, o.PublisherOutgoing = c.str("publisher-incoming"), c.str("publisher-outgoing")
+	if o.PublisherLastValue, err = c.boolean("publisher-last-value"); err != nil {
+		return o, err
+	}
+	for key, dst := range map[string]*int{"subscriber-hwm": &o.SubscriberHWM, "max-subscribers": &o.MaxSubscribers,
+		"last-value-topics": &o.LastValueTopics} {
+		if *dst, err = c.integer(key); err != nil {
+			return o, err
+		}
+	}
 	for key, dst := range map[string]*int64{"payload-cache": &o.PayloadCache,
-		"max-receive-buffer": &o.MaxReceiveBuffer, "max-send-buffer": &o.MaxSendBuffer} {
+		"max-receive-buffer": &o.MaxReceiveBuffer, "max-send-buffer": &o.MaxSendBuffer,
+		"publisher-buffer": &o.PublisherBuffer, "last-value-bytes": &o.LastValueBytes} {
 		if *dst, err = c.size(key); err != nil {
 			return o, err
 		}

@@ -21,7 +21,7 @@ func TestBrokerSignals(t *testing.T) {
 	frontend, backend := bt.FreeEndpoint(t), bt.FreeEndpoint(t)
 	admin := strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://")
 	cmd := exec.Command(os.Args[0], "broker", "--frontend", frontend, "--backend", backend, "--admin", admin,
-		"--data-dir", t.TempDir(), "--drain-timeout", "1h", "--heartbeat-interval", "100ms", "--heartbeat-timeout", "1s")
+		"--data-dir", t.TempDir(), "--publisher-incoming", "", "--publisher-outgoing", "", "--drain-timeout", "1h", "--heartbeat-interval", "100ms", "--heartbeat-timeout", "1s")
 	cmd.Env = bt.ChildEnv(mainEnv + "=1")
 	var logs bytes.Buffer
 	cmd.Stderr = &logs

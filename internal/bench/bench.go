@@ -202,6 +202,7 @@ func startBroker(ctx context.Context, o *Options) (stop func(), replay time.Dura
 	}
 	opts := broker.DefaultOptions()
 	opts.Frontend, opts.Backend, opts.Admin, opts.DataDir = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", "", dir
+	opts.PublisherIncoming, opts.PublisherOutgoing = "", ""
 	opts.MaxPending = 0
 	opts.Logger = o.Logger
 	start := time.Now()

@@ -47,6 +47,7 @@ func Start(t testing.TB, dir string, edit func(*broker.Options)) *Broker {
 	}
 	opts := broker.DefaultOptions()
 	opts.Frontend, opts.Backend, opts.Admin = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", ""
+	opts.PublisherIncoming, opts.PublisherOutgoing = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
 	opts.DataDir = dir
 	opts.Logger = Logger(t)
 	if edit != nil {

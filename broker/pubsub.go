@@ -1,0 +1,181 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/zmtp"
+)
+
+// Pub/sub (see doc.go): PUBLISH, on the frontend or on PublisherIncoming,
+// is fanned out by the reader goroutine that received it, straight to
+// the PUB endpoint's subscriber queues. It never enters the loop, the
+// journal or the inbox: nothing about it is durable, and it cannot delay
+// a job.
+
+// startPubSub binds the PUB endpoint and the publisher ROUTER.
+func (b *Broker) startPubSub() error {
+	if b.opts.PublisherOutgoing == "" {
+		return nil
+	}
+	p, err := zmtp.ListenPub(b.opts.PublisherOutgoing, zmtp.PubOptions{
+		HWM:             b.opts.SubscriberHWM,
+		MaxBytes:        b.opts.PublisherBuffer,
+		MaxSubscribers:  b.opts.MaxSubscribers,
+		LastValue:       b.opts.PublisherLastValue,
+		LastValueTopics: b.opts.LastValueTopics,
+		LastValueBytes:  b.opts.LastValueBytes,
+		Logger:          b.log,
+	})
+	if err != nil {
+		return fmt.Errorf("publisher-outgoing: %w", err)
+	}
+	b.pub.Store(p)
+	if b.opts.PublisherIncoming == "" {
+		return nil
+	}
+	r, err := zmtp.Listen(b.opts.PublisherIncoming, zmtp.Options{
+		MaxFrameSize: b.opts.MaxFrameSize,
+		Budget:       b.budget,
+		Logger:       b.log,
+		Receive:      b.publisherReceive,
+	})
+	if err != nil {
+		return fmt.Errorf("publisher-incoming: %w", err)
+	}
+	b.pubIn.Store(r)
+	return nil
+}
+
+func (b *Broker) stopPubSub() {
+	if r := b.pubIn.Load(); r != nil {
+		r.Close()
+	}
+	if p := b.pub.Load(); p != nil {
+		p.Close()
+	}
+}
+
+// publisherReceive takes a message on PublisherIncoming, EventMQ's
+// emq-pubsub address: PUBLISH only.
+func (b *Broker) publisherReceive(id string, frames [][]byte, held zmtp.Held) {
+	defer b.budget.Release(held)
+	m, err := emqp.Decode(frames)
+	switch m.(type) {
+	case *emqp.Publish:
+		if code, text := b.publishRefusal(frames[4], frames[5]); code != "" {
+			b.pubRefuse(id, m.ID(), code, text)
+			return
+		}
+		b.pub.Load().Publish(frames[4], frames[5])
+	case *emqp.Heartbeat, *emqp.Kbye, *emqp.Disconnect:
+	default:
+		code, ref := protocolCode(err)
+		if err == nil {
+			ref = m.ID()
+			err = fmt.Errorf("%s: the publisher endpoint takes PUBLISH only; send it to the frontend %s", m.Command(), b.Frontend())
+		}
+		b.pubRefuse(id, ref, code, err.Error())
+		b.pubLog.log(b.log, "protocol error", "code", code, "peer", "publisher/"+printableID(id), "err", err)
+	}
+}
+
+// publishRefusal says why a PUBLISH of topic and msg cannot be fanned
+// out, or returns "" when it can.
+func (b *Broker) publishRefusal(topic, msg []byte) (code, text string) {
+	if b.pub.Load() == nil {
+		return emqp.CodeUnavailable, "pub/sub is off on this broker (publisher-outgoing is empty)"
+	}
+	if n := int64(len(topic) + len(msg)); n > b.opts.PublisherBuffer/4 {
+		return emqp.CodeTooLarge, fmt.Sprintf("PUBLISH of %d bytes is over a quarter of publisher-buffer (%d bytes), the most one subscriber may have queued", n, b.opts.PublisherBuffer)
+	}
+	return "", ""
+}
+
+// frontendPublish fans out a PUBLISH received on the frontend or backend,
+// from the connection's reader. A refused one goes to the loop, which
+// answers it (handle).
+func (b *Broker) frontendPublish(frames [][]byte) bool {
+	if code, _ := b.publishRefusal(frames[4], frames[5]); code != "" {
+		return false
+	}
+	b.pub.Load().Publish(frames[4], frames[5])
+	return true
+}
+
+// pubRefuse answers a publisher on PublisherIncoming, from its reader.
+func (b *Broker) pubRefuse(id, ref, code, text string) {
+	b.stats.countError(code)
+	if r := b.pubIn.Load(); r != nil { // nil only before Listen has returned
+		_ = r.Send(id, emqp.Encode(&emqp.Error{MsgID: emqp.NewID(), RefMsgID: ref, Code: code, Text: text}))
+	}
+}
+
+// lockedLimiter is a logLimiter for the reader goroutines.
+type lockedLimiter struct {
+	mu sync.Mutex
+	l  logLimiter
+}
+
+func (l *lockedLimiter) log(log *slog.Logger, msg string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.l.log(log, msg, args...)
+}
+
+// protocolCode is the ERROR code and ref msgid for a decoder's refusal.
+func protocolCode(err error) (code, ref string) {
+	code = emqp.CodeBadRequest
+	var de *emqp.DecodeError
+	if errors.As(err, &de) {
+		ref = de.MsgID
+		switch {
+		case errors.Is(err, emqp.ErrVersion):
+			code = emqp.CodeUnsupportedVersion
+		case errors.Is(err, emqp.ErrCommand):
+			code = emqp.CodeUnknownCommand
+		}
+	}
+	return code, ref
+}
+
+// pubCollector reports the PUB endpoint's counters.
+type pubCollector struct{ b *Broker }
+
+var (
+	descPublished = prometheus.NewDesc("emq_pubsub_published_total", "PUBLISH messages fanned out.", nil, nil)
+	descDelivered = prometheus.NewDesc("emq_pubsub_delivered_total", "Published messages written to subscribers.", nil, nil)
+	descDropped   = prometheus.NewDesc("emq_pubsub_dropped_total",
+		"Published messages a subscriber missed: its queue was full (subscriber-hwm, publisher-buffer), or it went away first.", nil, nil)
+	descSubRefused = prometheus.NewDesc("emq_pubsub_refused_connections_total", "Subscriber connections closed at once: max-subscribers reached.", nil, nil)
+	descSubs       = prometheus.NewDesc("emq_pubsub_subscribers", "Subscriber connections.", nil, nil)
+	descSubPrefix  = prometheus.NewDesc("emq_pubsub_subscriptions", "Topic prefixes subscribed to, every subscriber together.", nil, nil)
+	descPubQueued  = prometheus.NewDesc("emq_pubsub_queued_bytes", "Bytes waiting for subscribers (a message counts once per subscriber).", nil, nil)
+	descLastValues = prometheus.NewDesc("emq_pubsub_last_value_topics", "Topics in the last-value cache.", nil, nil)
+)
+
+func (c pubCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPublished, descDelivered, descDropped, descSubRefused, descSubs, descSubPrefix, descPubQueued, descLastValues} {
+		ch <- d
+	}
+}
+
+func (c pubCollector) Collect(ch chan<- prometheus.Metric) {
+	var s zmtp.PubStats
+	if p := c.b.pub.Load(); p != nil {
+		s = p.Stats()
+	}
+	ch <- prometheus.MustNewConstMetric(descPublished, prometheus.CounterValue, float64(s.Published))
+	ch <- prometheus.MustNewConstMetric(descDelivered, prometheus.CounterValue, float64(s.Delivered))
+	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(s.Dropped))
+	ch <- prometheus.MustNewConstMetric(descSubRefused, prometheus.CounterValue, float64(s.Refused))
+	ch <- prometheus.MustNewConstMetric(descSubs, prometheus.GaugeValue, float64(s.Subscribers))
+	ch <- prometheus.MustNewConstMetric(descSubPrefix, prometheus.GaugeValue, float64(s.Subscriptions))
+	ch <- prometheus.MustNewConstMetric(descPubQueued, prometheus.GaugeValue, float64(s.QueuedBytes))
+	ch <- prometheus.MustNewConstMetric(descLastValues, prometheus.GaugeValue, float64(s.LastValues))
+}

@@ -1,0 +1,206 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/zmtp"
+)
+
+// SubscriberOptions configure a Subscriber.
+type SubscriberOptions struct {
+	Endpoint    string        // the broker's publisher-outgoing, tcp://host:port
+	DialTimeout time.Duration // for one connection attempt; 0 = 5s
+	// Buffer is how many received messages wait for Recv; while it is
+	// full the subscriber stops reading, and the broker drops what goes
+	// past its subscriber-hwm. 0 = 1024.
+	Buffer int
+	Logger *slog.Logger // nil = slog.Default()
+}
+
+// Message is a published message as a subscriber receives it.
+type Message struct {
+	Topic   string
+	Payload []byte
+}
+
+// Subscriber receives what is published to the topic prefixes it
+// subscribes to (the empty prefix: everything). It is a ZeroMQ SUB socket:
+// it reconnects after a broken connection and subscribes again. Pub/sub is
+// not durable: what is published while it is not connected, or past its
+// queue at the broker, it does not get.
+type Subscriber struct {
+	opts SubscriberOptions
+	log  *slog.Logger
+	in   chan Message
+
+	mu       sync.Mutex
+	prefixes []string // as subscribed, duplicates too
+	conn     *zmtp.Conn
+	closed   bool
+	done     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// Subscribe connects a Subscriber to endpoint, subscribed to prefixes.
+// It connects in the background; Recv waits for messages.
+func Subscribe(opts SubscriberOptions, prefixes ...string) (*Subscriber, error) {
+	if opts.Endpoint == "" {
+		return nil, errors.New("client: SubscriberOptions.Endpoint is required (tcp://host:port)")
+	}
+	for _, p := range prefixes {
+		if err := checkPrefix(p); err != nil {
+			return nil, err
+		}
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 5 * time.Second
+	}
+	if opts.Buffer <= 0 {
+		opts.Buffer = 1024
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Subscriber{opts: opts, log: opts.Logger, in: make(chan Message, opts.Buffer),
+		prefixes: append([]string(nil), prefixes...), done: make(chan struct{})}
+	s.wg.Add(1)
+	go s.run()
+	return s, nil
+}
+
+func checkPrefix(p string) error {
+	if len(p) > emqp.MaxTopicLen {
+		return errors.New("client: a prefix longer than the longest topic matches nothing")
+	}
+	return nil
+}
+
+// Recv returns the next message.
+func (s *Subscriber) Recv(ctx context.Context) (Message, error) {
+	select {
+	case m := <-s.in:
+		return m, nil
+	case <-ctx.Done():
+		return Message{}, ctx.Err()
+	case <-s.done:
+		return Message{}, ErrClosed
+	}
+}
+
+// Add subscribes to one more prefix.
+func (s *Subscriber) Add(prefix string) error {
+	if err := checkPrefix(prefix); err != nil {
+		return err
+	}
+	return s.change(prefix, true)
+}
+
+// Remove cancels one subscription to prefix.
+func (s *Subscriber) Remove(prefix string) error { return s.change(prefix, false) }
+
+func (s *Subscriber) change(prefix string, add bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	flag := byte(0)
+	if add {
+		flag = 1
+		s.prefixes = append(s.prefixes, prefix)
+	} else {
+		for i, p := range s.prefixes {
+			if p == prefix {
+				s.prefixes = append(s.prefixes[:i], s.prefixes[i+1:]...)
+				break
+			}
+		}
+	}
+	if s.conn != nil { // else sent on connecting
+		_ = s.conn.WriteMsgs([][]byte{append([]byte{flag}, prefix...)})
+	}
+	return nil
+}
+
+// Close disconnects.
+func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// run keeps a connection and reads from it.
+func (s *Subscriber) run() {
+	defer s.wg.Done()
+	backoff := 50 * time.Millisecond
+	for {
+		conn, err := zmtp.Dial(context.Background(), s.opts.Endpoint, zmtp.DialOptions{
+			Sub: true, Timeout: s.opts.DialTimeout, MaxFrameSize: 1 << 30,
+		})
+		if err == nil {
+			s.mu.Lock()
+			if s.closed {
+				s.mu.Unlock()
+				conn.Close()
+				return
+			}
+			subs := make([][][]byte, len(s.prefixes))
+			for i, p := range s.prefixes {
+				subs[i] = [][]byte{append([]byte{1}, p...)}
+			}
+			if len(subs) > 0 {
+				err = conn.WriteMsgs(subs...)
+			}
+			s.conn = conn
+			s.mu.Unlock()
+			if err == nil {
+				backoff = 50 * time.Millisecond
+				err = s.read(conn)
+			}
+			conn.Close()
+			s.mu.Lock()
+			s.conn = nil
+			s.mu.Unlock()
+		}
+		s.log.Debug("client: subscriber connection lost; reconnecting", "endpoint", s.opts.Endpoint, "err", err)
+		select {
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 2*time.Second)
+		case <-s.done:
+			return
+		}
+	}
+}
+
+func (s *Subscriber) read(conn *zmtp.Conn) error {
+	for {
+		frames, err := conn.ReadMsg()
+		if err != nil {
+			return err
+		}
+		if len(frames) != 2 {
+			s.log.Warn("client: a published message should have 2 frames (topic, payload)", "frames", len(frames))
+			continue
+		}
+		select {
+		case s.in <- Message{Topic: string(frames[0]), Payload: frames[1]}:
+		case <-s.done:
+			return ErrClosed
+		}
+	}
+}
