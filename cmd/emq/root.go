@@ -14,7 +14,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newBrokerCmd(), newWorkerCmd(), newSendCmd(),
+	root.AddCommand(newBrokerCmd(), newWorkerCmd(), newSendCmd(), newPubCmd(), newSubCmd(),
 		newStatsCmd(), newQueuesCmd(), newWorkersCmd(), newJobsCmd(), newDLQCmd(), newSchedulesCmd(),
 		newMigrateCmd(), newCompactCmd(), newBenchCmd(), newVersionCmd())
 	return root
