@@ -250,7 +250,7 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 		return err
 	}
 	b.log.Info("broker listening", "frontend", b.Frontend(), "backend", b.Backend(), "admin", b.adminAddr,
-		"publisher_incoming", b.opts.PublisherIncoming, "publisher_outgoing", b.opts.PublisherOutgoing)
+		"publisher_incoming", b.PublisherIncoming(), "publisher_outgoing", b.PublisherOutgoing())
 	if b.opts.ResultTTL > 0 {
 		b.timers.set(&b.sweep, b.at(time.Now()))
 	}

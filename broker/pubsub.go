@@ -144,6 +144,27 @@ func protocolCode(err error) (code, ref string) {
 	return code, ref
 }
 
+// PubSubStats are pub/sub's counters (all zero when it is off).
+type PubSubStats struct {
+	Published     uint64 `json:"published"`
+	Delivered     uint64 `json:"delivered"`
+	Dropped       uint64 `json:"dropped"`
+	Subscribers   int    `json:"subscribers"`
+	Subscriptions int64  `json:"subscriptions"`
+	QueuedBytes   int64  `json:"queued_bytes"`
+}
+
+// PubSub returns pub/sub's counters.
+func (b *Broker) PubSub() PubSubStats {
+	p := b.pub.Load()
+	if p == nil {
+		return PubSubStats{}
+	}
+	s := p.Stats()
+	return PubSubStats{Published: s.Published, Delivered: s.Delivered, Dropped: s.Dropped,
+		Subscribers: s.Subscribers, Subscriptions: s.Subscriptions, QueuedBytes: s.QueuedBytes}
+}
+
 // pubCollector reports the PUB endpoint's counters.
 type pubCollector struct{ b *Broker }
 

@@ -23,7 +23,14 @@ ports in a temp dir, unless --frontend and --backend name a running one.
 with --slots slots. Every job is durable (fsync before ACK). Prints jobs/s
 and REQUEST→ACK and REQUEST→REPLY latencies; lost (ACKed, never run) must
 be 0. --rate paces the senders; --preload stores that many jobs first (in
-a queue nobody serves) to measure start-up and a full journal.`,
+a queue nobody serves) to measure start-up and a full journal.
+
+With --pubsub it measures pub/sub instead: one publisher sends --messages
+PUBLISHes of --size bytes as fast as it can to --subscribers SUB
+connections (on its own broker, each may queue the whole run), and
+--stuck more subscribers that never read. Prints deliveries/s (messages
+received, summed over the reading subscribers), the publisher's rate and
+publish→received latencies.`,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
@@ -36,6 +43,12 @@ a queue nobody serves) to measure start-up and a full journal.`,
 	f.Int("size", 100, "payload bytes")
 	f.Float64("rate", 0, "jobs a second in all (0 = as fast as it goes)")
 	f.Int("preload", 0, "jobs stored before the broker starts")
+	f.Bool("pubsub", false, "measure pub/sub fan-out instead of jobs")
+	f.Int("subscribers", 16, "with --pubsub: subscribers that read")
+	f.Int("stuck", 0, "with --pubsub: subscribers that never read")
+	f.Int("messages", 200000, "with --pubsub: messages published")
+	f.String("publisher", "", "with --pubsub: a running broker's publisher-outgoing (with --frontend)")
+	f.Int("subscriber-hwm", 0, "with --pubsub: its own broker's subscriber-hwm (0 = the whole run fits)")
 	f.Bool("json", false, "print one JSON object")
 	f.Bool("quiet", false, "no progress bar")
 	f.String("cpuprofile", "", "write a CPU profile of the run (broker and load together) to this file")
@@ -51,6 +64,9 @@ a queue nobody serves) to measure start-up and a full journal.`,
 			if *dst, err = c.integer(key); err != nil {
 				return err
 			}
+		}
+		if c.v.GetBool("pubsub") {
+			return benchPubSub(cmd, c)
 		}
 		if (o.Frontend == "") != (o.Backend == "") {
 			return fmt.Errorf("frontend and backend: give both, or neither")
@@ -114,4 +130,34 @@ func printResult(w io.Writer, r bench.Result) {
 	if r.Preload > 0 {
 		fmt.Fprintf(w, "preloaded %d jobs; broker ready in %.2f s\n", r.Preload, r.ReplaySec)
 	}
+}
+
+func benchPubSub(cmd *cobra.Command, c *config) error {
+	o := bench.PubSubOptions{Frontend: c.str("frontend"), Outgoing: c.str("publisher")}
+	var err error
+	for key, dst := range map[string]*int{"subscribers": &o.Subscribers, "stuck": &o.Stuck,
+		"messages": &o.Messages, "size": &o.Size, "subscriber-hwm": &o.HWM} {
+		if *dst, err = c.integer(key); err != nil {
+			return err
+		}
+	}
+	r, err := bench.RunPubSub(cmd.Context(), o)
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if c.v.GetBool("json") {
+		return json.NewEncoder(w).Encode(r)
+	}
+	fmt.Fprintf(w, "%d messages of %d bytes, 1 publisher, %d subscribers", r.Messages, r.Size, r.Subscribers)
+	if r.Stuck > 0 {
+		fmt.Fprintf(w, " and %d stuck", r.Stuck)
+	}
+	fmt.Fprintf(w, "\n%.0f deliveries/s (%d of %d in %.2f s), publisher %.0f messages/s\n",
+		r.DeliveriesPerS, r.Delivered, r.Expected, r.Seconds, r.PublishPerS)
+	fmt.Fprintf(w, "publish→received  p50 %.2f ms  p99 %.2f ms  max %.2f ms; RSS %.0f MiB\n", r.P50, r.P99, r.Max, r.RSSMiB)
+	if r.Delivered < r.Expected {
+		return fmt.Errorf("%d of %d deliveries missing", r.Expected-r.Delivered, r.Expected)
+	}
+	return nil
 }

@@ -59,3 +59,17 @@ func TestPercentiles(t *testing.T) {
 		t.Fatal("percentiles of nothing")
 	}
 }
+
+func TestRunPubSub(t *testing.T) {
+	t.Parallel()
+	r, err := RunPubSub(context.Background(), PubSubOptions{Subscribers: 3, Stuck: 1, Messages: 500, Size: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Delivered != 1500 || r.Expected != 1500 || r.DeliveriesPerS <= 0 || r.PublishPerS <= 0 {
+		t.Fatalf("result %+v", r)
+	}
+	if r.P50 <= 0 || r.P50 > r.P99 || r.P99 > r.Max {
+		t.Fatalf("latencies out of order: %+v", r)
+	}
+}
