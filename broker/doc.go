@@ -205,6 +205,34 @@
 // loop waits for one on the monotonic clock and, when it comes, checks
 // the wall clock again, so a fire is never made before its due time.
 //
+// # Pub/sub
+//
+// PUBLISH (msgid, topic, message) is taken on both eMQP endpoints and on
+// PublisherIncoming, a ROUTER that takes nothing else (pubsub.go). The
+// reader goroutine that decoded it hands [topic, message] straight to the
+// PUB endpoint (internal/zmtp's Pub) on PublisherOutgoing: it never enters
+// the inbox, the loop or the journal, so pub/sub cannot delay a job and
+// holds no broker state. It is not acknowledged. A refused PUBLISH
+// (malformed; over a quarter of PublisherBuffer, which no subscriber
+// could queue; pub/sub off) is answered with ERROR: by the loop for the
+// eMQP endpoints (the reader passes it on), by the reader on
+// PublisherIncoming.
+//
+// The Pub owns the subscribers. Each SUB connection has a reader (its
+// subscriptions: ZMTP 3.0 messages 0x01/0x00 + prefix, ZMTP 3.1
+// SUBSCRIBE/CANCEL commands) and a writer with its own queue. Publish
+// walks a copy-on-write list of subscribers and appends the message (one
+// shared copy) to each matching queue that has room: SubscriberHWM
+// messages, a quarter of PublisherBuffer bytes, and PublisherBuffer for
+// all; else the message is dropped for that subscriber and counted.
+// Publish never blocks on a subscriber, so one that stops reading loses
+// its own messages and, once its write has been blocked for 10 s, its
+// connection; nobody else notices. Messages of one publisher connection
+// reach each subscriber in order (one reader goroutine publishes them).
+// With PublisherLastValue a cache keeps each topic's latest message;
+// a new subscription and the publishes are ordered by one lock, so the
+// subscription gets the cached value before anything newer.
+//
 // # Stopping
 //
 //	serving ──ctx ends──▶ draining ──nothing in flight, DrainTimeout,──▶ closing ─▶ Run returns
