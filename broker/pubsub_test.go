@@ -219,3 +219,31 @@ func TestInteropLibzmqPubSub(t *testing.T) {
 		t.Fatalf("interop_pubsub.py: %v\n%s", err, out)
 	}
 }
+
+// With --publisher-last-value a new subscriber first gets the latest
+// message of each topic it matches.
+func TestPublisherLastValue(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", func(o *broker.Options) { o.PublisherLastValue = true })
+	front := bt.Dial(t, b.Frontend(), "")
+	for _, m := range []struct{ topic, msg string }{{"price.a", "1"}, {"price.a", "2"}, {"price.b", "7"}, {"other", "x"}} {
+		front.Send(&emqp.Publish{MsgID: emqp.NewID(), Topic: m.topic, Message: []byte(m.msg)})
+	}
+	// The PUBLISHes are fanned out by their reader: wait until all four are.
+	deadline := time.Now().Add(bt.Wait)
+	for b.PubSub().Published < 4 {
+		if time.Now().After(deadline) {
+			t.Fatal("the PUBLISHes did not arrive")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s := subscribe(t, b, "price.")
+	got := map[string]string{}
+	for range 2 {
+		m := recvMsg(t, s)
+		got[m.Topic] = string(m.Payload)
+	}
+	if got["price.a"] != "2" || got["price.b"] != "7" {
+		t.Fatalf("cached values: %v", got)
+	}
+}
