@@ -73,3 +73,19 @@ func TestRunPubSub(t *testing.T) {
 		t.Fatalf("latencies out of order: %+v", r)
 	}
 }
+
+// With AckOnly the senders wait for ACKs only; every job still runs, and
+// the enqueue→run times come from the worker.
+func TestRunAckOnly(t *testing.T) {
+	t.Parallel()
+	r, err := Run(context.Background(), Options{Senders: 2, Window: 4, Slots: 2, Jobs: 300, Size: 10, AckOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.AckOnly || r.Lost != 0 || r.Errors != 0 || r.JobsPerSec <= 0 {
+		t.Fatalf("result %+v", r)
+	}
+	if r.AckP50 <= 0 || r.E2EP50 <= 0 || r.E2EP50 > r.E2EMax {
+		t.Fatalf("latencies: %+v", r)
+	}
+}
