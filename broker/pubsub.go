@@ -91,7 +91,8 @@ func (b *Broker) publishRefusal(topic, msg []byte) (code, text string) {
 	if b.pub.Load() == nil {
 		return emqp.CodeUnavailable, "pub/sub is off on this broker (publisher-outgoing is empty)"
 	}
-	if n := int64(len(topic) + len(msg)); n > b.opts.PublisherBuffer/4 {
+	// As the subscriber queues count it: with two frame headers.
+	if n := int64(len(topic) + len(msg) + 18); n > b.opts.PublisherBuffer/4 {
 		return emqp.CodeTooLarge, fmt.Sprintf("PUBLISH of %d bytes is over a quarter of publisher-buffer (%d bytes), the most one subscriber may have queued", n, b.opts.PublisherBuffer)
 	}
 	return "", ""

@@ -24,6 +24,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -63,6 +64,7 @@ type Client struct {
 	opts Options
 	log  *slog.Logger
 
+	pubMu   sync.RWMutex // Publish queues under it; Close closes under it
 	mu      sync.Mutex
 	calls   map[string]*call // by msgid, until ACKed (and REPLYed, for Request)
 	conn    *zmtp.Conn       // nil while connecting
@@ -323,14 +325,14 @@ func (c *Client) forget(msgid string) {
 // Publish sends a PUBLISH: the broker passes [topic, payload] to the
 // subscribers of topic's prefixes. It is fire-and-forget, as in EventMQ:
 // nothing is stored or acknowledged. Publish waits for a connection (within
-// ctx), queues the message and returns; Close writes what is queued. A
-// message queued when the connection breaks is lost; a refusal from the
-// broker (ERROR) is logged.
+// ctx), queues a copy of the message and returns; Close writes what is
+// queued. A message queued when the connection breaks is lost; a refusal
+// from the broker (ERROR) is logged.
 func (c *Client) Publish(ctx context.Context, topic string, payload []byte) error {
 	if len(topic) > emqp.MaxTopicLen {
 		return fmt.Errorf("client: topic is %d bytes, over %d", len(topic), emqp.MaxTopicLen)
 	}
-	cl := &call{publish: true, frames: emqp.Encode(&emqp.Publish{MsgID: emqp.NewID(), Topic: topic, Message: payload})}
+	cl := &call{publish: true, frames: emqp.Encode(&emqp.Publish{MsgID: emqp.NewID(), Topic: topic, Message: bytes.Clone(payload)})}
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		c.mu.Lock()
 		closed, conn := c.closed, c.conn
@@ -347,26 +349,35 @@ func (c *Client) Publish(ctx context.Context, topic string, payload []byte) erro
 			return c.ctxErr(ctx, cl, "connection")
 		}
 	}
+	c.pubMu.RLock() // Close cannot pass its writer's last drain meanwhile
+	defer c.pubMu.RUnlock()
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
 	select {
 	case c.outq <- cl:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-c.done:
-		return ErrClosed
 	}
 }
 
 // Close stops resending and closes the connection, after writing the
 // PUBLISHes queued. Calls in progress return ErrClosed.
 func (c *Client) Close() error {
+	c.pubMu.Lock()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		c.pubMu.Unlock()
 		return nil
 	}
 	c.closed = true
 	c.mu.Unlock()
+	c.pubMu.Unlock()
 	close(c.ending)
 	<-c.written
 	c.mu.Lock()

@@ -1,9 +1,11 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,6 +45,7 @@ type Subscriber struct {
 	conn     *zmtp.Conn
 	closed   bool
 	done     chan struct{}
+	cancel   context.CancelFunc // ends a dial in progress
 	wg       sync.WaitGroup
 }
 
@@ -66,10 +69,11 @@ func Subscribe(opts SubscriberOptions, prefixes ...string) (*Subscriber, error) 
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	s := &Subscriber{opts: opts, log: opts.Logger, in: make(chan Message, opts.Buffer),
-		prefixes: append([]string(nil), prefixes...), done: make(chan struct{})}
+		prefixes: append([]string(nil), prefixes...), done: make(chan struct{}), cancel: cancel}
 	s.wg.Add(1)
-	go s.run()
+	go s.run(ctx)
 	return s, nil
 }
 
@@ -92,7 +96,8 @@ func (s *Subscriber) Recv(ctx context.Context) (Message, error) {
 	}
 }
 
-// Add subscribes to one more prefix.
+// Add subscribes to one more prefix. Adding one twice needs two Removes,
+// as with a ZeroMQ SUB socket.
 func (s *Subscriber) Add(prefix string) error {
 	if err := checkPrefix(prefix); err != nil {
 		return err
@@ -100,31 +105,42 @@ func (s *Subscriber) Add(prefix string) error {
 	return s.change(prefix, true)
 }
 
-// Remove cancels one subscription to prefix.
+// Remove cancels one subscription to prefix; from its return, no message
+// that only it matched is received.
 func (s *Subscriber) Remove(prefix string) error { return s.change(prefix, false) }
 
+// change keeps the prefixes with their counts, and tells the broker,
+// whose subscriptions are a set, of the first Add and the last Remove.
 func (s *Subscriber) change(prefix string, add bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
 	}
-	flag := byte(0)
+	had := slices.Contains(s.prefixes, prefix)
 	if add {
-		flag = 1
 		s.prefixes = append(s.prefixes, prefix)
-	} else {
-		for i, p := range s.prefixes {
-			if p == prefix {
-				s.prefixes = append(s.prefixes[:i], s.prefixes[i+1:]...)
-				break
-			}
-		}
+	} else if i := slices.Index(s.prefixes, prefix); i >= 0 {
+		s.prefixes = slices.Delete(s.prefixes, i, i+1)
 	}
-	if s.conn != nil { // else sent on connecting
+	flag, tell := byte(1), add && !had
+	if !add {
+		flag, tell = 0, had && !slices.Contains(s.prefixes, prefix)
+	}
+	if tell && s.conn != nil { // else sent on connecting
 		_ = s.conn.WriteMsgs([][]byte{append([]byte{flag}, prefix...)})
 	}
 	return nil
+}
+
+// wants reports whether topic matches a prefix; s.mu is held.
+func (s *Subscriber) wants(topic []byte) bool {
+	for _, p := range s.prefixes {
+		if bytes.HasPrefix(topic, []byte(p)) {
+			return true
+		}
+	}
+	return false
 }
 
 // Close disconnects.
@@ -136,6 +152,7 @@ func (s *Subscriber) Close() error {
 	}
 	s.closed = true
 	close(s.done)
+	s.cancel()
 	if s.conn != nil {
 		s.conn.Close()
 	}
@@ -145,11 +162,11 @@ func (s *Subscriber) Close() error {
 }
 
 // run keeps a connection and reads from it.
-func (s *Subscriber) run() {
+func (s *Subscriber) run(ctx context.Context) {
 	defer s.wg.Done()
 	backoff := 50 * time.Millisecond
 	for {
-		conn, err := zmtp.Dial(context.Background(), s.opts.Endpoint, zmtp.DialOptions{
+		conn, err := zmtp.Dial(ctx, s.opts.Endpoint, zmtp.DialOptions{
 			Sub: true, Timeout: s.opts.DialTimeout, MaxFrameSize: 1 << 30,
 		})
 		if err == nil {
@@ -159,9 +176,11 @@ func (s *Subscriber) run() {
 				conn.Close()
 				return
 			}
-			subs := make([][][]byte, len(s.prefixes))
+			var subs [][][]byte
 			for i, p := range s.prefixes {
-				subs[i] = [][]byte{append([]byte{1}, p...)}
+				if !slices.Contains(s.prefixes[:i], p) {
+					subs = append(subs, [][]byte{append([]byte{1}, p...)})
+				}
 			}
 			if len(subs) > 0 {
 				err = conn.WriteMsgs(subs...)
@@ -169,15 +188,18 @@ func (s *Subscriber) run() {
 			s.conn = conn
 			s.mu.Unlock()
 			if err == nil {
-				backoff = 50 * time.Millisecond
+				began := time.Now()
 				err = s.read(conn)
+				if time.Since(began) > 5*time.Second { // it was not refused at once
+					backoff = 50 * time.Millisecond
+				}
 			}
 			conn.Close()
 			s.mu.Lock()
 			s.conn = nil
 			s.mu.Unlock()
 		}
-		s.log.Debug("client: subscriber connection lost; reconnecting", "endpoint", s.opts.Endpoint, "err", err)
+		s.log.Info("client: subscriber connection lost; reconnecting", "endpoint", s.opts.Endpoint, "err", err, "in", backoff)
 		select {
 		case <-time.After(backoff):
 			backoff = min(2*backoff, 2*time.Second)
@@ -195,6 +217,12 @@ func (s *Subscriber) read(conn *zmtp.Conn) error {
 		}
 		if len(frames) != 2 {
 			s.log.Warn("client: a published message should have 2 frames (topic, payload)", "frames", len(frames))
+			continue
+		}
+		s.mu.Lock()
+		wanted := s.wants(frames[0]) // a Remove may not have reached the broker yet
+		s.mu.Unlock()
+		if !wanted {
 			continue
 		}
 		select {

@@ -204,7 +204,8 @@ func startPubSubBroker(ctx context.Context, o *PubSubOptions) (_ *broker.Broker,
 	opts.SubscriberHWM = o.HWM
 	if opts.SubscriberHWM == 0 {
 		opts.SubscriberHWM = o.Messages
-		opts.PublisherBuffer = max(opts.PublisherBuffer, 4*int64(o.Messages)*int64(o.Size+32))
+		// Each subscriber may hold a quarter: 4 whole runs, or one each.
+		opts.PublisherBuffer = max(opts.PublisherBuffer, int64(max(4, o.Subscribers+o.Stuck))*int64(o.Messages)*int64(o.Size+32))
 	}
 	b, err := broker.New(opts)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,10 @@ type PubOptions struct {
 	// MaxSubscriptions bounds one subscriber's prefixes; a subscriber
 	// that sends more is disconnected. 0 = 1,000.
 	MaxSubscriptions int
+	// MaxSubscriptionBytes bounds the bytes of every subscriber's prefixes
+	// together; a subscription past it disconnects its subscriber.
+	// 0 = 16 MiB.
+	MaxSubscriptionBytes int64
 	// LastValue keeps each topic's latest message and sends it first to
 	// a new subscription that matches the topic, within LastValueTopics
 	// topics (0 = 10,000) and LastValueBytes bytes (0 = 16 MiB); the
@@ -60,6 +65,9 @@ func (o *PubOptions) setDefaults() {
 	if o.MaxSubscriptions <= 0 {
 		o.MaxSubscriptions = 1000
 	}
+	if o.MaxSubscriptionBytes <= 0 {
+		o.MaxSubscriptionBytes = 16 << 20
+	}
 	if o.LastValueTopics <= 0 {
 		o.LastValueTopics = 10000
 	}
@@ -78,10 +86,13 @@ func (o *PubOptions) setDefaults() {
 }
 
 // Limits of a subscriber's connection: a subscription frame is a flag
-// byte and a prefix; reads and writes keep small buffers, so that ten
-// thousand idle subscribers cost little.
+// byte (or a ZMTP 3.1 command name) and a prefix; reads and writes keep
+// small buffers, so that ten thousand idle subscribers cost little.
 const (
-	subMaxFrame  = 1 + 4096
+	// MaxPrefix: a longer prefix matches no topic (emqp.MaxTopicLen), so
+	// it is not kept.
+	MaxPrefix    = 1024
+	subMaxFrame  = 16 + 4096
 	subReadBuf   = 4 << 10
 	subWriteKeep = 64 << 10 // bytes of a write buffer kept between writes
 	subBatch     = 64 << 10 // bytes of small messages written at once
@@ -90,17 +101,22 @@ const (
 // Pub is a ZMTP PUB endpoint: ZeroMQ SUB (and XSUB) sockets connect to it
 // and subscribe by topic prefix, with ZMTP 3.0 subscription messages
 // (0x01 prefix; 0x00 prefix cancels) or ZMTP 3.1 SUBSCRIBE and CANCEL
-// commands. Publish never blocks: each subscriber has its own queue and
-// writer, and a subscriber whose queue is full misses messages (counted)
-// while the others keep receiving.
+// commands. As in libzmq's PUB, a connection's prefixes are a set: the
+// same prefix twice is one subscription, one cancel removes it (a libzmq
+// SUB counts its duplicates itself and cancels with the last). Unlike
+// libzmq, only single-frame messages subscribe. Publish never blocks:
+// each subscriber has its own queue and writer, and a subscriber whose
+// queue is full misses messages (counted) while the others keep
+// receiving.
 type Pub struct {
 	opts PubOptions
 	ln   net.Listener
 	wg   sync.WaitGroup
 
-	mu     sync.Mutex
-	subs   map[*subscriber]struct{}
-	conns  int // subscribers and handshakes under way
+	mu      sync.Mutex
+	subs    map[*subscriber]struct{}
+	pending map[net.Conn]struct{} // in their handshake
+	conns   int                   // subscribers and handshakes under way
 	closed bool
 	list   atomic.Pointer[[]*subscriber] // what Publish walks: subs, copied on change
 
@@ -109,6 +125,7 @@ type Pub struct {
 
 	queued    atomic.Int64 // bytes waiting, every subscriber together
 	prefixes  atomic.Int64 // subscriptions, every subscriber together
+	prefixLen atomic.Int64 // their bytes
 	published atomic.Uint64
 	delivered atomic.Uint64
 	dropped   atomic.Uint64
@@ -138,7 +155,7 @@ func ListenPub(endpoint string, opts PubOptions) (*Pub, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pub{opts: opts, ln: ln, subs: make(map[*subscriber]struct{})}
+	p := &Pub{opts: opts, ln: ln, subs: make(map[*subscriber]struct{}), pending: make(map[net.Conn]struct{})}
 	p.list.Store(&[]*subscriber{})
 	if opts.LastValue {
 		p.lv = newLastValues(opts.LastValueTopics, opts.LastValueBytes)
@@ -196,6 +213,9 @@ func (p *Pub) Close() error {
 	}
 	p.closed = true
 	err := p.ln.Close()
+	for nc := range p.pending {
+		nc.Close()
+	}
 	subs := make([]*subscriber, 0, len(p.subs))
 	for s := range p.subs {
 		subs = append(subs, s)
@@ -224,14 +244,19 @@ func (p *Pub) accept() {
 		if p.closed || p.conns >= p.opts.MaxSubscribers {
 			full := !p.closed
 			p.mu.Unlock()
+			var n uint64
+			if full {
+				n = p.refused.Add(1)
+			}
 			nc.Close()
-			if full && p.refused.Add(1)%1000 == 1 {
+			if n%1000 == 1 {
 				p.opts.Logger.Warn("zmtp: subscriber refused: too many subscribers (counted; logged once a thousand)",
 					"remote", nc.RemoteAddr().String(), "max", p.opts.MaxSubscribers)
 			}
 			continue
 		}
 		p.conns++
+		p.pending[nc] = struct{}{}
 		p.wg.Add(1)
 		p.mu.Unlock()
 		go p.serve(nc)
@@ -241,6 +266,9 @@ func (p *Pub) accept() {
 func (p *Pub) serve(nc net.Conn) {
 	defer p.wg.Done()
 	c, err := openBuffered(nc, zmq4.Pub, nil, true, subMaxFrame, p.opts.HandshakeTimeout, subReadBuf)
+	p.mu.Lock()
+	delete(p.pending, nc)
+	p.mu.Unlock()
 	if err != nil {
 		nc.Close()
 		p.mu.Lock()
@@ -287,21 +315,38 @@ func (p *Pub) subscribe(s *subscriber, prefix []byte) error {
 		p.lvMu.Lock()
 		defer p.lvMu.Unlock()
 	}
+	if len(prefix) > MaxPrefix {
+		return nil // matches no topic
+	}
 	s.mu.Lock()
-	if len(s.prefixes) >= p.opts.MaxSubscriptions {
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return net.ErrClosed
+	case slices.ContainsFunc(s.prefixes, func(x []byte) bool { return bytes.Equal(x, prefix) }):
+		s.mu.Unlock()
+		return nil // a set, as in libzmq
+	case len(s.prefixes) >= p.opts.MaxSubscriptions:
 		s.mu.Unlock()
 		return errTooManySubscriptions
+	case p.prefixLen.Add(int64(len(prefix))) > p.opts.MaxSubscriptionBytes:
+		p.prefixLen.Add(-int64(len(prefix)))
+		s.mu.Unlock()
+		return errSubscriptionBytes
 	}
 	s.prefixes = append(s.prefixes, bytes.Clone(prefix))
-	s.mu.Unlock()
 	p.prefixes.Add(1)
+	s.mu.Unlock()
 	if p.lv != nil {
 		p.lv.each(prefix, s.offer)
 	}
 	return nil
 }
 
-var errTooManySubscriptions = errors.New("zmtp: subscriber sent more subscriptions than the limit")
+var (
+	errTooManySubscriptions = errors.New("zmtp: subscriber sent more subscriptions than the limit")
+	errSubscriptionBytes    = errors.New("zmtp: every subscriber's prefixes together are at their limit in bytes")
+)
 
 // pubMsg is one published message, shared by the queues that hold it.
 type pubMsg struct {
@@ -340,10 +385,11 @@ type subscriber struct {
 	p *Pub
 
 	mu       sync.Mutex
-	prefixes [][]byte // as received, duplicates too: a CANCEL removes one
+	prefixes [][]byte // a set
 	queue    []*pubMsg
 	spare    []*pubMsg // the writer's last batch, reused
 	bytes    int64     // of queue
+	writing  int64     // of the batch the writer holds
 	parked   bool      // the writer waits for wake
 	closed   bool
 
@@ -369,7 +415,7 @@ func (s *subscriber) offer(m *pubMsg) {
 		return
 	}
 	p := s.p
-	if len(s.queue) >= p.opts.HWM || s.bytes+m.n > p.opts.MaxBytes/4 {
+	if len(s.queue) >= p.opts.HWM || s.bytes+s.writing+m.n > p.opts.MaxBytes/4 {
 		s.mu.Unlock()
 		p.dropped.Add(1)
 		return
@@ -410,7 +456,7 @@ func (s *subscriber) take() ([]*pubMsg, int64, bool) {
 		s.mu.Lock()
 	}
 	batch, n := s.queue, s.bytes
-	s.queue, s.spare, s.bytes = s.spare[:0], nil, 0
+	s.queue, s.spare, s.bytes, s.writing = s.spare[:0], nil, 0, n
 	s.mu.Unlock()
 	return batch, n, true
 }
@@ -441,7 +487,7 @@ func (s *subscriber) writeLoop() {
 		clear(batch)
 		clear(msgs)
 		s.mu.Lock()
-		s.spare = batch[:0]
+		s.spare, s.writing = batch[:0], 0
 		s.mu.Unlock()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
@@ -486,7 +532,7 @@ func (s *subscriber) command(name string, data []byte) error {
 	return nil
 }
 
-// cancel removes one subscription to prefix, as libzmq does.
+// cancel removes the subscription to prefix, if there is one.
 func (s *subscriber) cancel(prefix []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -494,6 +540,7 @@ func (s *subscriber) cancel(prefix []byte) {
 		if bytes.Equal(p, prefix) {
 			s.prefixes = append(s.prefixes[:i], s.prefixes[i+1:]...)
 			s.p.prefixes.Add(-1)
+			s.p.prefixLen.Add(-int64(len(p)))
 			return
 		}
 	}
@@ -514,6 +561,9 @@ func (s *subscriber) end() {
 		clear(s.queue)
 		s.queue, s.bytes = nil, 0
 		p.prefixes.Add(-int64(len(s.prefixes)))
+		for _, x := range s.prefixes {
+			p.prefixLen.Add(-int64(len(x)))
+		}
 		s.prefixes = nil
 		s.mu.Unlock()
 		p.queued.Add(-n)

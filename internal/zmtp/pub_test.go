@@ -2,6 +2,7 @@ package zmtp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -94,22 +95,39 @@ func TestPrefixSubscriptions(t *testing.T) {
 	}
 }
 
-func TestCancelRemovesOneSubscription(t *testing.T) {
+// As libzmq's PUB: a connection's prefixes are a set, so the same one
+// twice is one subscription and one cancel removes it; cancelling what is
+// not subscribed changes nothing.
+func TestSubscriptionsAreASet(t *testing.T) {
 	t.Parallel()
 	p := listenPub(t, PubOptions{})
-	c := dialSub(t, p, "a", "a", "b")
-	// One of the two "a"s goes: "a" still matches. Then "b" goes.
-	for _, cancel := range []string{"a", "b"} {
-		if err := c.WriteMsgs([][]byte{append([]byte{0}, cancel...)}); err != nil {
+	c := dialSub(t, p, "a", "b")
+	for _, m := range []string{"\x01a", "\x00zz", "\x00a", "\x01c", "\x01d"} {
+		if err := c.WriteMsgs([][]byte{[]byte(m)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, func() bool { return p.Stats().Subscriptions == 1 }, "two cancels")
-	p.Publish([]byte("b1"), []byte("x"))
+	waitFor(t, func() bool { return p.Stats().Subscriptions == 3 }, "subscriptions b, c and d")
 	p.Publish([]byte("a1"), []byte("x"))
-	if got := recvTopics(t, c, 1); got[0] != "a1=x" {
-		t.Fatalf("after cancels: %q", got)
+	p.Publish([]byte("c1"), []byte("x"))
+	if got := recvTopics(t, c, 1); got[0] != "c1=x" {
+		t.Fatalf("after a, a, cancel a: %q", got)
 	}
+}
+
+// A prefix longer than any topic is not kept; every subscriber's prefixes
+// together have a byte limit.
+func TestSubscriptionBytes(t *testing.T) {
+	t.Parallel()
+	p := listenPub(t, PubOptions{MaxSubscriptionBytes: 100})
+	c := dialSub(t, p, strings.Repeat("x", 60))
+	_ = c.WriteMsgs([][]byte{append([]byte{1}, strings.Repeat("y", MaxPrefix+1)...)}) // ignored
+	_ = c.WriteMsgs([][]byte{append([]byte{1}, strings.Repeat("z", 60)...)})           // over 100 bytes
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.ReadMsg(); err == nil {
+		t.Fatal("a subscription past MaxSubscriptionBytes should disconnect")
+	}
+	waitFor(t, func() bool { s := p.Stats(); return s.Subscribers == 0 && s.Subscriptions == 0 }, "the subscriber to be gone")
 }
 
 // ZMTP 3.1 subscribes with commands, not messages.
@@ -223,7 +241,7 @@ func TestSubscribersComeAndGo(t *testing.T) {
 		for _, c := range conns {
 			c.Close()
 		}
-		waitFor(t, func() bool { return p.Stats().Subscribers == 0 }, "the subscribers to be gone")
+		waitFor(t, func() bool { s := p.Stats(); return s.Subscribers == 0 && s.QueuedBytes == 0 }, "the subscribers to be gone")
 	}
 	if s := p.Stats(); s.QueuedBytes != 0 || s.Subscriptions != 0 {
 		t.Fatalf("left behind: %+v", s)
@@ -294,5 +312,48 @@ func BenchmarkPublishFanOut16(b *testing.B) {
 	b.ReportMetric(float64(b.N*subs)/b.Elapsed().Seconds(), "deliveries/s")
 	if s := p.Stats(); s.Dropped > 0 {
 		b.Fatalf("dropped %d", s.Dropped)
+	}
+}
+
+// A subscription that comes after its subscriber ended (frames still in
+// its read buffer) is refused, so the count cannot drift.
+func TestSubscribeAfterEnd(t *testing.T) {
+	t.Parallel()
+	p := listenPub(t, PubOptions{})
+	dialSub(t, p, "a")
+	p.mu.Lock()
+	var s *subscriber
+	for x := range p.subs {
+		s = x
+	}
+	p.mu.Unlock()
+	s.end()
+	if err := p.subscribe(s, []byte("b")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("subscribe after end: %v", err)
+	}
+	if n := p.Stats().Subscriptions; n != 0 {
+		t.Fatalf("subscriptions after end: %d", n)
+	}
+}
+
+// Close does not wait for a connection stuck in its handshake.
+func TestPubCloseEndsHandshakes(t *testing.T) {
+	t.Parallel()
+	p, err := ListenPub("tcp://127.0.0.1:0", PubOptions{HandshakeTimeout: time.Hour, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := net.Dial("tcp", strings.TrimPrefix(p.Endpoint(), "tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	waitFor(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.pending) == 1 }, "the handshake to start")
+	closed := make(chan struct{})
+	go func() { p.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waits for a silent connection's handshake")
 	}
 }
