@@ -117,8 +117,8 @@ type Pub struct {
 	subs    map[*subscriber]struct{}
 	pending map[net.Conn]struct{} // in their handshake
 	conns   int                   // subscribers and handshakes under way
-	closed bool
-	list   atomic.Pointer[[]*subscriber] // what Publish walks: subs, copied on change
+	closed  bool
+	list    atomic.Pointer[[]*subscriber] // what Publish walks: subs, copied on change
 
 	lvMu sync.Mutex // orders Publish and new subscriptions with a last-value cache
 	lv   *lastValues

@@ -122,7 +122,7 @@ func TestSubscriptionBytes(t *testing.T) {
 	p := listenPub(t, PubOptions{MaxSubscriptionBytes: 100})
 	c := dialSub(t, p, strings.Repeat("x", 60))
 	_ = c.WriteMsgs([][]byte{append([]byte{1}, strings.Repeat("y", MaxPrefix+1)...)}) // ignored
-	_ = c.WriteMsgs([][]byte{append([]byte{1}, strings.Repeat("z", 60)...)})           // over 100 bytes
+	_ = c.WriteMsgs([][]byte{append([]byte{1}, strings.Repeat("z", 60)...)})          // over 100 bytes
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := c.ReadMsg(); err == nil {
 		t.Fatal("a subscription past MaxSubscriptionBytes should disconnect")
