@@ -233,26 +233,45 @@ func Run(ctx context.Context, o Options) (Result, error) {
 // startBroker runs a broker on free ports in a temp dir, after storing
 // o.Preload jobs in its journal; it returns how long start-up took.
 func startBroker(ctx context.Context, o *Options) (stop func(), replay time.Duration, err error) {
-	dir, err := os.MkdirTemp("", "emq-bench-")
+	var start time.Time // after the preload: start-up alone
+	b, stop, err := runBroker(ctx, func(opts *broker.Options) error {
+		opts.MaxPending = 0
+		opts.Logger = o.Logger
+		if o.Preload > 0 {
+			if err := preload(filepath.Join(opts.DataDir, broker.JournalFile), o.Preload, o.Size, o.Progress); err != nil {
+				return err
+			}
+		}
+		start = time.Now()
+		return nil
+	})
 	if err != nil {
 		return nil, 0, err
 	}
-	if o.Preload > 0 {
-		if err := preload(filepath.Join(dir, broker.JournalFile), o.Preload, o.Size, o.Progress); err != nil {
-			os.RemoveAll(dir)
-			return nil, 0, err
-		}
+	o.Frontend, o.Backend = b.Frontend(), b.Backend()
+	return stop, time.Since(start), nil
+}
+
+// runBroker runs a broker on free ports, without pub/sub unless edit
+// turns it on, with its journal in a new temp dir, which stop removes.
+// edit may change the options and prepare the dir first.
+func runBroker(ctx context.Context, edit func(*broker.Options) error) (_ *broker.Broker, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "emq-bench-")
+	if err != nil {
+		return nil, nil, err
 	}
 	opts := broker.DefaultOptions()
 	opts.Frontend, opts.Backend, opts.Admin, opts.DataDir = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", "", dir
 	opts.PublisherIncoming, opts.PublisherOutgoing = "", ""
-	opts.MaxPending = 0
-	opts.Logger = o.Logger
-	start := time.Now()
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := edit(&opts); err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
 	b, err := broker.New(opts)
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, 0, err
+		return nil, nil, err
 	}
 	bctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -262,16 +281,14 @@ func startBroker(ctx context.Context, o *Options) (stop func(), replay time.Dura
 	case err := <-done:
 		cancel()
 		os.RemoveAll(dir)
-		return nil, 0, err
+		return nil, nil, err
 	case <-ctx.Done():
 		cancel()
 		<-done
 		os.RemoveAll(dir)
-		return nil, 0, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
-	replay = time.Since(start)
-	o.Frontend, o.Backend = b.Frontend(), b.Backend()
-	return func() { cancel(); <-done; os.RemoveAll(dir) }, replay, nil
+	return b, func() { cancel(); <-done; os.RemoveAll(dir) }, nil
 }
 
 // preload stores n jobs in a queue nobody serves, so they stay.

@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -192,41 +189,20 @@ func waitSubscriptions(ctx context.Context, b *broker.Broker, n int) error {
 	return nil
 }
 
-func startPubSubBroker(ctx context.Context, o *PubSubOptions) (_ *broker.Broker, stop func(), err error) {
-	dir, err := os.MkdirTemp("", "emq-bench-")
+func startPubSubBroker(ctx context.Context, o *PubSubOptions) (*broker.Broker, func(), error) {
+	b, stop, err := runBroker(ctx, func(opts *broker.Options) error {
+		opts.PublisherOutgoing = "tcp://127.0.0.1:0"
+		opts.SubscriberHWM = o.HWM
+		if opts.SubscriberHWM == 0 {
+			opts.SubscriberHWM = o.Messages
+			// Each subscriber may hold a quarter: 4 whole runs, or one each.
+			opts.PublisherBuffer = max(opts.PublisherBuffer, int64(max(4, o.Subscribers+o.Stuck))*int64(o.Messages)*int64(o.Size+32))
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, nil, err
-	}
-	opts := broker.DefaultOptions()
-	opts.Frontend, opts.Backend, opts.Admin, opts.DataDir = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", "", dir
-	opts.PublisherIncoming, opts.PublisherOutgoing = "", "tcp://127.0.0.1:0"
-	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	opts.SubscriberHWM = o.HWM
-	if opts.SubscriberHWM == 0 {
-		opts.SubscriberHWM = o.Messages
-		// Each subscriber may hold a quarter: 4 whole runs, or one each.
-		opts.PublisherBuffer = max(opts.PublisherBuffer, int64(max(4, o.Subscribers+o.Stuck))*int64(o.Messages)*int64(o.Size+32))
-	}
-	b, err := broker.New(opts)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	bctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(bctx) }()
-	select {
-	case <-b.Ready():
-	case err := <-done:
-		cancel()
-		os.RemoveAll(dir)
-		return nil, nil, err
-	case <-ctx.Done():
-		cancel()
-		<-done
-		os.RemoveAll(dir)
-		return nil, nil, ctx.Err()
 	}
 	o.Frontend, o.Outgoing = b.Frontend(), b.PublisherOutgoing()
-	return b, func() { cancel(); <-done; os.RemoveAll(dir) }, nil
+	return b, stop, nil
 }

@@ -230,16 +230,7 @@ func (p *Pub) Close() error {
 
 func (p *Pub) accept() {
 	defer p.wg.Done()
-	for {
-		nc, err := p.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			p.opts.Logger.Warn("zmtp: accept failed", "err", err)
-			time.Sleep(10 * time.Millisecond) // e.g. out of file descriptors
-			continue
-		}
+	acceptLoop(p.ln, p.opts.Logger, func(nc net.Conn) {
 		p.mu.Lock()
 		if p.closed || p.conns >= p.opts.MaxSubscribers {
 			full := !p.closed
@@ -253,14 +244,14 @@ func (p *Pub) accept() {
 				p.opts.Logger.Warn("zmtp: subscriber refused: too many subscribers (counted; logged once a thousand)",
 					"remote", nc.RemoteAddr().String(), "max", p.opts.MaxSubscribers)
 			}
-			continue
+			return
 		}
 		p.conns++
 		p.pending[nc] = struct{}{}
 		p.wg.Add(1)
 		p.mu.Unlock()
 		go p.serve(nc)
-	}
+	})
 }
 
 func (p *Pub) serve(nc net.Conn) {

@@ -171,26 +171,32 @@ func (r *Router) Close() error {
 
 func (r *Router) accept() {
 	defer r.wg.Done()
-	for {
-		nc, err := r.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			r.opts.Logger.Warn("zmtp: accept failed", "err", err)
-			time.Sleep(10 * time.Millisecond) // e.g. out of file descriptors
-			continue
-		}
+	acceptLoop(r.ln, r.opts.Logger, func(nc net.Conn) {
 		r.mu.Lock()
+		defer r.mu.Unlock()
 		if r.closed {
-			r.mu.Unlock()
 			nc.Close()
 			return
 		}
 		r.pending[nc] = struct{}{}
 		r.wg.Add(1)
-		r.mu.Unlock()
 		go r.serve(nc)
+	})
+}
+
+// acceptLoop hands each accepted connection to admit until ln is closed.
+func acceptLoop(ln net.Listener, log *slog.Logger, admit func(net.Conn)) {
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			log.Warn("zmtp: accept failed", "err", err)
+			time.Sleep(10 * time.Millisecond) // e.g. out of file descriptors
+			continue
+		}
+		admit(nc)
 	}
 }
 
