@@ -78,6 +78,11 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{env: [2]string{"EMQ_FORWARD_SCHEDULES", "sometimes"}, want: `forward-schedules: "sometimes" is not true or false`},
 		{args: []string{"--frontend", "127.0.0.1:1"}, want: "frontend"},
 		{args: []string{"--heartbeat-timeout", "1ms"}, want: "heartbeat-timeout"},
+		{args: []string{"--publisher-incoming", "127.0.0.1:1"}, want: "publisher-incoming"},
+		{args: []string{"--publisher-outgoing", ""}, want: "publisher-outgoing is empty"},
+		{env: [2]string{"EMQ_SUBSCRIBER_HWM", "0"}, want: "subscriber-hwm"},
+		{env: [2]string{"EMQ_PUBLISHER_BUFFER", "lots"}, want: "publisher-buffer"},
+		{args: []string{"--publisher-outgoing", "tcp://127.0.0.1:47290"}, want: "frontend and publisher-outgoing are the same endpoint"},
 	}
 	for _, c := range cases {
 		if c.env[0] != "" {
