@@ -1,69 +1,96 @@
 #!/usr/bin/env bash
-# make bench: the standard emq bench table, written to docs/benchmarks.md.
+# make bench: EMQ beside the peers in one session, then EMQ alone; the
+# tables go to docs/benchmarks.md (hand-written notes below its marker line
+# are kept). The peers run through ../shared/anchors/run.sh (it installs
+# beanstalkd, Redis and RabbitMQ with apt-get when they are missing, so it
+# wants root); about 13 minutes on 2 cores once those are installed.
+#
+#   N=10000      jobs per run, peers and EMQ side by side
+#   REPEAT=2     runs per configuration
+#   PEERS="beanstalkd rabbitmq asynq jetstream river pubsub"   ("" = EMQ alone)
+#   JOBS=20000   jobs per run of EMQ's own table
+#   PRELOAD=1000000   jobs stored before the "1M stored" run (0 = skip it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/emq}
+N=${N:-10000}
+REPEAT=${REPEAT:-2}
+PEERS=${PEERS-"beanstalkd rabbitmq asynq jetstream river pubsub"}
 JOBS=${JOBS:-20000}
+PRELOAD=${PRELOAD:-1000000}
+ANCHORS=${ANCHORS:-../shared/anchors}
 out=docs/benchmarks.md
-mkdir -p docs
-tmp=$(mktemp)
-trap 'rm -f "$tmp"' EXIT
+started=$(date +%s)
 
-run() { # label, then emq bench flags
-  local label=$1; shift
+work=$(mktemp -d "${TMPDIR:-/tmp}/emq-bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+runs=$work/emq.txt
+: > "$runs"
+
+# The peers first, in their own work dir (its *.txt hold the per-run lines).
+if [ -n "$PEERS" ] && [ -x "$ANCHORS/run.sh" ]; then
+  echo "== the peers: $ANCHORS/run.sh $PEERS" >&2
+  # shellcheck disable=SC2086
+  WORK="$work/anchors" N=$N REPEAT=$REPEAT PACED_RATE=0 TIMEOUT=120s \
+    BEANSTALK_MODES=fsync ASYNQ_MODES=durable JETSTREAM_MODES=sync \
+    "$ANCHORS/run.sh" $PEERS >&2
+else
+  [ -n "$PEERS" ] && echo "== $ANCHORS/run.sh not found: EMQ alone" >&2
+  mkdir -p "$work/anchors"
+  s=$(dd if=/dev/zero of="$work/probe" bs=200 count=2000 oflag=dsync 2>&1 | awk '/copied/ {for (i = 1; i <= NF; i++) if ($i == "s,") print $(i-1)}')
+  rm -f "$work/probe"
+  [ -n "$s" ] && awk -v s="$s" 'BEGIN { printf "disk-probe dd_200B_oflag=dsync us/write=%.0f\n", s / 2000 * 1e6 }' > "$work/anchors/results.txt"
+fi
+
+run() { # kind, label, then emq bench flags
+  local kind=$1 label=$2; shift 2
+  local json
   echo "emq bench $*" >&2
-  "$BIN" bench --quiet --json --jobs "$JOBS" "$@" | sed "s|^|$label\t|" >> "$tmp"
+  if json=$("$BIN" bench --quiet --json "$@") && [ -n "$json" ]; then
+    printf '%s\t%s\t%s\n' "$kind" "$label" "$json" >> "$runs"
+  else
+    echo "emq bench $* failed; its row is left out" >&2
+  fi
 }
-run "1×1"          --senders 1 --window 1 --slots 1
-run "4×4"          --senders 4 --slots 4
-run "16×16"        --senders 16 --slots 16
-run "16×16 @5,000/s" --senders 16 --slots 16 --rate 5000 --jobs 25000
-run "16×16, 1M stored" --senders 16 --slots 16 --preload 1000000
+
+echo "== EMQ beside them" >&2
+for pc in 1:1 4:4 16:16; do
+  p=${pc%:*} c=${pc#*:}
+  for ((i = 0; i < REPEAT; i++)); do
+    run ack "$pc" --senders "$p" --slots "$c" --window 1 --jobs "$N" --ack-only
+    run w1 "$pc" --senders "$p" --slots "$c" --window 1 --jobs "$N"
+  done
+done
+for ((i = 0; i < REPEAT; i++)); do
+  run w32 16:16 --senders 16 --slots 16 --window 32 --jobs "$N"
+  run pubsub fan-out --pubsub --subscribers 16 --messages 200000
+done
+
+echo "== EMQ alone" >&2
+run alone "4×4" --senders 4 --slots 4 --jobs "$JOBS"
+run alone "16×16" --senders 16 --slots 16 --jobs "$JOBS"
+run alone "16×16 @5,000/s" --senders 16 --slots 16 --rate 5000 --jobs 25000
+[ "$PRELOAD" -gt 0 ] && run alone "16×16, 1M stored" --senders 16 --slots 16 --jobs "$JOBS" --preload "$PRELOAD"
+
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || commit="$commit (with uncommitted changes)"
 
 # Hand-written notes below the marker line survive a new run.
 marker='<!-- Notes below this line are written by hand; make bench keeps them. -->'
 notes=$(sed -n "/^$marker\$/,\$p" "$out" 2>/dev/null || true)
-
+mkdir -p docs
 {
   echo "# Benchmarks"
   echo
-  echo "Written by \`make bench\` ($(date -u +%Y-%m-%d)) with \`emq bench\`: the bench's own broker on"
-  echo "loopback, journal on the local disk with fsync before every ACK, one"
-  echo "worker with the given slots, 100-byte payloads; each sender keeps its"
-  echo "window of Requests in flight (32 unless said; 1×1 keeps 1)."
-  echo
   echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'),"
   echo "$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(go version | cut -d' ' -f3), $(uname -r)."
+  echo "The session took $(( ($(date +%s) - started + 30) / 60 )) minutes (\`make bench\`, N=$N, REPEAT=$REPEAT)."
   echo
-  echo "| senders×slots | jobs | jobs/s | ACK p50 | ACK p99 | ACK p99.9 | REPLY p50 | REPLY p99 | lost | command |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
-  while IFS=$'\t' read -r label json; do
-    python3 - "$label" "$json" <<'PY'
-import json, sys
-label, r = sys.argv[1], json.loads(sys.argv[2])
-cmd = "emq bench --senders %d --window %d --slots %d --jobs %d" % (r["senders"], r["window"], r["slots"], r["jobs"])
-if r.get("rate"): cmd += " --rate %g" % r["rate"]
-if r.get("preload"): cmd += " --preload %d" % r["preload"]
-print("| %s | %d | %.0f | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %d | `%s` |" % (
-    label, r["jobs"], r["jobs_per_sec"], r["ack_p50_ms"], r["ack_p99_ms"], r["ack_p999_ms"],
-    r["e2e_p50_ms"], r["e2e_p99_ms"], r["lost"], cmd))
-PY
-  done < "$tmp"
-  echo
-  python3 - "$tmp" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    label, raw = line.rstrip("\n").split("\t", 1)
-    r = json.loads(raw)
-    if r.get("preload"):
-        print("With %d jobs stored before the start (a queue nobody serves): the broker was ready in %.1f s;"
-              " the bench process (broker, clients and worker together) ended at %.0f MiB resident." % (
-              r["preload"], r["replay_seconds"], r["rss_mib"]))
-PY
-  echo
-  echo "Targets (DESIGN.md): 20,000 jobs/s at 16×16; ACK p99 ≤ 5 ms paced at 5,000 jobs/s."
-  echo "For comparison on this machine class: beanstalkd with fsync ~2,500 jobs/s at 16×16,"
-  echo "RabbitMQ durable with publisher confirms ~6,000 (../shared/anchors/run.sh)."
+  go run ./internal/benchtable -anchors "$work/anchors" -emq "$runs" -commit "$commit" -date "$(date -u +%Y-%m-%d)"
+  echo "Targets (DESIGN.md): ahead of every durable peer at 1:1, 4:4 and 16:16; at 16:16 with a"
+  echo "window, at least 8× beanstalkd-fsync and 20,000 jobs/s; ACK p99 ≤ 5 ms paced at 5,000 jobs/s;"
+  echo "1M jobs stored within 20 % of empty; pub/sub at least 1,000,000 deliveries/s."
   if [ -n "$notes" ]; then echo; echo "$notes"; else echo; echo "$marker"; fi
-} > "$out"
-cat "$out"
+} > "$out.new"
+mv "$out.new" "$out"
+cat "$out" | sed "/^$marker\$/q"

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// The table a make bench session writes, from run.sh's per-run lines and
+// emq bench's JSON: medians and ranges, failed runs left out and counted,
+// the goals against the fastest durable peer and the disk's synced write.
+func TestTable(t *testing.T) {
+	s, err := load("testdata/anchors", "testdata/emq.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.commit, s.date = "abc1234", "2026-12-01"
+	var b strings.Builder
+	s.write(&b)
+	out := b.String()
+	for _, want := range []string{
+		"at EMQ abc1234",
+		"took 250 µs",
+		"| beanstalkd -f 0 (fsync every write) | yes | 2,000 [1,900–2,100] | – | – | 0.60–0.70 / – / – |",
+		"| NATS JetStream, sync_interval always | yes | – | – | 3,000 (1 of 2 runs failed) | – / – / 5.00 |",
+		"| 2,400 [2,300–2,500] | – | 12,000 | 0.50–0.90 / – / 2.50 |",
+		"- 1:1: EMQ `--ack-only` 2,400 jobs/s, the fastest durable peer (beanstalkd -f 0 (fsync every write)) 2,000: 1.20×, ahead.",
+		"- 1:1: 417 µs a job against two synced writes (500 µs): 0.83×",
+		"| NATS core pub/sub | 2,550,000 [2,450,000–2,650,000] |",
+		"| EMQ `emq bench --pubsub` | 3,100,000 |",
+		"the broker was ready in 5.4 s",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "4:4: EMQ") {
+		t.Errorf("a size with no peer figure got a verdict:\n%s", out)
+	}
+}
+
+func TestBadRunsFile(t *testing.T) {
+	if _, err := load("", "testdata/anchors/results.txt"); err == nil || !strings.Contains(err.Error(), "KIND<TAB>LABEL<TAB>JSON") {
+		t.Fatalf("a file of the wrong shape: err = %v, want one naming the line format", err)
+	}
+}
+
+func TestThousands(t *testing.T) {
+	for n, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 1234567.4: "1,234,567", 12000: "12,000"} {
+		if got := thousands(n); got != want {
+			t.Errorf("thousands(%v) = %q, want %q", n, got, want)
+		}
+	}
+}
