@@ -149,7 +149,14 @@ func New(opts Options) (*Broker, error) {
 	if open == nil {
 		open = opts.openBolt
 	}
-	j, err := open(b.metrics.observeCommit)
+	onCommit := b.metrics.observeCommit
+	if opts.OnCommit != nil {
+		onCommit = func(writes int, took time.Duration) {
+			b.metrics.observeCommit(writes, took)
+			opts.OnCommit(writes, took)
+		}
+	}
+	j, err := open(onCommit)
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,9 @@ type Options struct {
 	// broker's metrics: the journal calls it after each commit with the
 	// writes it held and how long the commit took.
 	OpenJournal func(onCommit func(writes int, took time.Duration)) (store.Journal, error)
+	// OnCommit, if set, also gets each commit's writes and time (emq bench
+	// reports them). It runs on the journal's committer: keep it short.
+	OnCommit func(writes int, took time.Duration)
 
 	HeartbeatInterval time.Duration // HEARTBEAT to each peer (worker, scheduler) this often
 	HeartbeatTimeout  time.Duration // a peer silent this long is lost

@@ -134,6 +134,9 @@ func printResult(w io.Writer, r bench.Result) {
 	fmt.Fprintf(w, "REQUEST→ACK    p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.2f ms\n", r.AckP50, r.AckP99, r.AckP999, r.AckMax)
 	fmt.Fprintf(w, "%s  p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.2f ms\n", e2e, r.E2EP50, r.E2EP99, r.E2EP999, r.E2EMax)
 	fmt.Fprintf(w, "lost %d, duplicates %d, errors %d, RSS %.0f MiB\n", r.Lost, r.Duplicates, r.Errors, r.RSSMiB)
+	if r.CommitsPerJob > 0 {
+		fmt.Fprintf(w, "journal: %.2f commits a job, %.3f ms a commit, %.1f writes a commit\n", r.CommitsPerJob, r.CommitMeanMs, r.WritesPerCommit)
+	}
 	if r.Preload > 0 {
 		fmt.Fprintf(w, "preloaded %d jobs; broker ready in %.2f s\n", r.Preload, r.ReplaySec)
 	}

@@ -73,7 +73,12 @@ type Result struct {
 	Preload    int     `json:"preload,omitempty"`
 	AckOnly    bool    `json:"ack_only,omitempty"`
 	ReplaySec  float64 `json:"replay_seconds,omitempty"`
-	RSSMiB     float64 `json:"rss_mib"`
+	// The journal's commits during the run (own broker only): how many a
+	// job cost, how long one took, how many writes shared one.
+	CommitsPerJob   float64 `json:"commits_per_job,omitempty"`
+	CommitMeanMs    float64 `json:"commit_mean_ms,omitempty"`
+	WritesPerCommit float64 `json:"writes_per_commit,omitempty"`
+	RSSMiB          float64 `json:"rss_mib"`
 }
 
 const queue = "bench"
@@ -87,8 +92,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	res := Result{Jobs: o.Jobs, Senders: o.Senders, Window: o.Window, Slots: o.Slots, Size: o.Size, Rate: o.Rate, Preload: o.Preload, AckOnly: o.AckOnly}
+	commits := new(commitCount)
 	if o.Frontend == "" {
-		stop, replay, err := startBroker(ctx, &o)
+		stop, replay, err := startBroker(ctx, &o, commits)
 		if err != nil {
 			return res, err
 		}
@@ -98,6 +104,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return res, fmt.Errorf("bench: --preload needs the bench's own broker")
 	}
 
+	commits.reset() // start-up's commits are not the run's
 	var mu sync.Mutex
 	runs := make(map[string]int, o.Jobs)
 	sent := make(map[string]time.Time) // AckOnly: when each job was sent
@@ -226,17 +233,41 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		res.Duplicates += n - 1
 	}
 	mu.Unlock()
+	if n, writes, took := commits.read(); n > 0 {
+		res.CommitsPerJob = float64(n) / float64(o.Jobs)
+		res.CommitMeanMs = took.Seconds() * 1e3 / float64(n)
+		res.WritesPerCommit = float64(writes) / float64(n)
+	}
 	res.RSSMiB = RSSMiB("self")
 	return res, nil
 }
 
+// commitCount adds up the own broker's journal commits.
+type commitCount struct {
+	n, writes, nanos atomic.Int64
+}
+
+func (c *commitCount) add(writes int, took time.Duration) {
+	c.n.Add(1)
+	c.writes.Add(int64(writes))
+	c.nanos.Add(int64(took))
+}
+
+func (c *commitCount) reset() { c.n.Store(0); c.writes.Store(0); c.nanos.Store(0) }
+
+func (c *commitCount) read() (n, writes int64, took time.Duration) {
+	return c.n.Load(), c.writes.Load(), time.Duration(c.nanos.Load())
+}
+
 // startBroker runs a broker on free ports in a temp dir, after storing
-// o.Preload jobs in its journal; it returns how long start-up took.
-func startBroker(ctx context.Context, o *Options) (stop func(), replay time.Duration, err error) {
+// o.Preload jobs in its journal; it returns how long start-up took. Its
+// journal's commits are added to commits.
+func startBroker(ctx context.Context, o *Options, commits *commitCount) (stop func(), replay time.Duration, err error) {
 	var start time.Time // after the preload: start-up alone
 	b, stop, err := runBroker(ctx, func(opts *broker.Options) error {
 		opts.MaxPending = 0
 		opts.Logger = o.Logger
+		opts.OnCommit = commits.add
 		if o.Preload > 0 {
 			if err := preload(filepath.Join(opts.DataDir, broker.JournalFile), o.Preload, o.Size, o.Progress); err != nil {
 				return err

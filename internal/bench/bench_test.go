@@ -23,10 +23,15 @@ func TestRun(t *testing.T) {
 	if r.AckP50 <= 0 || r.AckP50 > r.AckP99 || r.AckP99 > r.AckMax || r.E2EP50 < r.AckP50 {
 		t.Fatalf("latencies out of order: %+v", r)
 	}
+	// Every job's append is committed before its ACK: the commits the run
+	// reports hold at least one write a job.
+	if r.CommitsPerJob <= 0 || r.CommitMeanMs <= 0 || r.CommitsPerJob*r.WritesPerCommit < 1 {
+		t.Fatalf("journal commits: %+v", r)
+	}
 	b, _ := json.Marshal(r)
 	var fields map[string]any
 	json.Unmarshal(b, &fields)
-	for _, k := range []string{"jobs", "seconds", "jobs_per_sec", "ack_p50_ms", "ack_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "lost"} {
+	for _, k := range []string{"jobs", "seconds", "jobs_per_sec", "ack_p50_ms", "ack_p99_ms", "e2e_p50_ms", "e2e_p99_ms", "lost", "commits_per_job", "commit_mean_ms", "writes_per_commit"} {
 		if _, ok := fields[k]; !ok {
 			t.Errorf("JSON lacks %q: %s", k, b)
 		}

@@ -377,8 +377,21 @@ func (s *session) writeGoals(w io.Writer, rows []row) {
 	}
 	if emq := median(jobsPerSec(s.emqRuns("ack", "1:1"))); emq > 0 && s.probeUS > 0 {
 		perJob := 1e6 / emq
-		lines = append(lines, fmt.Sprintf("- 1:1: %.0f µs a job against two synced writes (%.0f µs): %.2f× (goal: at most 1.5×).",
-			perJob, 2*s.probeUS, perJob/(2*s.probeUS)))
+		line := fmt.Sprintf("- 1:1: %.0f µs a job against two synced writes (%.0f µs): %.2f× (goal: at most 1.5×).",
+			perJob, 2*s.probeUS, perJob/(2*s.probeUS))
+		var commits, commitMs []float64
+		for _, r := range s.emq {
+			if r.kind == "ack" && r.label == "1:1" && !r.bad() && r.num("commits_per_job") > 0 {
+				commits = append(commits, r.num("commits_per_job"))
+				commitMs = append(commitMs, r.num("commit_mean_ms"))
+			}
+		}
+		if len(commits) > 0 {
+			c, ms := median(commits), median(commitMs)
+			line += fmt.Sprintf(" Of it, %.2f journal commits a job of %.0f µs each (%.0f µs), the rest (%.0f µs) the round trip"+
+				" between one ACK and the next REQUEST's commit.", c, ms*1e3, c*ms*1e3, perJob-c*ms*1e3)
+		}
+		lines = append(lines, line)
 	}
 	if len(lines) == 0 {
 		return
