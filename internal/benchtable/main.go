@@ -2,12 +2,13 @@
 // make bench session: the peers' per-run lines from ../shared/anchors/run.sh
 // (its work directory) and EMQ's runs (emq bench --json, one a line).
 //
-//	go run ./internal/benchtable -anchors WORKDIR -emq RUNS [-commit C] [-date D]
+//	go run ./internal/benchtable -anchors WORKDIR [-rounds DIR] -emq RUNS [-commit C] [-date D]
 //
 // RUNS has one run a line: KIND<TAB>LABEL<TAB>JSON, where KIND is
 // ack (--ack-only, window 1), w1 (window 1, waits for REPLY), w32
-// (window 32), pubsub (emq bench --pubsub) or alone (EMQ's own table,
-// LABEL is its row). The peers' lines are those run.sh's load tools
+// (window 32), pubsub (emq bench --pubsub), round (--ack-only at 1:1 in
+// round LABEL, beside DIR/roundLABEL, a run.sh work directory of the
+// same round) or alone (EMQ's own table, LABEL is its row). The peers' lines are those run.sh's load tools
 // print for each run: "# LABEL P=.. C=.. run=i/n ... jobs/s=.. put_p99_ms=.. ok".
 package main
 
@@ -69,6 +70,7 @@ func (r emqRun) num(key string) float64 {
 func main() {
 	anchors := flag.String("anchors", "", "run.sh's work directory (its *.txt and results.txt)")
 	emq := flag.String("emq", "", "EMQ's runs, KIND<TAB>LABEL<TAB>JSON a line")
+	rounds := flag.String("rounds", "", "the folder of the 1:1 rounds' run.sh work directories, round1, round2, ...")
 	commit := flag.String("commit", "", "the EMQ commit measured")
 	date := flag.String("date", "", "the day of the session")
 	flag.Parse()
@@ -77,6 +79,9 @@ func main() {
 		os.Exit(2)
 	}
 	s, err := load(*anchors, *emq)
+	if err == nil && *rounds != "" {
+		err = s.loadRounds(*rounds)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
 		os.Exit(1)
@@ -91,6 +96,7 @@ type session struct {
 	pubsub   map[string][]run            // label → each run, deliveries/s as jobsPerSec
 	probeUS  float64                     // one 200-byte O_DSYNC write, µs
 	emq      []emqRun
+	rounds   map[string]*session // round label → its run.sh work directory's figures
 	commit   string
 	date     string
 }
@@ -127,6 +133,29 @@ func load(anchors, emqFile string) (*session, error) {
 		s.emq = append(s.emq, r)
 	}
 	return s, sc.Err()
+}
+
+// loadRounds reads dir/round*/, each a run.sh work directory.
+func (s *session) loadRounds(dir string) error {
+	dirs, err := filepath.Glob(filepath.Join(dir, "round*"))
+	if err != nil {
+		return err
+	}
+	s.rounds = map[string]*session{}
+	for _, d := range dirs {
+		r := &session{peerRuns: map[string]map[string][]run{}, pubsub: map[string][]run{}}
+		files, err := filepath.Glob(filepath.Join(d, "*.txt"))
+		if err != nil {
+			return err
+		}
+		for _, name := range files {
+			if err := r.readPeers(name); err != nil {
+				return err
+			}
+		}
+		s.rounds[strings.TrimPrefix(filepath.Base(d), "round")] = r
+	}
+	return nil
 }
 
 // readPeers takes the per-run lines of one load tool's output, and the
@@ -184,11 +213,15 @@ func fieldNum(line, key string) float64 {
 	return 0
 }
 
-// emqRuns are EMQ's runs of one kind at one size, as peer runs.
-func (s *session) emqRuns(kind, size string) []run {
+// emqRuns are EMQ's runs of one kind at one size (and of those labels,
+// if any are named), as peer runs.
+func (s *session) emqRuns(kind, size string, labels ...string) []run {
 	var out []run
 	for _, r := range s.emq {
 		if r.kind != kind || fmt.Sprintf("%.0f:%.0f", r.num("senders"), r.num("slots")) != size {
+			continue
+		}
+		if len(labels) > 0 && !slices.Contains(labels, r.label) {
 			continue
 		}
 		out = append(out, run{jobsPerSec: r.num("jobs_per_sec"), putP99: r.num("ack_p99_ms"), failed: r.bad()})
@@ -343,6 +376,7 @@ func (s *session) write(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	s.writeGoals(w, rows)
+	s.writeRounds(w)
 	s.writePubSub(w)
 	s.writeAlone(w)
 }
@@ -402,6 +436,50 @@ func (s *session) writeGoals(w io.Writer, rows []row) {
 		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintln(w)
+}
+
+// writeRounds is the 1:1 comparison taken in turn: in each round the
+// closest peer, then EMQ, on the disk as it was then.
+func (s *session) writeRounds(w io.Writer) {
+	var labels []string
+	for _, r := range s.emq {
+		if r.kind == "round" && s.rounds[r.label] != nil && !r.bad() {
+			labels = append(labels, r.label)
+		}
+	}
+	if len(labels) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "1:1 taken in turn: the disk's synced-write time drifts by tens of percent over minutes")
+	fmt.Fprintln(w, "here, so each round measures it, then beanstalkd -f 0 (the closest durable peer at 1:1 in every session so far), then")
+	fmt.Fprintln(w, "EMQ `--ack-only`, one run each:")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| round | synced write | beanstalkd -f 0 jobs/s | EMQ jobs/s | EMQ ÷ beanstalkd | EMQ's time a job ÷ two synced writes |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	ahead := 0
+	var ratios []float64
+	for _, label := range labels {
+		round := s.rounds[label]
+		peer := median(jobsPerSec(round.peerRuns["beanstalkd-fsync"]["1:1"]))
+		emq := median(jobsPerSec(s.emqRuns("round", "1:1", label)))
+		if peer == 0 || emq == 0 {
+			continue
+		}
+		ratio := emq / peer
+		ratios = append(ratios, ratio)
+		if ratio > 1 {
+			ahead++
+		}
+		synced := "–"
+		if round.probeUS > 0 {
+			synced = fmt.Sprintf("%.2f×", 1e6/emq/(2*round.probeUS))
+		}
+		fmt.Fprintf(w, "| %s | %.0f µs | %s | %s | %.2f× | %s |\n", label, round.probeUS, thousands(peer), thousands(emq), ratio, synced)
+	}
+	fmt.Fprintln(w)
+	if len(ratios) > 0 {
+		fmt.Fprintf(w, "EMQ ahead in %d of %d rounds; median EMQ ÷ beanstalkd %.2f×.\n\n", ahead, len(ratios), median(ratios))
+	}
 }
 
 func (s *session) writePubSub(w io.Writer) {

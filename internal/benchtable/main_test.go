@@ -13,6 +13,9 @@ func TestTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := s.loadRounds("testdata"); err != nil {
+		t.Fatal(err)
+	}
 	s.commit, s.date = "abc1234", "2026-12-01"
 	var b strings.Builder
 	s.write(&b)
@@ -29,6 +32,9 @@ func TestTable(t *testing.T) {
 		"| NATS core pub/sub | 2,550,000 [2,450,000–2,650,000] |",
 		"| EMQ `emq bench --pubsub` | 3,100,000 |",
 		"the broker was ready in 5.4 s",
+		"| 1 | 300 µs | 1,400 | 1,500 | 1.07× | 1.11× |",
+		"| 2 | 250 µs | 1,600 | 1,500 | 0.94× | 1.33× |",
+		"EMQ ahead in 1 of 2 rounds",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table lacks %q:\n%s", want, out)
