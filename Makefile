@@ -37,7 +37,7 @@ fuzz-short: ## every fuzz target for FUZZTIME (default 100,000 inputs each)
 fuzz: ## every fuzz target for 2 minutes (FUZZTIME=... to change)
 	@FUZZTIME=$(if $(filter command line,$(origin FUZZTIME)),$(FUZZTIME),2m) GO=$(GO) ./scripts/fuzz.sh
 
-bench: build ## EMQ beside the peers of ../shared/anchors, then alone: docs/benchmarks.md (~13 min, root)
+bench: build ## EMQ beside the peers of ../shared/anchors, then alone: docs/benchmarks.md (~11 min, root)
 	BIN=$(BIN) ./scripts/bench.sh
 
 gobench: ## the go test benchmarks of every package

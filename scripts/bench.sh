@@ -3,7 +3,7 @@
 # tables go to docs/benchmarks.md (hand-written notes below its marker line
 # are kept). The peers run through ../shared/anchors/run.sh (it installs
 # beanstalkd, Redis and RabbitMQ with apt-get when they are missing, so it
-# wants root); about 13 minutes on 2 cores once those are installed.
+# wants root); about 11 minutes on 2 cores once those are installed.
 #
 #   N=10000      jobs per run, peers and EMQ side by side
 #   REPEAT=2     runs per configuration
