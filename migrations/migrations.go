@@ -31,6 +31,7 @@ var (
 	Results   = []byte("results")    // msgid -> expiry (8 bytes, unix ns) + result payload
 	ResultExp = []byte("result_exp") // expiry (8 bytes, unix ns) + msgid -> nothing (since step 2)
 	Schedules = []byte("schedules")  // schedule id -> schedule record (since step 3)
+	Queues    = []byte("queues")     // queue name -> its controls, JSON (since step 4)
 
 	schemaKey = []byte("schema")
 )
@@ -69,6 +70,10 @@ var Steps = []Step{
 	}},
 	{3, "keep schedules", func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(Schedules)
+		return err
+	}},
+	{4, "keep queue controls", func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(Queues)
 		return err
 	}},
 }

@@ -77,6 +77,11 @@ type Journal interface {
 	// already (no new job), or nil when the fire was skipped.
 	FireSchedule(id string, due, next time.Time, msgid string, done func(j *Job, dup bool, err error))
 
+	// PutQueueSettings keeps an operator's controls of a queue; zero
+	// settings remove its record. Bad settings or a bad queue name are
+	// ErrBadSettings.
+	PutQueueSettings(queue string, s QueueSettings, done func(error))
+
 	// Load calls fn for every pending job, queue by queue, each queue in
 	// FIFO order, without holding them all in memory, and without their
 	// payloads (Payload is nil, PayloadSize set): read those with Payloads
@@ -107,6 +112,8 @@ type Journal interface {
 	// Result returns a kept result; ErrNotFound when there is none (or its
 	// time is up).
 	Result(msgid string) ([]byte, error)
+	// QueueSettings returns the controls kept for each queue that has any.
+	QueueSettings() (map[string]QueueSettings, error)
 
 	// Close finishes the queued writes and closes the journal. Writes
 	// made after it fail with ErrClosed.
@@ -161,6 +168,9 @@ var (
 	// ErrNotFound and ErrInvalidJob too.
 	ErrNoSchedule  error = kindOf{"no such schedule", ErrNotFound}
 	ErrBadSchedule error = kindOf{"invalid schedule", ErrInvalidJob}
+	// ErrBadSettings: queue controls out of range (errors.Is matches
+	// ErrInvalidJob too).
+	ErrBadSettings error = kindOf{"invalid queue settings", ErrInvalidJob}
 
 	// The journal takes no more writes.
 	ErrClosed   = errors.New("journal is closed")

@@ -71,6 +71,9 @@ var checks = []check{
 	{name: "TooLargeScheduleIsRefused", opts: Options{MaxJobSize: 4096}, run: tooLargeScheduleIsRefused},
 	{name: "FireMakesOneJobAndMovesNext", run: fireMakesOneJobAndMovesNext},
 	{name: "FireEndsSchedules", run: fireEndsSchedules},
+
+	{name: "QueueSettingsAreKept", run: queueSettingsAreKept},
+	{name: "BadQueueSettingsAreRefused", run: badQueueSettingsAreRefused},
 }
 
 // Run runs every conformance test against h, each as a parallel subtest

@@ -1,0 +1,102 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/eventmq/emq/migrations"
+	bolt "go.etcd.io/bbolt"
+)
+
+// QueueSettings are an operator's controls of one queue, kept in the
+// journal so that they survive restarts. The zero value controls nothing.
+type QueueSettings struct {
+	// Paused: the queue takes and stores jobs but dispatches none.
+	Paused bool `json:"paused,omitempty"`
+	// Concurrency is the most jobs of the queue in flight at once, across
+	// every worker; 0 = no limit.
+	Concurrency int `json:"concurrency,omitempty"`
+	// Rate is the most dispatches a second (a token bucket); 0 = no limit.
+	Rate float64 `json:"rate,omitempty"`
+	// Burst is how many dispatches the bucket holds: after a quiet
+	// while, up to Burst go at once. 0 = 1.
+	Burst int `json:"burst,omitempty"`
+}
+
+// Limits of QueueSettings.
+const (
+	MaxConcurrency = 1 << 20
+	MaxRate        = 1e6
+	MaxBurst       = 1 << 20
+)
+
+// IsZero reports settings that control nothing.
+func (s QueueSettings) IsZero() bool { return s == QueueSettings{} }
+
+// Validate reports the first setting out of range, naming it.
+func (s QueueSettings) Validate() error {
+	switch {
+	case s.Concurrency < 0 || s.Concurrency > MaxConcurrency:
+		return fmt.Errorf("%w: concurrency must be 0 (no limit) to %d, got %d", ErrBadSettings, MaxConcurrency, s.Concurrency)
+	case math.IsNaN(s.Rate) || s.Rate < 0 || s.Rate > MaxRate:
+		return fmt.Errorf("%w: rate must be 0 (no limit) to %g a second, got %g", ErrBadSettings, float64(MaxRate), s.Rate)
+	case s.Burst < 0 || s.Burst > MaxBurst:
+		return fmt.Errorf("%w: burst must be 0 to %d, got %d", ErrBadSettings, MaxBurst, s.Burst)
+	}
+	return nil
+}
+
+// PutQueueSettings implements Journal.
+func (b *Bolt) PutQueueSettings(queue string, s QueueSettings, done func(error)) {
+	err := s.Validate()
+	if err == nil && (queue == "" || len(queue) > MaxQueueLen) {
+		err = fmt.Errorf("%w: queue name must be 1 to %d bytes, got %d", ErrBadSettings, MaxQueueLen, len(queue))
+	}
+	if err != nil {
+		if done != nil {
+			done(err)
+		}
+		return
+	}
+	key := []byte(queue)
+	rec, _ := json.Marshal(s) // plain fields: cannot fail
+	b.enqueue(write{
+		apply: func(tx *bolt.Tx) error {
+			bkt := tx.Bucket(migrations.Queues)
+			if s.IsZero() {
+				return bkt.Delete(key)
+			}
+			return bkt.Put(key, rec)
+		},
+		finish: func(err error) {
+			if done != nil {
+				done(err)
+			}
+		},
+		size: len(rec),
+	})
+}
+
+// QueueSettings implements Journal.
+func (b *Bolt) QueueSettings() (map[string]QueueSettings, error) {
+	out := make(map[string]QueueSettings)
+	err := b.view(func(tx *bolt.Tx) error {
+		bkt := tx.Bucket(migrations.Queues)
+		if bkt == nil { // a file from before step 4, open read-only
+			return nil
+		}
+		return bkt.ForEach(func(k, v []byte) error {
+			var s QueueSettings
+			if err := json.Unmarshal(v, &s); err != nil {
+				return fmt.Errorf("%w: queue %q's settings: %v", ErrCorrupt, k, err)
+			}
+			out[string(k)] = s
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: %w", b.path, err)
+	}
+	return out, nil
+}
