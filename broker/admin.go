@@ -293,6 +293,7 @@ func (b *Broker) adminHandler() http.Handler {
 		n, err := b.PurgeQueue(r.Context(), q)
 		reply(w, map[string]int{"removed": n}, err)
 	})
+	b.controlRoutes(mux)
 	b.scheduleRoutes(mux)
 	mux.HandleFunc("POST /api/v1/compact", func(w http.ResponseWriter, _ *http.Request) {
 		st, err := b.Compact()

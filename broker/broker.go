@@ -69,35 +69,39 @@ type Broker struct {
 	wake   chan struct{}
 
 	// Owned by the loop.
-	phase        phase
-	jobs         map[string]*job
-	clientIDs    map[string]string  // see intern
-	resent       map[*job][]peerKey // REQUESTs to answer when a job's write lands
-	queues       map[string]*queue
-	peers        map[peerKey]*peer    // workers and schedulers: the one peer table
-	scheds       map[string]*schedule // the schedules, by id (schedules.go)
-	schedWriting map[string]int       // schedule writes under way, by id
-	schedGen     uint64               // schedule writes landed
-	schedulers   []*peer              // the order SCHEDULEs go round in
-	timers       deadlines            // every deadline (deadlines.go)
-	epoch        time.Time            // deadlines count from it (see at)
-	clock        *time.Timer          // rings at the earliest deadline
-	armed        bool                 // the clock is set, to ring at armedAt
-	armedAt      int64
-	beat         alarm // HEARTBEAT to every peer
-	sweep        alarm // delete expired results
-	drainEnd     alarm // the end of a drain
-	readLater    alarm // payloads wait for the send queues (payloads.go)
-	inFlight     int   // jobs held by workers
-	cached       int64 // bytes of payloads held (payloads.go)
-	toRead       []readReq
-	readBusy     bool    // a read of payloads is under way
-	idle         []*peer // workers given a slot back this turn (payloads.go)
-	journaling   int     // appends not yet done
-	fenced       error   // the journal's ErrFenced: stop serving
-	out          outbox
-	useSeq       uint64 // for least-recently-used workers
-	errLog       logLimiter
+	phase         phase
+	jobs          map[string]*job
+	clientIDs     map[string]string  // see intern
+	resent        map[*job][]peerKey // REQUESTs to answer when a job's write lands
+	queues        map[string]*queue
+	peers         map[peerKey]*peer    // workers and schedulers: the one peer table
+	scheds        map[string]*schedule // the schedules, by id (schedules.go)
+	schedWriting  map[string]int       // schedule writes under way, by id
+	schedGen      uint64               // schedule writes landed
+	schedulers    []*peer              // the order SCHEDULEs go round in
+	timers        deadlines            // every deadline (deadlines.go)
+	epoch         time.Time            // deadlines count from it (see at)
+	clock         *time.Timer          // rings at the earliest deadline
+	armed         bool                 // the clock is set, to ring at armedAt
+	armedAt       int64
+	beat          alarm // HEARTBEAT to every peer
+	sweep         alarm // delete expired results
+	drainEnd      alarm // the end of a drain
+	readLater     alarm // payloads wait for the send queues (payloads.go)
+	inFlight      int   // jobs held by workers
+	cached        int64 // bytes of payloads held (payloads.go)
+	toRead        []readReq
+	readBusy      bool                           // a read of payloads is under way
+	idle          []*peer                        // workers given a slot back this turn (payloads.go)
+	toFill        []*queue                       // queues whose concurrency freed a place this turn (controls.go)
+	controls      map[string]store.QueueSettings // the operator's queue controls that apply (controls.go)
+	controlsNext  map[string]store.QueueSettings // written, not yet durable
+	controlWrites map[string]int                 // control writes under way, by queue
+	journaling    int                            // appends not yet done
+	fenced        error                          // the journal's ErrFenced: stop serving
+	out           outbox
+	useSeq        uint64 // for least-recently-used workers
+	errLog        logLimiter
 }
 
 // phase is where the broker is in its life: serving, then draining (no
@@ -121,22 +125,25 @@ func New(opts Options) (*Broker, error) {
 		opts.Logger = slog.Default()
 	}
 	b := &Broker{
-		opts:         opts,
-		log:          opts.Logger,
-		inbox:        make(chan inbound, 4096),
-		stopped:      make(chan struct{}),
-		ready:        make(chan struct{}),
-		hurry:        make(chan struct{}),
-		wake:         make(chan struct{}, 1),
-		jobs:         make(map[string]*job),
-		clientIDs:    make(map[string]string),
-		resent:       make(map[*job][]peerKey),
-		queues:       make(map[string]*queue),
-		peers:        make(map[peerKey]*peer),
-		scheds:       make(map[string]*schedule),
-		schedWriting: make(map[string]int),
-		epoch:        time.Now(),
-		clock:        time.NewTimer(time.Hour),
+		opts:          opts,
+		log:           opts.Logger,
+		inbox:         make(chan inbound, 4096),
+		stopped:       make(chan struct{}),
+		ready:         make(chan struct{}),
+		hurry:         make(chan struct{}),
+		wake:          make(chan struct{}, 1),
+		jobs:          make(map[string]*job),
+		clientIDs:     make(map[string]string),
+		resent:        make(map[*job][]peerKey),
+		queues:        make(map[string]*queue),
+		controls:      make(map[string]store.QueueSettings),
+		controlsNext:  make(map[string]store.QueueSettings),
+		controlWrites: make(map[string]int),
+		peers:         make(map[peerKey]*peer),
+		scheds:        make(map[string]*schedule),
+		schedWriting:  make(map[string]int),
+		epoch:         time.Now(),
+		clock:         time.NewTimer(time.Hour),
 	}
 	b.clock.Stop()
 	b.budget = zmtp.NewBudget(opts.MaxReceiveBuffer)
@@ -226,6 +233,9 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 		}
 	}()
 	start := time.Now()
+	if err := b.loadControls(); err != nil {
+		return err
+	}
 	n, err := b.replay()
 	if err != nil {
 		return err
@@ -379,6 +389,7 @@ func (b *Broker) loop(ctx context.Context) {
 			b.phase = closing
 		}
 		b.offerIdle()
+		b.fillFreed()
 		b.flush()
 		b.readPayloads()
 		if b.phase == draining && b.inFlight == 0 {

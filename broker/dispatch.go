@@ -1,5 +1,7 @@
 package broker
 
+import "github.com/eventmq/emq/store"
+
 // queue is one named queue: its pending jobs in FIFO order and the workers
 // that serve it.
 type queue struct {
@@ -7,12 +9,19 @@ type queue struct {
 	jobs    deque
 	live    int // jobs held in memory (journaling, pending, delayed, in flight)
 	workers []*peer
+
+	// The operator's controls (controls.go).
+	set     store.QueueSettings
+	running int     // jobs held by workers, for set.Concurrency
+	tokens  float64 // the rate's bucket
+	filled  int64   // when tokens was last topped up (Broker.at)
+	refill  alarm   // wakes the loop when a token is due
 }
 
 func (b *Broker) queue(name string) *queue {
 	q := b.queues[name]
 	if q == nil {
-		q = &queue{name: name}
+		q = b.newQueue(name)
 		b.queues[name] = q
 	}
 	return q
@@ -22,17 +31,19 @@ func (b *Broker) queue(name string) *queue {
 // names that come and go do not pile up.
 func (b *Broker) dropIfUnused(q *queue) {
 	if q.live == 0 && len(q.workers) == 0 {
+		b.timers.stop(&q.refill)
 		delete(b.queues, q.name)
 	}
 }
 
 // offer gives a worker with free slots jobs from its highest-weight queue
-// that has some. Nothing is dispatched once the broker stops taking work.
+// that has some its controls let go. Nothing is dispatched once the
+// broker stops taking work.
 func (b *Broker) offer(w *peer) {
 	for w.free > 0 && b.phase == serving {
 		var q *queue
 		for _, s := range w.queues {
-			if s.q.jobs.len() > 0 {
+			if s.q.jobs.len() > 0 && b.canDispatch(s.q) {
 				q = s.q
 				break
 			}
@@ -47,7 +58,7 @@ func (b *Broker) offer(w *peer) {
 // fill gives q's jobs to free workers: the one weighing q highest, least
 // recently used first.
 func (b *Broker) fill(q *queue) {
-	for q.jobs.len() > 0 && b.phase == serving {
+	for q.jobs.len() > 0 && b.phase == serving && b.canDispatch(q) {
 		var best *peer
 		bestWeight := 0
 		for _, w := range q.workers {
@@ -79,6 +90,7 @@ func (b *Broker) deliver(w *peer, j *job) {
 	j.state, j.holder = inFlight, w
 	w.held[j.id] = j
 	b.inFlight++
+	j.q.dispatched()
 	if j.inMemory() && w.reading == 0 {
 		b.sendJob(w, j, nil)
 		return
@@ -96,6 +108,7 @@ func (b *Broker) release(j *job) {
 		delete(j.holder.held, j.id)
 		j.holder = nil
 		b.inFlight--
+		b.freed(j.q)
 	}
 	b.timers.stop(j)
 }

@@ -117,6 +117,20 @@
 // (it was stored) and then forgotten, as the journal deletes it after
 // storing it.
 //
+// # Queue controls
+//
+// An operator may pause a queue, limit its jobs in flight across every
+// worker (concurrency), and limit its dispatches a second (a token
+// bucket with a burst): controls.go, store.QueueSettings. They are kept
+// in the journal and applied once stored; Options.Queues (the config
+// file's queues:) gives defaults to queues with nothing stored. A paused
+// queue still takes, stores and ACKs jobs; resumed, it dispatches them in
+// order. Dispatch (offer, fill) asks canDispatch before each job: a
+// queue held back by its rate sets its refill alarm for the next token;
+// one held back by its concurrency is filled again at the end of the turn
+// in which one of its jobs is released. Other queues of the same worker
+// go on meanwhile.
+//
 // # Peers
 //
 // A peer is (endpoint, routing id), one entry in one table with its role;

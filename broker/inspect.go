@@ -41,6 +41,18 @@ type QueueInfo struct {
 	Dead      int     `json:"dead"` // in the dead letters (from the journal)
 	Workers   int     `json:"workers"`
 	OldestAge float64 `json:"oldest_age_seconds"` // of the jobs not done; 0 when none
+
+	// The operator's controls (emq queues pause|resume|set).
+	Paused      bool    `json:"paused"`
+	Concurrency int     `json:"concurrency,omitempty"` // jobs in flight at most; 0 = no limit
+	Rate        float64 `json:"rate,omitempty"`        // dispatches a second at most; 0 = no limit
+	Burst       int     `json:"burst,omitempty"`
+}
+
+// withControls is qi with the controls s.
+func (qi QueueInfo) withControls(s store.QueueSettings) QueueInfo {
+	qi.Paused, qi.Concurrency, qi.Rate, qi.Burst = s.Paused, s.Concurrency, s.Rate, s.Burst
+	return qi
 }
 
 // Queues describes every queue the broker knows, by name. It looks at the
@@ -53,11 +65,16 @@ func (b *Broker) Queues(ctx context.Context) ([]QueueInfo, error) {
 		index := make(map[*queue]int, len(b.queues))
 		for _, q := range b.queues {
 			index[q] = len(out)
-			qi := QueueInfo{Name: q.name, Pending: q.jobs.len(), Workers: len(q.workers)}
+			qi := QueueInfo{Name: q.name, Pending: q.jobs.len(), Workers: len(q.workers)}.withControls(q.set)
 			if q.jobs.len() > 0 {
 				qi.OldestAge = age(now, q.jobs.front())
 			}
 			out = append(out, qi)
+		}
+		for name, s := range b.controls { // controlled, nothing in memory now
+			if b.queues[name] == nil && !s.IsZero() {
+				out = append(out, QueueInfo{Name: name}.withControls(s))
+			}
 		}
 		count := func(j *job, n func(*QueueInfo) *int) {
 			if i, ok := index[j.q]; ok {

@@ -65,6 +65,9 @@ var (
 	descInFlight  = prometheus.NewDesc("emq_queue_inflight_jobs", "Jobs held by workers.", []string{"queue"}, nil)
 	descOldest    = prometheus.NewDesc("emq_queue_oldest_job_age_seconds", "Age of the oldest job not done.", []string{"queue"}, nil)
 	descQWorkers  = prometheus.NewDesc("emq_queue_workers", "Workers serving the queue.", []string{"queue"}, nil)
+	descQPaused   = prometheus.NewDesc("emq_queue_paused", "1 when an operator paused the queue: it stores jobs, dispatches none.", []string{"queue"}, nil)
+	descQConc     = prometheus.NewDesc("emq_queue_concurrency_limit", "Most jobs of the queue in flight at once; 0 = no limit.", []string{"queue"}, nil)
+	descQRate     = prometheus.NewDesc("emq_queue_rate_limit", "Most dispatches of the queue a second; 0 = no limit.", []string{"queue"}, nil)
 	descWorkers   = prometheus.NewDesc("emq_workers", "Connected workers.", nil, nil)
 	descScheds    = prometheus.NewDesc("emq_schedulers", "Connected schedulers (peers that SCHEDULEs are passed to).", nil, nil)
 	descFreeSlots = prometheus.NewDesc("emq_worker_free_slots", "Slots offered by workers (READY) and not used.", nil, nil)
@@ -76,7 +79,7 @@ var (
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descWorkers, descScheds, descFreeSlots, descErrors, descCache, descReceived, descSending, descSchedules} {
+	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descQPaused, descQConc, descQRate, descWorkers, descScheds, descFreeSlots, descErrors, descCache, descReceived, descSending, descSchedules} {
 		ch <- d
 	}
 }
@@ -97,6 +100,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(q.InFlight), q.Name)
 		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, q.OldestAge, q.Name)
 		ch <- prometheus.MustNewConstMetric(descQWorkers, prometheus.GaugeValue, float64(q.Workers), q.Name)
+		paused := 0.0
+		if q.Paused {
+			paused = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descQPaused, prometheus.GaugeValue, paused, q.Name)
+		ch <- prometheus.MustNewConstMetric(descQConc, prometheus.GaugeValue, float64(q.Concurrency), q.Name)
+		ch <- prometheus.MustNewConstMetric(descQRate, prometheus.GaugeValue, q.Rate, q.Name)
 	}
 	workers, err := c.b.Workers(ctx)
 	if err != nil {

@@ -33,6 +33,10 @@ type Options struct {
 	// broker's metrics: the journal calls it after each commit with the
 	// writes it held and how long the commit took.
 	OpenJournal func(onCommit func(writes int, took time.Duration)) (store.Journal, error)
+	// Queues are the default controls of queues, by name: what applies to
+	// a queue until an operator stores its own (ChangeQueue, emq queues).
+	Queues map[string]store.QueueSettings
+
 	// OnCommit, if set, also gets each commit's writes and time (emq bench
 	// reports them). It runs on the journal's committer: keep it short.
 	OnCommit func(writes int, took time.Duration)
@@ -119,6 +123,14 @@ func DefaultOptions() Options {
 
 // Validate names the first bad field.
 func (o Options) Validate() error {
+	for name, s := range o.Queues {
+		if err := s.Validate(); err != nil {
+			return fmt.Errorf("queues.%s: %w", name, err)
+		}
+		if name == "" || len(name) > store.MaxQueueLen {
+			return fmt.Errorf("queues: a queue name must be 1 to %d bytes, got %q", store.MaxQueueLen, name)
+		}
+	}
 	for _, ep := range []struct{ name, v string }{{"frontend", o.Frontend}, {"backend", o.Backend}} {
 		if err := checkEndpoint(ep.v); err != nil {
 			return fmt.Errorf("%s: %w", ep.name, err)

@@ -77,9 +77,9 @@ type Journal interface {
 	// already (no new job), or nil when the fire was skipped.
 	FireSchedule(id string, due, next time.Time, msgid string, done func(j *Job, dup bool, err error))
 
-	// PutQueueSettings keeps an operator's controls of a queue; zero
-	// settings remove its record. Bad settings or a bad queue name are
-	// ErrBadSettings.
+	// PutQueueSettings keeps an operator's controls of a queue, zero
+	// settings too (they say "no controls", whatever a default would).
+	// Bad settings or a bad queue name are ErrBadSettings.
 	PutQueueSettings(queue string, s QueueSettings, done func(error))
 
 	// Load calls fn for every pending job, queue by queue, each queue in

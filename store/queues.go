@@ -62,13 +62,7 @@ func (b *Bolt) PutQueueSettings(queue string, s QueueSettings, done func(error))
 	key := []byte(queue)
 	rec, _ := json.Marshal(s) // plain fields: cannot fail
 	b.enqueue(write{
-		apply: func(tx *bolt.Tx) error {
-			bkt := tx.Bucket(migrations.Queues)
-			if s.IsZero() {
-				return bkt.Delete(key)
-			}
-			return bkt.Put(key, rec)
-		},
+		apply: func(tx *bolt.Tx) error { return tx.Bucket(migrations.Queues).Put(key, rec) },
 		finish: func(err error) {
 			if done != nil {
 				done(err)

@@ -26,8 +26,8 @@ func (f *fixture) queueSettings() map[string]store.QueueSettings {
 	return m
 }
 
-// An operator's queue controls are kept across a reopen, replaced whole,
-// and removed by zero settings.
+// An operator's queue controls are kept across a reopen and replaced
+// whole; zero settings are kept too.
 func queueSettingsAreKept(t *testing.T, f *fixture) {
 	if got := f.queueSettings(); len(got) != 0 {
 		t.Fatalf("a new journal has queue settings: %+v", got)
@@ -39,7 +39,7 @@ func queueSettingsAreKept(t *testing.T, f *fixture) {
 			t.Fatalf("put %s: %v", q, err)
 		}
 	}
-	if err := f.putQueue("gone", store.QueueSettings{}); err != nil {
+	if err := f.putQueue("gone", store.QueueSettings{}); err != nil { // resumed, no limits
 		t.Fatalf("zero settings: %v", err)
 	}
 	reports.Concurrency = 2
@@ -47,7 +47,7 @@ func queueSettingsAreKept(t *testing.T, f *fixture) {
 		t.Fatal(err)
 	}
 	f.reopen()
-	want := map[string]store.QueueSettings{"emails": emails, "reports": reports}
+	want := map[string]store.QueueSettings{"emails": emails, "reports": reports, "gone": {}}
 	if got := f.queueSettings(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after a reopen: %+v, want %+v", got, want)
 	}

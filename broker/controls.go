@@ -1,0 +1,213 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/eventmq/emq/store"
+)
+
+// An operator's controls of a queue (store.QueueSettings): pause, a limit
+// of jobs in flight across every worker, a rate of dispatches with a
+// burst. They are kept in the journal; Options.Queues gives defaults for
+// queues that have none stored. The loop owns them, as it owns the rest:
+//
+//	controls      what applies, by queue name: stored, else the default
+//	controlsNext  what was written and is not yet durable (the latest
+//	              per queue), so that changes made meanwhile build on it
+//	queue.set     the controls of a live queue, copied from controls
+//
+// A change applies once the journal has it: a pause takes effect when
+// stored, and a paused queue still takes and stores jobs. Dispatch asks
+// canDispatch before each job; the rate's bucket is topped up then, and
+// when it is empty the queue's refill alarm wakes the loop when the next
+// token is due.
+
+// QueueChange changes some of a queue's controls; nil fields stay as
+// they are.
+type QueueChange struct {
+	Paused      *bool    `json:"paused,omitempty"`
+	Concurrency *int     `json:"concurrency,omitempty"`
+	Rate        *float64 `json:"rate,omitempty"`
+	Burst       *int     `json:"burst,omitempty"`
+}
+
+// Apply returns s with c's fields.
+func (c QueueChange) Apply(s store.QueueSettings) store.QueueSettings {
+	if c.Paused != nil {
+		s.Paused = *c.Paused
+	}
+	if c.Concurrency != nil {
+		s.Concurrency = *c.Concurrency
+	}
+	if c.Rate != nil {
+		s.Rate = *c.Rate
+	}
+	if c.Burst != nil {
+		s.Burst = *c.Burst
+	}
+	return s
+}
+
+// ChangeQueue changes a queue's controls, and returns them once the
+// journal has them. Bad settings wrap store.ErrBadSettings.
+func (b *Broker) ChangeQueue(ctx context.Context, name string, c QueueChange) (store.QueueSettings, error) {
+	type outcome struct {
+		s   store.QueueSettings
+		err error
+	}
+	result := make(chan outcome, 1)
+	err := b.onLoop(ctx, func() {
+		next, ok := b.controlsNext[name]
+		if !ok {
+			next = b.controls[name]
+		}
+		next = c.Apply(next)
+		b.controlsNext[name] = next
+		b.controlWrites[name]++
+		b.journal.PutQueueSettings(name, next, func(err error) {
+			b.post(func() {
+				if b.controlWrites[name]--; b.controlWrites[name] == 0 {
+					delete(b.controlWrites, name)
+					delete(b.controlsNext, name)
+				}
+				if err != nil {
+					b.noticeFence(err)
+					result <- outcome{err: err}
+					return
+				}
+				b.applyControls(name, next)
+				result <- outcome{s: next}
+			})
+		})
+	})
+	if err != nil {
+		return store.QueueSettings{}, err
+	}
+	select {
+	case o := <-result:
+		return o.s, o.err
+	case <-ctx.Done():
+		return store.QueueSettings{}, ctx.Err()
+	}
+}
+
+// loadControls reads the stored controls over the configured defaults.
+func (b *Broker) loadControls() error {
+	stored, err := b.journal.QueueSettings()
+	if err != nil {
+		return fmt.Errorf("reading the journal's queue controls: %w", err)
+	}
+	for name, s := range b.opts.Queues {
+		b.controls[name] = s
+	}
+	for name, s := range stored {
+		b.controls[name] = s
+	}
+	return nil
+}
+
+// applyControls makes s the controls of queue name, and dispatches what
+// they now allow.
+func (b *Broker) applyControls(name string, s store.QueueSettings) {
+	b.controls[name] = s
+	q := b.queues[name]
+	if q == nil {
+		return
+	}
+	q.set = s
+	q.tokens = min(q.tokens, burst(s))
+	b.fill(q)
+}
+
+// newQueue makes a live queue with its controls.
+func (b *Broker) newQueue(name string) *queue {
+	q := &queue{name: name, set: b.controls[name]}
+	q.tokens = burst(q.set)
+	q.filled = b.at(time.Now())
+	q.refill.fire = func(time.Time) { b.fill(q) }
+	return q
+}
+
+// burst is how many tokens the rate's bucket holds.
+func burst(s store.QueueSettings) float64 { return float64(max(1, s.Burst)) }
+
+// canDispatch reports whether q's controls let one more of its jobs go
+// now. A queue held back by its rate gets its refill alarm set.
+func (b *Broker) canDispatch(q *queue) bool {
+	s := &q.set
+	if s.Paused || s.Concurrency > 0 && q.running >= s.Concurrency {
+		return false
+	}
+	if s.Rate <= 0 {
+		return true
+	}
+	now := b.at(time.Now())
+	q.tokens = min(burst(*s), q.tokens+s.Rate*float64(now-q.filled)/float64(time.Second))
+	q.filled = now
+	if q.tokens >= 1 {
+		return true
+	}
+	wait := (1 - q.tokens) / s.Rate * float64(time.Second)
+	b.timers.set(&q.refill, now+int64(wait)+1)
+	return false
+}
+
+// dispatched counts a job of q given to a worker against its controls.
+func (q *queue) dispatched() {
+	q.running++
+	if q.set.Rate > 0 {
+		q.tokens--
+	}
+}
+
+// freed counts a job of q no longer held; if q's concurrency held jobs
+// back, they are offered at the end of the loop's turn (not at once: the
+// caller may be putting the job back at the head of its queue).
+func (b *Broker) freed(q *queue) {
+	q.running--
+	if q.set.Concurrency > 0 && q.jobs.len() > 0 {
+		b.toFill = append(b.toFill, q)
+	}
+}
+
+// fillFreed offers the jobs that freed capacity lets go.
+func (b *Broker) fillFreed() {
+	for len(b.toFill) > 0 {
+		q := b.toFill[0]
+		b.toFill = b.toFill[1:]
+		if b.queues[q.name] == q {
+			b.fill(q)
+		}
+	}
+	b.toFill = nil
+}
+
+// controlRoutes serve the queue controls: pause, resume, and settings
+// (a JSON QueueChange). Each answers with the queue's controls once stored.
+func (b *Broker) controlRoutes(mux *http.ServeMux) {
+	change := func(w http.ResponseWriter, r *http.Request, c QueueChange) {
+		s, err := b.ChangeQueue(r.Context(), r.PathValue("queue"), c)
+		reply(w, QueueInfo{Name: r.PathValue("queue")}.withControls(s), err)
+	}
+	paused, resumed := true, false
+	mux.HandleFunc("POST /api/v1/queues/{queue}/pause", func(w http.ResponseWriter, r *http.Request) {
+		change(w, r, QueueChange{Paused: &paused})
+	})
+	mux.HandleFunc("POST /api/v1/queues/{queue}/resume", func(w http.ResponseWriter, r *http.Request) {
+		change(w, r, QueueChange{Paused: &resumed})
+	})
+	mux.HandleFunc("POST /api/v1/queues/{queue}/settings", func(w http.ResponseWriter, r *http.Request) {
+		var c QueueChange
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			writeJSON(w, http.StatusBadRequest, apiError{"queue settings: want a JSON object of paused, concurrency, rate, burst: " + err.Error()})
+			return
+		}
+		change(w, r, c)
+	})
+}
