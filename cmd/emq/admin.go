@@ -38,6 +38,7 @@ type admin interface {
 	AddSchedule(sp broker.ScheduleSpec) (broker.ScheduleInfo, error)
 	RemoveSchedule(id string) error
 	PauseSchedule(id string, paused bool) error
+	ChangeQueue(queue string, c broker.QueueChange) (broker.QueueInfo, error)
 	Close() error
 }
 
@@ -193,6 +194,10 @@ func (o *online) PauseSchedule(id string, paused bool) error {
 	return o.call("POST", "/api/v1/schedules/"+url.PathEscape(id)+"/"+action, nil)
 }
 
+func (o *online) ChangeQueue(queue string, c broker.QueueChange) (qi broker.QueueInfo, err error) {
+	return qi, o.send("POST", "/api/v1/queues/"+url.PathEscape(queue)+"/settings", c, &qi)
+}
+
 func (o *online) Close() error { return nil }
 
 // offline works on the journal file of a stopped broker.
@@ -229,12 +234,43 @@ func (o *offline) Queues() ([]broker.QueueInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	controls, err := o.j.QueueSettings()
+	if err != nil {
+		return nil, err
+	}
 	qs := make([]broker.QueueInfo, 0, len(counts))
 	for _, c := range counts {
-		qs = append(qs, broker.QueueInfo{Name: c.Queue, Pending: c.Pending, Dead: c.Dead})
+		qs = append(qs, withControls(broker.QueueInfo{Name: c.Queue, Pending: c.Pending, Dead: c.Dead}, controls[c.Queue]))
+		delete(controls, c.Queue)
+	}
+	for name, s := range controls { // controlled, no job stored
+		if !s.IsZero() {
+			qs = append(qs, withControls(broker.QueueInfo{Name: name}, s))
+		}
 	}
 	sort.Slice(qs, func(i, k int) bool { return qs[i].Name < qs[k].Name })
 	return qs, nil
+}
+
+func withControls(qi broker.QueueInfo, s store.QueueSettings) broker.QueueInfo {
+	qi.Paused, qi.Concurrency, qi.Rate, qi.Burst = s.Paused, s.Concurrency, s.Rate, s.Burst
+	return qi
+}
+
+// ChangeQueue changes a queue's stored controls; the broker that opens
+// the journal next applies them.
+func (o *offline) ChangeQueue(queue string, c broker.QueueChange) (broker.QueueInfo, error) {
+	controls, err := o.j.QueueSettings()
+	if err != nil {
+		return broker.QueueInfo{}, err
+	}
+	s := c.Apply(controls[queue])
+	if _, err := store.Wait(func(done func(struct{}, error)) {
+		o.j.PutQueueSettings(queue, s, func(err error) { done(struct{}{}, err) })
+	}); err != nil {
+		return broker.QueueInfo{}, err
+	}
+	return withControls(broker.QueueInfo{Name: queue}, s), nil
 }
 
 func (o *offline) Workers() ([]broker.WorkerInfo, error) { return nil, errNeedsBroker }

@@ -161,5 +161,8 @@ func brokerOptions(c *config) (broker.Options, error) {
 			return o, err
 		}
 	}
+	if o.Queues, err = c.queueDefaults(); err != nil {
+		return o, err
+	}
 	return o, o.Validate()
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+
+	"github.com/eventmq/emq/store"
 )
 
 // config merges a command's flags, EMQ_<NAME> environment variables and an
@@ -20,8 +22,13 @@ type config struct {
 	v *viper.Viper
 }
 
+// fileSection is the one part of a config file no flag has: the queues'
+// default controls (queueDefaults).
+const fileSection = "queues"
+
 // loadConfig binds flags and environment and reads file (if not "").
-// Keys in the file that no flag has are refused by name.
+// Keys in the file that no flag has are refused by name, but for those
+// of fileSection.
 func loadConfig(flags *pflag.FlagSet, file string) (*config, error) {
 	v := viper.New()
 	v.SetEnvPrefix("EMQ")
@@ -46,7 +53,7 @@ func loadConfig(flags *pflag.FlagSet, file string) (*config, error) {
 		var known []string
 		flags.VisitAll(func(f *pflag.Flag) { known = append(known, f.Name) })
 		for _, k := range v.AllKeys() {
-			if !slices.Contains(known, k) {
+			if !slices.Contains(known, k) && !strings.HasPrefix(k, fileSection+".") {
 				return nil, fmt.Errorf("config %s: unknown key %q (known: %s)", file, k, strings.Join(known, ", "))
 			}
 		}
@@ -120,4 +127,59 @@ func (c *config) size(key string) (int64, error) {
 		return 0, fmt.Errorf("%s: %q is not a size (bytes, or a number with KiB, MiB or GiB)", key, c.v.GetString(key))
 	}
 	return n * mult, nil
+}
+
+// queueDefaults reads the config file's queues section: for each queue,
+// paused, concurrency, rate and burst. Viper reads keys in lower case,
+// queue names too.
+func (c *config) queueDefaults() (map[string]store.QueueSettings, error) {
+	raw := c.v.GetStringMap(fileSection)
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]store.QueueSettings, len(raw))
+	for name := range raw {
+		prefix := fileSection + "." + name
+		fields, ok := raw[name].(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s: want paused, concurrency, rate or burst under it, got %v", prefix, raw[name])
+		}
+		var s store.QueueSettings
+		for key, val := range fields {
+			var err error
+			switch key {
+			case "paused":
+				s.Paused, err = strconv.ParseBool(fmt.Sprint(val))
+			case "concurrency":
+				s.Concurrency, err = wholeNumber(val)
+			case "burst":
+				s.Burst, err = wholeNumber(val)
+			case "rate":
+				s.Rate, err = strconv.ParseFloat(fmt.Sprint(val), 64)
+			default:
+				return nil, fmt.Errorf("%s.%s: unknown key (known: paused, concurrency, rate, burst)", prefix, key)
+			}
+			if err != nil {
+				want := "a number"
+				switch key {
+				case "paused":
+					want = "true or false"
+				case "concurrency", "burst":
+					want = "a whole number"
+				}
+				return nil, fmt.Errorf("%s.%s: %q is not %s", prefix, key, fmt.Sprint(val), want)
+			}
+		}
+		if err := s.Validate(); err != nil {
+			return nil, fmt.Errorf("%s: %w", prefix, err)
+		}
+		out[name] = s
+	}
+	return out, nil
+}
+
+// wholeNumber is an int from a config value (YAML and TOML give numbers,
+// an environment would give text).
+func wholeNumber(v any) (int, error) {
+	return strconv.Atoi(fmt.Sprint(v))
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -72,21 +74,96 @@ func newStatsCmd() *cobra.Command {
 }
 
 func newQueuesCmd() *cobra.Command {
-	cmd := adminCmd("queues", "Queues: jobs waiting, in flight, dead, workers, oldest job", cobra.NoArgs,
+	cmd := adminCmd("queues", "Queues: jobs waiting, in flight, dead, workers, oldest job, controls", cobra.NoArgs,
 		func(cmd *cobra.Command, a admin, c *config, _ []string) error {
 			qs, err := a.Queues()
 			if err != nil {
 				return err
 			}
 			return output(cmd, c, qs, func(w io.Writer) {
-				fmt.Fprintln(w, "QUEUE\tPENDING\tDELAYED\tIN FLIGHT\tDEAD\tWORKERS\tOLDEST")
+				fmt.Fprintln(w, "QUEUE\tPENDING\tDELAYED\tIN FLIGHT\tDEAD\tWORKERS\tOLDEST\tCONTROLS")
 				for _, q := range qs {
-					fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", q.Name, q.Pending, q.Delayed, q.InFlight, q.Dead,
-						q.Workers, time.Duration(q.OldestAge*float64(time.Second)).Round(time.Millisecond))
+					fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", q.Name, q.Pending, q.Delayed, q.InFlight, q.Dead,
+						q.Workers, time.Duration(q.OldestAge*float64(time.Second)).Round(time.Millisecond), controls(q))
 				}
 			})
 		})
 	adminFlags(cmd)
+	cmd.AddCommand(pauseQueueCmd(true), pauseQueueCmd(false), setQueueCmd())
+	return cmd
+}
+
+// controls says a queue's controls in a few words ("-" for none).
+func controls(q broker.QueueInfo) string {
+	var parts []string
+	if q.Paused {
+		parts = append(parts, "paused")
+	}
+	if q.Concurrency > 0 {
+		parts = append(parts, fmt.Sprintf("concurrency %d", q.Concurrency))
+	}
+	if q.Rate > 0 {
+		parts = append(parts, fmt.Sprintf("rate %g/s burst %d", q.Rate, max(1, q.Burst)))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func pauseQueueCmd(paused bool) *cobra.Command {
+	use, short, done := "resume QUEUE", "Resume a queue: its jobs are dispatched again, in order", "resumed"
+	if paused {
+		use, short, done = "pause QUEUE", "Pause a queue: it still takes and stores jobs, and dispatches none", "paused"
+	}
+	return adminCmd(use, short, cobra.ExactArgs(1), func(cmd *cobra.Command, a admin, _ *config, args []string) error {
+		if _, err := a.ChangeQueue(args[0], broker.QueueChange{Paused: &paused}); err != nil {
+			return err
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), done, args[0])
+		return nil
+	})
+}
+
+func setQueueCmd() *cobra.Command {
+	cmd := adminCmd("set QUEUE [--concurrency N] [--rate R] [--burst B]",
+		"Limit a queue: jobs in flight across every worker, dispatches a second (0 = no limit)", cobra.ExactArgs(1),
+		func(cmd *cobra.Command, a admin, c *config, args []string) error {
+			var ch broker.QueueChange
+			f := cmd.Flags()
+			if f.Changed("concurrency") {
+				n, err := c.integer("concurrency")
+				if err != nil {
+					return err
+				}
+				ch.Concurrency = &n
+			}
+			if f.Changed("burst") {
+				n, err := c.integer("burst")
+				if err != nil {
+					return err
+				}
+				ch.Burst = &n
+			}
+			if f.Changed("rate") {
+				r, err := strconv.ParseFloat(c.str("rate"), 64)
+				if err != nil {
+					return fmt.Errorf("rate: %q is not a number", c.str("rate"))
+				}
+				ch.Rate = &r
+			}
+			if ch == (broker.QueueChange{}) {
+				return errors.New("say what to set: --concurrency, --rate or --burst")
+			}
+			q, err := a.ChangeQueue(args[0], ch)
+			if err != nil {
+				return err
+			}
+			return output(cmd, c, q, func(w io.Writer) { fmt.Fprintf(w, "%s\t%s\n", q.Name, controls(q)) })
+		})
+	cmd.Flags().Int("concurrency", 0, "jobs of the queue in flight at most, across every worker (0 = no limit)")
+	cmd.Flags().String("rate", "0", "dispatches of the queue a second at most (0 = no limit)")
+	cmd.Flags().Int("burst", 0, "dispatches at once after a quiet while, above the rate (0 = 1)")
 	return cmd
 }
 

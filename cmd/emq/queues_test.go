@@ -1,0 +1,113 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/eventmq/emq/broker"
+	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/store"
+)
+
+// emq queues pause, resume and set change a running broker's controls,
+// and, with the broker stopped, its journal's; emq queues shows them.
+func TestQueueControlsCLI(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", func(o *broker.Options) {
+		fastBroker(o)
+		o.Admin = "127.0.0.1:0"
+	})
+	on := []string{"--admin", b.AdminAddr()}
+	if out := mustEmq(t, append([]string{"queues", "pause", "mail"}, on...)...); out != "paused mail\n" {
+		t.Fatalf("pause: %q", out)
+	}
+	if out := mustEmq(t, append([]string{"queues", "set", "mail", "--concurrency", "3", "--rate", "1.5"}, on...)...); !strings.Contains(out, "paused, concurrency 3, rate 1.5/s burst 1") {
+		t.Fatalf("set: %q", out)
+	}
+	if out := mustEmq(t, append([]string{"queues"}, on...)...); !strings.Contains(out, "CONTROLS") || !strings.Contains(out, "paused, concurrency 3") {
+		t.Fatalf("queues:\n%s", out)
+	}
+	for args, want := range map[string]string{
+		"set mail":                 "--concurrency, --rate or --burst",
+		"set mail --rate fast":     `rate: "fast" is not a number`,
+		"set mail --concurrency x": "concurrency",
+		"set mail --burst -2":      "burst must be 0",
+		"pause":                    "accepts 1 arg",
+	} {
+		_, stderr, err := emq(t, "", append(append([]string{"queues"}, strings.Fields(args)...), on...)...)
+		if err == nil || !strings.Contains(stderr, want) {
+			t.Errorf("emq queues %s: %v %q, want an error naming %q", args, err, stderr, want)
+		}
+	}
+	mustEmq(t, append([]string{"queues", "resume", "mail"}, on...)...)
+
+	// Offline: the journal of the stopped broker.
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	off := []string{"--data-dir", b.Dir}
+	mustEmq(t, append([]string{"queues", "set", "mail", "--burst", "5"}, off...)...)
+	mustEmq(t, append([]string{"queues", "pause", "other"}, off...)...)
+	var qs []broker.QueueInfo
+	if err := json.Unmarshal([]byte(mustEmq(t, append([]string{"queues", "--json"}, off...)...)), &qs); err != nil {
+		t.Fatal(err)
+	}
+	want := []broker.QueueInfo{{Name: "mail", Concurrency: 3, Rate: 1.5, Burst: 5}, {Name: "other", Paused: true}}
+	if !reflect.DeepEqual(qs, want) {
+		t.Fatalf("offline queues: %+v, want %+v", qs, want)
+	}
+	b = bt.Start(t, b.Dir, fastBroker)
+	got, _ := b.Queues(t.Context())
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("the broker started on the journal: %+v, want %+v", got, want)
+	}
+}
+
+// The config file's queues section gives defaults; a bad one names its key.
+func TestConfigQueueDefaults(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(text), 0o644)
+		return p
+	}
+	good := write("good.yaml", "queues:\n  mail:\n    paused: true\n    concurrency: 4\n  reports:\n    rate: 2.5\n    burst: 3\n")
+	c, err := loadConfig(newBrokerCmd().Flags(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := brokerOptions(c); err != nil || o.Queues != nil {
+		t.Fatalf("no config file: %v %v", o.Queues, err)
+	}
+	cmd := newBrokerCmd()
+	cmd.Flags().Parse([]string{"--config", good})
+	if c, err = loadConfig(cmd.Flags(), good); err != nil {
+		t.Fatal(err)
+	}
+	o, err := brokerOptions(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]store.QueueSettings{"mail": {Paused: true, Concurrency: 4}, "reports": {Rate: 2.5, Burst: 3}}
+	if !reflect.DeepEqual(o.Queues, want) {
+		t.Fatalf("queues: %+v, want %+v", o.Queues, want)
+	}
+	for text, wantErr := range map[string]string{
+		"queues:\n  mail:\n    concurency: 4\n":    "queues.mail.concurency: unknown key",
+		"queues:\n  mail:\n    concurrency: 1.5\n": `queues.mail.concurrency: "1.5" is not a whole number`,
+		"queues:\n  mail:\n    rate: fast\n":       `queues.mail.rate: "fast" is not a number`,
+		"queues:\n  mail:\n    paused: maybe\n":    `queues.mail.paused: "maybe" is not true or false`,
+		"queues:\n  mail:\n    rate: -1\n":         "queues.mail: invalid queue settings: rate",
+		"queues:\n  mail: 3\n":                     "queues.mail: want paused, concurrency, rate or burst",
+	} {
+		f := write("bad.yaml", text)
+		_, err := brokerConfig(t, "--config", f)
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("%q: %v, want an error with %q", text, err, wantErr)
+		}
+	}
+}
