@@ -297,3 +297,45 @@ func TestQueueControlsAPI(t *testing.T) {
 		}
 	}
 }
+
+// Controls the API answered for are stored: a broker killed with SIGKILL
+// right after comes back with them, and its paused queue's jobs wait.
+func TestControlsSurviveSIGKILL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	frontend, backend := bt.FreeEndpoint(t), bt.FreeEndpoint(t)
+	admin := strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://")
+	c := startChild(t, dir, frontend, backend, "EMQ_TEST_ADMIN="+admin)
+	client := bt.Dial(t, frontend, "c")
+	post := func(path, body string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", "http://"+admin+path, bytes.NewBufferString(body))
+		req.Header.Set(broker.AdminHeader, "test")
+		resp, err := (&http.Client{Timeout: bt.Wait}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", path, resp.StatusCode)
+		}
+	}
+	post("/api/v1/queues/q/pause", "")
+	post("/api/v1/queues/limited/settings", `{"concurrency": 2, "rate": 7.5, "burst": 4}`)
+	id := client.Request("q", "", []byte("held"))
+	c.kill()
+
+	b := bt.Start(t, dir, fast)
+	if q := queueInfo(t, b, "q"); !q.Paused || q.Pending != 1 {
+		t.Fatalf("q after SIGKILL: %+v", q)
+	}
+	if q := queueInfo(t, b, "limited"); q.Concurrency != 2 || q.Rate != 7.5 || q.Burst != 4 {
+		t.Fatalf("limited after SIGKILL: %+v", q)
+	}
+	worker := bt.Worker(t, b.Backend(), "w", "q")
+	worker.Ready(1)
+	change(t, b, "q", broker.QueueChange{Paused: ptr(false)})
+	if j := recvJob(t, worker); j.MsgID != id {
+		t.Fatalf("after resume: %s, want %s", j.MsgID, id)
+	}
+}

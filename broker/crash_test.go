@@ -32,6 +32,7 @@ func runChild() {
 	opts.Frontend, opts.Backend, opts.Admin = os.Getenv("EMQ_TEST_FRONTEND"), os.Getenv("EMQ_TEST_BACKEND"), ""
 	opts.PublisherIncoming, opts.PublisherOutgoing = "", ""
 	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	opts.Admin = os.Getenv("EMQ_TEST_ADMIN")
 	if v := os.Getenv("EMQ_TEST_MAX_PENDING"); v != "" {
 		opts.MaxPending, _ = strconv.Atoi(v)
 	}
