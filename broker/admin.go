@@ -294,6 +294,7 @@ func (b *Broker) adminHandler() http.Handler {
 		reply(w, map[string]int{"removed": n}, err)
 	})
 	b.controlRoutes(mux)
+	mux.HandleFunc("GET /api/v1/events", b.serveEvents)
 	b.scheduleRoutes(mux)
 	mux.HandleFunc("POST /api/v1/compact", func(w http.ResponseWriter, _ *http.Request) {
 		st, err := b.Compact()

@@ -91,9 +91,11 @@ type Broker struct {
 	inFlight      int   // jobs held by workers
 	cached        int64 // bytes of payloads held (payloads.go)
 	toRead        []readReq
-	readBusy      bool                           // a read of payloads is under way
-	idle          []*peer                        // workers given a slot back this turn (payloads.go)
-	toFill        []*queue                       // queues whose concurrency freed a place this turn (controls.go)
+	readBusy      bool        // a read of payloads is under way
+	idle          []*peer     // workers given a slot back this turn (payloads.go)
+	toFill        []*queue    // queues whose concurrency freed a place this turn (controls.go)
+	listeners     []*listener // of the event stream (events.go)
+	listenerCount atomic.Int64
 	controls      map[string]store.QueueSettings // the operator's queue controls that apply (controls.go)
 	controlsNext  map[string]store.QueueSettings // written, not yet durable
 	controlWrites map[string]int                 // control writes under way, by queue
@@ -508,6 +510,9 @@ func (b *Broker) handleWaiting() {
 
 // shutdown: refuse new jobs, say goodbye, let journal writes land, flush.
 func (b *Broker) shutdown() {
+	for len(b.listeners) > 0 { // their streams end
+		b.unlisten(b.listeners[0], false)
+	}
 	b.log.Info("broker stopping", "journal_writes_in_progress", b.journaling, "in_flight", b.inFlight)
 	b.phase = closing
 	b.isReady.Store(false)

@@ -114,6 +114,7 @@ func (b *Broker) loadControls() error {
 // they now allow.
 func (b *Broker) applyControls(name string, s store.QueueSettings) {
 	b.controls[name] = s
+	b.emit(Event{Kind: EventQueueControls, Queue: name, Controls: &s})
 	q := b.queues[name]
 	if q == nil {
 		return
@@ -191,7 +192,7 @@ func (b *Broker) fillFreed() {
 func (b *Broker) controlRoutes(mux *http.ServeMux) {
 	change := func(w http.ResponseWriter, r *http.Request, c QueueChange) {
 		s, err := b.ChangeQueue(r.Context(), r.PathValue("queue"), c)
-		reply(w, QueueInfo{Name: r.PathValue("queue")}.withControls(s), err)
+		reply(w, QueueInfo{Name: r.PathValue("queue")}.WithControls(s), err)
 	}
 	paused, resumed := true, false
 	mux.HandleFunc("POST /api/v1/queues/{queue}/pause", func(w http.ResponseWriter, r *http.Request) {

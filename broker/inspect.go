@@ -49,8 +49,8 @@ type QueueInfo struct {
 	Burst       int     `json:"burst,omitempty"`
 }
 
-// withControls is qi with the controls s.
-func (qi QueueInfo) withControls(s store.QueueSettings) QueueInfo {
+// WithControls is qi with the controls s.
+func (qi QueueInfo) WithControls(s store.QueueSettings) QueueInfo {
 	qi.Paused, qi.Concurrency, qi.Rate, qi.Burst = s.Paused, s.Concurrency, s.Rate, s.Burst
 	return qi
 }
@@ -65,7 +65,7 @@ func (b *Broker) Queues(ctx context.Context) ([]QueueInfo, error) {
 		index := make(map[*queue]int, len(b.queues))
 		for _, q := range b.queues {
 			index[q] = len(out)
-			qi := QueueInfo{Name: q.name, Pending: q.jobs.len(), Workers: len(q.workers)}.withControls(q.set)
+			qi := QueueInfo{Name: q.name, Pending: q.jobs.len(), Workers: len(q.workers)}.WithControls(q.set)
 			if q.jobs.len() > 0 {
 				qi.OldestAge = age(now, q.jobs.front())
 			}
@@ -73,7 +73,7 @@ func (b *Broker) Queues(ctx context.Context) ([]QueueInfo, error) {
 		}
 		for name, s := range b.controls { // controlled, nothing in memory now
 			if b.queues[name] == nil && !s.IsZero() {
-				out = append(out, QueueInfo{Name: name}.withControls(s))
+				out = append(out, QueueInfo{Name: name}.WithControls(s))
 			}
 		}
 		count := func(j *job, n func(*QueueInfo) *int) {
@@ -179,6 +179,7 @@ func (b *Broker) revived(sj *store.Job) {
 	j := b.jobFromStore(sj)
 	b.jobs[j.id] = j
 	j.q.live++
+	b.emitJob(EventRevived, j, "")
 	b.enqueue(j, time.Now())
 }
 
@@ -190,6 +191,7 @@ func (b *Broker) RemoveJob(ctx context.Context, msgid string) error {
 	result := make(chan error, 1)
 	err := b.onLoop(ctx, func() {
 		if j := b.jobs[msgid]; j != nil {
+			b.emitJob(EventRemoved, j, "")
 			if j.state == journaling {
 				j.removed = true
 			} else {
@@ -225,6 +227,7 @@ func (b *Broker) PurgeQueue(ctx context.Context, queue string) (int, error) {
 	}
 	result := make(chan outcome, 1)
 	err := b.onLoop(ctx, func() {
+		b.emit(Event{Kind: EventPurged, Queue: queue})
 		b.purge(queue)
 		b.journal.PurgeQueue(queue, func(n int, err error) {
 			b.adminWriteFailed(err, "journal could not purge a queue; its jobs stay stored and run again after the next start", "")

@@ -201,6 +201,7 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error, held zmtp.Hel
 		b.forget(j)
 		return
 	}
+	b.emitJob(EventAcked, j, "")
 	j.seq = seq
 	b.enqueue(j, time.Now())
 }
@@ -253,6 +254,7 @@ func (b *Broker) reply(w *peer, m *emqp.Reply) {
 	if j == nil {
 		return
 	}
+	b.emitJob(EventReplied, j, "")
 	b.release(j)
 	b.forget(j)
 	b.stats.Replied.Add(1)
@@ -293,11 +295,12 @@ func (b *Broker) fail(w *peer, m *emqp.Fail) {
 		return
 	}
 	b.stats.Failed.Add(1)
-	b.release(j)
 	reason := m.Reason
 	if reason == "" {
 		reason = "the worker reported a failure"
 	}
+	b.emitJob(EventFailed, j, reason)
+	b.release(j)
 	b.attempt(j, reason, true)
 }
 
@@ -311,6 +314,7 @@ func (b *Broker) attempt(j *job, reason string, backoff bool) {
 		b.stats.DeadLettered.Add(1)
 		b.log.Warn("job out of attempts; moved to the dead letters", "msgid", j.id, "queue", j.q.name,
 			"attempts", j.attempts, "reason", reason)
+		b.emitJob(EventBuried, j, reason)
 		b.journal.Bury(j.id, reason, func(_ *store.Job, err error) {
 			b.writeFailed(err, "journal could not bury a job", j.id)
 		})
@@ -330,9 +334,11 @@ func (b *Broker) attempt(j *job, reason string, backoff bool) {
 		b.writeFailed(err, "journal could not record an attempt", j.id)
 	})
 	if backoff {
+		b.emitJob(EventRetry, j, fmt.Sprintf("runs again in %v", time.Duration(j.notBefore-now.UnixNano()).Round(time.Millisecond)))
 		b.enqueue(j, now)
 		return
 	}
+	b.emitJob(EventRequeued, j, "")
 	j.state = pending
 	j.q.jobs.pushFront(j)
 	b.fill(j.q)
@@ -366,6 +372,7 @@ func (b *Broker) jobDue(j *job, now time.Time) {
 		b.enqueue(j, now)
 	case inFlight: // sent: a job being read has no deadline yet
 		b.stats.TimedOut.Add(1)
+		b.emitJob(EventTimedOut, j, fmt.Sprintf("after %v", j.timeout))
 		b.release(j)
 		b.attempt(j, fmt.Sprintf("timed out after %v", j.timeout), false)
 	}

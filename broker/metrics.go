@@ -67,6 +67,7 @@ var (
 	descQWorkers  = prometheus.NewDesc("emq_queue_workers", "Workers serving the queue.", []string{"queue"}, nil)
 	descQPaused   = prometheus.NewDesc("emq_queue_paused", "1 when an operator paused the queue: it stores jobs, dispatches none.", []string{"queue"}, nil)
 	descQConc     = prometheus.NewDesc("emq_queue_concurrency_limit", "Most jobs of the queue in flight at once; 0 = no limit.", []string{"queue"}, nil)
+	descListeners = prometheus.NewDesc("emq_event_listeners", "Listeners of the event stream (/api/v1/events).", nil, nil)
 	descQRate     = prometheus.NewDesc("emq_queue_rate_limit", "Most dispatches of the queue a second; 0 = no limit.", []string{"queue"}, nil)
 	descWorkers   = prometheus.NewDesc("emq_workers", "Connected workers.", nil, nil)
 	descScheds    = prometheus.NewDesc("emq_schedulers", "Connected schedulers (peers that SCHEDULEs are passed to).", nil, nil)
@@ -79,7 +80,7 @@ var (
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descQPaused, descQConc, descQRate, descWorkers, descScheds, descFreeSlots, descErrors, descCache, descReceived, descSending, descSchedules} {
+	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descQPaused, descQConc, descQRate, descListeners, descWorkers, descScheds, descFreeSlots, descErrors, descCache, descReceived, descSending, descSchedules} {
 		ch <- d
 	}
 }
@@ -108,6 +109,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descQConc, prometheus.GaugeValue, float64(q.Concurrency), q.Name)
 		ch <- prometheus.MustNewConstMetric(descQRate, prometheus.GaugeValue, q.Rate, q.Name)
 	}
+	ch <- prometheus.MustNewConstMetric(descListeners, prometheus.GaugeValue, float64(c.b.listenerCount.Load()))
 	workers, err := c.b.Workers(ctx)
 	if err != nil {
 		return

@@ -33,6 +33,13 @@ type Options struct {
 	// broker's metrics: the journal calls it after each commit with the
 	// writes it held and how long the commit took.
 	OpenJournal func(onCommit func(writes int, took time.Duration)) (store.Journal, error)
+	// EventBuffer is how many events a listener of the event stream may
+	// fall behind before it is dropped; MaxEventListeners how many may
+	// listen at once (events.go). Each buffer holds EventBuffer events of
+	// about 200 bytes.
+	EventBuffer       int
+	MaxEventListeners int
+
 	// Queues are the default controls of queues, by name: what applies to
 	// a queue until an operator stores its own (ChangeQueue, emq queues).
 	Queues map[string]store.QueueSettings
@@ -116,6 +123,8 @@ func DefaultOptions() Options {
 		SubscriberHWM:     1000,
 		PublisherBuffer:   64 << 20,
 		MaxSubscribers:    10000,
+		EventBuffer:       4096,
+		MaxEventListeners: 32,
 		LastValueTopics:   10000,
 		LastValueBytes:    16 << 20,
 	}
@@ -123,6 +132,12 @@ func DefaultOptions() Options {
 
 // Validate names the first bad field.
 func (o Options) Validate() error {
+	if o.EventBuffer < 1 || o.EventBuffer > 1<<20 {
+		return fmt.Errorf("event-buffer must be 1 to %d events, got %d", 1<<20, o.EventBuffer)
+	}
+	if o.MaxEventListeners < 0 || o.MaxEventListeners > 10000 {
+		return fmt.Errorf("max-event-listeners must be 0 to 10000, got %d", o.MaxEventListeners)
+	}
 	for name, s := range o.Queues {
 		if err := s.Validate(); err != nil {
 			return fmt.Errorf("queues.%s: %w", name, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/eventmq/emq/emqp"
@@ -90,6 +91,9 @@ func (b *Broker) inform(p *peer, from peerKey, m *emqp.Inform) {
 		b.serve(p, m.Queues)
 	}
 	b.log.Info(r.String()+" joined", "peer", peerName(from), "queues", queueNames(p.queues), "type", m.PeerType)
+	if r == roleWorker {
+		b.emit(Event{Kind: EventWorkerJoined, Worker: peerName(from), Reason: strings.Join(queueNames(p.queues), ",")})
+	}
 	b.ack(from, m.MsgID)
 	b.beatKey(from, now)
 }
@@ -138,6 +142,9 @@ func queueNames(s []served) []string {
 // the head of their queues, each with one more attempt.
 func (b *Broker) lose(p *peer, reason string) {
 	b.log.Info(p.role.String()+" lost", "peer", peerName(p.key), "reason", reason, "jobs", len(p.held))
+	if p.role == roleWorker {
+		b.emit(Event{Kind: EventWorkerLeft, Worker: peerName(p.key), Reason: reason})
+	}
 	delete(b.peers, p.key)
 	b.timers.stop(p)
 	if p.role == roleScheduler {
@@ -157,6 +164,7 @@ func (b *Broker) lose(p *peer, reason string) {
 			b.fill(j.q)
 			continue
 		}
+		b.emitJob(EventWorkerLost, j, reason)
 		b.release(j)
 		b.attempt(j, reason, false)
 	}

@@ -28,6 +28,8 @@ type Stats struct {
 	SchedulesFired     atomic.Int64
 	FiresSkipped       atomic.Int64
 
+	ListenersDropped atomic.Int64
+
 	errMu  sync.Mutex
 	errors map[string]int64 // ERRORs sent, by code
 }
@@ -59,6 +61,7 @@ var Counters = []Counter{
 	{"ignored", "emq_messages_ignored_total", "Late or foreign REPLYs and FAILs, stray ACKs and ERRORs.", func(s *Stats) *atomic.Int64 { return &s.Ignored }},
 	{"schedules_forwarded", "emq_schedules_forwarded_total", "SCHEDULEs and UNSCHEDULEs passed to schedulers (forward-schedules).", func(s *Stats) *atomic.Int64 { return &s.SchedulesForwarded }},
 	{"schedules_fired", "emq_schedule_fires_total", "Jobs made by schedules the broker keeps.", func(s *Stats) *atomic.Int64 { return &s.SchedulesFired }},
+	{"event_listeners_dropped", "emq_event_listeners_dropped_total", "Event stream listeners dropped for falling behind (event-buffer).", func(s *Stats) *atomic.Int64 { return &s.ListenersDropped }},
 	{"schedule_fires_skipped", "emq_schedule_fires_skipped_total", "Due times of kept schedules that made no job: missed under misfire:skip, or their queue held max-pending jobs.", func(s *Stats) *atomic.Int64 { return &s.FiresSkipped }},
 }
 

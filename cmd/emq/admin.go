@@ -240,21 +240,16 @@ func (o *offline) Queues() ([]broker.QueueInfo, error) {
 	}
 	qs := make([]broker.QueueInfo, 0, len(counts))
 	for _, c := range counts {
-		qs = append(qs, withControls(broker.QueueInfo{Name: c.Queue, Pending: c.Pending, Dead: c.Dead}, controls[c.Queue]))
+		qs = append(qs, broker.QueueInfo{Name: c.Queue, Pending: c.Pending, Dead: c.Dead}.WithControls(controls[c.Queue]))
 		delete(controls, c.Queue)
 	}
 	for name, s := range controls { // controlled, no job stored
 		if !s.IsZero() {
-			qs = append(qs, withControls(broker.QueueInfo{Name: name}, s))
+			qs = append(qs, broker.QueueInfo{Name: name}.WithControls(s))
 		}
 	}
 	sort.Slice(qs, func(i, k int) bool { return qs[i].Name < qs[k].Name })
 	return qs, nil
-}
-
-func withControls(qi broker.QueueInfo, s store.QueueSettings) broker.QueueInfo {
-	qi.Paused, qi.Concurrency, qi.Rate, qi.Burst = s.Paused, s.Concurrency, s.Rate, s.Burst
-	return qi
 }
 
 // ChangeQueue changes a queue's stored controls; the broker that opens
@@ -270,7 +265,7 @@ func (o *offline) ChangeQueue(queue string, c broker.QueueChange) (broker.QueueI
 	}); err != nil {
 		return broker.QueueInfo{}, err
 	}
-	return withControls(broker.QueueInfo{Name: queue}, s), nil
+	return broker.QueueInfo{Name: queue}.WithControls(s), nil
 }
 
 func (o *offline) Workers() ([]broker.WorkerInfo, error) { return nil, errNeedsBroker }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -9,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/store"
 )
@@ -110,4 +113,61 @@ func TestConfigQueueDefaults(t *testing.T) {
 			t.Errorf("%q: %v, want an error with %q", text, err, wantErr)
 		}
 	}
+}
+
+// emq tail prints a running broker's events as they happen, filtered;
+// --json prints them as the API sends them.
+func TestTail(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", func(o *broker.Options) {
+		fastBroker(o)
+		o.Admin = "127.0.0.1:0"
+	})
+	type result struct {
+		out, stderr string
+		err         error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, stderr, err := emq(t, "", "tail", "--queue", "q", "--count", "3", "--admin", b.AdminAddr())
+		done <- result{out, stderr, err}
+	}()
+	bt.Eventually(t, "tail listening", func() bool {
+		body := httpGet(t, "http://"+b.AdminAddr()+"/metrics")
+		return strings.Contains(body, "emq_event_listeners 1")
+	})
+	client := bt.Dial(t, b.Frontend(), "c")
+	client.Request("other", "", nil)
+	worker := bt.Worker(t, b.Backend(), "w", "q")
+	worker.Ready(1)
+	id := client.Request("q", "", nil)
+	bt.Expect[*emqp.Request](worker)
+	worker.Reply(id, nil)
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("emq tail: %v %s", r.err, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("emq tail --count 3 printed:\n%s", r.out)
+	}
+	for i, kind := range []string{"acked", "dispatched", "replied"} {
+		if f := strings.Fields(lines[i]); len(f) < 4 || f[1] != kind || f[2] != `queue="q"` || f[3] != `msgid="`+id+`"` {
+			t.Errorf("line %d: %q, want %s of %s", i, lines[i], kind, id)
+		}
+	}
+	if _, stderr, err := emq(t, "", "tail", "--data-dir", b.Dir); err == nil || !strings.Contains(stderr, "--admin") {
+		t.Errorf("tail offline: %v %q", err, stderr)
+	}
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
 }

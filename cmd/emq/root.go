@@ -15,7 +15,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newBrokerCmd(), newWorkerCmd(), newSendCmd(), newPubCmd(), newSubCmd(),
-		newStatsCmd(), newQueuesCmd(), newWorkersCmd(), newJobsCmd(), newDLQCmd(), newSchedulesCmd(),
+		newStatsCmd(), newQueuesCmd(), newTailCmd(), newWorkersCmd(), newJobsCmd(), newDLQCmd(), newSchedulesCmd(),
 		newMigrateCmd(), newCompactCmd(), newBenchCmd(), newVersionCmd())
 	return root
 }

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eventmq/emq/broker"
+)
+
+// newTailCmd follows a running broker's event stream (GET /api/v1/events).
+func newTailCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tail [--queue Q] [--msgid ID]",
+		Short: "Print a running broker's events as they happen: jobs, workers, queue controls",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := loadConfig(cmd.Flags(), "")
+			if err != nil {
+				return err
+			}
+			if c.str("data-dir") != "" {
+				return errNeedsBroker
+			}
+			count, err := c.integer("count")
+			if err != nil {
+				return err
+			}
+			q := url.Values{}
+			for _, k := range []string{"queue", "msgid"} {
+				if v := c.str(k); v != "" {
+					q.Set(k, v)
+				}
+			}
+			base := "http://" + c.str("admin")
+			req, err := http.NewRequestWithContext(cmd.Context(), "GET", base+"/api/v1/events?"+q.Encode(), nil)
+			if err != nil {
+				return err
+			}
+			if tok := c.str("admin-token"); tok != "" {
+				req.Header.Set("Authorization", "Bearer "+tok)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return fmt.Errorf("no broker answered at %s (%v); is it running?", base, errors.Unwrap(err))
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+				var e struct{ Error string }
+				if json.Unmarshal(answer, &e) != nil || e.Error == "" {
+					e.Error = strings.TrimSpace(string(answer))
+				}
+				return fmt.Errorf("the broker at %s refused: %s", base, e.Error)
+			}
+			return printEvents(cmd.OutOrStdout(), resp.Body, c.v.GetBool("json"), count)
+		},
+	}
+	adminFlags(cmd)
+	cmd.Flags().String("queue", "", "only the events of this queue")
+	cmd.Flags().String("msgid", "", "only the events of this job")
+	cmd.Flags().Int("count", 0, "stop after this many events (0 = follow until stopped)")
+	return cmd
+}
+
+// printEvents prints the events of an SSE stream, a line each, until it
+// ends, or after count (if not 0). A stream that ends with "dropped" is
+// an error.
+func printEvents(w io.Writer, stream io.Reader, asJSON bool, count int) error {
+	sc := bufio.NewScanner(stream)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	kind := ""
+	for n := 0; sc.Scan(); {
+		line := sc.Text()
+		if k, ok := strings.CutPrefix(line, "event: "); ok {
+			kind = k
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			continue
+		}
+		if kind == "dropped" {
+			return errors.New("the broker dropped this listener: it fell behind (event-buffer), or the broker stopped")
+		}
+		if asJSON {
+			fmt.Fprintln(w, data)
+		} else {
+			var e broker.Event
+			if err := json.Unmarshal([]byte(data), &e); err != nil {
+				return fmt.Errorf("event %q: %w", data, err)
+			}
+			fmt.Fprintln(w, eventLine(e))
+		}
+		if n++; count > 0 && n >= count {
+			return nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return errors.New("the event stream ended")
+}
+
+// eventLine is an event in one line: time, kind, then what it has.
+func eventLine(e broker.Event) string {
+	parts := []string{e.Time.Format(time.RFC3339Nano), e.Kind}
+	for _, kv := range [][2]string{{"queue", e.Queue}, {"msgid", e.MsgID}, {"worker", e.Worker}, {"reason", e.Reason}} {
+		if kv[1] != "" {
+			parts = append(parts, kv[0]+"="+fmt.Sprintf("%q", kv[1]))
+		}
+	}
+	if e.Attempt > 0 {
+		parts = append(parts, fmt.Sprintf("attempt=%d", e.Attempt))
+	}
+	if e.Controls != nil {
+		parts = append(parts, "controls="+controls(broker.QueueInfo{}.WithControls(*e.Controls)))
+	}
+	return strings.Join(parts, " ")
+}
