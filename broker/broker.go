@@ -511,7 +511,7 @@ func (b *Broker) handleWaiting() {
 // shutdown: refuse new jobs, say goodbye, let journal writes land, flush.
 func (b *Broker) shutdown() {
 	for len(b.listeners) > 0 { // their streams end
-		b.unlisten(b.listeners[0], false)
+		b.unlisten(b.listeners[0], ErrStopped)
 	}
 	b.log.Info("broker stopping", "journal_writes_in_progress", b.journaling, "in_flight", b.inFlight)
 	b.phase = closing

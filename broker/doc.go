@@ -131,6 +131,15 @@
 // in which one of its jobs is released. Other queues of the same worker
 // go on meanwhile.
 //
+// # Events
+//
+// The loop emits an Event at each step of a job's life, when a worker
+// joins or leaves, and when a queue's controls change (events.go). With
+// no listener that is one length check. A listener (Listen, GET
+// /api/v1/events, emq tail) has a buffer of EventBuffer events that the
+// loop appends to without blocking and its reader takes whole; one that
+// falls behind is dropped, never waited for, and counted.
+//
 // # Peers
 //
 // A peer is (endpoint, routing id), one entry in one table with its role;

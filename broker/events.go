@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/eventmq/emq/store"
@@ -14,9 +16,10 @@ import (
 // The event stream: what happens to jobs, workers and queues, as it
 // happens, for whoever listens (GET /api/v1/events, emq tail). The loop
 // emits; with no listener an emit costs one length check. Each listener
-// has a buffer of Options.EventBuffer events, filled without blocking:
-// one that falls that far behind is dropped (its channel closed), never
-// waited for.
+// has a buffer of at most Options.EventBuffer events that the loop
+// appends to and its reader takes whole, woken at most once per batch:
+// one that falls that far behind is dropped (ErrDropped), never waited
+// for.
 
 // Kinds of Event.
 const (
@@ -49,50 +52,97 @@ type Event struct {
 	Controls *store.QueueSettings `json:"controls,omitempty"`
 }
 
-// listener is one reader of the stream; the loop owns the list.
+// listener is one reader of the stream. The loop owns the list and
+// appends; the reader takes what came, all at once (Events.Next).
 type listener struct {
-	queue, msgid string // only these ("" = all)
-	ch           chan Event
+	queue, msgid string        // only these ("" = all)
+	wake         chan struct{} // something came (capacity 1)
+	mu           sync.Mutex
+	buf          []Event // at most Options.EventBuffer
+	spare        []Event // the reader's last batch, to reuse
+	end          error   // ErrDropped or ErrStopped: nothing more comes
 }
 
-// ErrTooManyListeners refuses a listener beyond Options.MaxEventListeners.
-var ErrTooManyListeners = errors.New("too many event listeners (max-event-listeners)")
+// Why a stream ends.
+var (
+	ErrTooManyListeners = errors.New("too many event listeners (max-event-listeners)")
+	ErrDropped          = errors.New("this event listener fell behind (event-buffer) and was dropped")
+)
+
+// Events is one listener's stream of events.
+type Events struct {
+	b *Broker
+	l *listener
+}
 
 // Listen adds a listener of the events of queue and msgid ("" = every
-// one). Its channel is closed when it falls Options.EventBuffer events
-// behind, or when the broker stops; stop ends it earlier.
-func (b *Broker) Listen(ctx context.Context, queue, msgid string) (events <-chan Event, stop func(), err error) {
-	l := &listener{queue: queue, msgid: msgid, ch: make(chan Event, b.opts.EventBuffer)}
+// one). It ends when it falls Options.EventBuffer events behind
+// (ErrDropped), when the broker stops (ErrStopped), or on Close.
+func (b *Broker) Listen(ctx context.Context, queue, msgid string) (*Events, error) {
+	l := &listener{queue: queue, msgid: msgid, wake: make(chan struct{}, 1)}
+	var full bool
 	if err := b.onLoop(ctx, func() {
-		if len(b.listeners) >= b.opts.MaxEventListeners {
-			err = ErrTooManyListeners
-			return
+		if full = len(b.listeners) >= b.opts.MaxEventListeners; !full {
+			b.listeners = append(b.listeners, l)
+			b.listenerCount.Store(int64(len(b.listeners)))
 		}
-		b.listeners = append(b.listeners, l)
-		b.listenerCount.Store(int64(len(b.listeners)))
 	}); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if err != nil {
-		return nil, nil, err
+	if full {
+		return nil, ErrTooManyListeners
 	}
-	return l.ch, func() { b.post(func() { b.unlisten(l, false) }) }, nil
+	return &Events{b, l}, nil
 }
 
-// unlisten removes l, if it is still listening, and closes its channel.
-func (b *Broker) unlisten(l *listener, dropped bool) {
-	for i, x := range b.listeners {
-		if x != l {
-			continue
+// Next returns the events that came since the last call, in order,
+// waiting for one if none has. The slice is valid until the next call.
+// After the last events it returns why the stream ended.
+func (s *Events) Next(ctx context.Context) ([]Event, error) {
+	l := s.l
+	for {
+		l.mu.Lock()
+		if len(l.buf) > 0 {
+			out := l.buf
+			l.buf, l.spare = l.spare[:0], out
+			l.mu.Unlock()
+			return out, nil
 		}
-		b.listeners = append(b.listeners[:i], b.listeners[i+1:]...)
-		b.listenerCount.Store(int64(len(b.listeners)))
-		close(l.ch)
-		if dropped {
-			b.stats.ListenersDropped.Add(1)
-			b.log.Warn("event listener dropped: it fell behind", "buffer", b.opts.EventBuffer, "queue", l.queue, "msgid", l.msgid)
+		end := l.end
+		l.mu.Unlock()
+		if end != nil {
+			return nil, end
 		}
+		select {
+		case <-l.wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Close ends the stream.
+func (s *Events) Close() { s.b.post(func() { s.b.unlisten(s.l, ErrStopped) }) }
+
+// unlisten removes l, if it is still listening, with the reason its
+// stream ends.
+func (b *Broker) unlisten(l *listener, why error) {
+	i := slices.Index(b.listeners, l)
+	if i < 0 {
 		return
+	}
+	b.listeners = slices.Delete(b.listeners, i, i+1)
+	b.listenerCount.Store(int64(len(b.listeners)))
+	l.mu.Lock()
+	l.end = why
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	if why == ErrDropped {
+		b.stats.ListenersDropped.Add(1)
+		b.log.Warn("event listener dropped: it fell behind", "buffer", b.opts.EventBuffer, "queue", l.queue, "msgid", l.msgid)
 	}
 }
 
@@ -107,11 +157,20 @@ func (b *Broker) emit(e Event) {
 		if l.queue != "" && l.queue != e.Queue || l.msgid != "" && l.msgid != e.MsgID {
 			continue
 		}
-		select {
-		case l.ch <- e:
-		default:
-			b.unlisten(l, true)
+		l.mu.Lock()
+		full := len(l.buf) >= b.opts.EventBuffer
+		if !full {
+			l.buf = append(l.buf, e)
+		}
+		l.mu.Unlock()
+		if full {
+			b.unlisten(l, ErrDropped)
 			i--
+			continue
+		}
+		select {
+		case l.wake <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -133,7 +192,7 @@ func (b *Broker) emitJob(kind string, j *job, reason string) {
 // last "event: dropped" if the broker dropped this listener. Each write
 // must be taken by the client within 10 s.
 func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
-	events, stop, err := b.Listen(r.Context(), r.URL.Query().Get("queue"), r.URL.Query().Get("msgid"))
+	events, err := b.Listen(r.Context(), r.URL.Query().Get("queue"), r.URL.Query().Get("msgid"))
 	if errors.Is(err, ErrTooManyListeners) {
 		writeJSON(w, http.StatusServiceUnavailable, apiError{err.Error()})
 		return
@@ -142,51 +201,44 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 		reply(w, nil, err)
 		return
 	}
-	defer stop()
+	defer events.Close()
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	send := func(text string) bool {
+	send := func(text []byte) bool {
 		rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if _, err := fmt.Fprint(w, text); err != nil {
+		if _, err := w.Write(text); err != nil {
 			return false
 		}
 		return rc.Flush() == nil
 	}
-	if !send(": events of queue " + fmt.Sprintf("%q", r.URL.Query().Get("queue")) + "\n\n") {
+	if !send([]byte(": listening\n\n")) {
 		return
 	}
-	quiet := time.NewTicker(15 * time.Second)
-	defer quiet.Stop()
+	var text []byte
 	for {
-		select {
-		case e, ok := <-events:
-			if !ok {
-				send("event: dropped\ndata: {\"reason\": \"this listener fell behind, or the broker stopped\"}\n\n")
-				return
-			}
-			var text []byte
-			for more := true; more; { // what is waiting goes in one write
+		ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+		batch, err := events.Next(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			text = text[:0]
+			for _, e := range batch { // what came goes in one write
 				js, _ := json.Marshal(e)
 				text = fmt.Appendf(text, "event: %s\ndata: %s\n\n", e.Kind, js)
-				select {
-				case e, more = <-events:
-				default:
-					more = false
-				}
 			}
-			if !send(string(text)) {
-				return
-			}
-		case <-quiet.C:
-			if !send(": quiet\n\n") {
-				return
-			}
-		case <-r.Context().Done():
+		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+			text = append(text[:0], ": quiet\n\n"...)
+		case errors.Is(err, ErrDropped), errors.Is(err, ErrStopped):
+			js, _ := json.Marshal(map[string]string{"reason": err.Error()})
+			send(fmt.Appendf(nil, "event: dropped\ndata: %s\n\n", js))
 			return
-		case <-b.stopped:
+		default: // the client went away
+			return
+		}
+		if !send(text) {
 			return
 		}
 	}

@@ -127,11 +127,11 @@ func TestStuckListenerIsDropped(t *testing.T) {
 		o.MaxEventListeners = 1
 	})
 	ctx := context.Background()
-	stuck, _, err := b.Listen(ctx, "", "")
+	stuck, err := b.Listen(ctx, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.Listen(ctx, "", ""); err != broker.ErrTooManyListeners {
+	if _, err := b.Listen(ctx, "", ""); err != broker.ErrTooManyListeners {
 		t.Fatalf("a second listener past max-event-listeners: %v", err)
 	}
 	client := bt.Dial(t, b.Frontend(), "c")
@@ -144,16 +144,19 @@ func TestStuckListenerIsDropped(t *testing.T) {
 		worker.Ready(1)
 	}
 	bt.Eventually(t, "every job replied", func() bool { return b.Stats().Replied.Load() == 10 })
-	n := 0
-	for range stuck {
-		n++
+	got, err := stuck.Next(ctx)
+	if len(got) != 8 || err != nil {
+		t.Fatalf("the stuck listener's buffer: %d events, %v; want 8", len(got), err)
 	}
-	if n != 8 || b.Stats().ListenersDropped.Load() != 1 {
-		t.Fatalf("the stuck listener got %d events before its channel closed, dropped %d; want 8 and 1", n, b.Stats().ListenersDropped.Load())
+	if _, err := stuck.Next(ctx); err != broker.ErrDropped || b.Stats().ListenersDropped.Load() != 1 {
+		t.Fatalf("then: %v, dropped %d; want ErrDropped, 1", err, b.Stats().ListenersDropped.Load())
 	}
-	if _, stop, err := b.Listen(ctx, "", ""); err != nil { // its place is free again
+	again, err := b.Listen(ctx, "", "") // its place is free again
+	if err != nil {
 		t.Fatal(err)
-	} else {
-		stop()
+	}
+	again.Close()
+	if _, err := again.Next(ctx); err != broker.ErrStopped {
+		t.Fatalf("a closed stream: %v", err)
 	}
 }

@@ -42,6 +42,8 @@ start).`,
 	f.String("max-frame-size", mib(d.MaxFrameSize), "largest frame accepted (bytes, KiB, MiB, GiB)")
 	f.String("max-job-size", mib(int64(d.MaxJobSize)), "largest job stored: payload, headers and ids (bytes, KiB, MiB, GiB)")
 	f.Int("max-pending", d.MaxPending, "jobs per queue beyond which REQUESTs get ERROR queue_full (0 = no limit)")
+	f.Int("event-buffer", d.EventBuffer, "events a listener of /api/v1/events may fall behind before it is dropped")
+	f.Int("max-event-listeners", d.MaxEventListeners, "listeners of /api/v1/events at once")
 	f.String("payload-cache", mib(d.PayloadCache), "payloads held in memory for their dispatch; the others are read from the journal (bytes, KiB, MiB, GiB)")
 	f.String("max-receive-buffer", mib(d.MaxReceiveBuffer), "received messages held at once, all connections together (default: an eighth of the memory: the machine's, the container's limit or GOMEMLIMIT, the least)")
 	f.String("max-send-buffer", mib(d.MaxSendBuffer), "bytes queued for sending: payloads are read only below it; one connection over it is dropped")
@@ -149,7 +151,7 @@ func brokerOptions(c *config) (broker.Options, error) {
 		return o, err
 	}
 	for key, dst := range map[string]*int{"subscriber-hwm": &o.SubscriberHWM, "max-subscribers": &o.MaxSubscribers,
-		"last-value-topics": &o.LastValueTopics} {
+		"last-value-topics": &o.LastValueTopics, "event-buffer": &o.EventBuffer, "max-event-listeners": &o.MaxEventListeners} {
 		if *dst, err = c.integer(key); err != nil {
 			return o, err
 		}

@@ -81,6 +81,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{args: []string{"--publisher-incoming", "127.0.0.1:1"}, want: "publisher-incoming"},
 		{args: []string{"--publisher-outgoing", ""}, want: "publisher-outgoing is empty"},
 		{env: [2]string{"EMQ_SUBSCRIBER_HWM", "0"}, want: "subscriber-hwm"},
+		{env: [2]string{"EMQ_EVENT_BUFFER", "0"}, want: "event-buffer"},
+		{env: [2]string{"EMQ_MAX_EVENT_LISTENERS", "many"}, want: "max-event-listeners"},
 		{env: [2]string{"EMQ_PUBLISHER_BUFFER", "lots"}, want: "publisher-buffer"},
 		{args: []string{"--publisher-outgoing", "tcp://127.0.0.1:47290"}, want: "frontend and publisher-outgoing are the same endpoint"},
 	}
