@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -91,33 +92,43 @@ func (o *online) send(method, path string, in, out any) error {
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	resp, err := o.do(o.http, req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(resp.Body)
+	if err != nil || out == nil {
+		return err
+	}
+	return json.Unmarshal(answer, out)
+}
+
+// do sends req with the token and the admin header through client, and
+// turns a refusal into an error with the API's own words. A 200's body
+// is the caller's to read and close.
+func (o *online) do(client *http.Client, req *http.Request) (*http.Response, error) {
 	if o.token != "" {
 		req.Header.Set("Authorization", "Bearer "+o.token)
 	}
 	req.Header.Set(broker.AdminHeader, "emq") // a program, not another site's page
-	resp, err := o.http.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("no broker answered at %s (%v); is it running? For the journal of a stopped broker use --data-dir DIR", o.base, errors.Unwrap(err))
+		return nil, fmt.Errorf("no broker answered at %s (%v); is it running? For the journal of a stopped broker use --data-dir DIR", o.base, errors.Unwrap(err))
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, nil
 	}
 	defer resp.Body.Close()
-	answer, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var e struct{ Error string }
+	if json.Unmarshal(answer, &e) != nil || e.Error == "" {
+		e.Error = strings.TrimSpace(string(answer))
 	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct{ Error string }
-		if json.Unmarshal(answer, &e) != nil || e.Error == "" {
-			e.Error = string(answer)
-		}
-		if resp.StatusCode == http.StatusUnauthorized {
-			return fmt.Errorf("the broker at %s refused the admin token: %s", o.base, e.Error)
-		}
-		return fmt.Errorf("%s", e.Error)
+	if resp.StatusCode == http.StatusUnauthorized {
+		return nil, fmt.Errorf("the broker at %s refused the admin token: %s", o.base, e.Error)
 	}
-	if out == nil {
-		return nil
-	}
-	return json.Unmarshal(answer, out)
+	return nil, errors.New(e.Error)
 }
 
 func (o *online) Stats() (*broker.StatsInfo, []broker.QueueInfo, error) {

@@ -23,11 +23,13 @@ func newTailCmd() *cobra.Command {
 		Short: "Print a running broker's events as they happen: jobs, workers, queue controls",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := loadConfig(cmd.Flags(), "")
+			a, c, err := openAdmin(cmd)
 			if err != nil {
 				return err
 			}
-			if c.str("data-dir") != "" {
+			defer a.Close()
+			o, ok := a.(*online)
+			if !ok {
 				return errNeedsBroker
 			}
 			count, err := c.integer("count")
@@ -40,27 +42,15 @@ func newTailCmd() *cobra.Command {
 					q.Set(k, v)
 				}
 			}
-			base := "http://" + c.str("admin")
-			req, err := http.NewRequestWithContext(cmd.Context(), "GET", base+"/api/v1/events?"+q.Encode(), nil)
+			req, err := http.NewRequestWithContext(cmd.Context(), "GET", o.base+"/api/v1/events?"+q.Encode(), nil)
 			if err != nil {
 				return err
 			}
-			if tok := c.str("admin-token"); tok != "" {
-				req.Header.Set("Authorization", "Bearer "+tok)
-			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := o.do(&http.Client{}, req) // no timeout: it follows
 			if err != nil {
-				return fmt.Errorf("no broker answered at %s (%v); is it running?", base, errors.Unwrap(err))
+				return err
 			}
 			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-				var e struct{ Error string }
-				if json.Unmarshal(answer, &e) != nil || e.Error == "" {
-					e.Error = strings.TrimSpace(string(answer))
-				}
-				return fmt.Errorf("the broker at %s refused: %s", base, e.Error)
-			}
 			return printEvents(cmd.OutOrStdout(), resp.Body, c.v.GetBool("json"), count)
 		},
 	}
