@@ -65,7 +65,10 @@ func (b *Broker) ChangeQueue(ctx context.Context, name string, c QueueChange) (s
 		if !ok {
 			next = b.controls[name]
 		}
-		next = c.Apply(next)
+		if next = c.Apply(next); next.Validate() != nil {
+			result <- outcome{err: next.Validate()}
+			return
+		}
 		b.controlsNext[name] = next
 		b.controlWrites[name]++
 		b.journal.PutQueueSettings(name, next, func(err error) {
