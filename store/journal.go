@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/eventmq/emq/migrations"
@@ -134,6 +135,42 @@ type ListOptions struct {
 	State State  // 0 = pending, then dead
 	After string // the Next of the previous page; "" = from the start
 	Limit int    // jobs per page; 0 = 100
+
+	// Filters: a job is listed when it matches every one that is set.
+	MsgIDPrefix    string    // its msgid starts with this
+	Header         string    // an item of its headers: "key" (any value) or "key:value"
+	Error          string    // its last error contains this
+	EnqueuedBefore time.Time // stored before this
+	EnqueuedAfter  time.Time // stored after this
+
+	// MaxScan bounds how many jobs one call looks at (0 = 100,000), so
+	// that a filter matching few of many jobs answers in bounded time: the
+	// page may then hold fewer than Limit jobs, with Next set to go on.
+	MaxScan int
+}
+
+// filtered reports whether o has any filter set.
+func (o ListOptions) filtered() bool {
+	return o.MsgIDPrefix != "" || o.Header != "" || o.Error != "" || !o.EnqueuedBefore.IsZero() || !o.EnqueuedAfter.IsZero()
+}
+
+// Matches reports whether j passes o's filters (not Queue and State).
+func (o ListOptions) Matches(j *Job) bool {
+	switch {
+	case !strings.HasPrefix(j.MsgID, o.MsgIDPrefix),
+		o.Error != "" && !strings.Contains(j.LastError, o.Error),
+		!o.EnqueuedBefore.IsZero() && !j.Enqueued.Before(o.EnqueuedBefore),
+		!o.EnqueuedAfter.IsZero() && !j.Enqueued.After(o.EnqueuedAfter):
+		return false
+	case o.Header == "":
+		return true
+	}
+	for item := range strings.SplitSeq(j.Headers, ",") {
+		if item == o.Header || !strings.Contains(o.Header, ":") && strings.HasPrefix(item, o.Header+":") {
+			return true
+		}
+	}
+	return false
 }
 
 // Page is one page of a listing.

@@ -110,6 +110,9 @@ func (b *Bolt) List(opts ListOptions) (Page, error) {
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
+	if opts.MaxScan <= 0 {
+		opts.MaxScan = 100_000
+	}
 	states := []State{Pending, Dead}
 	switch opts.State {
 	case 0:
@@ -137,6 +140,9 @@ func (b *Bolt) List(opts ListOptions) (Page, error) {
 		prefix = queuePrefix(opts.Queue)
 	}
 	var page Page
+	scanned := 0
+	var k0 []byte // the last key looked at,
+	var k0s State // in this state's index
 	err := b.view(func(tx *bolt.Tx) error {
 		jobs := tx.Bucket(migrations.Jobs)
 		for i, s := range states {
@@ -162,6 +168,24 @@ func (b *Bolt) List(opts ListOptions) (Page, error) {
 				if len(page.Jobs) == opts.Limit { // there is more: this page ends here
 					page.Next = cursor(page.Jobs[len(page.Jobs)-1])
 					return nil
+				}
+				if scanned == opts.MaxScan { // looked at enough: go on from the last one
+					page.Next = k0s.String() + ":" + hex.EncodeToString(k0)
+					return nil
+				}
+				scanned++
+				k0, k0s = append(k0[:0], k...), s
+				if !bytes.HasPrefix(id, []byte(opts.MsgIDPrefix)) {
+					continue
+				}
+				if opts.filtered() {
+					j, err := b.indexed(jobs, k, id, false)
+					if err != nil {
+						return err
+					}
+					if !opts.Matches(j) {
+						continue
+					}
 				}
 				j, err := b.indexed(jobs, k, id, true)
 				if err != nil {

@@ -3,6 +3,7 @@ package storetest
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,5 +178,99 @@ func countsPerQueueAndState(t *testing.T, f *fixture) {
 	f.reopen()
 	if got := f.counts(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("counts after a reopen %v; want %v", got, want)
+	}
+}
+
+// Filters keep the jobs that match every one set, in listing order, with
+// paging; MaxScan ends a page early with a cursor that goes on, and the
+// pages together still give every match once.
+func listFilters(t *testing.T, f *fixture) {
+	base := time.Unix(1800000000, 0)
+	var all []*store.Job
+	for i := range 60 {
+		j := job(fmt.Sprintf("id-%02d", i), []string{"mail", "reports"}[i%2])
+		j.Headers = []string{"timeout:5", "timeout:5,tenant:acme", "tenant:zeta,retry-count:2"}[i%3]
+		j.Enqueued = base.Add(time.Duration(i) * time.Minute)
+		all = append(all, j)
+	}
+	f.append(all...)
+	for i := 0; i < 60; i += 4 { // every fourth dead, with an error that says which
+		reason := "smtp: 550 mailbox unavailable"
+		if i%8 == 0 {
+			reason = "timed out after 5s"
+		}
+		f.bury(all[i].MsgID, reason)
+	}
+	ids := func(jobs []*store.Job) string {
+		var s []string
+		for _, j := range jobs {
+			s = append(s, j.MsgID)
+		}
+		return strings.Join(s, " ")
+	}
+	want := func(keep func(i int, j *store.Job) bool, state store.State) string {
+		var out []*store.Job
+		for _, s := range []store.State{store.Pending, store.Dead} { // listing order: pending, then dead
+			if state != 0 && s != state {
+				continue
+			}
+			for i, j := range all {
+				dead := i%4 == 0
+				if (s == store.Dead) == dead && keep(i, j) {
+					out = append(out, j)
+				}
+			}
+		}
+		return ids(out)
+	}
+	// Listing order is per queue: "mail" jobs come before "reports" ones.
+	byQueue := func(s string) string {
+		var mail, reports []string
+		for _, id := range strings.Fields(s) {
+			var n int
+			fmt.Sscanf(id, "id-%d", &n)
+			if n%2 == 0 {
+				mail = append(mail, id)
+			} else {
+				reports = append(reports, id)
+			}
+		}
+		return strings.Join(append(mail, reports...), " ")
+	}
+	for _, c := range []struct {
+		name string
+		opts store.ListOptions
+		keep func(i int, j *store.Job) bool
+	}{
+		{"error text", store.ListOptions{State: store.Dead, Error: "550"}, func(i int, _ *store.Job) bool { return i%8 != 0 }},
+		{"header key", store.ListOptions{Header: "tenant"}, func(i int, _ *store.Job) bool { return i%3 != 0 }},
+		{"header item", store.ListOptions{Header: "tenant:acme"}, func(i int, _ *store.Job) bool { return i%3 == 1 }},
+		{"header value is not a key", store.ListOptions{Header: "acme"}, func(int, *store.Job) bool { return false }},
+		{"header key is whole", store.ListOptions{Header: "time"}, func(int, *store.Job) bool { return false }},
+		{"msgid prefix", store.ListOptions{MsgIDPrefix: "id-1"}, func(i int, _ *store.Job) bool { return i >= 10 && i < 20 }},
+		{"age", store.ListOptions{EnqueuedAfter: base.Add(9 * time.Minute), EnqueuedBefore: base.Add(30 * time.Minute)},
+			func(i int, _ *store.Job) bool { return i > 9 && i < 30 }},
+		{"all together, small pages, small scans", store.ListOptions{Header: "tenant", EnqueuedBefore: base.Add(40 * time.Minute), Limit: 3, MaxScan: 7},
+			func(i int, _ *store.Job) bool { return i%3 != 0 && i < 40 }},
+	} {
+		var state store.State
+		state = c.opts.State
+		got := ids(f.list(c.opts))
+		var exp string
+		if state == 0 {
+			pending := byQueue(want(c.keep, store.Pending))
+			dead := byQueue(want(c.keep, store.Dead))
+			exp = strings.TrimSpace(pending + " " + dead)
+		} else {
+			exp = byQueue(want(c.keep, state))
+		}
+		if got != exp {
+			t.Errorf("%s: listed\n  %s\nwant\n  %s", c.name, got, exp)
+		}
+	}
+	// A scan budget smaller than the run of non-matching jobs still ends.
+	p, err := f.j.List(store.ListOptions{MsgIDPrefix: "nothing", MaxScan: 5})
+	if err != nil || len(p.Jobs) != 0 || p.Next == "" {
+		t.Fatalf("a page cut by MaxScan: %d jobs, next %q, %v", len(p.Jobs), p.Next, err)
 	}
 }

@@ -60,6 +60,7 @@ var checks = []check{
 	{name: "ListLimitZeroMeans100", run: listLimitZero},
 	{name: "ListRefusesCursorsItDidNotGive", run: listRefusesForeignCursors},
 	{name: "CountsPerQueueAndState", run: countsPerQueueAndState},
+	{name: "ListFiltersWithPagesAndScanBudget", run: listFilters},
 
 	{name: "WritesApplyInTheOrderTheyWereMade", run: writesApplyInOrder},
 	{name: "CloseFinishesQueuedWrites", run: closeFinishesQueuedWrites},
