@@ -294,6 +294,7 @@ func (b *Broker) adminHandler() http.Handler {
 		reply(w, map[string]int{"removed": n}, err)
 	})
 	b.controlRoutes(mux)
+	b.bulkRoutes(mux)
 	mux.HandleFunc("GET /api/v1/events", b.serveEvents)
 	b.scheduleRoutes(mux)
 	mux.HandleFunc("POST /api/v1/compact", func(w http.ResponseWriter, _ *http.Request) {
@@ -361,46 +362,42 @@ func pageLimit(w http.ResponseWriter, q url.Values) (int, bool) {
 
 // listJobs pages through stored jobs; state inflight lists the held ones.
 func (b *Broker) listJobs(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	limit, ok := pageLimit(w, q)
-	if !ok {
-		return
-	}
-	held, err := b.InFlight(r.Context(), q.Get("queue"))
+	f, err := ParseJobFilter(r.URL.Query())
 	if err != nil {
 		reply(w, nil, err)
 		return
 	}
-	state := q.Get("state")
+	held, err := b.InFlight(r.Context(), f.Queue)
+	if err != nil {
+		reply(w, nil, err)
+		return
+	}
+	opts := f.ListOptions(time.Now())
+	if opts.Limit == 0 {
+		opts.Limit = 100
+	}
 	var page JobPage
-	switch state {
-	case "inflight":
+	if f.State == "inflight" {
 		for id, worker := range held {
-			if len(page.Jobs) == limit {
+			if len(page.Jobs) == opts.Limit {
 				break
 			}
-			if j, err := b.journal.Get(id); err == nil {
+			if j, err := b.journal.Get(id); err == nil && opts.Matches(j) {
 				page.Jobs = append(page.Jobs, NewJobInfo(j, worker, false))
 			}
 		}
-	case "", "pending", "dead":
-		opts := store.ListOptions{Queue: q.Get("queue"), After: q.Get("after"), Limit: limit}
-		if state != "" {
-			opts.State, _ = store.ParseState(state)
-		}
-		p, err := b.journal.List(opts)
-		if err != nil {
-			reply(w, nil, err)
-			return
-		}
-		for _, j := range p.Jobs {
-			page.Jobs = append(page.Jobs, NewJobInfo(j, held[j.MsgID], false))
-		}
-		page.Next = p.Next
-	default:
-		writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("state %q: want pending, inflight or dead", state)})
+		writeJSON(w, http.StatusOK, page)
 		return
 	}
+	p, err := b.journal.List(opts)
+	if err != nil {
+		reply(w, nil, err)
+		return
+	}
+	for _, j := range p.Jobs {
+		page.Jobs = append(page.Jobs, NewJobInfo(j, held[j.MsgID], false))
+	}
+	page.Next = p.Next
 	writeJSON(w, http.StatusOK, page)
 }
 

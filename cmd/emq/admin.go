@@ -28,7 +28,8 @@ type admin interface {
 	Stats() (*broker.StatsInfo, []broker.QueueInfo, error) // counters are nil offline
 	Queues() ([]broker.QueueInfo, error)
 	Workers() ([]broker.WorkerInfo, error)
-	Jobs(queue, state, after string, limit int) (broker.JobPage, error)
+	Jobs(f broker.JobFilter) (broker.JobPage, error)
+	BulkDead(f broker.JobFilter, remove, confirmed bool) (broker.BulkResult, error)
 	Job(msgid string, payload bool) (broker.JobInfo, error)
 	Remove(msgid string) error
 	Retry(msgid string) error
@@ -148,9 +149,19 @@ func (o *online) Workers() (ws []broker.WorkerInfo, err error) {
 	return ws, o.call("GET", "/api/v1/workers", &ws)
 }
 
-func (o *online) Jobs(queue, state, after string, limit int) (p broker.JobPage, err error) {
-	q := url.Values{"queue": {queue}, "state": {state}, "after": {after}, "limit": {strconv.Itoa(limit)}}
-	return p, o.call("GET", "/api/v1/jobs?"+q.Encode(), &p)
+func (o *online) Jobs(f broker.JobFilter) (p broker.JobPage, err error) {
+	return p, o.call("GET", "/api/v1/jobs?"+f.Query().Encode(), &p)
+}
+
+func (o *online) BulkDead(f broker.JobFilter, remove, confirmed bool) (r broker.BulkResult, err error) {
+	action, q := "retry", f.Query()
+	if remove {
+		action = "remove"
+	}
+	if confirmed {
+		q.Set("confirm", "yes")
+	}
+	return r, o.call("POST", "/api/v1/dead/"+action+"?"+q.Encode(), &r)
 }
 
 func (o *online) Job(msgid string, payload bool) (j broker.JobInfo, err error) {
@@ -281,20 +292,11 @@ func (o *offline) ChangeQueue(queue string, c broker.QueueChange) (broker.QueueI
 
 func (o *offline) Workers() ([]broker.WorkerInfo, error) { return nil, errNeedsBroker }
 
-func (o *offline) Jobs(queue, state, after string, limit int) (broker.JobPage, error) {
-	opts := store.ListOptions{Queue: queue, After: after, Limit: limit}
-	switch state {
-	case "":
-	case "inflight":
+func (o *offline) Jobs(f broker.JobFilter) (broker.JobPage, error) {
+	if f.State == "inflight" {
 		return broker.JobPage{}, errNeedsBroker
-	default:
-		s, err := store.ParseState(state)
-		if err != nil {
-			return broker.JobPage{}, err
-		}
-		opts.State = s
 	}
-	p, err := o.j.List(opts)
+	p, err := o.j.List(f.ListOptions(time.Now()))
 	if err != nil {
 		return broker.JobPage{}, err
 	}
@@ -303,6 +305,41 @@ func (o *offline) Jobs(queue, state, after string, limit int) (broker.JobPage, e
 		page.Jobs = append(page.Jobs, broker.NewJobInfo(j, "", false))
 	}
 	return page, nil
+}
+
+// BulkDead retries or removes the matching dead jobs in the journal, a
+// page at a time, each page's writes queued at once.
+func (o *offline) BulkDead(f broker.JobFilter, remove, confirmed bool) (broker.BulkResult, error) {
+	opts := f.ListOptions(time.Now())
+	opts.State, opts.Limit, opts.After = store.Dead, 1000, ""
+	res := broker.BulkResult{DryRun: !confirmed}
+	for {
+		p, err := o.j.List(opts)
+		if err != nil {
+			return res, err
+		}
+		res.Matched += len(p.Jobs)
+		if confirmed {
+			errs := make(chan error, len(p.Jobs))
+			for _, j := range p.Jobs {
+				if remove {
+					o.j.Remove(j.MsgID, func(_ bool, err error) { errs <- err })
+				} else {
+					o.j.Revive(j.MsgID, func(_ *store.Job, err error) { errs <- err })
+				}
+			}
+			for range p.Jobs {
+				if err := <-errs; err != nil {
+					return res, err
+				}
+				res.Done++
+			}
+		}
+		if p.Next == "" {
+			return res, nil
+		}
+		opts.After = p.Next
+	}
 }
 
 func (o *offline) Job(msgid string, payload bool) (broker.JobInfo, error) {

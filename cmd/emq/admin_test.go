@@ -153,7 +153,12 @@ func TestAdminCLIOffline(t *testing.T) {
 	if _, stderr, err := emq(t, "", append([]string{"workers"}, off...)...); err == nil || !strings.Contains(stderr, "running broker") {
 		t.Fatalf("offline workers: %v %s", err, stderr)
 	}
-	mustEmq(t, append([]string{"dlq", "retry", "--all"}, off...)...)
+	if out := mustEmq(t, append([]string{"dlq", "retry", "--all"}, off...)...); out != "1 dead jobs match; add --yes to retry them\n" {
+		t.Fatalf("dlq retry --all without --yes: %q", out)
+	}
+	if out := mustEmq(t, append([]string{"dlq", "retry", "--all", "--yes"}, off...)...); out != "retried 1 of 1 matching dead jobs\n" {
+		t.Fatalf("dlq retry --all --yes: %q", out)
+	}
 	mustEmq(t, append([]string{"jobs", "rm", pending}, off...)...)
 	if _, stderr, err := emq(t, "", append([]string{"jobs", "rm", pending}, off...)...); err == nil || !strings.Contains(stderr, "no such job") {
 		t.Fatalf("rm twice: %v %s", err, stderr)

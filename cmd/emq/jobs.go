@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 	"time"
 
@@ -43,62 +44,101 @@ func newJobsCmd() *cobra.Command {
 func newDLQCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "dlq", Short: "The dead letters: jobs out of attempts"}
 	adminFlags(cmd)
-	retry := adminCmd("retry MSGID|--all", "Put dead jobs back in their queues", cobra.MaximumNArgs(1),
-		func(cmd *cobra.Command, a admin, c *config, args []string) error {
-			all := c.v.GetBool("all")
-			if all == (len(args) == 1) {
-				return errors.New("name one MSGID, or --all")
-			}
-			ids := args
-			if all {
-				var err error
-				if ids, err = allJobs(a, c.str("queue"), "dead"); err != nil {
-					return err
-				}
-			}
-			for _, id := range ids {
-				if err := a.Retry(id); err != nil {
-					return err // the journal's error names the msgid
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), "retried", id)
-			}
-			return nil
-		})
-	retry.Flags().Bool("all", false, "retry every dead job (of --queue, if given)")
-	retry.Flags().String("queue", "", "with --all: only this queue")
-	cmd.AddCommand(listCmd("ls", "List dead jobs", "dead"), retry, removeCmd())
+	cmd.AddCommand(listCmd("ls", "List dead jobs", "dead"), bulkCmd(false), bulkCmd(true))
 	return cmd
 }
 
-// allJobs pages through every job of queue in state.
-func allJobs(a admin, queue, state string) ([]string, error) {
-	var ids []string
-	after := ""
-	for {
-		p, err := a.Jobs(queue, state, after, 1000)
-		if err != nil {
-			return nil, err
-		}
-		for _, j := range p.Jobs {
-			ids = append(ids, j.MsgID)
-		}
-		if after = p.Next; after == "" {
-			return ids, nil
+// bulkCmd is dlq retry or dlq rm: one MSGID, or every dead job that
+// --all or the filter flags match, which it counts and acts on with --yes.
+func bulkCmd(remove bool) *cobra.Command {
+	use, short, did, verb := "retry MSGID | --all | FILTERS", "Put dead jobs back in their queues", "retried", "retry"
+	if remove {
+		use, short, did, verb = "rm MSGID | --all | FILTERS", "Delete dead jobs", "removed", "remove"
+	}
+	cmd := adminCmd(use, short, cobra.MaximumNArgs(1),
+		func(cmd *cobra.Command, a admin, c *config, args []string) error {
+			f, err := filterFlags(c)
+			if err != nil {
+				return err
+			}
+			f.State = "dead"
+			bulk := c.v.GetBool("all") || f != (broker.JobFilter{State: "dead"})
+			if bulk == (len(args) == 1) {
+				return errors.New("name one MSGID, or --all, or filters (--queue, --error, --header, --msgid-prefix, --older-than, --newer-than)")
+			}
+			out := cmd.OutOrStdout()
+			if !bulk {
+				if remove {
+					err = a.Remove(args[0])
+				} else {
+					err = a.Retry(args[0])
+				}
+				if err == nil {
+					fmt.Fprintln(out, did, args[0])
+				}
+				return err
+			}
+			yes := c.v.GetBool("yes")
+			res, err := a.BulkDead(f, remove, yes)
+			if err != nil {
+				return fmt.Errorf("%s %d of %d matching dead jobs, then: %w", did, res.Done, res.Matched, err)
+			}
+			if !yes {
+				fmt.Fprintf(out, "%d dead jobs match; add --yes to %s them\n", res.Matched, verb)
+				return nil
+			}
+			fmt.Fprintf(out, "%s %d of %d matching dead jobs\n", did, res.Done, res.Matched)
+			return nil
+		})
+	f := cmd.Flags()
+	f.Bool("all", false, "every dead job (of --queue, if given)")
+	f.Bool("yes", false, "act on what matches (without it: count only)")
+	addFilterFlags(cmd)
+	return cmd
+}
+
+// addFilterFlags adds a listing's filters.
+func addFilterFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.String("queue", "", "only this queue")
+	f.String("msgid-prefix", "", "only msgids that start with this")
+	f.String("header", "", `only jobs with this header item: "key" or "key:value"`)
+	f.String("error", "", "only jobs whose last error contains this")
+	f.String("older-than", "", "only jobs stored at least this long ago (90s, 2h)")
+	f.String("newer-than", "", "only jobs stored at most this long ago")
+}
+
+// filterFlags reads the filter flags, through the API's own parser.
+func filterFlags(c *config) (broker.JobFilter, error) {
+	q := url.Values{}
+	for flag, param := range map[string]string{"queue": "queue", "msgid-prefix": "msgid_prefix", "header": "header",
+		"error": "error", "older-than": "older_than", "newer-than": "newer_than"} {
+		if v := c.str(flag); v != "" {
+			q.Set(param, v)
 		}
 	}
+	f, err := broker.ParseJobFilter(q)
+	if err != nil {
+		return f, fmt.Errorf("%s (flags --older-than, --newer-than)", err)
+	}
+	return f, nil
 }
 
 func listCmd(use, short, state string) *cobra.Command {
 	cmd := adminCmd(use, short, cobra.NoArgs, func(cmd *cobra.Command, a admin, c *config, _ []string) error {
-		st := state
-		if st == "" {
-			st = c.str("state")
-		}
-		limit, err := c.integer("limit")
+		f, err := filterFlags(c)
 		if err != nil {
 			return err
 		}
-		p, err := a.Jobs(c.str("queue"), st, c.str("after"), limit)
+		f.State = state
+		if f.State == "" {
+			f.State = c.str("state")
+		}
+		if f.Limit, err = c.integer("limit"); err != nil {
+			return err
+		}
+		f.After = c.str("after")
+		p, err := a.Jobs(f)
 		if err != nil {
 			return err
 		}
@@ -114,7 +154,7 @@ func listCmd(use, short, state string) *cobra.Command {
 		})
 	})
 	f := cmd.Flags()
-	f.String("queue", "", "only this queue")
+	addFilterFlags(cmd)
 	if state == "" {
 		f.String("state", "", "pending, inflight or dead (default: all)")
 	}

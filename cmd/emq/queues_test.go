@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -170,4 +171,93 @@ func httpGet(t *testing.T, url string) string {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return string(body)
+}
+
+// Searching on the server: emq jobs ls and emq dlq take filters; a bulk
+// retry or rm counts what matches and acts only with --yes, online and
+// offline.
+func TestSearchAndBulkCLI(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", func(o *broker.Options) {
+		fastBroker(o)
+		o.Admin = "127.0.0.1:0"
+	})
+	client := bt.Dial(t, b.Frontend(), "c")
+	worker := bt.Worker(t, b.Backend(), "w", "q")
+	var smtp, timeout []string
+	for i := range 12 {
+		h := "retry-count:0"
+		if i%2 == 0 {
+			h += ",tenant:acme"
+		}
+		id := client.Request("q", h, nil)
+		worker.Ready(1)
+		bt.Expect[*emqp.Request](worker)
+		reason := "smtp: 550 mailbox unavailable"
+		if i%3 == 0 {
+			reason, timeout = "dns lookup failed", append(timeout, id)
+		} else {
+			smtp = append(smtp, id)
+		}
+		worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: id, Reason: reason})
+	}
+	bt.Eventually(t, "all dead", func() bool { return b.Stats().DeadLettered.Load() == 12 })
+	on := []string{"--admin", b.AdminAddr()}
+	list := func(args ...string) broker.JobPage {
+		t.Helper()
+		var p broker.JobPage
+		if err := json.Unmarshal([]byte(mustEmq(t, append(append([]string{"jobs", "ls", "--json"}, args...), on...)...)), &p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if p := list("--state", "dead", "--error", "550"); len(p.Jobs) != len(smtp) {
+		t.Fatalf("--error 550: %d jobs, want %d", len(p.Jobs), len(smtp))
+	}
+	if p := list("--header", "tenant:acme", "--error", "dns"); len(p.Jobs) != 2 { // i = 0, 6
+		t.Fatalf("--header tenant:acme --error dns: %+v", p.Jobs)
+	}
+	if p := list("--newer-than", "1h", "--msgid-prefix", smtp[0]); len(p.Jobs) != 1 || p.Jobs[0].MsgID != smtp[0] {
+		t.Fatalf("--msgid-prefix: %+v", p.Jobs)
+	}
+	if p := list("--older-than", "1h"); len(p.Jobs) != 0 {
+		t.Fatalf("--older-than 1h: %+v", p.Jobs)
+	}
+	if _, stderr, err := emq(t, "", append([]string{"jobs", "ls", "--older-than", "soon"}, on...)...); err == nil || !strings.Contains(stderr, "older_than") {
+		t.Errorf("a bad age: %v %q", err, stderr)
+	}
+
+	dlq := func(args ...string) string {
+		t.Helper()
+		return mustEmq(t, append(append([]string{"dlq"}, args...), on...)...)
+	}
+	if out := dlq("retry", "--error", "550"); out != fmt.Sprintf("%d dead jobs match; add --yes to retry them\n", len(smtp)) {
+		t.Fatalf("count only: %q", out)
+	}
+	if n := b.Stats().Acked.Load(); n != 12 {
+		t.Fatalf("a count changed something: %d", n)
+	}
+	worker.Ready(20)
+	if out := dlq("retry", "--error", "550", "--yes"); out != fmt.Sprintf("retried %d of %d matching dead jobs\n", len(smtp), len(smtp)) {
+		t.Fatalf("retry --yes: %q", out)
+	}
+	for range smtp { // back in their queue: dispatched again
+		bt.Expect[*emqp.Request](worker)
+	}
+	if p := list("--state", "dead"); len(p.Jobs) != len(timeout) {
+		t.Fatalf("dead after the retry: %d, want %d", len(p.Jobs), len(timeout))
+	}
+	if _, stderr, err := emq(t, "", append([]string{"dlq", "rm", "--error", "dns", "--yes", timeout[0]}, on...)...); err == nil || !strings.Contains(stderr, "one MSGID, or --all, or filters") {
+		t.Fatalf("an id and filters together: %v %q", err, stderr)
+	}
+	if err := b.Stop(); err != nil { // offline
+		t.Fatal(err)
+	}
+	off := []string{"--data-dir", b.Dir}
+	if out := mustEmq(t, append([]string{"dlq", "rm", "--error", "dns", "--yes"}, off...)...); out != fmt.Sprintf("removed %d of %d matching dead jobs\n", len(timeout), len(timeout)) {
+		t.Fatalf("offline rm: %q", out)
+	}
+	if out := mustEmq(t, append([]string{"dlq", "ls"}, off...)...); strings.Count(out, "\n") != 1 {
+		t.Fatalf("dead letters left:\n%s", out)
+	}
 }

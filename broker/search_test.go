@@ -1,0 +1,59 @@
+package broker_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/emqp"
+	bt "github.com/eventmq/emq/internal/brokertest"
+)
+
+// The admin API filters listings on the server and acts on every dead job
+// a filter matches: counted without confirm=yes, done with it; bad
+// filters are refused naming the parameter.
+func TestSearchAndBulkAPI(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", withAdmin(""))
+	client := bt.Dial(t, b.Frontend(), "c")
+	worker := bt.Worker(t, b.Backend(), "w", "q")
+	for i := range 6 {
+		id := client.Request("q", "retry-count:0", nil)
+		worker.Ready(1)
+		bt.Expect[*emqp.Request](worker)
+		reason := []string{"disk full", "bad input"}[i%2]
+		worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: id, Reason: reason})
+	}
+	bt.Eventually(t, "all dead", func() bool { return b.Stats().DeadLettered.Load() == 6 })
+
+	var page broker.JobPage
+	if code := api(t, b, "GET", "/api/v1/jobs?state=dead&error=disk", "", &page); code != 200 || len(page.Jobs) != 3 {
+		t.Fatalf("error=disk: %d, %d jobs", code, len(page.Jobs))
+	}
+	for query, param := range map[string]string{"older_than=soon": "older_than", "newer_than=-1h": "newer_than",
+		"state=lost": "state", "limit=0": "limit"} {
+		if code := api(t, b, "GET", "/api/v1/jobs?"+query, "", nil); code != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400 naming %s", query, code, param)
+		}
+	}
+	var res broker.BulkResult
+	if code := api(t, b, "POST", "/api/v1/dead/retry?error=disk", "", &res); code != 200 || res.Matched != 3 || res.Done != 0 || !res.DryRun {
+		t.Fatalf("dry run: %d %+v", code, res)
+	}
+	if code := api(t, b, "POST", "/api/v1/dead/retry?error=disk&confirm=yes", "", &res); code != 200 || res.Matched != 3 || res.Done != 3 {
+		t.Fatalf("retry: %d %+v", code, res)
+	}
+	if code := api(t, b, "POST", "/api/v1/dead/remove?queue=q&confirm=yes", "", &res); code != 200 || res.Matched != 3 || res.Done != 3 {
+		t.Fatalf("remove: %d %+v", code, res)
+	}
+	qs, _ := b.Queues(context.Background())
+	if len(qs) != 1 || qs[0].Pending+qs[0].InFlight+qs[0].Delayed != 3 {
+		t.Fatalf("after: %+v", qs)
+	}
+	_, err := broker.ParseJobFilter(map[string][]string{"older_than": {"soon"}})
+	if err == nil || !strings.Contains(err.Error(), "older_than") {
+		t.Fatalf("ParseJobFilter: %v", err)
+	}
+}
