@@ -185,16 +185,17 @@ func countsPerQueueAndState(t *testing.T, f *fixture) {
 // paging; MaxScan ends a page early with a cursor that goes on, and the
 // pages together still give every match once.
 func listFilters(t *testing.T, f *fixture) {
+	const n = 3000 // thousands of jobs, pending and dead
 	base := time.Unix(1800000000, 0)
 	var all []*store.Job
-	for i := range 60 {
-		j := job(fmt.Sprintf("id-%02d", i), []string{"mail", "reports"}[i%2])
+	for i := range n {
+		j := job(fmt.Sprintf("id-%04d", i), []string{"mail", "reports"}[i%2])
 		j.Headers = []string{"timeout:5", "timeout:5,tenant:acme", "tenant:zeta,retry-count:2"}[i%3]
 		j.Enqueued = base.Add(time.Duration(i) * time.Minute)
 		all = append(all, j)
 	}
-	f.append(all...)
-	for i := 0; i < 60; i += 4 { // every fourth dead, with an error that says which
+	f.appendAtOnce(all...)
+	for i := 0; i < n; i += 4 { // every fourth dead, with an error that says which
 		reason := "smtp: 550 mailbox unavailable"
 		if i%8 == 0 {
 			reason = "timed out after 5s"
@@ -227,9 +228,9 @@ func listFilters(t *testing.T, f *fixture) {
 	byQueue := func(s string) string {
 		var mail, reports []string
 		for _, id := range strings.Fields(s) {
-			var n int
-			fmt.Sscanf(id, "id-%d", &n)
-			if n%2 == 0 {
+			var k int
+			fmt.Sscanf(id, "id-%d", &k)
+			if k%2 == 0 {
 				mail = append(mail, id)
 			} else {
 				reports = append(reports, id)
@@ -247,11 +248,13 @@ func listFilters(t *testing.T, f *fixture) {
 		{"header item", store.ListOptions{Header: "tenant:acme"}, func(i int, _ *store.Job) bool { return i%3 == 1 }},
 		{"header value is not a key", store.ListOptions{Header: "acme"}, func(int, *store.Job) bool { return false }},
 		{"header key is whole", store.ListOptions{Header: "time"}, func(int, *store.Job) bool { return false }},
-		{"msgid prefix", store.ListOptions{MsgIDPrefix: "id-1"}, func(i int, _ *store.Job) bool { return i >= 10 && i < 20 }},
-		{"age", store.ListOptions{EnqueuedAfter: base.Add(9 * time.Minute), EnqueuedBefore: base.Add(30 * time.Minute)},
-			func(i int, _ *store.Job) bool { return i > 9 && i < 30 }},
-		{"all together, small pages, small scans", store.ListOptions{Header: "tenant", EnqueuedBefore: base.Add(40 * time.Minute), Limit: 3, MaxScan: 7},
-			func(i int, _ *store.Job) bool { return i%3 != 0 && i < 40 }},
+		{"msgid prefix", store.ListOptions{MsgIDPrefix: "id-01"}, func(i int, _ *store.Job) bool { return i >= 100 && i < 200 }},
+		{"age", store.ListOptions{EnqueuedAfter: base.Add(999 * time.Minute), EnqueuedBefore: base.Add(1300 * time.Minute)},
+			func(i int, _ *store.Job) bool { return i > 999 && i < 1300 }},
+		{"all together, small pages, small scans", store.ListOptions{Header: "tenant", EnqueuedBefore: base.Add(400 * time.Minute), Limit: 7, MaxScan: 50},
+			func(i int, _ *store.Job) bool { return i%3 != 0 && i < 400 }},
+		{"rare matches", store.ListOptions{State: store.Dead, Error: "timed out", MsgIDPrefix: "id-2", MaxScan: 100},
+			func(i int, _ *store.Job) bool { return i%8 == 0 && i >= 2000 }},
 	} {
 		var state store.State
 		state = c.opts.State
