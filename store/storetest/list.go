@@ -256,8 +256,7 @@ func listFilters(t *testing.T, f *fixture) {
 		{"rare matches", store.ListOptions{State: store.Dead, Error: "timed out", MsgIDPrefix: "id-2", MaxScan: 100},
 			func(i int, _ *store.Job) bool { return i%8 == 0 && i >= 2000 }},
 	} {
-		var state store.State
-		state = c.opts.State
+		state := c.opts.State
 		got := ids(f.list(c.opts))
 		var exp string
 		if state == 0 {
