@@ -91,10 +91,11 @@ type Broker struct {
 	inFlight      int   // jobs held by workers
 	cached        int64 // bytes of payloads held (payloads.go)
 	toRead        []readReq
-	readBusy      bool        // a read of payloads is under way
-	idle          []*peer     // workers given a slot back this turn (payloads.go)
-	toFill        []*queue    // queues whose concurrency freed a place this turn (controls.go)
-	listeners     []*listener // of the event stream (events.go)
+	readBusy      bool            // a read of payloads is under way
+	idle          []*peer         // workers given a slot back this turn (payloads.go)
+	conns         *zmtp.ConnLimit // every eMQP and pub/sub endpoint's connections together
+	toFill        []*queue        // queues whose concurrency freed a place this turn (controls.go)
+	listeners     []*listener     // of the event stream (events.go)
 	listenerCount atomic.Int64
 	controls      map[string]store.QueueSettings // the operator's queue controls that apply (controls.go)
 	controlsNext  map[string]store.QueueSettings // written, not yet durable
@@ -149,6 +150,7 @@ func New(opts Options) (*Broker, error) {
 	}
 	b.clock.Stop()
 	b.budget = zmtp.NewBudget(opts.MaxReceiveBuffer)
+	b.conns = zmtp.NewConnLimit(opts.MaxConnections, opts.MaxConnectionsPerIP)
 	b.beat.fire = b.heartbeat
 	b.sweep.fire = b.expireResults
 	b.drainEnd.fire = b.drainTimeout
@@ -300,6 +302,7 @@ func (b *Broker) routerOptions(ep int) zmtp.Options {
 	return zmtp.Options{
 		MaxFrameSize:   b.opts.MaxFrameSize,
 		Budget:         b.budget,
+		Limit:          b.conns,
 		SendQueueBytes: b.opts.MaxSendBuffer + b.opts.MaxFrameSize, // beyond what the paced payload reads can queue
 		Logger:         b.log,
 		Receive: func(id string, frames [][]byte, held zmtp.Held) {

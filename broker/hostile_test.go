@@ -137,3 +137,52 @@ func TestHostilePeers(t *testing.T) {
 		reader.Reply(r.MsgID, nil)
 	}
 }
+
+// A flood of connections that never finish their handshake takes at most
+// max-connections places; the client and worker already connected go on,
+// the rest are closed at once and counted, and the places come back when
+// the flood ends.
+func TestConnectionFloodIsBounded(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", func(o *broker.Options) {
+		fast(o)
+		o.Admin = "127.0.0.1:0"
+		o.MaxConnections = 30
+	})
+	client := bt.Dial(t, b.Frontend(), "c")
+	worker := bt.Worker(t, b.Backend(), "w", "q")
+	var flood []net.Conn
+	for i := range 300 {
+		ep := []string{b.Frontend(), b.Backend()}[i%2]
+		nc, err := net.Dial("tcp", strings.TrimPrefix(ep, "tcp://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		flood = append(flood, nc)
+	}
+	metric := func(name string) float64 {
+		f := scrapeMetrics(t, b)[name]
+		if f == nil || len(f.Metric) == 0 {
+			return -1
+		}
+		if c := f.Metric[0].GetCounter(); c != nil {
+			return c.GetValue()
+		}
+		return f.Metric[0].GetGauge().GetValue()
+	}
+	bt.Eventually(t, "the flood refused", func() bool { return metric("emq_connections_refused_total") >= 300-30+2 })
+	if n := metric("emq_connections"); n > 30 {
+		t.Fatalf("%v connections hold places, max-connections is 30", n)
+	}
+	worker.Ready(1)
+	id := client.Request("q", "", nil) // the connected keep working
+	if j := bt.Expect[*emqp.Request](worker); j.MsgID != id {
+		t.Fatalf("got %s, want %s", j.MsgID, id)
+	}
+	for _, nc := range flood {
+		nc.Close()
+	}
+	bt.Eventually(t, "the flood's places back", func() bool { return metric("emq_connections") == 2 })
+	late := bt.Dial(t, b.Frontend(), "late")
+	late.Request("q", "", nil)
+}

@@ -67,6 +67,9 @@ var (
 	descQWorkers  = prometheus.NewDesc("emq_queue_workers", "Workers serving the queue.", []string{"queue"}, nil)
 	descQPaused   = prometheus.NewDesc("emq_queue_paused", "1 when an operator paused the queue: it stores jobs, dispatches none.", []string{"queue"}, nil)
 	descQConc     = prometheus.NewDesc("emq_queue_concurrency_limit", "Most jobs of the queue in flight at once; 0 = no limit.", []string{"queue"}, nil)
+	descConns     = prometheus.NewDesc("emq_connections", "Connections of every eMQP and pub/sub endpoint, handshakes included (max-connections).", nil, nil)
+	descRefused   = prometheus.NewDesc("emq_connections_refused_total", "Connections closed at once: max-connections or max-connections-per-ip reached.", nil, nil)
+	descHandshake = prometheus.NewDesc("emq_handshakes_failed_total", "Connections that ended in their ZMTP handshake: timed out, closed, not ZMTP.", nil, nil)
 	descListeners = prometheus.NewDesc("emq_event_listeners", "Listeners of the event stream (/api/v1/events).", nil, nil)
 	descQRate     = prometheus.NewDesc("emq_queue_rate_limit", "Most dispatches of the queue a second; 0 = no limit.", []string{"queue"}, nil)
 	descWorkers   = prometheus.NewDesc("emq_workers", "Connected workers.", nil, nil)
@@ -80,7 +83,7 @@ var (
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descQPaused, descQConc, descQRate, descListeners, descWorkers, descScheds, descFreeSlots, descErrors, descCache, descReceived, descSending, descSchedules} {
+	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descQPaused, descQConc, descQRate, descListeners, descConns, descRefused, descHandshake, descWorkers, descScheds, descFreeSlots, descErrors, descCache, descReceived, descSending, descSchedules} {
 		ch <- d
 	}
 }
@@ -110,6 +113,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descQRate, prometheus.GaugeValue, q.Rate, q.Name)
 	}
 	ch <- prometheus.MustNewConstMetric(descListeners, prometheus.GaugeValue, float64(c.b.listenerCount.Load()))
+	ch <- prometheus.MustNewConstMetric(descConns, prometheus.GaugeValue, float64(c.b.conns.Connections()))
+	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(c.b.conns.Refused()))
+	ch <- prometheus.MustNewConstMetric(descHandshake, prometheus.CounterValue, float64(c.b.conns.HandshakesFailed()))
 	workers, err := c.b.Workers(ctx)
 	if err != nil {
 		return

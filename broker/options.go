@@ -84,6 +84,14 @@ type Options struct {
 	SubscriberHWM     int   // messages queued per subscriber; past it, its messages are dropped
 	PublisherBuffer   int64 // bytes queued for every subscriber together; one may hold a quarter
 	MaxSubscribers    int   // subscriber connections; more are closed at once
+	// MaxConnections bounds the connections of every eMQP and pub/sub
+	// endpoint together, handshakes included (each costs a file
+	// descriptor); MaxConnectionsPerIP those from one address (0 = no
+	// bound). More are closed as soon as they are accepted, counted, and
+	// logged a few lines a second. DefaultOptions sets MaxConnections to
+	// three quarters of the process's file descriptor limit.
+	MaxConnections      int
+	MaxConnectionsPerIP int
 	// PublisherLastValue sends a new subscription the latest message of
 	// each topic it matches, from a cache of LastValueTopics topics and
 	// LastValueBytes bytes.
@@ -123,6 +131,7 @@ func DefaultOptions() Options {
 		SubscriberHWM:     1000,
 		PublisherBuffer:   64 << 20,
 		MaxSubscribers:    10000,
+		MaxConnections:    defaultMaxConnections(),
 		EventBuffer:       4096,
 		MaxEventListeners: 32,
 		LastValueTopics:   10000,
@@ -132,6 +141,9 @@ func DefaultOptions() Options {
 
 // Validate names the first bad field.
 func (o Options) Validate() error {
+	if o.MaxConnections < 0 || o.MaxConnectionsPerIP < 0 {
+		return fmt.Errorf("max-connections and max-connections-per-ip must be 0 (no bound) or more, got %d and %d", o.MaxConnections, o.MaxConnectionsPerIP)
+	}
 	if o.EventBuffer < 1 || o.EventBuffer > 1<<20 {
 		return fmt.Errorf("event-buffer must be 1 to %d events, got %d", 1<<20, o.EventBuffer)
 	}

@@ -30,6 +30,7 @@ func (b *Broker) startPubSub() error {
 		LastValue:       b.opts.PublisherLastValue,
 		LastValueTopics: b.opts.LastValueTopics,
 		LastValueBytes:  b.opts.LastValueBytes,
+		Limit:           b.conns,
 		Logger:          b.log,
 	})
 	if err != nil {
@@ -42,6 +43,7 @@ func (b *Broker) startPubSub() error {
 	r, err := zmtp.Listen(b.opts.PublisherIncoming, zmtp.Options{
 		MaxFrameSize: b.opts.MaxFrameSize,
 		Budget:       b.budget,
+		Limit:        b.conns,
 		Logger:       b.log,
 		Receive:      b.publisherReceive,
 	})

@@ -42,6 +42,8 @@ start).`,
 	f.String("max-frame-size", mib(d.MaxFrameSize), "largest frame accepted (bytes, KiB, MiB, GiB)")
 	f.String("max-job-size", mib(int64(d.MaxJobSize)), "largest job stored: payload, headers and ids (bytes, KiB, MiB, GiB)")
 	f.Int("max-pending", d.MaxPending, "jobs per queue beyond which REQUESTs get ERROR queue_full (0 = no limit)")
+	f.Int("max-connections", d.MaxConnections, "connections of every eMQP and pub/sub endpoint together, handshakes included (0 = no bound; the default is 3/4 of the fd limit)")
+	f.Int("max-connections-per-ip", d.MaxConnectionsPerIP, "connections from one IP address (0 = no bound)")
 	f.Int("event-buffer", d.EventBuffer, "events a listener of /api/v1/events may fall behind before it is dropped")
 	f.Int("max-event-listeners", d.MaxEventListeners, "listeners of /api/v1/events at once")
 	f.String("payload-cache", mib(d.PayloadCache), "payloads held in memory for their dispatch; the others are read from the journal (bytes, KiB, MiB, GiB)")
@@ -151,7 +153,8 @@ func brokerOptions(c *config) (broker.Options, error) {
 		return o, err
 	}
 	for key, dst := range map[string]*int{"subscriber-hwm": &o.SubscriberHWM, "max-subscribers": &o.MaxSubscribers,
-		"last-value-topics": &o.LastValueTopics, "event-buffer": &o.EventBuffer, "max-event-listeners": &o.MaxEventListeners} {
+		"last-value-topics": &o.LastValueTopics, "event-buffer": &o.EventBuffer, "max-event-listeners": &o.MaxEventListeners,
+		"max-connections": &o.MaxConnections, "max-connections-per-ip": &o.MaxConnectionsPerIP} {
 		if *dst, err = c.integer(key); err != nil {
 			return o, err
 		}

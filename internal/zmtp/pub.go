@@ -50,6 +50,9 @@ type PubOptions struct {
 	// stopped reading) is disconnected. 0 = 10s.
 	WriteTimeout time.Duration
 	Logger       *slog.Logger // nil = slog.Default()
+	// Limit bounds the connections with the endpoints that share it,
+	// before MaxSubscribers (limit.go); nil = only MaxSubscribers.
+	Limit *ConnLimit
 }
 
 func (o *PubOptions) setDefaults() {
@@ -231,10 +234,17 @@ func (p *Pub) Close() error {
 func (p *Pub) accept() {
 	defer p.wg.Done()
 	acceptLoop(p.ln, p.opts.Logger, func(nc net.Conn) {
+		release, why := p.opts.Limit.admit(nc.RemoteAddr())
+		if why != "" {
+			nc.Close()
+			p.opts.Limit.noteRefused(p.opts.Logger, nc, why)
+			return
+		}
 		p.mu.Lock()
 		if p.closed || p.conns >= p.opts.MaxSubscribers {
 			full := !p.closed
 			p.mu.Unlock()
+			release()
 			var n uint64
 			if full {
 				n = p.refused.Add(1)
@@ -250,11 +260,11 @@ func (p *Pub) accept() {
 		p.pending[nc] = struct{}{}
 		p.wg.Add(1)
 		p.mu.Unlock()
-		go p.serve(nc)
+		go p.serve(nc, release)
 	})
 }
 
-func (p *Pub) serve(nc net.Conn) {
+func (p *Pub) serve(nc net.Conn, release func()) {
 	defer p.wg.Done()
 	c, err := openBuffered(nc, zmq4.Pub, nil, true, subMaxFrame, p.opts.HandshakeTimeout, subReadBuf)
 	p.mu.Lock()
@@ -262,23 +272,23 @@ func (p *Pub) serve(nc net.Conn) {
 	p.mu.Unlock()
 	if err != nil {
 		nc.Close()
+		release()
 		p.mu.Lock()
 		p.conns--
 		p.mu.Unlock()
-		if !errors.Is(err, io.EOF) {
-			p.opts.Logger.Debug("zmtp: subscriber handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
-		}
+		p.opts.Limit.noteFailed(p.opts.Logger, nc, err)
 		return
 	}
 	c.wtimeout = p.opts.WriteTimeout
 	c.keep = subWriteKeep
-	s := &subscriber{Conn: c, p: p, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	s := &subscriber{Conn: c, p: p, release: release, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	c.onCommand = s.command
 	p.mu.Lock()
 	if p.closed {
 		p.conns--
 		p.mu.Unlock()
 		c.Close()
+		release()
 		return
 	}
 	p.subs[s] = struct{}{}
@@ -373,7 +383,8 @@ func newPubMsg(topic, msg []byte) *pubMsg {
 // subscriber is one SUB connection with its prefixes and queue.
 type subscriber struct {
 	*Conn
-	p *Pub
+	p       *Pub
+	release func() // its place in the ConnLimit
 
 	mu       sync.Mutex
 	prefixes [][]byte // a set
@@ -546,6 +557,7 @@ func (s *subscriber) end() {
 		p.conns--
 		p.relist()
 		p.mu.Unlock()
+		s.release()
 		s.mu.Lock()
 		s.closed = true
 		n, lost := s.bytes, len(s.queue)

@@ -29,6 +29,11 @@ type Options struct {
 	// Budget bounds the bytes of received messages held by every
 	// connection together (budget.go); nil = no bound but MaxFrameSize.
 	Budget *Budget
+	// Limit bounds the connections, with the other endpoints that share
+	// it, and counts refusals and failed handshakes (limit.go); nil = a
+	// limit of this endpoint's own with no bound, for the counts and the
+	// logging.
+	Limit  *ConnLimit
 	Logger *slog.Logger // nil = slog.Default()
 
 	// Receive is called, from the connection's reader goroutine, with
@@ -65,6 +70,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Limit == nil {
+		o.Limit = NewConnLimit(0, 0)
 	}
 }
 
@@ -172,15 +180,22 @@ func (r *Router) Close() error {
 func (r *Router) accept() {
 	defer r.wg.Done()
 	acceptLoop(r.ln, r.opts.Logger, func(nc net.Conn) {
+		release, why := r.opts.Limit.admit(nc.RemoteAddr())
+		if why != "" {
+			nc.Close()
+			r.opts.Limit.noteRefused(r.opts.Logger, nc, why)
+			return
+		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.closed {
+			release()
 			nc.Close()
 			return
 		}
 		r.pending[nc] = struct{}{}
 		r.wg.Add(1)
-		go r.serve(nc)
+		go r.serve(nc, release)
 	})
 }
 
@@ -200,9 +215,11 @@ func acceptLoop(ln net.Listener, log *slog.Logger, admit func(net.Conn)) {
 	}
 }
 
-// serve runs one connection: handshake, then reads until it ends.
-func (r *Router) serve(nc net.Conn) {
+// serve runs one connection: handshake, then reads until it ends; then
+// it gives its place back.
+func (r *Router) serve(nc net.Conn, release func()) {
 	defer r.wg.Done()
+	defer release()
 	c, err := open(nc, zmq4.Router, nil, true, uint64(r.opts.MaxFrameSize), r.opts.HandshakeTimeout)
 	r.mu.Lock()
 	delete(r.pending, nc)
@@ -212,8 +229,8 @@ func (r *Router) serve(nc net.Conn) {
 	if err != nil {
 		r.mu.Unlock()
 		nc.Close()
-		if !errors.Is(err, io.EOF) {
-			r.opts.Logger.Info("zmtp: handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
+		if !errors.Is(err, ErrClosed) {
+			r.opts.Limit.noteFailed(r.opts.Logger, nc, err)
 		}
 		return
 	}

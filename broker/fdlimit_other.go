@@ -1,0 +1,5 @@
+//go:build !unix
+
+package broker
+
+func defaultMaxConnections() int { return 10000 }

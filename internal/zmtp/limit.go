@@ -1,0 +1,149 @@
+package zmtp
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ConnLimit bounds the connections of the endpoints that share it: in all
+// (Max) and from one IP address (PerIP), handshakes included; 0 = no
+// bound. A connection beyond them is closed as soon as it is accepted,
+// before any byte is read. Refusals and failed handshakes are counted,
+// and logged at most a few lines a second. A nil *ConnLimit bounds nothing
+// and counts nothing.
+type ConnLimit struct {
+	max, perIP int
+
+	mu    sync.Mutex
+	total int
+	byIP  map[string]int
+
+	refused, failed atomic.Int64
+	logs            rateLog
+}
+
+// NewConnLimit makes a limit of max connections in all and perIP from one
+// address (0 = no bound).
+func NewConnLimit(max, perIP int) *ConnLimit {
+	return &ConnLimit{max: max, perIP: perIP, byIP: make(map[string]int)}
+}
+
+// admit takes a place for a connection from addr: release gives it back
+// (once). why says which bound refused it ("" = admitted).
+func (l *ConnLimit) admit(addr net.Addr) (release func(), why string) {
+	if l == nil {
+		return func() {}, ""
+	}
+	ip := addr.String()
+	if ta, ok := addr.(*net.TCPAddr); ok {
+		ip = ta.IP.String()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.max > 0 && l.total >= l.max:
+		return nil, "max-connections"
+	case l.perIP > 0 && l.byIP[ip] >= l.perIP:
+		return nil, "max-connections-per-ip"
+	}
+	l.total++
+	l.byIP[ip]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			l.total--
+			if l.byIP[ip]--; l.byIP[ip] == 0 {
+				delete(l.byIP, ip)
+			}
+			l.mu.Unlock()
+		})
+	}, ""
+}
+
+// Connections is how many connections hold a place now.
+func (l *ConnLimit) Connections() int {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
+}
+
+// Refused is how many connections a bound refused.
+func (l *ConnLimit) Refused() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.refused.Load()
+}
+
+// HandshakesFailed is how many connections ended in their handshake:
+// timed out, closed, or not speaking ZMTP.
+func (l *ConnLimit) HandshakesFailed() int64 {
+	if l == nil {
+		return 0
+	}
+	return l.failed.Load()
+}
+
+// noteRefused counts a refused connection and logs it, within the rate.
+func (l *ConnLimit) noteRefused(log *slog.Logger, nc net.Conn, why string) {
+	if l == nil {
+		return
+	}
+	l.refused.Add(1)
+	if more, ok := l.logs.allow(); ok {
+		log.Warn("zmtp: connection refused: "+why+" reached", "remote", nc.RemoteAddr().String(),
+			"connections", l.Connections(), "not_logged_before", more)
+	}
+}
+
+// noteFailed counts a failed handshake and logs it, within the rate; a
+// peer that closed at once (EOF) is counted but not logged.
+func (l *ConnLimit) noteFailed(log *slog.Logger, nc net.Conn, err error) {
+	if l == nil {
+		return
+	}
+	l.failed.Add(1)
+	if errors.Is(err, io.EOF) {
+		return
+	}
+	if more, ok := l.logs.allow(); ok {
+		log.Info("zmtp: handshake failed", "remote", nc.RemoteAddr().String(), "err", err, "not_logged_before", more)
+	}
+}
+
+// rateLog lets logLines lines a second through and counts the rest.
+type rateLog struct {
+	mu     sync.Mutex
+	second time.Time
+	lines  int
+	held   int64 // not logged since the last line
+}
+
+const logLines = 5
+
+// allow reports whether a line may be logged now, and how many were not
+// logged before it.
+func (r *rateLog) allow() (held int64, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if now.Sub(r.second) >= time.Second {
+		r.second, r.lines = now, 0
+	}
+	if r.lines >= logLines {
+		r.held++
+		return 0, false
+	}
+	r.lines++
+	held, r.held = r.held, 0
+	return held, true
+}
