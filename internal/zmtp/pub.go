@@ -233,13 +233,7 @@ func (p *Pub) Close() error {
 
 func (p *Pub) accept() {
 	defer p.wg.Done()
-	acceptLoop(p.ln, p.opts.Logger, func(nc net.Conn) {
-		release, why := p.opts.Limit.admit(nc.RemoteAddr())
-		if why != "" {
-			nc.Close()
-			p.opts.Limit.noteRefused(p.opts.Logger, nc, why)
-			return
-		}
+	acceptLoop(p.ln, p.opts.Logger, p.opts.Limit, func(nc net.Conn, release func()) {
 		p.mu.Lock()
 		if p.closed || p.conns >= p.opts.MaxSubscribers {
 			full := !p.closed

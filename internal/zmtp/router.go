@@ -179,13 +179,7 @@ func (r *Router) Close() error {
 
 func (r *Router) accept() {
 	defer r.wg.Done()
-	acceptLoop(r.ln, r.opts.Logger, func(nc net.Conn) {
-		release, why := r.opts.Limit.admit(nc.RemoteAddr())
-		if why != "" {
-			nc.Close()
-			r.opts.Limit.noteRefused(r.opts.Logger, nc, why)
-			return
-		}
+	acceptLoop(r.ln, r.opts.Logger, r.opts.Limit, func(nc net.Conn, release func()) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.closed {
@@ -199,8 +193,10 @@ func (r *Router) accept() {
 	})
 }
 
-// acceptLoop hands each accepted connection to admit until ln is closed.
-func acceptLoop(ln net.Listener, log *slog.Logger, admit func(net.Conn)) {
+// acceptLoop hands each accepted connection that limit lets in to admit,
+// with the function that gives its place back, until ln is closed; it
+// closes the others at once.
+func acceptLoop(ln net.Listener, log *slog.Logger, limit *ConnLimit, admit func(nc net.Conn, release func())) {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -211,7 +207,13 @@ func acceptLoop(ln net.Listener, log *slog.Logger, admit func(net.Conn)) {
 			time.Sleep(10 * time.Millisecond) // e.g. out of file descriptors
 			continue
 		}
-		admit(nc)
+		release, why := limit.admit(nc.RemoteAddr())
+		if why != "" {
+			nc.Close()
+			limit.noteRefused(log, nc, why)
+			continue
+		}
+		admit(nc, release)
 	}
 }
 
