@@ -45,10 +45,12 @@ import (
 // something needs the header X-EMQ-Admin (or a JSON body) and, from a
 // browser, this listener's origin: adminguard.go keeps other sites' pages
 // out. With an AdminToken every request needs "Authorization: Bearer
-// TOKEN"; without one, the broker refuses to bind Admin to a non-loopback
-// address.
+// TOKEN"; an AdminReadToken may be sent instead for GETs only (403
+// otherwise); without either, the broker refuses to bind Admin to a
+// non-loopback address. With AdminTLSCert and AdminTLSKey it is HTTPS.
 // Errors are {"error": "..."} with a status by class (errorStatus): 400 a
-// bad parameter or filter, 401 no token, 403 a cross-site request, 421 a
+// bad parameter or filter, 401 no token, 403 a cross-site request or a
+// change with the read-only token, 421 a
 // foreign Host, 404 no such job, 409 a job in the
 // wrong state for the change, 501 not done by this journal (compact),
 // 503 the broker is stopping, 500 the journal failed (I/O).
@@ -301,12 +303,20 @@ func (b *Broker) adminHandler() http.Handler {
 		st, err := b.Compact()
 		reply(w, map[string]int64{"size_before": st.Before, "size_after": st.After}, err)
 	})
-	if b.opts.AdminToken == "" {
+	if b.opts.AdminToken == "" && b.opts.AdminReadToken == "" {
 		return b.guardAdmin(mux)
 	}
-	want := []byte("Bearer " + b.opts.AdminToken)
+	full, read := []byte("Bearer "+b.opts.AdminToken), []byte("Bearer "+b.opts.AdminReadToken)
 	return b.guardAdmin(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		got := []byte(r.Header.Get("Authorization"))
+		switch {
+		case b.opts.AdminToken != "" && subtle.ConstantTimeCompare(got, full) == 1:
+		case b.opts.AdminReadToken != "" && subtle.ConstantTimeCompare(got, read) == 1:
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				writeJSON(w, http.StatusForbidden, apiError{"the read-only admin token may not change anything"})
+				return
+			}
+		default:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="emq"`)
 			writeJSON(w, http.StatusUnauthorized, apiError{"missing or wrong admin token (Authorization: Bearer TOKEN)"})
 			return

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -709,6 +710,15 @@ func (b *Broker) serveAdmin() (*http.Server, error) {
 	}
 	b.adminAddr = ln.Addr().String()
 	srv := &http.Server{Handler: b.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	if b.opts.AdminTLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(b.opts.AdminTLSCert, b.opts.AdminTLSKey)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("admin-tls-cert %s, admin-tls-key %s: %w", b.opts.AdminTLSCert, b.opts.AdminTLSKey, err)
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		ln = tls.NewListener(ln, srv.TLSConfig)
+	}
 	go srv.Serve(ln)
 	return srv, nil
 }

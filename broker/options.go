@@ -17,6 +17,13 @@ type Options struct {
 	Backend    string // ROUTER endpoint for workers, tcp://host:port
 	Admin      string // HTTP host:port of the admin API (admin.go); "" = none
 	AdminToken string // required as a Bearer token when set; needed for a non-loopback Admin
+	// AdminReadToken, when set, is a second Bearer token that may read
+	// everything the admin API shows and change nothing (403): for
+	// dashboards and monitoring.
+	AdminReadToken string
+	// AdminTLSCert and AdminTLSKey (PEM files, both or neither) make the
+	// admin listener serve HTTPS.
+	AdminTLSCert, AdminTLSKey string
 	// AdminAllowedHosts are names, besides loopback and the listener's own
 	// address, that requests may give as their Host (a name the admin API
 	// is reached by, through DNS or a proxy). Others get 421.
@@ -189,9 +196,15 @@ func (o Options) Validate() error {
 		if _, _, err := net.SplitHostPort(o.Admin); err != nil {
 			return fmt.Errorf("admin: %q is not host:port: %w", o.Admin, err)
 		}
-		if !isLoopback(o.Admin) && o.AdminToken == "" {
+		if !isLoopback(o.Admin) && o.AdminToken == "" && o.AdminReadToken == "" {
 			return fmt.Errorf("admin: %s is not a loopback address; set admin-token so that requests need it", o.Admin)
 		}
+	}
+	if (o.AdminTLSCert == "") != (o.AdminTLSKey == "") {
+		return fmt.Errorf("admin-tls-cert and admin-tls-key go together: set both, or neither")
+	}
+	if o.AdminToken != "" && o.AdminToken == o.AdminReadToken {
+		return fmt.Errorf("admin-read-token: the same as admin-token; a read-only token must differ")
 	}
 	for _, h := range o.AdminAllowedHosts {
 		if h == "" || net.ParseIP(strings.Trim(h, "[]")) == nil && strings.ContainsAny(h, "/: ") {

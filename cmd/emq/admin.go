@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,8 +49,9 @@ type admin interface {
 // adminFlags adds the flags of every admin command.
 func adminFlags(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
-	f.String("admin", broker.DefaultOptions().Admin, "a running broker's admin address (host:port)")
-	f.String("admin-token", "", "the broker's admin token (or EMQ_ADMIN_TOKEN)")
+	f.String("admin", broker.DefaultOptions().Admin, "a running broker's admin address (host:port, or https://host:port)")
+	f.String("admin-token", "", "the broker's admin token, or its read-only token (or EMQ_ADMIN_TOKEN)")
+	f.String("admin-ca", "", "with https: trust this CA certificate (PEM) for the broker's")
 	f.String("data-dir", "", "use the journal in this directory directly (the broker must be stopped)")
 	f.Bool("json", false, "print JSON instead of a table")
 }
@@ -64,8 +67,24 @@ func openAdmin(cmd *cobra.Command) (admin, *config, error) {
 		a, err := openOffline(dir, c.str("admin"))
 		return a, c, err
 	}
-	return &online{base: "http://" + c.str("admin"), token: c.str("admin-token"),
-		http: &http.Client{Timeout: 30 * time.Second}}, c, nil
+	base := c.str("admin")
+	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
+		base = "http://" + base
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if ca := c.str("admin-ca"); ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, nil, fmt.Errorf("admin-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, nil, fmt.Errorf("admin-ca: %s holds no PEM certificate", ca)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &online{base: strings.TrimSuffix(base, "/"), token: c.str("admin-token"),
+		http: &http.Client{Timeout: 30 * time.Second, Transport: tr}}, c, nil
 }
 
 // online talks to a broker's admin API.
@@ -114,7 +133,11 @@ func (o *online) do(client *http.Client, req *http.Request) (*http.Response, err
 	}
 	req.Header.Set(broker.AdminHeader, "emq") // a program, not another site's page
 	resp, err := client.Do(req)
-	if err != nil {
+	var untrusted *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &untrusted):
+		return nil, fmt.Errorf("the broker at %s has a certificate this machine does not trust (%v): pass its CA with --admin-ca FILE", o.base, untrusted.Err)
+	case err != nil:
 		return nil, fmt.Errorf("no broker answered at %s (%v); is it running? For the journal of a stopped broker use --data-dir DIR", o.base, errors.Unwrap(err))
 	}
 	if resp.StatusCode == http.StatusOK {

@@ -34,6 +34,9 @@ start).`,
 	f.String("backend", d.Backend, "ZeroMQ endpoint for workers")
 	f.String("admin", d.Admin, `HTTP address of the admin API, /metrics, /healthz and /readyz ("" = none)`)
 	f.String("admin-token", "", "require this Bearer token on every admin request (needed for a non-loopback --admin)")
+	f.String("admin-read-token", "", "a second Bearer token that may read everything and change nothing (dashboards, monitoring)")
+	f.String("admin-tls-cert", "", "serve the admin API over HTTPS with this certificate (PEM; with --admin-tls-key)")
+	f.String("admin-tls-key", "", "the private key (PEM) of --admin-tls-cert")
 	f.String("admin-allowed-hosts", "", "host names, comma-separated, that admin requests may carry besides loopback and the listener's address (a name it is reached by)")
 	f.String("admin-allowed-origins", "", "origins (scheme://host[:port]), comma-separated, whose web pages may change things through the admin API besides its own")
 	f.String("data-dir", d.DataDir, "directory of the journal file "+broker.JournalFile)
@@ -119,7 +122,8 @@ func runUntilSignalled(b *broker.Broker, log *slog.Logger) error {
 func brokerOptions(c *config) (broker.Options, error) {
 	o := broker.DefaultOptions()
 	o.Frontend, o.Backend, o.Admin, o.DataDir = c.str("frontend"), c.str("backend"), c.str("admin"), c.str("data-dir")
-	o.AdminToken = c.str("admin-token")
+	o.AdminToken, o.AdminReadToken = c.str("admin-token"), c.str("admin-read-token")
+	o.AdminTLSCert, o.AdminTLSKey = c.str("admin-tls-cert"), c.str("admin-tls-key")
 	o.AdminAllowedHosts, o.AdminAllowedOrigins = c.list("admin-allowed-hosts"), c.list("admin-allowed-origins")
 	var err error
 	if o.HeartbeatInterval, err = c.duration("heartbeat-interval"); err != nil {

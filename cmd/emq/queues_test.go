@@ -261,3 +261,31 @@ func TestSearchAndBulkCLI(t *testing.T) {
 		t.Fatalf("dead letters left:\n%s", out)
 	}
 }
+
+// The admin commands reach an HTTPS admin listener with --admin
+// https://... and --admin-ca; the read-only token reads and is refused
+// changes with a clear error.
+func TestAdminCLIOverTLSWithReadToken(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cert, key := bt.SelfSigned(t, dir)
+	b := bt.Start(t, "", func(o *broker.Options) {
+		fastBroker(o)
+		o.Admin, o.AdminToken, o.AdminReadToken = "127.0.0.1:0", "full", "look"
+		o.AdminTLSCert, o.AdminTLSKey = cert, key
+	})
+	tlsArgs := []string{"--admin", "https://" + b.AdminAddr(), "--admin-ca", cert}
+	if out := mustEmq(t, append([]string{"queues", "--admin-token", "look"}, tlsArgs...)...); !strings.Contains(out, "QUEUE") {
+		t.Fatalf("queues with the read-only token: %q", out)
+	}
+	if _, stderr, err := emq(t, "", append([]string{"queues", "pause", "q", "--admin-token", "look"}, tlsArgs...)...); err == nil || !strings.Contains(stderr, "read-only admin token may not change anything") {
+		t.Fatalf("pause with the read-only token: %v %q", err, stderr)
+	}
+	mustEmq(t, append([]string{"queues", "pause", "q", "--admin-token", "full"}, tlsArgs...)...)
+	if _, stderr, err := emq(t, "", "queues", "--admin", "https://"+b.AdminAddr(), "--admin-token", "full"); err == nil || !strings.Contains(stderr, "pass its CA with --admin-ca") {
+		t.Fatalf("without --admin-ca: %v %q", err, stderr)
+	}
+	if _, stderr, err := emq(t, "", "queues", "--admin", "https://"+b.AdminAddr(), "--admin-ca", filepath.Join(dir, "none.pem")); err == nil || !strings.Contains(stderr, "admin-ca") {
+		t.Fatalf("a missing --admin-ca: %v %q", err, stderr)
+	}
+}

@@ -46,7 +46,7 @@ func newTailCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			resp, err := o.do(&http.Client{}, req) // no timeout: it follows
+			resp, err := o.do(&http.Client{Transport: o.http.Transport}, req) // no timeout: it follows
 			if err != nil {
 				return err
 			}
