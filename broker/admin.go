@@ -258,7 +258,7 @@ func (b *Broker) adminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, b.statsInfo())
 	})
 	mux.HandleFunc("GET /api/v1/queues", func(w http.ResponseWriter, r *http.Request) {
-		qs, err := b.queuesWithDead(r.Context())
+		qs, err := b.queuesWithStored(r.Context())
 		reply(w, qs, err)
 	})
 	mux.HandleFunc("GET /api/v1/workers", func(w http.ResponseWriter, r *http.Request) {
@@ -325,9 +325,9 @@ func (b *Broker) adminHandler() http.Handler {
 	}))
 }
 
-// queuesWithDead is Queues with the dead-letter counts of the journal,
-// and the queues that only have dead jobs.
-func (b *Broker) queuesWithDead(ctx context.Context) ([]QueueInfo, error) {
+// queuesWithStored is Queues with the dead and done counts of the journal,
+// and the queues that only have dead or done jobs.
+func (b *Broker) queuesWithStored(ctx context.Context) ([]QueueInfo, error) {
 	qs, err := b.Queues(ctx)
 	if err != nil {
 		return nil, err
@@ -341,7 +341,7 @@ func (b *Broker) queuesWithDead(ctx context.Context) ([]QueueInfo, error) {
 		index[q.Name] = i
 	}
 	for _, c := range counts {
-		if c.Dead == 0 {
+		if c.Dead == 0 && c.Done == 0 {
 			continue
 		}
 		i, ok := index[c.Queue]
@@ -349,7 +349,7 @@ func (b *Broker) queuesWithDead(ctx context.Context) ([]QueueInfo, error) {
 			i = len(qs)
 			qs = append(qs, QueueInfo{Name: c.Queue})
 		}
-		qs[i].Dead = c.Dead
+		qs[i].Dead, qs[i].Done = c.Dead, c.Done
 	}
 	sort.Slice(qs, func(i, k int) bool { return qs[i].Name < qs[k].Name })
 	return qs, nil

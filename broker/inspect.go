@@ -39,6 +39,7 @@ type QueueInfo struct {
 	Delayed   int     `json:"delayed"` // waiting for their time (delay, retry backoff)
 	InFlight  int     `json:"in_flight"`
 	Dead      int     `json:"dead"` // in the dead letters (from the journal)
+	Done      int     `json:"done"` // done and kept with their result (retain-done; from the journal)
 	Workers   int     `json:"workers"`
 	OldestAge float64 `json:"oldest_age_seconds"` // of the jobs not done; 0 when none
 

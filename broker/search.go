@@ -17,7 +17,7 @@ import (
 // match each one set).
 type JobFilter struct {
 	Queue       string
-	State       string // pending, inflight, dead; "" = pending then dead
+	State       string // pending, inflight, dead, done; "" = pending then dead
 	After       string // the Next of the previous page
 	Limit       int    // 0 = 100
 	MsgIDPrefix string
@@ -69,9 +69,9 @@ func ParseJobFilter(q url.Values) (JobFilter, error) {
 		}
 	}
 	switch f.State {
-	case "", "pending", "inflight", "dead":
+	case "", "pending", "inflight", "dead", "done":
 	default:
-		return f, fmt.Errorf("%w: state %q: want pending, inflight or dead", store.ErrBadFilter, f.State)
+		return f, fmt.Errorf("%w: state %q: want pending, inflight, dead or done", store.ErrBadFilter, f.State)
 	}
 	return f, nil
 }

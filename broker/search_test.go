@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
@@ -55,5 +56,32 @@ func TestSearchAndBulkAPI(t *testing.T) {
 	_, err := broker.ParseJobFilter(map[string][]string{"older_than": {"soon"}})
 	if err == nil || !strings.Contains(err.Error(), "older_than") {
 		t.Fatalf("ParseJobFilter: %v", err)
+	}
+}
+
+// With retain-done (ResultTTL) a replied job stays listable as done, with
+// its queue's count, until its time is up.
+func TestDoneJobsAreListed(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", func(o *broker.Options) {
+		withAdmin("")(o)
+		o.ResultTTL = time.Hour
+	})
+	client := bt.Dial(t, b.Frontend(), "c")
+	worker := bt.Worker(t, b.Backend(), "w", "q")
+	worker.Ready(1)
+	id := client.Request("q", "", nil)
+	bt.Expect[*emqp.Request](worker)
+	worker.Reply(id, []byte("answer"))
+	var page broker.JobPage
+	bt.Eventually(t, "listed as done", func() bool {
+		return api(t, b, "GET", "/api/v1/jobs?state=done", "", &page) == 200 && len(page.Jobs) == 1
+	})
+	if j := page.Jobs[0]; j.MsgID != id || j.State != "done" {
+		t.Fatalf("done job: %+v", j)
+	}
+	var qs []broker.QueueInfo
+	if api(t, b, "GET", "/api/v1/queues", "", &qs); len(qs) != 1 || qs[0].Done != 1 || qs[0].Pending != 0 {
+		t.Fatalf("queues: %+v", qs)
 	}
 }

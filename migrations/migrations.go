@@ -32,6 +32,7 @@ var (
 	ResultExp = []byte("result_exp") // expiry (8 bytes, unix ns) + msgid -> nothing (since step 2)
 	Schedules = []byte("schedules")  // schedule id -> schedule record (since step 3)
 	Queues    = []byte("queues")     // queue name -> its controls, JSON (since step 4)
+	Done      = []byte("done")       // queue key + seq -> msgid: jobs done, kept with their result (since step 5)
 
 	schemaKey = []byte("schema")
 )
@@ -74,6 +75,10 @@ var Steps = []Step{
 	}},
 	{4, "keep queue controls", func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(Queues)
+		return err
+	}},
+	{5, "keep done jobs", func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(Done)
 		return err
 	}},
 }

@@ -27,8 +27,17 @@
 //	            enqueue time, attempts, last error, not-before, state, seq)
 //	pending     len(queue) queue seq(8, big endian) -> msgid
 //	dead        the same, for dead letters
+//	done        the same, for jobs done and kept with their result
 //	results     msgid -> expiry(8) result
 //	result_exp  expiry(8) msgid -> (nothing)
+//	schedules   schedule id -> schedule record
+//	queues      queue name -> an operator's controls (JSON)
+//
+// A job completed with a keep time (the broker's retain-done) stays in
+// jobs with state done, its finish time where a pending job keeps its
+// not-before, until ExpireResults sweeps it with its result; a resend of
+// its msgid meanwhile is a duplicate, and after its time, even before the
+// sweep, a new job.
 //
 // Order comes from the sequence, not the msgid: a queue's keys in the
 // pending index are its FIFO, whatever ids clients send. Time-ordered

@@ -14,6 +14,7 @@ type State uint8
 const (
 	Pending State = 1 // waiting for (or held by) a worker
 	Dead    State = 2 // out of attempts; in the dead-letter list
+	Done    State = 3 // replied to, kept with its result until that expires
 )
 
 func (s State) String() string {
@@ -22,6 +23,8 @@ func (s State) String() string {
 		return "pending"
 	case Dead:
 		return "dead"
+	case Done:
+		return "done"
 	}
 	return fmt.Sprintf("state(%d)", uint8(s))
 }
@@ -33,8 +36,10 @@ func ParseState(s string) (State, error) {
 		return Pending, nil
 	case "dead":
 		return Dead, nil
+	case "done":
+		return Done, nil
 	}
-	return 0, fmt.Errorf("%w: unknown job state %q (want pending or dead)", ErrBadFilter, s)
+	return 0, fmt.Errorf("%w: unknown job state %q (want pending, dead or done)", ErrBadFilter, s)
 }
 
 // Job is one stored job: everything the broker needs to dispatch it again
@@ -49,6 +54,7 @@ type Job struct {
 	Attempts  int       // deliveries that ended without a REPLY
 	LastError string    // why the last attempt ended
 	NotBefore time.Time // not to be dispatched before this (delay, backoff); zero = now
+	Finished  time.Time // when it was done (state Done; kept where NotBefore is)
 	State     State
 	Seq       uint64 // position in its queue: FIFO order
 	// PayloadSize is len(Payload), also where Payload is left out (Load).
@@ -81,7 +87,11 @@ func (j *Job) encode() []byte {
 	b = append(b, recordVersion, byte(j.State))
 	b = binary.BigEndian.AppendUint64(b, j.Seq)
 	b = binary.AppendVarint(b, j.Enqueued.UnixNano())
-	b = binary.AppendVarint(b, unixNano(j.NotBefore))
+	if j.State == Done {
+		b = binary.AppendVarint(b, unixNano(j.Finished))
+	} else {
+		b = binary.AppendVarint(b, unixNano(j.NotBefore))
+	}
 	b = binary.AppendUvarint(b, uint64(j.Attempts))
 	for _, s := range [][]byte{[]byte(j.Queue), []byte(j.Headers), j.ClientID, []byte(j.LastError), j.Payload} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
@@ -100,7 +110,9 @@ func decodeJob(msgid, b []byte, withPayload bool) (*Job, error) {
 	j := &Job{MsgID: string(msgid), State: State(b[recState]), Seq: binary.BigEndian.Uint64(b[recSeq:])}
 	r := reader{b: b[recFields:]}
 	j.Enqueued = time.Unix(0, r.varint())
-	if nb := r.varint(); nb != 0 {
+	if nb := r.varint(); nb != 0 && j.State == Done {
+		j.Finished = time.Unix(0, nb)
+	} else if nb != 0 {
 		j.NotBefore = time.Unix(0, nb)
 	}
 	j.Attempts = int(r.uvarint())

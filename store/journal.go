@@ -184,6 +184,7 @@ type Count struct {
 	Queue   string
 	Pending int
 	Dead    int
+	Done    int // kept with their result (Complete with a keep time)
 }
 
 // CompactStats tells what a compaction did.

@@ -116,7 +116,7 @@ func (b *Bolt) List(opts ListOptions) (Page, error) {
 	states := []State{Pending, Dead}
 	switch opts.State {
 	case 0:
-	case Pending, Dead:
+	case Pending, Dead, Done:
 		states = []State{opts.State}
 	default:
 		return Page{}, fmt.Errorf("%w: unknown job state %s", ErrBadFilter, opts.State)
@@ -146,7 +146,11 @@ func (b *Bolt) List(opts ListOptions) (Page, error) {
 	err := b.view(func(tx *bolt.Tx) error {
 		jobs := tx.Bucket(migrations.Jobs)
 		for i, s := range states {
-			c := index(tx, s).Cursor()
+			idx := index(tx, s)
+			if idx == nil { // done, in a file from before step 5 open read-only
+				continue
+			}
+			c := idx.Cursor()
 			var k, id []byte
 			switch {
 			case i == 0 && after != nil:
@@ -219,8 +223,12 @@ func (b *Bolt) Counts() ([]Count, error) {
 	var out []Count
 	at := map[string]int{}
 	err := b.view(func(tx *bolt.Tx) error {
-		for _, s := range []State{Pending, Dead} {
-			c := index(tx, s).Cursor()
+		for _, s := range []State{Pending, Dead, Done} {
+			idx := index(tx, s)
+			if idx == nil { // done, in a file from before step 5 open read-only
+				continue
+			}
+			c := idx.Cursor()
 			for k, _ := c.First(); k != nil; k, _ = c.Next() {
 				q, ok := splitQueueKey(k)
 				if !ok {
@@ -232,10 +240,13 @@ func (b *Bolt) Counts() ([]Count, error) {
 					at[q] = i
 					out = append(out, Count{Queue: q})
 				}
-				if s == Pending {
+				switch s {
+				case Pending:
 					out[i].Pending++
-				} else {
+				case Dead:
 					out[i].Dead++
+				case Done:
+					out[i].Done++
 				}
 			}
 		}

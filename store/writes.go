@@ -12,8 +12,11 @@ import (
 
 // index returns the index bucket of a state.
 func index(tx *bolt.Tx, s State) *bolt.Bucket {
-	if s == Dead {
+	switch s {
+	case Dead:
 		return tx.Bucket(migrations.Dead)
+	case Done:
+		return tx.Bucket(migrations.Done)
 	}
 	return tx.Bucket(migrations.Pending)
 }
@@ -54,7 +57,16 @@ func (b *Bolt) Append(j *Job, done func(dup bool, err error)) {
 		apply: func(tx *bolt.Tx) error {
 			jobs, pending := tx.Bucket(migrations.Jobs), tx.Bucket(migrations.Pending)
 			jobs.FillPercent, pending.FillPercent = appendFill, appendFill
-			if jobs.Get(id) != nil || resultKept(tx, id) {
+			if rec := jobs.Get(id); rec != nil {
+				if len(rec) <= recState || State(rec[recState]) != Done || resultKept(tx, id) {
+					dup = true
+					return nil
+				}
+				// Done, and its time is up (not yet swept): the msgid is free.
+				if _, err := deleteJob(tx, id); err != nil {
+					return err
+				}
+			} else if resultKept(tx, id) {
 				dup = true
 				return nil
 			}
@@ -104,13 +116,41 @@ func deleteJob(tx *bolt.Tx, id []byte) (found bool, err error) {
 	return true, jobs.Delete(id)
 }
 
+// keepDone makes a stored job done: its state, its finish time and its
+// index entry move; found is false when it was not stored.
+func keepDone(tx *bolt.Tx, id []byte, now time.Time) (found bool, err error) {
+	jobs := tx.Bucket(migrations.Jobs)
+	rec := jobs.Get(id)
+	if rec == nil {
+		return false, nil
+	}
+	j, err := decodeJob(id, rec, true)
+	if err != nil {
+		return false, jobError{err}
+	}
+	key := queueKey(j.Queue, j.Seq)
+	if err := index(tx, j.State).Delete(key); err != nil {
+		return false, err
+	}
+	if err := index(tx, Done).Put(key, id); err != nil {
+		return false, err
+	}
+	j.State, j.Finished, j.NotBefore = Done, now, time.Time{}
+	return true, jobs.Put(id, j.encode())
+}
+
 // Complete implements Journal.
 func (b *Bolt) Complete(msgid string, result []byte, keepUntil time.Time, done func(found bool, err error)) {
 	id := []byte(msgid)
+	now := time.Now()
 	var found bool
 	b.enqueue(write{
 		apply: func(tx *bolt.Tx) (err error) {
-			if found, err = deleteJob(tx, id); err != nil || !found || keepUntil.IsZero() {
+			if keepUntil.IsZero() {
+				found, err = deleteJob(tx, id)
+				return err
+			}
+			if found, err = keepDone(tx, id, now); err != nil || !found {
 				return err
 			}
 			exp := migrations.ExpiryBytes(keepUntil.UnixNano())
@@ -278,6 +318,11 @@ func (b *Bolt) ExpireResults(now time.Time, done func(removed int, err error)) {
 			if v := results.Get(k[8:]); len(v) >= 8 && bytes.Equal(v[:8], k[:8]) {
 				if err := results.Delete(k[8:]); err != nil {
 					return 0, err
+				}
+				if rec := tx.Bucket(migrations.Jobs).Get(k[8:]); rec != nil && len(rec) > recState && State(rec[recState]) == Done {
+					if _, err := deleteJob(tx, k[8:]); err != nil { // the done job goes with its result
+						return 0, err
+					}
 				}
 				removed++
 			}

@@ -285,7 +285,7 @@ func (o *offline) Queues() ([]broker.QueueInfo, error) {
 	}
 	qs := make([]broker.QueueInfo, 0, len(counts))
 	for _, c := range counts {
-		qs = append(qs, broker.QueueInfo{Name: c.Queue, Pending: c.Pending, Dead: c.Dead}.WithControls(controls[c.Queue]))
+		qs = append(qs, broker.QueueInfo{Name: c.Queue, Pending: c.Pending, Dead: c.Dead, Done: c.Done}.WithControls(controls[c.Queue]))
 		delete(controls, c.Queue)
 	}
 	for name, s := range controls { // controlled, no job stored

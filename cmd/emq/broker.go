@@ -52,7 +52,8 @@ start).`,
 	f.String("payload-cache", mib(d.PayloadCache), "payloads held in memory for their dispatch; the others are read from the journal (bytes, KiB, MiB, GiB)")
 	f.String("max-receive-buffer", mib(d.MaxReceiveBuffer), "received messages held at once, all connections together (default: an eighth of the memory: the machine's, the container's limit or GOMEMLIMIT, the least)")
 	f.String("max-send-buffer", mib(d.MaxSendBuffer), "bytes queued for sending: payloads are read only below it; one connection over it is dropped")
-	f.Duration("result-ttl", d.ResultTTL, "keep each job's result this long (0 = not kept)")
+	f.Duration("retain-done", d.ResultTTL, "keep each done job, listable with its result, this long (0 = deleted when done)")
+	f.Duration("result-ttl", d.ResultTTL, "the same as --retain-done (its former name)")
 	f.Duration("drain-timeout", d.DrainTimeout, "at SIGTERM, wait this long for the jobs in flight before stopping (0 = do not wait)")
 	f.String("publisher-incoming", d.PublisherIncoming, "ROUTER endpoint taking PUBLISH only, EventMQ's emq-pubsub address (\"\" = not bound; the frontend takes PUBLISH too)")
 	f.String("publisher-outgoing", d.PublisherOutgoing, "PUB endpoint ZeroMQ SUB sockets connect to (\"\" = pub/sub off)")
@@ -132,9 +133,18 @@ func brokerOptions(c *config) (broker.Options, error) {
 	if o.HeartbeatTimeout, err = c.duration("heartbeat-timeout"); err != nil {
 		return o, err
 	}
-	if o.ResultTTL, err = c.duration("result-ttl"); err != nil {
+	retain, err := c.duration("retain-done")
+	if err != nil {
 		return o, err
 	}
+	ttl, err := c.duration("result-ttl")
+	if err != nil {
+		return o, err
+	}
+	if retain != 0 && ttl != 0 && retain != ttl {
+		return o, fmt.Errorf("retain-done %v and result-ttl %v: they are one setting (result-ttl is its former name); set one", retain, ttl)
+	}
+	o.ResultTTL = max(retain, ttl)
 	if o.DrainTimeout, err = c.duration("drain-timeout"); err != nil {
 		return o, err
 	}

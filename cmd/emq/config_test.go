@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // brokerConfig parses args for `emq broker` and returns its options.
@@ -82,6 +83,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{args: []string{"--publisher-outgoing", ""}, want: "publisher-outgoing is empty"},
 		{env: [2]string{"EMQ_SUBSCRIBER_HWM", "0"}, want: "subscriber-hwm"},
 		{env: [2]string{"EMQ_EVENT_BUFFER", "0"}, want: "event-buffer"},
+		{args: []string{"--retain-done", "1h", "--result-ttl", "2h"}, want: "retain-done 1h0m0s and result-ttl 2h0m0s: they are one setting"},
 		{env: [2]string{"EMQ_MAX_EVENT_LISTENERS", "many"}, want: "max-event-listeners"},
 		{env: [2]string{"EMQ_PUBLISHER_BUFFER", "lots"}, want: "publisher-buffer"},
 		{args: []string{"--publisher-outgoing", "tcp://127.0.0.1:47290"}, want: "frontend and publisher-outgoing are the same endpoint"},
@@ -135,5 +137,23 @@ func TestConfigLists(t *testing.T) {
 	t.Setenv("EMQ_ADMIN_ALLOWED_ORIGINS", "dash.example")
 	if _, err := brokerConfig(t); err == nil || !strings.Contains(err.Error(), "admin-allowed-origins") {
 		t.Errorf("an origin without a scheme: %v, want an error naming admin-allowed-origins", err)
+	}
+}
+
+// --retain-done and its former name --result-ttl are one setting.
+func TestRetainDone(t *testing.T) {
+	for _, args := range [][]string{{"--retain-done", "90m"}, {"--result-ttl", "90m"}, {"--retain-done", "90m", "--result-ttl", "90m"}} {
+		cmd := newBrokerCmd()
+		if err := cmd.Flags().Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		c, err := loadConfig(cmd.Flags(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := brokerOptions(c)
+		if err != nil || o.ResultTTL != 90*time.Minute {
+			t.Errorf("%v: ResultTTL %v, %v; want 1h30m", args, o.ResultTTL, err)
+		}
 	}
 }

@@ -156,7 +156,7 @@ func listCmd(use, short, state string) *cobra.Command {
 	f := cmd.Flags()
 	addFilterFlags(cmd)
 	if state == "" {
-		f.String("state", "", "pending, inflight or dead (default: all)")
+		f.String("state", "", "pending, inflight, dead or done (default: pending and dead)")
 	}
 	f.Int("limit", 100, "jobs to show")
 	f.String("after", "", "continue a listing (the cursor it printed)")

@@ -81,9 +81,9 @@ func newQueuesCmd() *cobra.Command {
 				return err
 			}
 			return output(cmd, c, qs, func(w io.Writer) {
-				fmt.Fprintln(w, "QUEUE\tPENDING\tDELAYED\tIN FLIGHT\tDEAD\tWORKERS\tOLDEST\tCONTROLS")
+				fmt.Fprintln(w, "QUEUE\tPENDING\tDELAYED\tIN FLIGHT\tDEAD\tDONE\tWORKERS\tOLDEST\tCONTROLS")
 				for _, q := range qs {
-					fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", q.Name, q.Pending, q.Delayed, q.InFlight, q.Dead,
+					fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", q.Name, q.Pending, q.Delayed, q.InFlight, q.Dead, q.Done,
 						q.Workers, time.Duration(q.OldestAge*float64(time.Second)).Round(time.Millisecond), controls(q))
 				}
 			})

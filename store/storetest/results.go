@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/eventmq/emq/store"
 )
 
 // Results of completed jobs, kept for a while so that a client can fetch
@@ -107,5 +109,51 @@ func keptResultMakesDuplicate(t *testing.T, f *fixture) {
 	}
 	if got, want := f.pending(), map[string][]string{"q": {"expired", "plain", "swept"}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("pending %v; want %v", got, want)
+	}
+}
+
+// A job completed with a keep time stays, done: listable in its own
+// state with its attempts and the time it was done, counted, and gone
+// with its result when ExpireResults sweeps it. Without a keep time it
+// is deleted. Load never gives a done job, and Remove deletes one.
+func doneJobsAreKept(t *testing.T, f *fixture) {
+	f.appendAtOnce(job("a", "q"), job("b", "q"), job("c", "q"), job("gone", "q"))
+	f.attempt("a", "flaky", time.Time{})
+	before := time.Now()
+	f.complete("a", []byte("ra"), before.Add(time.Hour))
+	f.complete("b", []byte("rb"), before.Add(2*time.Hour))
+	f.complete("gone", nil, time.Time{})
+	f.reopen()
+	a := f.get("a")
+	if a.State != store.Done || a.Attempts != 1 || a.LastError != "flaky" || a.Finished.Before(before.Add(-time.Second)) || !a.NotBefore.IsZero() {
+		t.Fatalf("a done job: %+v", a)
+	}
+	if string(a.Payload) != "payload of a" || string(f.result("a")) != "ra" {
+		t.Fatalf("a done job keeps its payload and result: %q %q", a.Payload, f.result("a"))
+	}
+	f.gone("gone")
+	done := f.list(store.ListOptions{State: store.Done})
+	if len(done) != 2 || done[0].MsgID != "a" || done[1].MsgID != "b" {
+		t.Fatalf("done listing: %v", done)
+	}
+	if all := f.list(store.ListOptions{}); len(all) != 1 || all[0].MsgID != "c" {
+		t.Fatalf("a listing without state lists pending and dead only: %v", all)
+	}
+	if c := f.counts()["q"]; c.Pending != 1 || c.Done != 2 || c.Dead != 0 {
+		t.Fatalf("counts: %+v", c)
+	}
+	if got, want := f.pending(), map[string][]string{"q": {"c"}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("load: %v; want %v", got, want)
+	}
+	if !f.remove("b") {
+		t.Fatal("remove of a done job: not found")
+	}
+	f.gone("b")
+	if n := f.expire(before.Add(90 * time.Minute)); n != 1 {
+		t.Fatalf("expire removed %d, want 1 (a)", n)
+	}
+	f.gone("a")
+	if c := f.counts()["q"]; c.Done != 0 {
+		t.Fatalf("counts after the sweep: %+v", c)
 	}
 }

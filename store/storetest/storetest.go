@@ -54,6 +54,7 @@ var checks = []check{
 	{name: "CompleteKeepsTheResultUntilItsTime", run: completeKeepsResult},
 	{name: "ExpireResultsRemovesExactlyTheExpired", run: expireResultsRemovesExpired},
 	{name: "KeptResultMakesAResendADuplicate", run: keptResultMakesDuplicate},
+	{name: "DoneJobsAreKeptUntilTheirResultExpires", run: doneJobsAreKept},
 
 	{name: "ListPagesThroughEveryJobOnceInOrder", run: listPagesInOrder},
 	{name: "ListWithoutStateGivesPendingThenDead", run: listPendingThenDead},
