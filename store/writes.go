@@ -319,7 +319,7 @@ func (b *Bolt) ExpireResults(now time.Time, done func(removed int, err error)) {
 				if err := results.Delete(k[8:]); err != nil {
 					return 0, err
 				}
-				if rec := tx.Bucket(migrations.Jobs).Get(k[8:]); rec != nil && len(rec) > recState && State(rec[recState]) == Done {
+				if rec := tx.Bucket(migrations.Jobs).Get(k[8:]); len(rec) > recState && State(rec[recState]) == Done {
 					if _, err := deleteJob(tx, k[8:]); err != nil { // the done job goes with its result
 						return 0, err
 					}
