@@ -59,16 +59,18 @@ import (
 type JobInfo struct {
 	MsgID       string    `json:"msgid"`
 	Queue       string    `json:"queue"`
-	State       string    `json:"state"` // pending, inflight or dead
+	State       string    `json:"state"` // pending, inflight, dead or done
 	Worker      string    `json:"worker,omitempty"`
 	Headers     string    `json:"headers"`
 	Enqueued    time.Time `json:"enqueued"`
 	Attempts    int       `json:"attempts"`
 	LastError   string    `json:"last_error,omitempty"`
 	NotBefore   time.Time `json:"not_before,omitzero"`
+	Finished    time.Time `json:"finished,omitzero"` // done: when its worker replied
 	PayloadSize int       `json:"payload_size"`
 	Preview     string    `json:"preview"`                  // the payload's first bytes as text; invalid UTF-8 shown as U+FFFD
 	Payload     string    `json:"payload_base64,omitempty"` // only when asked for
+	Result      *string   `json:"result_base64,omitempty"`  // done: its worker's REPLY, when the payload is asked for
 }
 
 // PreviewLen is how many payload bytes a JobInfo's preview shows.
@@ -79,7 +81,7 @@ func NewJobInfo(j *store.Job, worker string, withPayload bool) JobInfo {
 	ji := JobInfo{
 		MsgID: j.MsgID, Queue: j.Queue, State: j.State.String(), Worker: worker,
 		Headers: j.Headers, Enqueued: j.Enqueued, Attempts: j.Attempts, LastError: j.LastError,
-		NotBefore: j.NotBefore, PayloadSize: len(j.Payload),
+		NotBefore: j.NotBefore, Finished: j.Finished, PayloadSize: len(j.Payload),
 	}
 	if worker != "" {
 		ji.State = "inflight"
@@ -87,6 +89,19 @@ func NewJobInfo(j *store.Job, worker string, withPayload bool) JobInfo {
 	ji.Preview = preview(j.Payload)
 	if withPayload {
 		ji.Payload = base64.StdEncoding.EncodeToString(j.Payload)
+	}
+	return ji
+}
+
+// JobInfoFrom is NewJobInfo with, for a done job and withPayload, the
+// result the journal keeps for it.
+func JobInfoFrom(journal store.Journal, j *store.Job, worker string, withPayload bool) JobInfo {
+	ji := NewJobInfo(j, worker, withPayload)
+	if j.State == store.Done && withPayload {
+		if res, err := journal.Result(j.MsgID); err == nil {
+			s := base64.StdEncoding.EncodeToString(res)
+			ji.Result = &s
+		}
 	}
 	return ji
 }
@@ -275,7 +290,7 @@ func (b *Broker) adminHandler() http.Handler {
 		}
 		held, err := b.InFlight(r.Context(), j.Queue)
 		withPayload, _ := strconv.ParseBool(r.URL.Query().Get("payload"))
-		reply(w, NewJobInfo(j, held[id], withPayload), err)
+		reply(w, JobInfoFrom(b.journal, j, held[id], withPayload), err)
 	})
 	mux.HandleFunc("DELETE /api/v1/jobs/{msgid}", func(w http.ResponseWriter, r *http.Request) {
 		err := b.RemoveJob(r.Context(), r.PathValue("msgid"))

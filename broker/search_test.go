@@ -84,4 +84,8 @@ func TestDoneJobsAreListed(t *testing.T) {
 	if api(t, b, "GET", "/api/v1/queues", "", &qs); len(qs) != 1 || qs[0].Done != 1 || qs[0].Pending != 0 {
 		t.Fatalf("queues: %+v", qs)
 	}
+	var ji broker.JobInfo
+	if api(t, b, "GET", "/api/v1/jobs/"+id+"?payload=1", "", &ji); ji.State != "done" || ji.Finished.IsZero() || ji.Result == nil || *ji.Result != "YW5zd2Vy" {
+		t.Fatalf("the done job with its result: %+v", ji)
+	}
 }

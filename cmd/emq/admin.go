@@ -370,7 +370,7 @@ func (o *offline) Job(msgid string, payload bool) (broker.JobInfo, error) {
 	if err != nil {
 		return broker.JobInfo{}, err
 	}
-	return broker.NewJobInfo(j, "", payload), nil
+	return broker.JobInfoFrom(o.j, j, "", payload), nil
 }
 
 func (o *offline) Remove(msgid string) error {

@@ -195,7 +195,14 @@ func printJob(w io.Writer, j broker.JobInfo) {
 	if !j.NotBefore.IsZero() {
 		fmt.Fprintf(w, "not before\t%s\n", j.NotBefore.Format(time.RFC3339))
 	}
+	if !j.Finished.IsZero() {
+		fmt.Fprintf(w, "finished\t%s\n", j.Finished.Format(time.RFC3339))
+	}
 	fmt.Fprintf(w, "payload size\t%d\npreview\t%q\n", j.PayloadSize, j.Preview)
+	if j.Result != nil {
+		raw, _ := base64.StdEncoding.DecodeString(*j.Result)
+		fmt.Fprintf(w, "result\t%q\n", raw)
+	}
 }
 
 func removeCmd() *cobra.Command {
