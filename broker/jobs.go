@@ -263,7 +263,7 @@ func (b *Broker) reply(w *peer, m *emqp.Reply) {
 	if b.opts.ResultTTL > 0 {
 		result, keepUntil = m.Payload, time.Now().Add(b.opts.ResultTTL)
 	}
-	b.journal.Complete(j.id, result, keepUntil, func(_ bool, err error) {
+	b.journal.Complete(j.id, result, keepUntil, nil, func(_ bool, err error) {
 		b.writeFailed(err, "journal could not delete a replied job; it will run again after a restart", j.id)
 	})
 	if j.headers.ReplyRequested() {
@@ -315,7 +315,7 @@ func (b *Broker) attempt(j *job, reason string, backoff bool) {
 		b.log.Warn("job out of attempts; moved to the dead letters", "msgid", j.id, "queue", j.q.name,
 			"attempts", j.attempts, "reason", reason)
 		b.emitJob(EventBuried, j, reason)
-		b.journal.Bury(j.id, reason, func(_ *store.Job, err error) {
+		b.journal.Bury(j.id, reason, nil, func(_ *store.Job, err error) {
 			b.writeFailed(err, "journal could not bury a job", j.id)
 		})
 		return
@@ -330,7 +330,7 @@ func (b *Broker) attempt(j *job, reason string, backoff bool) {
 		}
 		j.notBefore = now.Add(d).UnixNano()
 	}
-	b.journal.RecordAttempt(j.id, reason, fromNanos(j.notBefore), func(_ *store.Job, err error) {
+	b.journal.RecordAttempt(j.id, reason, fromNanos(j.notBefore), nil, func(_ *store.Job, err error) {
 		b.writeFailed(err, "journal could not record an attempt", j.id)
 	})
 	if backoff {

@@ -88,12 +88,12 @@ func (f fencingJournal) Append(j *store.Job, done func(bool, error)) {
 	f.Journal.Append(j, done)
 }
 
-func (f fencingJournal) Complete(msgid string, result []byte, keepUntil time.Time, done func(bool, error)) {
+func (f fencingJournal) Complete(msgid string, result []byte, keepUntil time.Time, trail []store.TrailEvent, done func(bool, error)) {
 	if err := f.fenced(); err != nil {
 		done(false, err)
 		return
 	}
-	f.Journal.Complete(msgid, result, keepUntil, done)
+	f.Journal.Complete(msgid, result, keepUntil, trail, done)
 }
 
 // brokenReads' reads fail as a failing disk makes them fail; it does not

@@ -70,8 +70,8 @@ type reviveFirst struct {
 	once          sync.Once
 }
 
-func (r *reviveFirst) Revive(msgid string, done func(*store.Job, error)) {
-	r.Journal.Revive(msgid, func(sj *store.Job, err error) {
+func (r *reviveFirst) Revive(msgid string, trail []store.TrailEvent, done func(*store.Job, error)) {
+	r.Journal.Revive(msgid, trail, func(sj *store.Job, err error) {
 		go func() { <-r.sent; done(sj, err); close(r.reported) }()
 	})
 	close(r.revived)
@@ -123,8 +123,8 @@ type heldRevive struct {
 	called, release chan struct{}
 }
 
-func (h heldRevive) Revive(msgid string, done func(*store.Job, error)) {
-	h.Journal.Revive(msgid, func(sj *store.Job, err error) { go func() { <-h.release; done(sj, err) }() })
+func (h heldRevive) Revive(msgid string, trail []store.TrailEvent, done func(*store.Job, error)) {
+	h.Journal.Revive(msgid, trail, func(sj *store.Job, err error) { go func() { <-h.release; done(sj, err) }() })
 	close(h.called)
 }
 

@@ -39,7 +39,7 @@ func appendParallel(b *testing.B, j store.Journal, n, workers int, newID func() 
 					j.Append(&store.Job{MsgID: id, Queue: "q", Payload: payload200}, done)
 				})
 				if err == nil && remove {
-					_, err = store.Wait(func(done func(bool, error)) { j.Complete(id, nil, time.Time{}, done) })
+					_, err = store.Wait(func(done func(bool, error)) { j.Complete(id, nil, time.Time{}, nil, done) })
 				}
 				if err != nil {
 					b.Error(err)
@@ -102,7 +102,7 @@ func BenchmarkAppendPipelined(b *testing.B) {
 								b.Error(err)
 							}
 							if complete {
-								j.Complete(id, nil, time.Time{}, nil)
+								j.Complete(id, nil, time.Time{}, nil, nil)
 							}
 							<-window
 							mine.Done()
@@ -136,7 +136,7 @@ func BenchmarkAppendPaced(b *testing.B) {
 			if err != nil {
 				b.Error(err)
 			}
-			j.Complete(id, nil, time.Time{}, nil)
+			j.Complete(id, nil, time.Time{}, nil, nil)
 			wg.Done()
 		})
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -59,6 +60,41 @@ type Job struct {
 	Seq       uint64 // position in its queue: FIFO order
 	// PayloadSize is len(Payload), also where Payload is left out (Load).
 	PayloadSize int
+	// Trail is what happened to the job, oldest first: the last MaxTrail
+	// events the broker wrote with its changes (RecordAttempt, Bury,
+	// Complete, Revive). Its receipt is Enqueued.
+	Trail []TrailEvent
+}
+
+// TrailEvent is one step of a job's history.
+type TrailEvent struct {
+	Time    time.Time `json:"time"`
+	Kind    string    `json:"kind"` // as broker.Event's kinds: dispatched, failed, replied, ...
+	Worker  string    `json:"worker,omitempty"`
+	Attempt int       `json:"attempt,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
+}
+
+// Bounds of a trail: it keeps the last MaxTrail events, each reason cut
+// at MaxTrailReason bytes, so a job that fails for ever does not grow.
+const (
+	MaxTrail       = 32
+	MaxTrailReason = 512
+)
+
+// withTrail returns trail with events added, the oldest dropped past
+// MaxTrail, long reasons cut.
+func withTrail(trail, events []TrailEvent) []TrailEvent {
+	for _, e := range events {
+		if len(e.Reason) > MaxTrailReason {
+			e.Reason = strings.ToValidUTF8(e.Reason[:MaxTrailReason], "") + "…"
+		}
+		trail = append(trail, e)
+	}
+	if n := len(trail) - MaxTrail; n > 0 {
+		trail = append(trail[:0:0], trail[n:]...)
+	}
+	return trail
 }
 
 // Limits of what a job may hold, so a record always fits bbolt's limits.
@@ -67,12 +103,15 @@ const (
 	MaxQueueLen = 255
 )
 
-const recordVersion = 1
+// recordVersion is what encode writes; version 1 records (no trail) are
+// read too.
+const recordVersion = 2
 
 // A record: version byte, state byte, the sequence as 8 fixed bytes (so
 // the committer can set it in an encoded record), then enqueue time, not
 // before, attempts as varints, then queue, headers, client id, last error
-// and payload, each with a uvarint length.
+// and payload, each with a uvarint length; version 2 then has the trail:
+// a count, and each event's time, attempt, kind, worker and reason.
 const (
 	recState  = 1
 	recSeq    = 2
@@ -97,14 +136,26 @@ func (j *Job) encode() []byte {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
+	b = binary.AppendUvarint(b, uint64(len(j.Trail)))
+	for _, e := range j.Trail {
+		b = binary.AppendVarint(b, unixNano(e.Time))
+		b = binary.AppendUvarint(b, uint64(e.Attempt))
+		for _, s := range []string{e.Kind, e.Worker, e.Reason} {
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
+	}
 	return b
 }
+
+// knownVersion reports a record version this binary reads.
+func knownVersion(b []byte) bool { return len(b) >= recFields && (b[0] == 1 || b[0] == recordVersion) }
 
 // decodeJob reads a record; it copies everything, so the result outlives
 // the transaction. Without withPayload it leaves the payload where it is
 // (only its size is read): a large one is never touched.
 func decodeJob(msgid, b []byte, withPayload bool) (*Job, error) {
-	if len(b) < recFields || b[0] != recordVersion {
+	if !knownVersion(b) {
 		return nil, fmt.Errorf("%w: the record of job %q has an unknown version", ErrCorrupt, msgid)
 	}
 	j := &Job{MsgID: string(msgid), State: State(b[recState]), Seq: binary.BigEndian.Uint64(b[recSeq:])}
@@ -121,6 +172,18 @@ func decodeJob(msgid, b []byte, withPayload bool) (*Job, error) {
 	j.ClientID = clone(r.bytes())
 	j.LastError = string(r.bytes())
 	payload := r.bytes()
+	if b[0] >= 2 {
+		n := r.uvarint()
+		for i := uint64(0); i < n && !r.bad; i++ {
+			e := TrailEvent{}
+			if t := r.varint(); t != 0 {
+				e.Time = time.Unix(0, t)
+			}
+			e.Attempt = int(r.uvarint())
+			e.Kind, e.Worker, e.Reason = string(r.bytes()), string(r.bytes()), string(r.bytes())
+			j.Trail = append(j.Trail, e)
+		}
+	}
 	if r.bad {
 		return nil, fmt.Errorf("%w: the record of job %q is truncated", ErrCorrupt, msgid)
 	}
@@ -133,7 +196,7 @@ func decodeJob(msgid, b []byte, withPayload bool) (*Job, error) {
 
 // payloadOf returns the payload in a record, not copied.
 func payloadOf(msgid, b []byte) ([]byte, error) {
-	if len(b) < recFields || b[0] != recordVersion {
+	if !knownVersion(b) {
 		return nil, fmt.Errorf("%w: the record of job %q has an unknown version", ErrCorrupt, msgid)
 	}
 	r := reader{b: b[recFields:]}
@@ -203,7 +266,7 @@ func (r *reader) bytes() []byte {
 // indexKey reads from a record the job's key in its state's index,
 // without decoding the rest.
 func indexKey(msgid, b []byte) (State, []byte, error) {
-	if len(b) < recFields || b[0] != recordVersion {
+	if !knownVersion(b) {
 		return 0, nil, fmt.Errorf("%w: the record of job %q has an unknown version", ErrCorrupt, msgid)
 	}
 	r := reader{b: b[recFields:]}

@@ -36,19 +36,23 @@ type Journal interface {
 	// Complete removes a job its worker replied to; when keepUntil is set
 	// the result is kept until then. No ACK waits for it, so it may wait a
 	// little (Options.LazyDelay) to share the next Append's commit.
-	Complete(msgid string, result []byte, keepUntil time.Time, done func(found bool, err error))
+	//
+	// The trail arguments of Complete, RecordAttempt, Bury and Revive are
+	// events to add to the job's trail with the change (see Job.Trail);
+	// nil adds none. Complete keeps them only with a keep time.
+	Complete(msgid string, result []byte, keepUntil time.Time, trail []TrailEvent, done func(found bool, err error))
 	// Remove deletes a job in any state (an admin's action).
 	Remove(msgid string, done func(found bool, err error))
 	// RecordAttempt counts a delivery that ended without a REPLY, with its
 	// reason, and when the job may run again. ErrNotFound when the job is
 	// not stored.
-	RecordAttempt(msgid, reason string, notBefore time.Time, done func(*Job, error))
+	RecordAttempt(msgid, reason string, notBefore time.Time, trail []TrailEvent, done func(*Job, error))
 	// Bury counts a last attempt and moves the job to the dead letters.
 	// ErrNotFound, or ErrWrongState when it is dead already.
-	Bury(msgid, reason string, done func(*Job, error))
+	Bury(msgid, reason string, trail []TrailEvent, done func(*Job, error))
 	// Revive brings a dead job back to the tail of its queue with its
 	// attempts reset. ErrNotFound, or ErrWrongState when it is not dead.
-	Revive(msgid string, done func(*Job, error))
+	Revive(msgid string, trail []TrailEvent, done func(*Job, error))
 	// PurgeQueue deletes every pending job of a queue.
 	PurgeQueue(queue string, done func(removed int, err error))
 	// ExpireResults deletes results whose time is up at now, and reports

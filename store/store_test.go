@@ -221,7 +221,7 @@ func TestDamagedRecordFailsOnlyItsWrite(t *testing.T) {
 	attempted := make(chan error, 1)
 	appended := make(chan error, 100)
 	j.Remove("bad", func(_ bool, err error) { removed <- err })
-	j.RecordAttempt("bad", "x", time.Time{}, func(_ *store.Job, err error) { attempted <- err })
+	j.RecordAttempt("bad", "x", time.Time{}, nil, func(_ *store.Job, err error) { attempted <- err })
 	for i := range 100 {
 		j.Append(job(fmt.Sprintf("ok%d", i), "q"), func(_ bool, err error) { appended <- err })
 	}
@@ -257,7 +257,7 @@ func TestCompleteWaitsForCompany(t *testing.T) {
 	mustAppend(t, j, job("a", "q"))
 	<-commits
 	done := make(chan error, 2)
-	j.Complete("a", nil, time.Time{}, func(_ bool, err error) { done <- err })
+	j.Complete("a", nil, time.Time{}, nil, func(_ bool, err error) { done <- err })
 	j.Append(job("b", "q"), func(_ bool, err error) { done <- err })
 	for range 2 {
 		if err := <-done; err != nil {
@@ -268,7 +268,7 @@ func TestCompleteWaitsForCompany(t *testing.T) {
 		t.Fatalf("the Complete and the Append took a commit of %d writes, want one of 2", n)
 	}
 	// Alone, a Complete still commits (after LazyDelay).
-	if found, err := store.Wait(func(d func(bool, error)) { j.Complete("b", nil, time.Time{}, d) }); err != nil || !found {
+	if found, err := store.Wait(func(d func(bool, error)) { j.Complete("b", nil, time.Time{}, nil, d) }); err != nil || !found {
 		t.Fatalf("Complete alone: %v %v", found, err)
 	}
 }

@@ -118,7 +118,7 @@ func deleteJob(tx *bolt.Tx, id []byte) (found bool, err error) {
 
 // keepDone makes a stored job done: its state, its finish time and its
 // index entry move; found is false when it was not stored.
-func keepDone(tx *bolt.Tx, id []byte, now time.Time) (found bool, err error) {
+func keepDone(tx *bolt.Tx, id []byte, now time.Time, trail []TrailEvent) (found bool, err error) {
 	jobs := tx.Bucket(migrations.Jobs)
 	rec := jobs.Get(id)
 	if rec == nil {
@@ -136,11 +136,12 @@ func keepDone(tx *bolt.Tx, id []byte, now time.Time) (found bool, err error) {
 		return false, err
 	}
 	j.State, j.Finished, j.NotBefore = Done, now, time.Time{}
+	j.Trail = withTrail(j.Trail, trail)
 	return true, jobs.Put(id, j.encode())
 }
 
 // Complete implements Journal.
-func (b *Bolt) Complete(msgid string, result []byte, keepUntil time.Time, done func(found bool, err error)) {
+func (b *Bolt) Complete(msgid string, result []byte, keepUntil time.Time, trail []TrailEvent, done func(found bool, err error)) {
 	id := []byte(msgid)
 	now := time.Now()
 	var found bool
@@ -150,7 +151,7 @@ func (b *Bolt) Complete(msgid string, result []byte, keepUntil time.Time, done f
 				found, err = deleteJob(tx, id)
 				return err
 			}
-			if found, err = keepDone(tx, id, now); err != nil || !found {
+			if found, err = keepDone(tx, id, now, trail); err != nil || !found {
 				return err
 			}
 			exp := migrations.ExpiryBytes(keepUntil.UnixNano())
@@ -177,7 +178,7 @@ func resultKept(tx *bolt.Tx, id []byte) bool {
 
 // Remove implements Journal.
 func (b *Bolt) Remove(msgid string, done func(found bool, err error)) {
-	b.Complete(msgid, nil, time.Time{}, done)
+	b.Complete(msgid, nil, time.Time{}, nil, done)
 }
 
 // change reads one job, lets fn change it (and its index entries), and
@@ -215,16 +216,17 @@ func (b *Bolt) change(msgid string, fn func(tx *bolt.Tx, j *Job) error, done fun
 }
 
 // RecordAttempt implements Journal.
-func (b *Bolt) RecordAttempt(msgid, reason string, notBefore time.Time, done func(*Job, error)) {
+func (b *Bolt) RecordAttempt(msgid, reason string, notBefore time.Time, trail []TrailEvent, done func(*Job, error)) {
 	b.change(msgid, func(_ *bolt.Tx, j *Job) error {
 		j.Attempts++
 		j.LastError, j.NotBefore = reason, notBefore
+		j.Trail = withTrail(j.Trail, trail)
 		return nil
 	}, done)
 }
 
 // Bury implements Journal.
-func (b *Bolt) Bury(msgid, reason string, done func(*Job, error)) {
+func (b *Bolt) Bury(msgid, reason string, trail []TrailEvent, done func(*Job, error)) {
 	b.change(msgid, func(tx *bolt.Tx, j *Job) error {
 		if j.State == Dead {
 			return jobError{fmt.Errorf("%w: job %s is dead already", ErrWrongState, msgid)}
@@ -235,12 +237,13 @@ func (b *Bolt) Bury(msgid, reason string, done func(*Job, error)) {
 		}
 		j.Attempts++
 		j.LastError, j.State, j.NotBefore = reason, Dead, time.Time{}
+		j.Trail = withTrail(j.Trail, trail)
 		return index(tx, Dead).Put(key, []byte(msgid))
 	}, done)
 }
 
 // Revive implements Journal.
-func (b *Bolt) Revive(msgid string, done func(*Job, error)) {
+func (b *Bolt) Revive(msgid string, trail []TrailEvent, done func(*Job, error)) {
 	b.change(msgid, func(tx *bolt.Tx, j *Job) error {
 		if j.State != Dead {
 			return jobError{fmt.Errorf("%w: job %s is not dead (it is %s)", ErrWrongState, msgid, j.State)}
@@ -253,6 +256,7 @@ func (b *Bolt) Revive(msgid string, done func(*Job, error)) {
 			return err
 		}
 		j.Seq, j.State, j.Attempts, j.NotBefore = seq, Pending, 0, time.Time{}
+		j.Trail = withTrail(j.Trail, trail)
 		return index(tx, Pending).Put(queueKey(j.Queue, seq), []byte(msgid))
 	}, done)
 }

@@ -207,7 +207,7 @@ func TestCompactCLI(t *testing.T) {
 		}
 	}
 	for _, id := range ids[kept:] {
-		j.Complete(id, nil, time.Time{}, func(_ bool, err error) { errs <- err })
+		j.Complete(id, nil, time.Time{}, nil, func(_ bool, err error) { errs <- err })
 	}
 	for range total - kept {
 		if err := <-errs; err != nil {

@@ -100,7 +100,7 @@ func (f *fixture) appendAtOnce(jobs ...*store.Job) {
 
 func (f *fixture) complete(id string, result []byte, keepUntil time.Time) (found bool) {
 	f.t.Helper()
-	found, err := store.Wait(func(done func(bool, error)) { f.j.Complete(id, result, keepUntil, done) })
+	found, err := store.Wait(func(done func(bool, error)) { f.j.Complete(id, result, keepUntil, nil, done) })
 	if err != nil {
 		f.t.Fatalf("complete %s: %v", id, err)
 	}
@@ -119,18 +119,18 @@ func (f *fixture) remove(id string) (found bool) {
 func (f *fixture) attempt(id, reason string, notBefore time.Time) *store.Job {
 	f.t.Helper()
 	return f.jobWrite("record an attempt of "+id, func(done func(*store.Job, error)) {
-		f.j.RecordAttempt(id, reason, notBefore, done)
+		f.j.RecordAttempt(id, reason, notBefore, nil, done)
 	})
 }
 
 func (f *fixture) bury(id, reason string) *store.Job {
 	f.t.Helper()
-	return f.jobWrite("bury "+id, func(done func(*store.Job, error)) { f.j.Bury(id, reason, done) })
+	return f.jobWrite("bury "+id, func(done func(*store.Job, error)) { f.j.Bury(id, reason, nil, done) })
 }
 
 func (f *fixture) revive(id string) *store.Job {
 	f.t.Helper()
-	return f.jobWrite("revive "+id, func(done func(*store.Job, error)) { f.j.Revive(id, done) })
+	return f.jobWrite("revive "+id, func(done func(*store.Job, error)) { f.j.Revive(id, nil, done) })
 }
 
 func (f *fixture) jobWrite(what string, write func(done func(*store.Job, error))) *store.Job {

@@ -51,7 +51,7 @@ func recordAttemptKeeps(t *testing.T, f *fixture) {
 	}
 
 	f.refused("attempt of an unknown msgid", store.ErrNotFound, func() error {
-		_, err := store.Wait(func(done func(*store.Job, error)) { f.j.RecordAttempt("unknown", "x", first, done) })
+		_, err := store.Wait(func(done func(*store.Job, error)) { f.j.RecordAttempt("unknown", "x", first, nil, done) })
 		return err
 	})
 }
@@ -84,11 +84,11 @@ func buryMovesToDead(t *testing.T, f *fixture) {
 		}
 	})
 	f.refused("bury of a dead job", store.ErrWrongState, func() error {
-		_, err := store.Wait(func(done func(*store.Job, error)) { f.j.Bury("a", "again", done) })
+		_, err := store.Wait(func(done func(*store.Job, error)) { f.j.Bury("a", "again", nil, done) })
 		return err
 	})
 	f.refused("bury of an unknown msgid", store.ErrNotFound, func() error {
-		_, err := store.Wait(func(done func(*store.Job, error)) { f.j.Bury("unknown", "x", done) })
+		_, err := store.Wait(func(done func(*store.Job, error)) { f.j.Bury("unknown", "x", nil, done) })
 		return err
 	})
 }
@@ -120,11 +120,11 @@ func reviveAppendsAtTail(t *testing.T, f *fixture) {
 		t.Fatalf("pending after revive and a reopen %v; want %v", got, want)
 	}
 	f.refused("revive of a pending job", store.ErrWrongState, func() error {
-		_, err := store.Wait(func(done func(*store.Job, error)) { f.j.Revive("b", done) })
+		_, err := store.Wait(func(done func(*store.Job, error)) { f.j.Revive("b", nil, done) })
 		return err
 	})
 	f.refused("revive of an unknown msgid", store.ErrNotFound, func() error {
-		_, err := store.Wait(func(done func(*store.Job, error)) { f.j.Revive("unknown", done) })
+		_, err := store.Wait(func(done func(*store.Job, error)) { f.j.Revive("unknown", nil, done) })
 		return err
 	})
 }

@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,5 +157,57 @@ func doneJobsAreKept(t *testing.T, f *fixture) {
 	f.gone("a")
 	if c := f.counts()["q"]; c.Done != 0 {
 		t.Fatalf("counts after the sweep: %+v", c)
+	}
+}
+
+// A job's trail keeps the events its changes brought, oldest first, in
+// order, across a reopen; only the last MaxTrail, each reason cut at
+// MaxTrailReason bytes.
+func trailsAreKept(t *testing.T, f *fixture) {
+	f.appendAtOnce(job("t", "q"), job("long", "q"))
+	at := time.Unix(1800000000, 0)
+	ev := func(kind string, attempt int, reason string) store.TrailEvent {
+		at = at.Add(time.Second)
+		return store.TrailEvent{Time: at, Kind: kind, Worker: "backend/w", Attempt: attempt, Reason: reason}
+	}
+	first := []store.TrailEvent{ev("dispatched", 1, ""), ev("failed", 1, "disk full"), ev("retry", 1, "")}
+	jobWrite := func(what string, write func(done func(*store.Job, error))) { f.t.Helper(); f.jobWrite(what, write) }
+	jobWrite("attempt", func(done func(*store.Job, error)) { f.j.RecordAttempt("t", "disk full", time.Time{}, first, done) })
+	second := []store.TrailEvent{ev("dispatched", 2, ""), ev("failed", 2, "disk full")}
+	jobWrite("bury", func(done func(*store.Job, error)) { f.j.Bury("t", "disk full", second, done) })
+	third := []store.TrailEvent{ev("revived", 0, "")}
+	jobWrite("revive", func(done func(*store.Job, error)) { f.j.Revive("t", third, done) })
+	last := []store.TrailEvent{ev("dispatched", 1, ""), ev("replied", 1, "")}
+	if _, err := store.Wait(func(done func(bool, error)) {
+		f.j.Complete("t", []byte("ok"), time.Now().Add(time.Hour), last, done)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.reopen()
+	want := append(append(append(first, second...), third...), last...)
+	got := f.get("t").Trail
+	if len(got) != len(want) {
+		t.Fatalf("trail of %d events, want %d: %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		if !got[i].Time.Equal(want[i].Time) || got[i].Kind != want[i].Kind || got[i].Worker != want[i].Worker ||
+			got[i].Attempt != want[i].Attempt || got[i].Reason != want[i].Reason {
+			t.Fatalf("event %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+
+	// Bounded: a job that fails for ever keeps its last MaxTrail events.
+	for i := range store.MaxTrail + 8 {
+		reason := fmt.Sprintf("failure %d", i)
+		if i == store.MaxTrail+7 {
+			reason = strings.Repeat("x", store.MaxTrailReason+100)
+		}
+		jobWrite("attempt", func(done func(*store.Job, error)) {
+			f.j.RecordAttempt("long", reason, time.Time{}, []store.TrailEvent{ev("failed", i+1, reason)}, done)
+		})
+	}
+	tr := f.get("long").Trail
+	if len(tr) != store.MaxTrail || tr[0].Reason != "failure 8" || len(tr[len(tr)-1].Reason) > store.MaxTrailReason+len("…") {
+		t.Fatalf("a long trail: %d events, first %q, last reason %d bytes", len(tr), tr[0].Reason, len(tr[len(tr)-1].Reason))
 	}
 }

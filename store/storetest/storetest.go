@@ -55,6 +55,7 @@ var checks = []check{
 	{name: "ExpireResultsRemovesExactlyTheExpired", run: expireResultsRemovesExpired},
 	{name: "KeptResultMakesAResendADuplicate", run: keptResultMakesDuplicate},
 	{name: "DoneJobsAreKeptUntilTheirResultExpires", run: doneJobsAreKept},
+	{name: "TrailsAreKeptAndBounded", run: trailsAreKept},
 
 	{name: "ListPagesThroughEveryJobOnceInOrder", run: listPagesInOrder},
 	{name: "ListWithoutStateGivesPendingThenDead", run: listPendingThenDead},

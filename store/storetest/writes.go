@@ -22,22 +22,22 @@ func writesApplyInOrder(t *testing.T, f *fixture) {
 	b := f.batch()
 	// x: appended and completed at once leaves nothing.
 	f.j.Append(job("x", "q"), b.flag("append x", false))
-	f.j.Complete("x", []byte("r"), time.Time{}, b.flag("complete x", true))
+	f.j.Complete("x", []byte("r"), time.Time{}, nil, b.flag("complete x", true))
 	// y: appended, buried and revived at once ends pending.
 	f.j.Append(job("y", "q"), b.flag("append y", false))
-	f.j.Bury("y", "boom", b.job("bury y", store.Dead, 1))
-	f.j.Revive("y", b.job("revive y", store.Pending, 0))
+	f.j.Bury("y", "boom", nil, b.job("bury y", store.Dead, 1))
+	f.j.Revive("y", nil, b.job("revive y", store.Pending, 0))
 	// z: two attempts, then buried: dead, three attempts.
 	f.j.Append(job("z", "q"), b.flag("append z", false))
-	f.j.RecordAttempt("z", "lost", time.Time{}, b.job("first attempt of z", store.Pending, 1))
-	f.j.RecordAttempt("z", "lost", time.Time{}, b.job("second attempt of z", store.Pending, 2))
-	f.j.Bury("z", "boom", b.job("bury z", store.Dead, 3))
+	f.j.RecordAttempt("z", "lost", time.Time{}, nil, b.job("first attempt of z", store.Pending, 1))
+	f.j.RecordAttempt("z", "lost", time.Time{}, nil, b.job("second attempt of z", store.Pending, 2))
+	f.j.Bury("z", "boom", nil, b.job("bury z", store.Dead, 3))
 	// w: appended, removed, appended again: the second one is stored.
 	f.j.Append(job("w", "q"), b.flag("first append of w", false))
 	f.j.Remove("w", b.flag("remove w", true))
 	f.j.Append(second, b.flag("second append of w", false))
 	// u: completed before it is appended: the Complete finds nothing.
-	f.j.Complete("u", nil, time.Time{}, b.flag("complete u before its append", false))
+	f.j.Complete("u", nil, time.Time{}, nil, b.flag("complete u before its append", false))
 	f.j.Append(job("u", "q"), b.flag("append u", false))
 	// v: appended, purged with its queue, appended again.
 	f.j.Append(job("v", "purged"), b.flag("first append of v", false))
@@ -77,7 +77,7 @@ func closeFinishesQueuedWrites(t *testing.T, f *fixture) {
 	}
 	for i := range 100 {
 		id := fmt.Sprintf("m%03d", i)
-		f.j.Complete(id, nil, time.Time{}, func(found bool, err error) {
+		f.j.Complete(id, nil, time.Time{}, nil, func(found bool, err error) {
 			if !found || err != nil {
 				t.Errorf("complete %s queued before Close: %v, %v", id, found, err)
 			}
@@ -119,7 +119,7 @@ func writesAfterCloseFail(t *testing.T, f *fixture) {
 			return err
 		},
 		"complete": func() error {
-			_, err := store.Wait(func(done func(bool, error)) { j.Complete("p", nil, time.Time{}, done) })
+			_, err := store.Wait(func(done func(bool, error)) { j.Complete("p", nil, time.Time{}, nil, done) })
 			return err
 		},
 		"remove": func() error {
@@ -127,15 +127,15 @@ func writesAfterCloseFail(t *testing.T, f *fixture) {
 			return err
 		},
 		"record an attempt": func() error {
-			_, err := store.Wait(func(done func(*store.Job, error)) { j.RecordAttempt("p", "x", time.Time{}, done) })
+			_, err := store.Wait(func(done func(*store.Job, error)) { j.RecordAttempt("p", "x", time.Time{}, nil, done) })
 			return err
 		},
 		"bury": func() error {
-			_, err := store.Wait(func(done func(*store.Job, error)) { j.Bury("p", "x", done) })
+			_, err := store.Wait(func(done func(*store.Job, error)) { j.Bury("p", "x", nil, done) })
 			return err
 		},
 		"revive": func() error {
-			_, err := store.Wait(func(done func(*store.Job, error)) { j.Revive("d", done) })
+			_, err := store.Wait(func(done func(*store.Job, error)) { j.Revive("d", nil, done) })
 			return err
 		},
 		"purge a queue": func() error {
@@ -193,7 +193,7 @@ func concurrentUseLosesNothing(t *testing.T, f *fixture) {
 					return
 				}
 				if i%2 == 1 {
-					found, err := store.Wait(func(done func(bool, error)) { j.Complete(id, nil, time.Time{}, done) })
+					found, err := store.Wait(func(done func(bool, error)) { j.Complete(id, nil, time.Time{}, nil, done) })
 					if err != nil || !found {
 						t.Errorf("complete %s: %v, %v", id, found, err)
 						return

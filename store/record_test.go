@@ -1,0 +1,30 @@
+package store
+
+import (
+	"testing"
+	"time"
+)
+
+// A version 1 record (before trails) reads as a job with no trail, and a
+// version 2 record keeps its trail.
+func TestRecordVersions(t *testing.T) {
+	j := &Job{MsgID: "m", Queue: "q", Headers: "h:1", Payload: []byte("p"), Enqueued: time.Unix(1800000000, 0),
+		Attempts: 2, LastError: "e", State: Pending, Seq: 7}
+	v1 := j.encode()
+	v1 = v1[:len(v1)-1] // no trail count
+	v1[0] = 1
+	got, err := decodeJob([]byte("m"), v1, true)
+	if err != nil || got.Queue != "q" || string(got.Payload) != "p" || got.Attempts != 2 || got.Trail != nil {
+		t.Fatalf("version 1: %+v, %v", got, err)
+	}
+	j.Trail = []TrailEvent{{Time: time.Unix(1800000001, 5), Kind: "failed", Worker: "w", Attempt: 2, Reason: "r"}}
+	got, err = decodeJob([]byte("m"), j.encode(), false)
+	if err != nil || len(got.Trail) != 1 || got.Trail[0] != (TrailEvent{Time: time.Unix(1800000001, 5), Kind: "failed", Worker: "w", Attempt: 2, Reason: "r"}) || got.PayloadSize != 1 {
+		t.Fatalf("version 2: %+v, %v", got, err)
+	}
+	bad := j.encode()
+	bad[0] = 3
+	if _, err := decodeJob([]byte("m"), bad, false); err == nil {
+		t.Fatal("an unknown version decoded")
+	}
+}
