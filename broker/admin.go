@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -71,6 +72,10 @@ type JobInfo struct {
 	Preview     string    `json:"preview"`                  // the payload's first bytes as text; invalid UTF-8 shown as U+FFFD
 	Payload     string    `json:"payload_base64,omitempty"` // only when asked for
 	Result      *string   `json:"result_base64,omitempty"`  // done: its worker's REPLY, when the payload is asked for
+	// Trail is what happened to it, oldest first: received (when it was
+	// stored), then the events its trail keeps (store.Job.Trail), then
+	// those of the broker not yet written (a delivery under way).
+	Trail []store.TrailEvent `json:"trail"`
 }
 
 // PreviewLen is how many payload bytes a JobInfo's preview shows.
@@ -82,6 +87,7 @@ func NewJobInfo(j *store.Job, worker string, withPayload bool) JobInfo {
 		MsgID: j.MsgID, Queue: j.Queue, State: j.State.String(), Worker: worker,
 		Headers: j.Headers, Enqueued: j.Enqueued, Attempts: j.Attempts, LastError: j.LastError,
 		NotBefore: j.NotBefore, Finished: j.Finished, PayloadSize: len(j.Payload),
+		Trail: append([]store.TrailEvent{{Time: j.Enqueued, Kind: "received"}}, j.Trail...),
 	}
 	if worker != "" {
 		ji.State = "inflight"
@@ -290,7 +296,17 @@ func (b *Broker) adminHandler() http.Handler {
 		}
 		held, err := b.InFlight(r.Context(), j.Queue)
 		withPayload, _ := strconv.ParseBool(r.URL.Query().Get("payload"))
-		reply(w, JobInfoFrom(b.journal, j, held[id], withPayload), err)
+		ji := JobInfoFrom(b.journal, j, held[id], withPayload)
+		if err == nil {
+			var live []store.TrailEvent
+			err = b.onLoop(r.Context(), func() {
+				if lj := b.jobs[id]; lj != nil {
+					live = slices.Clone(b.trails[lj])
+				}
+			})
+			ji.Trail = append(ji.Trail, live...)
+		}
+		reply(w, ji, err)
 	})
 	mux.HandleFunc("DELETE /api/v1/jobs/{msgid}", func(w http.ResponseWriter, r *http.Request) {
 		err := b.RemoveJob(r.Context(), r.PathValue("msgid"))

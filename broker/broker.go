@@ -92,11 +92,12 @@ type Broker struct {
 	inFlight      int   // jobs held by workers
 	cached        int64 // bytes of payloads held (payloads.go)
 	toRead        []readReq
-	readBusy      bool            // a read of payloads is under way
-	idle          []*peer         // workers given a slot back this turn (payloads.go)
-	conns         *zmtp.ConnLimit // every eMQP and pub/sub endpoint's connections together
-	toFill        []*queue        // queues whose concurrency freed a place this turn (controls.go)
-	listeners     []*listener     // of the event stream (events.go)
+	readBusy      bool                        // a read of payloads is under way
+	idle          []*peer                     // workers given a slot back this turn (payloads.go)
+	conns         *zmtp.ConnLimit             // every eMQP and pub/sub endpoint's connections together
+	toFill        []*queue                    // queues whose concurrency freed a place this turn (controls.go)
+	listeners     []*listener                 // of the event stream (events.go)
+	trails        map[*job][]store.TrailEvent // events of jobs not yet written to their trail (events.go)
 	listenerCount atomic.Int64
 	controls      map[string]store.QueueSettings // the operator's queue controls that apply (controls.go)
 	controlsNext  map[string]store.QueueSettings // written, not yet durable
@@ -141,6 +142,7 @@ func New(opts Options) (*Broker, error) {
 		resent:        make(map[*job][]peerKey),
 		queues:        make(map[string]*queue),
 		controls:      make(map[string]store.QueueSettings),
+		trails:        make(map[*job][]store.TrailEvent),
 		controlsNext:  make(map[string]store.QueueSettings),
 		controlWrites: make(map[string]int),
 		peers:         make(map[peerKey]*peer),

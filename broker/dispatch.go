@@ -91,9 +91,7 @@ func (b *Broker) deliver(w *peer, j *job) {
 	w.held[j.id] = j
 	b.inFlight++
 	j.q.dispatched()
-	if len(b.listeners) > 0 {
-		b.emit(Event{Kind: EventDispatched, Queue: j.q.name, MsgID: j.id, Worker: peerName(w.key), Attempt: int(j.attempts) + 1})
-	}
+	b.emitJob(EventDispatched, j, "")
 	if j.inMemory() && w.reading == 0 {
 		b.sendJob(w, j, nil)
 		return

@@ -140,6 +140,12 @@
 // loop appends to without blocking and its reader takes whole; one that
 // falls behind is dropped, never waited for, and counted.
 //
+// The same job events make its trail (store.Job.Trail): the loop keeps
+// those not yet written in b.trails, by job, and hands them to the
+// journal with the job's next write (RecordAttempt, Bury, Complete with
+// retain-done), so a trail costs no write of its own; a job given out
+// again and again without a write keeps its last MaxTrail.
+//
 // # Peers
 //
 // A peer is (endpoint, routing id), one entry in one table with its role;

@@ -175,16 +175,43 @@ func (b *Broker) emit(e Event) {
 	}
 }
 
-// emitJob emits an event of job j.
+// emitJob is an event of job j: listeners get it, and its trail keeps it
+// until the job's next journal write (takeTrail), but acked, which is
+// the job's Enqueued, and removed and revived, which end or start it.
 func (b *Broker) emitJob(kind string, j *job, reason string) {
-	if len(b.listeners) == 0 {
-		return
-	}
-	e := Event{Kind: kind, Queue: j.q.name, MsgID: j.id, Reason: reason}
+	var worker string
 	if j.holder != nil {
-		e.Worker = peerName(j.holder.key)
+		worker = j.holder.name
 	}
-	b.emit(e)
+	attempt := 0
+	if kind == EventDispatched {
+		attempt = int(j.attempts) + 1
+	}
+	switch kind {
+	case EventAcked, EventRemoved, EventRevived:
+	default:
+		t := b.trails[j]
+		if len(t) == store.MaxTrail { // given out again and again, never written: the last ones
+			t = append(t[:0], t[1:]...)
+		}
+		b.trails[j] = append(t, store.TrailEvent{Time: time.Now(), Kind: kind, Worker: worker, Attempt: attempt, Reason: reason})
+	}
+	if len(b.listeners) > 0 {
+		b.emit(Event{Kind: kind, Queue: j.q.name, MsgID: j.id, Worker: worker, Attempt: attempt, Reason: reason})
+	}
+}
+
+// AdminRevived is the trail of a dead job an admin sends back.
+func AdminRevived() []store.TrailEvent {
+	return []store.TrailEvent{{Time: time.Now(), Kind: EventRevived, Reason: "by an admin"}}
+}
+
+// takeTrail returns the events of j not yet written, and forgets them:
+// the caller writes them with its change.
+func (b *Broker) takeTrail(j *job) []store.TrailEvent {
+	t := b.trails[j]
+	delete(b.trails, j)
+	return t
 }
 
 // serveEvents streams events as Server-Sent Events: one "event: KIND" and

@@ -160,3 +160,51 @@ func TestStuckListenerIsDropped(t *testing.T) {
 		t.Fatalf("a closed stream: %v", err)
 	}
 }
+
+// A job's trail says what happened to it, with its workers and reasons;
+// what its journal writes carried survives a SIGKILL of the broker, and
+// a delivery under way shows before it is written.
+func TestTrailSurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	frontend, backend := bt.FreeEndpoint(t), bt.FreeEndpoint(t)
+	admin := strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://")
+	c := startChild(t, dir, frontend, backend, "EMQ_TEST_ADMIN="+admin)
+	client := bt.Dial(t, frontend, "c")
+	worker := bt.Worker(t, backend, "w", "q")
+	id := client.Request("q", "retry-count:1", nil)
+	for range 2 {
+		worker.Ready(1)
+		j := bt.Expect[*emqp.Request](worker)
+		worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: j.MsgID, Reason: "no disk"})
+	}
+	hc := &http.Client{Timeout: bt.Wait}
+	t.Cleanup(hc.CloseIdleConnections)
+	bt.Eventually(t, "buried in the journal", func() bool { // the API reads what the journal has
+		resp, err := hc.Get("http://" + admin + "/api/v1/jobs/" + id)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var ji broker.JobInfo
+		return json.NewDecoder(resp.Body).Decode(&ji) == nil && ji.State == "dead"
+	})
+	c.kill()
+
+	b := bt.Start(t, dir, withAdmin(""))
+	var ji broker.JobInfo
+	if code := api(t, b, "GET", "/api/v1/jobs/"+id, "", &ji); code != 200 {
+		t.Fatalf("GET job: %d", code)
+	}
+	for _, e := range ji.Trail {
+		if e.Worker != "" && e.Worker != "backend/w" || e.Time.IsZero() {
+			t.Errorf("event %+v", e)
+		}
+		if e.Kind == broker.EventFailed && e.Reason != "no disk" {
+			t.Errorf("failed without its reason: %+v", e)
+		}
+	}
+	if got, want := trailKinds(ji.Trail), "received dispatched#1 failed retry dispatched#2 failed buried"; got != want {
+		t.Fatalf("trail %q, want %q", got, want)
+	}
+}

@@ -154,7 +154,7 @@ func (b *Broker) InFlight(ctx context.Context, queue string) (map[string]string,
 func (b *Broker) RetryDead(ctx context.Context, msgid string) error {
 	result := make(chan error, 1)
 	err := b.onLoop(ctx, func() {
-		b.journal.Revive(msgid, nil, func(sj *store.Job, err error) {
+		b.journal.Revive(msgid, AdminRevived(), func(sj *store.Job, err error) {
 			if err == nil {
 				b.post(func() { b.revived(sj) })
 			}
@@ -276,6 +276,7 @@ func (b *Broker) purge(queue string) {
 		}
 		b.uncache(j)
 		delete(b.jobs, id)
+		delete(b.trails, j)
 		q.live--
 	}
 	q.jobs = deque{}

@@ -243,6 +243,7 @@ func (b *Broker) forget(j *job) {
 	if b.jobs[j.id] == j {
 		delete(b.jobs, j.id)
 	}
+	delete(b.trails, j)
 	b.uncache(j)
 	j.q.live--
 	b.dropIfUnused(j.q)
@@ -256,14 +257,17 @@ func (b *Broker) reply(w *peer, m *emqp.Reply) {
 	}
 	b.emitJob(EventReplied, j, "")
 	b.release(j)
+	trail := b.takeTrail(j)
 	b.forget(j)
 	b.stats.Replied.Add(1)
 	var result []byte
 	var keepUntil time.Time
 	if b.opts.ResultTTL > 0 {
 		result, keepUntil = m.Payload, time.Now().Add(b.opts.ResultTTL)
+	} else {
+		trail = nil // deleted: no trail to keep
 	}
-	b.journal.Complete(j.id, result, keepUntil, nil, func(_ bool, err error) {
+	b.journal.Complete(j.id, result, keepUntil, trail, func(_ bool, err error) {
 		b.writeFailed(err, "journal could not delete a replied job; it will run again after a restart", j.id)
 	})
 	if j.headers.ReplyRequested() {
@@ -310,12 +314,13 @@ func (b *Broker) fail(w *peer, m *emqp.Fail) {
 func (b *Broker) attempt(j *job, reason string, backoff bool) {
 	j.attempts++
 	if j.attempts > j.retries {
+		b.emitJob(EventBuried, j, reason)
+		trail := b.takeTrail(j)
 		b.forget(j)
 		b.stats.DeadLettered.Add(1)
 		b.log.Warn("job out of attempts; moved to the dead letters", "msgid", j.id, "queue", j.q.name,
 			"attempts", j.attempts, "reason", reason)
-		b.emitJob(EventBuried, j, reason)
-		b.journal.Bury(j.id, reason, nil, func(_ *store.Job, err error) {
+		b.journal.Bury(j.id, reason, trail, func(_ *store.Job, err error) {
 			b.writeFailed(err, "journal could not bury a job", j.id)
 		})
 		return
@@ -329,16 +334,17 @@ func (b *Broker) attempt(j *job, reason string, backoff bool) {
 			d = b.opts.MaxRetryBackoff
 		}
 		j.notBefore = now.Add(d).UnixNano()
+		b.emitJob(EventRetry, j, fmt.Sprintf("runs again in %v", d))
+	} else {
+		b.emitJob(EventRequeued, j, "")
 	}
-	b.journal.RecordAttempt(j.id, reason, fromNanos(j.notBefore), nil, func(_ *store.Job, err error) {
+	b.journal.RecordAttempt(j.id, reason, fromNanos(j.notBefore), b.takeTrail(j), func(_ *store.Job, err error) {
 		b.writeFailed(err, "journal could not record an attempt", j.id)
 	})
 	if backoff {
-		b.emitJob(EventRetry, j, fmt.Sprintf("runs again in %v", time.Duration(j.notBefore-now.UnixNano()).Round(time.Millisecond)))
 		b.enqueue(j, now)
 		return
 	}
-	b.emitJob(EventRequeued, j, "")
 	j.state = pending
 	j.q.jobs.pushFront(j)
 	b.fill(j.q)

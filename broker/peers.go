@@ -35,6 +35,7 @@ func (r role) String() string {
 // starts with one lookup there.
 type peer struct {
 	key      peerKey
+	name     string // peerName(key), for events and trails
 	role     role
 	lastSeen time.Time
 	due      deadline // HeartbeatTimeout after lastSeen (deadlines.go)
@@ -76,7 +77,7 @@ func (b *Broker) inform(p *peer, from peerKey, m *emqp.Inform) {
 	}
 	now := time.Now()
 	if p == nil {
-		p = &peer{key: from, role: r}
+		p = &peer{key: from, role: r, name: peerName(from)}
 		b.peers[from] = p
 		if r == roleScheduler {
 			b.schedulers = append(b.schedulers, p)

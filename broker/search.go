@@ -136,7 +136,7 @@ func (b *Broker) deadMany(ctx context.Context, jobs []*store.Job, remove bool) (
 				})
 				continue
 			}
-			b.journal.Revive(j.MsgID, nil, func(sj *store.Job, err error) {
+			b.journal.Revive(j.MsgID, AdminRevived(), func(sj *store.Job, err error) {
 				if err == nil {
 					b.post(func() { b.revived(sj) })
 				}

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/store"
 )
 
 // The admin API filters listings on the server and acts on every dead job
@@ -88,4 +90,27 @@ func TestDoneJobsAreListed(t *testing.T) {
 	if api(t, b, "GET", "/api/v1/jobs/"+id+"?payload=1", "", &ji); ji.State != "done" || ji.Finished.IsZero() || ji.Result == nil || *ji.Result != "YW5zd2Vy" {
 		t.Fatalf("the done job with its result: %+v", ji)
 	}
+	if got := trailKinds(ji.Trail); got != "received dispatched#1 replied" {
+		t.Fatalf("a done job's trail: %s", got)
+	}
+	// A delivery under way shows before anything is written.
+	worker.Ready(1)
+	held := client.Request("q", "", nil)
+	bt.Expect[*emqp.Request](worker)
+	if api(t, b, "GET", "/api/v1/jobs/"+held, "", &ji); ji.State != "inflight" || trailKinds(ji.Trail) != "received dispatched#1" {
+		t.Fatalf("a job in flight: %s %s", ji.State, trailKinds(ji.Trail))
+	}
+}
+
+// trailKinds is a trail as "kind#attempt ..." for comparing.
+func trailKinds(trail []store.TrailEvent) string {
+	var kinds []string
+	for _, e := range trail {
+		k := e.Kind
+		if e.Attempt > 0 {
+			k += fmt.Sprint("#", e.Attempt)
+		}
+		kinds = append(kinds, k)
+	}
+	return strings.Join(kinds, " ")
 }

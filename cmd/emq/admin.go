@@ -348,7 +348,7 @@ func (o *offline) BulkDead(f broker.JobFilter, remove, confirmed bool) (broker.B
 				if remove {
 					o.j.Remove(j.MsgID, func(_ bool, err error) { errs <- err })
 				} else {
-					o.j.Revive(j.MsgID, nil, func(_ *store.Job, err error) { errs <- err })
+					o.j.Revive(j.MsgID, broker.AdminRevived(), func(_ *store.Job, err error) { errs <- err })
 				}
 			}
 			for range p.Jobs {
@@ -382,7 +382,7 @@ func (o *offline) Remove(msgid string) error {
 }
 
 func (o *offline) Retry(msgid string) error {
-	_, err := store.Wait(func(done func(*store.Job, error)) { o.j.Revive(msgid, nil, done) })
+	_, err := store.Wait(func(done func(*store.Job, error)) { o.j.Revive(msgid, broker.AdminRevived(), done) })
 	return err
 }
 

@@ -203,6 +203,23 @@ func printJob(w io.Writer, j broker.JobInfo) {
 		raw, _ := base64.StdEncoding.DecodeString(*j.Result)
 		fmt.Fprintf(w, "result\t%q\n", raw)
 	}
+	for i, e := range j.Trail {
+		label := ""
+		if i == 0 {
+			label = "trail"
+		}
+		line := e.Time.Format(time.RFC3339Nano) + " " + e.Kind
+		if e.Worker != "" {
+			line += " worker=" + e.Worker
+		}
+		if e.Attempt > 0 {
+			line += fmt.Sprintf(" attempt=%d", e.Attempt)
+		}
+		if e.Reason != "" {
+			line += " reason=" + fmt.Sprintf("%q", oneLine(e.Reason, 200))
+		}
+		fmt.Fprintf(w, "%s\t%s\n", label, line)
+	}
 }
 
 func removeCmd() *cobra.Command {

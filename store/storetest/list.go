@@ -185,7 +185,7 @@ func countsPerQueueAndState(t *testing.T, f *fixture) {
 // paging; MaxScan ends a page early with a cursor that goes on, and the
 // pages together still give every match once.
 func listFilters(t *testing.T, f *fixture) {
-	const n = 3000 // thousands of jobs, pending and dead
+	const n = 3000 // thousands of jobs, pending, dead and done
 	base := time.Unix(1800000000, 0)
 	var all []*store.Job
 	for i := range n {
@@ -202,6 +202,22 @@ func listFilters(t *testing.T, f *fixture) {
 		}
 		f.bury(all[i].MsgID, reason)
 	}
+	stateOf := func(i int) store.State {
+		switch {
+		case i%4 == 0:
+			return store.Dead
+		case i%5 == 0:
+			return store.Done
+		}
+		return store.Pending
+	}
+	b := f.batch()
+	for i := range n { // every fifth of the rest done, kept with its result
+		if stateOf(i) == store.Done {
+			f.j.Complete(all[i].MsgID, []byte("ok"), time.Now().Add(time.Hour), nil, b.flag("complete "+all[i].MsgID, true))
+		}
+	}
+	b.wait()
 	ids := func(jobs []*store.Job) string {
 		var s []string
 		for _, j := range jobs {
@@ -211,13 +227,12 @@ func listFilters(t *testing.T, f *fixture) {
 	}
 	want := func(keep func(i int, j *store.Job) bool, state store.State) string {
 		var out []*store.Job
-		for _, s := range []store.State{store.Pending, store.Dead} { // listing order: pending, then dead
-			if state != 0 && s != state {
+		for _, s := range []store.State{store.Pending, store.Dead, store.Done} { // listing order: pending, dead; done only asked for
+			if state == 0 && s == store.Done || state != 0 && s != state {
 				continue
 			}
 			for i, j := range all {
-				dead := i%4 == 0
-				if (s == store.Dead) == dead && keep(i, j) {
+				if stateOf(i) == s && keep(i, j) {
 					out = append(out, j)
 				}
 			}
@@ -255,6 +270,8 @@ func listFilters(t *testing.T, f *fixture) {
 			func(i int, _ *store.Job) bool { return i%3 != 0 && i < 400 }},
 		{"rare matches", store.ListOptions{State: store.Dead, Error: "timed out", MsgIDPrefix: "id-2", MaxScan: 100},
 			func(i int, _ *store.Job) bool { return i%8 == 0 && i >= 2000 }},
+		{"done, by header and age, in small pages", store.ListOptions{State: store.Done, Header: "tenant:acme", EnqueuedAfter: base.Add(100 * time.Minute), Limit: 4},
+			func(i int, _ *store.Job) bool { return i%3 == 1 && i > 100 }},
 	} {
 		state := c.opts.State
 		got := ids(f.list(c.opts))
