@@ -27,14 +27,18 @@ import (
 //
 //	GET    /healthz, /readyz                 process up; journal open, replayed, sockets bound
 //	GET    /metrics                          Prometheus text format
-//	GET    /api/v1/stats                     counters
-//	GET    /api/v1/queues                    []QueueInfo
+//	GET    /api/v1/stats                     counters (pub/sub's too, when it is on)
+//	GET    /api/v1/queues                    []QueueInfo, with each queue's controls
 //	GET    /api/v1/workers                   []WorkerInfo
-//	GET    /api/v1/jobs?queue=&state=&limit=&after=   a page of JobInfo (state pending, inflight or dead)
-//	GET    /api/v1/jobs/{msgid}[?payload=1]  one JobInfo, with the whole payload in base64 when asked
+//	GET    /api/v1/jobs?queue=&state=&limit=&after=&msgid_prefix=&header=&error=&older_than=&newer_than=
+//	                                         a page of JobInfo (state pending, inflight, dead or done; search.go)
+//	GET    /api/v1/jobs/{msgid}[?payload=1]  one JobInfo with its trail; the whole payload (and a done job's result) in base64 when asked
 //	DELETE /api/v1/jobs/{msgid}              delete a job in any state
 //	POST   /api/v1/jobs/{msgid}/retry        a dead job back to its queue
+//	POST   /api/v1/dead/retry, /dead/remove?FILTERS[&confirm=yes]   every dead job the filters match; counts only without confirm
 //	POST   /api/v1/queues/{queue}/purge?confirm={queue}   delete the queue's pending jobs
+//	POST   /api/v1/queues/{queue}/pause, /resume, /settings   an operator's controls (controls.go)
+//	GET    /api/v1/events?queue=&msgid=      Server-Sent Events as things happen (events.go)
 //	POST   /api/v1/compact                   rewrite the journal without free space
 //	GET    /api/v1/schedules?limit=&after=    a SchedulePage, by id
 //	POST   /api/v1/schedules                 add one: {"queue", "every" (30s) or "cron", "headers", "payload" or "payload_base64"}
@@ -245,8 +249,18 @@ func (b *Broker) statsInfo() StatsInfo {
 	for _, code := range ErrorCodes {
 		si.Errors = append(si.Errors, NamedCount{code, b.stats.Errors(code)})
 	}
+	if b.pub.Load() != nil {
+		ps := b.PubSub()
+		for i, v := range []int64{int64(ps.Published), int64(ps.Delivered), int64(ps.Dropped), int64(ps.Subscribers)} {
+			si.Counters = append(si.Counters, NamedCount{PubSubCounters[i], v})
+		}
+	}
 	return si
 }
+
+// PubSubCounters are the names of pub/sub's figures in the stats API,
+// after Counters, when pub/sub is on.
+var PubSubCounters = []string{"pubsub_published", "pubsub_delivered", "pubsub_dropped", "pubsub_subscribers"}
 
 // isLoopback reports whether an admin address only listens on loopback.
 func isLoopback(addr string) bool {

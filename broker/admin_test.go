@@ -282,7 +282,7 @@ func TestMetrics(t *testing.T) {
 	value(after, "emq_replay_duration_seconds", "")
 
 	// The stats API shows the same counters, by name, in the order of
-	// broker.Counters, with the same values.
+	// broker.Counters, with the same values, then pub/sub's (on here).
 	resp, err := http.Get("http://" + b.AdminAddr() + "/api/v1/stats")
 	if err != nil {
 		t.Fatal(err)
@@ -293,9 +293,9 @@ func TestMetrics(t *testing.T) {
 	if err := json.Unmarshal(raw, &si); err != nil {
 		t.Fatalf("%v in %s", err, raw)
 	}
-	if len(si.Counters) != len(broker.Counters) || len(si.Errors) != len(broker.ErrorCodes) {
+	if len(si.Counters) != len(broker.Counters)+len(broker.PubSubCounters) || len(si.Errors) != len(broker.ErrorCodes) {
 		t.Fatalf("stats API: %d counters and %d error codes, want %d and %d:\n%s",
-			len(si.Counters), len(si.Errors), len(broker.Counters), len(broker.ErrorCodes), raw)
+			len(si.Counters), len(si.Errors), len(broker.Counters)+len(broker.PubSubCounters), len(broker.ErrorCodes), raw)
 	}
 	for i, c := range broker.Counters {
 		if got := si.Counters[i]; got.Name != c.Name || float64(got.Value) != value(after, c.Metric, "") {

@@ -247,3 +247,21 @@ func TestPublisherLastValue(t *testing.T) {
 		t.Fatalf("cached values: %v", got)
 	}
 }
+
+// The stats API has pub/sub's counters when it is on.
+func TestPubSubInStats(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", withAdmin(""))
+	s := subscribe(t, b, "")
+	front := bt.Dial(t, b.Frontend(), "")
+	waitSubscribed(t, s, func(topic string, payload []byte) {
+		front.Send(&emqp.Publish{MsgID: emqp.NewID(), Topic: topic, Message: payload})
+	}, "x")
+	var si broker.StatsInfo
+	if code := api(t, b, "GET", "/api/v1/stats", "", &si); code != 200 {
+		t.Fatalf("stats: %d", code)
+	}
+	if si.Get("pubsub_published") < 1 || si.Get("pubsub_delivered") < 1 || si.Get("pubsub_subscribers") != 1 {
+		t.Fatalf("pub/sub in stats: %+v", si.Counters)
+	}
+}

@@ -66,6 +66,7 @@ func TestAdminCLIOnline(t *testing.T) {
 	for _, c := range broker.Counters {
 		want = append(want, c.Name)
 	}
+	want = append(want, broker.PubSubCounters...) // its broker has pub/sub on
 	for _, code := range broker.ErrorCodes {
 		want = append(want, broker.ErrorsName+" "+code)
 	}

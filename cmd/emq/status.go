@@ -62,11 +62,11 @@ func newStatsCmd() *cobra.Command {
 						fmt.Fprintf(w, "%s %s\t%d\n", broker.ErrorsName, e.Name, e.Value)
 					}
 				}
-				pending, dead := 0, 0
+				pending, dead, done := 0, 0, 0
 				for _, q := range qs {
-					pending, dead = pending+q.Pending+q.Delayed+q.InFlight, dead+q.Dead
+					pending, dead, done = pending+q.Pending+q.Delayed+q.InFlight, dead+q.Dead, done+q.Done
 				}
-				fmt.Fprintf(w, "queues\t%d\njobs stored\t%d\ndead letters\t%d\n", len(qs), pending, dead)
+				fmt.Fprintf(w, "queues\t%d\njobs stored\t%d\ndead letters\t%d\ndone, kept\t%d\n", len(qs), pending, dead, done)
 			})
 		})
 	adminFlags(cmd)
