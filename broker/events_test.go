@@ -96,6 +96,8 @@ func TestEventStream(t *testing.T) {
 	ok := client.Request("q", "", nil)
 	bt.Expect[*emqp.Request](worker)
 	worker.Reply(ok, nil)
+	// Two connections: the next REQUEST could overtake this REPLY.
+	bt.Eventually(t, "replied", func() bool { return b.Stats().Replied.Load() == 1 })
 	doomed := client.Request("q", "retry-count:0", nil)
 	bt.Expect[*emqp.Request](worker)
 	worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: doomed, Reason: "no disk"})
