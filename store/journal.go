@@ -45,10 +45,10 @@ type Journal interface {
 	Remove(msgid string, done func(found bool, err error))
 	// RecordAttempt counts a delivery that ended without a REPLY, with its
 	// reason, and when the job may run again. ErrNotFound when the job is
-	// not stored.
+	// not stored, ErrWrongState when it is not pending.
 	RecordAttempt(msgid, reason string, notBefore time.Time, trail []TrailEvent, done func(*Job, error))
 	// Bury counts a last attempt and moves the job to the dead letters.
-	// ErrNotFound, or ErrWrongState when it is dead already.
+	// ErrNotFound, or ErrWrongState when it is not pending (dead, done).
 	Bury(msgid, reason string, trail []TrailEvent, done func(*Job, error))
 	// Revive brings a dead job back to the tail of its queue with its
 	// attempts reset. ErrNotFound, or ErrWrongState when it is not dead.

@@ -27,6 +27,7 @@ type QueueSettings struct {
 // Limits of QueueSettings.
 const (
 	MaxConcurrency = 1 << 20
+	MinRate        = 0.001 // a dispatch every 1,000 s
 	MaxRate        = 1e6
 	MaxBurst       = 1 << 20
 )
@@ -39,8 +40,8 @@ func (s QueueSettings) Validate() error {
 	switch {
 	case s.Concurrency < 0 || s.Concurrency > MaxConcurrency:
 		return fmt.Errorf("%w: concurrency must be 0 (no limit) to %d, got %d", ErrBadSettings, MaxConcurrency, s.Concurrency)
-	case math.IsNaN(s.Rate) || s.Rate < 0 || s.Rate > MaxRate:
-		return fmt.Errorf("%w: rate must be 0 (no limit) to %g a second, got %g", ErrBadSettings, float64(MaxRate), s.Rate)
+	case math.IsNaN(s.Rate) || s.Rate < 0 || s.Rate > MaxRate || s.Rate > 0 && s.Rate < MinRate:
+		return fmt.Errorf("%w: rate must be 0 (no limit) or %g to %g a second, got %g", ErrBadSettings, MinRate, float64(MaxRate), s.Rate)
 	case s.Burst < 0 || s.Burst > MaxBurst:
 		return fmt.Errorf("%w: burst must be 0 to %d, got %d", ErrBadSettings, MaxBurst, s.Burst)
 	}

@@ -161,8 +161,8 @@ func (b *Bolt) FireSchedule(id string, due, next time.Time, msgid string, done f
 func (b *Bolt) store(tx *bolt.Tx, j *Job) (dup bool, err error) {
 	id := []byte(j.MsgID)
 	jobs, pending := tx.Bucket(migrations.Jobs), tx.Bucket(migrations.Pending)
-	if jobs.Get(id) != nil || resultKept(tx, id) {
-		return true, nil
+	if dup, err := taken(tx, id); dup || err != nil {
+		return dup, err
 	}
 	if j.Seq, err = jobs.NextSequence(); err != nil {
 		return false, err

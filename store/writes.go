@@ -57,20 +57,10 @@ func (b *Bolt) Append(j *Job, done func(dup bool, err error)) {
 		apply: func(tx *bolt.Tx) error {
 			jobs, pending := tx.Bucket(migrations.Jobs), tx.Bucket(migrations.Pending)
 			jobs.FillPercent, pending.FillPercent = appendFill, appendFill
-			if rec := jobs.Get(id); rec != nil {
-				if len(rec) <= recState || State(rec[recState]) != Done || resultKept(tx, id) {
-					dup = true
-					return nil
-				}
-				// Done, and its time is up (not yet swept): the msgid is free.
-				if _, err := deleteJob(tx, id); err != nil {
-					return err
-				}
-			} else if resultKept(tx, id) {
-				dup = true
-				return nil
-			}
 			var err error
+			if dup, err = taken(tx, id); dup || err != nil {
+				return err
+			}
 			if seq, err = jobs.NextSequence(); err != nil {
 				return err
 			}
@@ -90,6 +80,21 @@ func (b *Bolt) Append(j *Job, done func(dup bool, err error)) {
 		},
 		size: len(val),
 	})
+}
+
+// taken reports whether msgid id is stored (pending, dead, or done with
+// its result kept), as Append and a schedule's fire see it; a done job
+// whose time is up (not yet swept) is deleted, its msgid free again.
+func taken(tx *bolt.Tx, id []byte) (bool, error) {
+	rec := tx.Bucket(migrations.Jobs).Get(id)
+	switch {
+	case rec == nil:
+		return resultKept(tx, id), nil
+	case len(rec) <= recState || State(rec[recState]) != Done || resultKept(tx, id):
+		return true, nil
+	}
+	_, err := deleteJob(tx, id)
+	return false, err
 }
 
 // appendFill is how full bbolt packs pages split by appends. Index keys
@@ -218,6 +223,9 @@ func (b *Bolt) change(msgid string, fn func(tx *bolt.Tx, j *Job) error, done fun
 // RecordAttempt implements Journal.
 func (b *Bolt) RecordAttempt(msgid, reason string, notBefore time.Time, trail []TrailEvent, done func(*Job, error)) {
 	b.change(msgid, func(_ *bolt.Tx, j *Job) error {
+		if j.State != Pending {
+			return jobError{fmt.Errorf("%w: job %s is %s, not pending", ErrWrongState, msgid, j.State)}
+		}
 		j.Attempts++
 		j.LastError, j.NotBefore = reason, notBefore
 		j.Trail = withTrail(j.Trail, trail)
@@ -228,8 +236,8 @@ func (b *Bolt) RecordAttempt(msgid, reason string, notBefore time.Time, trail []
 // Bury implements Journal.
 func (b *Bolt) Bury(msgid, reason string, trail []TrailEvent, done func(*Job, error)) {
 	b.change(msgid, func(tx *bolt.Tx, j *Job) error {
-		if j.State == Dead {
-			return jobError{fmt.Errorf("%w: job %s is dead already", ErrWrongState, msgid)}
+		if j.State != Pending {
+			return jobError{fmt.Errorf("%w: job %s is %s already", ErrWrongState, msgid, j.State)}
 		}
 		key := queueKey(j.Queue, j.Seq)
 		if err := index(tx, Pending).Delete(key); err != nil {
@@ -301,6 +309,9 @@ func (b *Bolt) PurgeQueue(queue string, done func(removed int, err error)) {
 	}, done)
 }
 
+// ExpireBatch is the most results one ExpireResults deletes.
+const ExpireBatch = 10000
+
 // ExpireResults implements Journal. One call deletes at most 10,000.
 func (b *Bolt) ExpireResults(now time.Time, done func(removed int, err error)) {
 	limit := migrations.ExpiryBytes(now.UnixNano())
@@ -308,7 +319,7 @@ func (b *Bolt) ExpireResults(now time.Time, done func(removed int, err error)) {
 		idx, results := tx.Bucket(migrations.ResultExp), tx.Bucket(migrations.Results)
 		var keys [][]byte
 		c := idx.Cursor()
-		for k, _ := c.First(); k != nil && len(keys) < 10000 && bytes.Compare(k[:8], limit) <= 0; k, _ = c.Next() {
+		for k, _ := c.First(); k != nil && len(keys) < ExpireBatch && bytes.Compare(k[:8], limit) <= 0; k, _ = c.Next() {
 			keys = append(keys, bytes.Clone(k))
 		}
 		removed := 0

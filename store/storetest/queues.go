@@ -66,6 +66,7 @@ func badQueueSettingsAreRefused(t *testing.T, f *fixture) {
 		{"q", "concurrency", store.QueueSettings{Concurrency: -1}},
 		{"q", "rate", store.QueueSettings{Rate: -2}},
 		{"q", "rate", store.QueueSettings{Rate: store.MaxRate * 2}},
+		{"q", "rate", store.QueueSettings{Rate: 1e-11}},
 		{"q", "burst", store.QueueSettings{Burst: -1}},
 		{"", "queue name", store.QueueSettings{Paused: true}},
 		{strings.Repeat("x", store.MaxQueueLen+1), "queue name", store.QueueSettings{Paused: true}},

@@ -147,6 +147,15 @@ func doneJobsAreKept(t *testing.T, f *fixture) {
 	if got, want := f.pending(), map[string][]string{"q": {"c"}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("load: %v; want %v", got, want)
 	}
+	for what, write := range map[string]func(done func(*store.Job, error)){
+		"bury":    func(done func(*store.Job, error)) { f.j.Bury("b", "late", nil, done) },
+		"attempt": func(done func(*store.Job, error)) { f.j.RecordAttempt("b", "late", time.Time{}, nil, done) },
+	} {
+		f.refused(what+" of a done job", store.ErrWrongState, func() error {
+			_, err := store.Wait(write)
+			return err
+		}, "b")
+	}
 	if !f.remove("b") {
 		t.Fatal("remove of a done job: not found")
 	}

@@ -253,3 +253,16 @@ func tooLargeScheduleIsRefused(t *testing.T, f *fixture) {
 		t.Fatalf("the largest schedule's fire, with the longest msgid: %v", err)
 	}
 }
+
+// A fire's msgid follows Append's rule: one of a done job whose kept
+// result's time is up is free again, even before the sweep.
+func fireTakesAnExpiredDoneMsgID(t *testing.T, f *fixture) {
+	f.append(job("x", "q"))
+	f.complete("x", []byte("r"), time.Now().Add(-time.Second))
+	s := schedule("s")
+	f.putSchedule(s)
+	j, dup, err := f.fire("s", s.Next, s.Next.Add(time.Hour), "x")
+	if err != nil || dup || j == nil || f.get("x").State != store.Pending {
+		t.Fatalf("fire with an expired done job's msgid: %+v dup %v, %v", j, dup, err)
+	}
+}

@@ -74,6 +74,7 @@ var checks = []check{
 	{name: "TooLargeScheduleIsRefused", opts: Options{MaxJobSize: 4096}, run: tooLargeScheduleIsRefused},
 	{name: "FireMakesOneJobAndMovesNext", run: fireMakesOneJobAndMovesNext},
 	{name: "FireEndsSchedules", run: fireEndsSchedules},
+	{name: "FireTakesAnExpiredDoneMsgID", run: fireTakesAnExpiredDoneMsgID},
 
 	{name: "QueueSettingsAreKept", run: queueSettingsAreKept},
 	{name: "BadQueueSettingsAreRefused", run: badQueueSettingsAreRefused},
