@@ -79,7 +79,8 @@ type JobInfo struct {
 	// Trail is what happened to it, oldest first: received (when it was
 	// stored), then the events its trail keeps (store.Job.Trail), then
 	// those of the broker not yet written (a delivery under way).
-	Trail []store.TrailEvent `json:"trail"`
+	// Only in the answer about one job (JobInfoFrom), not in listings.
+	Trail []store.TrailEvent `json:"trail,omitempty"`
 }
 
 // PreviewLen is how many payload bytes a JobInfo's preview shows.
@@ -91,7 +92,6 @@ func NewJobInfo(j *store.Job, worker string, withPayload bool) JobInfo {
 		MsgID: j.MsgID, Queue: j.Queue, State: j.State.String(), Worker: worker,
 		Headers: j.Headers, Enqueued: j.Enqueued, Attempts: j.Attempts, LastError: j.LastError,
 		NotBefore: j.NotBefore, Finished: j.Finished, PayloadSize: len(j.Payload),
-		Trail: append([]store.TrailEvent{{Time: j.Enqueued, Kind: "received"}}, j.Trail...),
 	}
 	if worker != "" {
 		ji.State = "inflight"
@@ -103,10 +103,11 @@ func NewJobInfo(j *store.Job, worker string, withPayload bool) JobInfo {
 	return ji
 }
 
-// JobInfoFrom is NewJobInfo with, for a done job and withPayload, the
-// result the journal keeps for it.
+// JobInfoFrom is NewJobInfo with the job's trail (received first) and,
+// for a done job and withPayload, the result the journal keeps for it.
 func JobInfoFrom(journal store.Journal, j *store.Job, worker string, withPayload bool) JobInfo {
 	ji := NewJobInfo(j, worker, withPayload)
+	ji.Trail = append([]store.TrailEvent{{Time: j.Enqueued, Kind: EventReceived}}, j.Trail...)
 	if j.State == store.Done && withPayload {
 		if res, err := journal.Result(j.MsgID); err == nil {
 			s := base64.StdEncoding.EncodeToString(res)

@@ -275,9 +275,7 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 	}
 	b.log.Info("broker listening", "frontend", b.Frontend(), "backend", b.Backend(), "admin", b.adminAddr,
 		"publisher_incoming", b.PublisherIncoming(), "publisher_outgoing", b.PublisherOutgoing())
-	if b.opts.ResultTTL > 0 {
-		b.timers.set(&b.sweep, b.at(time.Now()))
-	}
+	b.timers.set(&b.sweep, b.at(time.Now()))
 	b.running.Store(true)
 	b.isReady.Store(true)
 	close(b.ready)
@@ -497,8 +495,17 @@ func (b *Broker) fireDue(now time.Time) {
 func (b *Broker) expireResults(now time.Time) {
 	b.journal.ExpireResults(now, func(n int, err error) {
 		b.writeFailed(err, "journal could not delete expired results", "")
+		if n >= store.ExpireBatch { // more are due: go on at once
+			b.post(func() { b.timers.set(&b.sweep, b.at(time.Now())) })
+		}
 	})
-	b.timers.set(&b.sweep, b.after(now, min(b.opts.ResultTTL, time.Minute)))
+	// Every minute at most, and once a minute with retain-done off: done
+	// jobs kept under an earlier setting go when their time is up.
+	every := time.Minute
+	if b.opts.ResultTTL > 0 {
+		every = min(b.opts.ResultTTL, time.Minute)
+	}
+	b.timers.set(&b.sweep, b.after(now, every))
 }
 
 // handleWaiting handles what else is in the inbox, up to a bound, so that

@@ -65,8 +65,9 @@ func (b *Broker) ChangeQueue(ctx context.Context, name string, c QueueChange) (s
 		if !ok {
 			next = b.controls[name]
 		}
-		if next = c.Apply(next); next.Validate() != nil {
-			result <- outcome{err: next.Validate()}
+		next = c.Apply(next)
+		if err := next.Validate(); err != nil {
+			result <- outcome{err: err}
 			return
 		}
 		b.controlsNext[name] = next
@@ -149,14 +150,15 @@ func (b *Broker) canDispatch(q *queue) bool {
 	if s.Rate <= 0 {
 		return true
 	}
-	now := b.at(time.Now())
+	t := time.Now()
+	now := b.at(t)
 	q.tokens = min(burst(*s), q.tokens+s.Rate*float64(now-q.filled)/float64(time.Second))
 	q.filled = now
 	if q.tokens >= 1 {
 		return true
 	}
-	wait := (1 - q.tokens) / s.Rate * float64(time.Second)
-	b.timers.set(&q.refill, now+int64(wait)+1)
+	wait := time.Duration((1-q.tokens)/s.Rate*float64(time.Second)) + 1 // Validate keeps Rate where this fits
+	b.timers.set(&q.refill, b.after(t, wait))
 	return false
 }
 
@@ -173,7 +175,8 @@ func (q *queue) dispatched() {
 // caller may be putting the job back at the head of its queue).
 func (b *Broker) freed(q *queue) {
 	q.running--
-	if q.set.Concurrency > 0 && q.jobs.len() > 0 {
+	if q.set.Concurrency > 0 && q.jobs.len() > 0 && !q.filling {
+		q.filling = true
 		b.toFill = append(b.toFill, q)
 	}
 }
@@ -183,6 +186,7 @@ func (b *Broker) fillFreed() {
 	for len(b.toFill) > 0 {
 		q := b.toFill[0]
 		b.toFill = b.toFill[1:]
+		q.filling = false
 		if b.queues[q.name] == q {
 			b.fill(q)
 		}

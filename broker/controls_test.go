@@ -340,3 +340,27 @@ func TestControlsSurviveSIGKILL(t *testing.T) {
 		t.Fatalf("after resume: %s, want %s", j.MsgID, id)
 	}
 }
+
+// The least rate holds its queue back for a long while without holding
+// back the broker's other deadlines: a delayed job of another queue
+// comes due.
+func TestLeastRateLeavesOtherDeadlines(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", fast)
+	change(t, b, "slow", broker.QueueChange{Rate: ptr(store.MinRate)})
+	client := bt.Dial(t, b.Frontend(), "c")
+	worker := bt.Worker(t, b.Backend(), "w", "slow,other")
+	worker.Ready(3)
+	first := client.Request("slow", "", nil) // the bucket's one token
+	if j := recvJob(t, worker); j.MsgID != first {
+		t.Fatalf("got %s, want %s", j.MsgID, first)
+	}
+	client.Request("slow", "", nil) // a token in 1,000 s
+	delayed := client.Request("other", "delay:1", nil)
+	if j := recvJob(t, worker); j.MsgID != delayed {
+		t.Fatalf("got %s (%s), want the delayed job of another queue", j.MsgID, j.Queue)
+	}
+	if _, err := b.ChangeQueue(t.Context(), "slow", broker.QueueChange{Rate: ptr(1e-11)}); !errors.Is(err, store.ErrBadSettings) {
+		t.Fatalf("a rate below the least: %v", err)
+	}
+}

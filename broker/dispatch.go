@@ -16,6 +16,7 @@ type queue struct {
 	tokens  float64 // the rate's bucket
 	filled  int64   // when tokens was last topped up (Broker.at)
 	refill  alarm   // wakes the loop when a token is due
+	filling bool    // in b.toFill
 }
 
 func (b *Broker) queue(name string) *queue {

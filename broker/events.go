@@ -23,6 +23,7 @@ import (
 
 // Kinds of Event.
 const (
+	EventReceived      = "received"       // a trail's first: when it was stored (its Enqueued)
 	EventAcked         = "acked"          // stored and ACKed
 	EventDispatched    = "dispatched"     // given to a worker (Attempt: which delivery)
 	EventReplied       = "replied"        // its worker replied: done
@@ -87,6 +88,7 @@ func (b *Broker) Listen(ctx context.Context, queue, msgid string) (*Events, erro
 			b.listenerCount.Store(int64(len(b.listeners)))
 		}
 	}); err != nil {
+		b.post(func() { b.unlisten(l, ErrStopped) }) // in case fn ran after all
 		return nil, err
 	}
 	if full {

@@ -91,9 +91,9 @@ func (b *Broker) inform(p *peer, from peerKey, m *emqp.Inform) {
 	if r == roleWorker {
 		b.serve(p, m.Queues)
 	}
-	b.log.Info(r.String()+" joined", "peer", peerName(from), "queues", queueNames(p.queues), "type", m.PeerType)
+	b.log.Info(r.String()+" joined", "peer", p.name, "queues", queueNames(p.queues), "type", m.PeerType)
 	if r == roleWorker {
-		b.emit(Event{Kind: EventWorkerJoined, Worker: peerName(from), Reason: strings.Join(queueNames(p.queues), ",")})
+		b.emit(Event{Kind: EventWorkerJoined, Worker: p.name, Reason: strings.Join(queueNames(p.queues), ",")})
 	}
 	b.ack(from, m.MsgID)
 	b.beatKey(from, now)
@@ -142,9 +142,9 @@ func queueNames(s []served) []string {
 // lose ends a peer: it leaves the table, and a worker's jobs go back to
 // the head of their queues, each with one more attempt.
 func (b *Broker) lose(p *peer, reason string) {
-	b.log.Info(p.role.String()+" lost", "peer", peerName(p.key), "reason", reason, "jobs", len(p.held))
+	b.log.Info(p.role.String()+" lost", "peer", p.name, "reason", reason, "jobs", len(p.held))
 	if p.role == roleWorker {
-		b.emit(Event{Kind: EventWorkerLeft, Worker: peerName(p.key), Reason: reason})
+		b.emit(Event{Kind: EventWorkerLeft, Worker: p.name, Reason: reason})
 	}
 	delete(b.peers, p.key)
 	b.timers.stop(p)

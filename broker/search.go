@@ -130,8 +130,15 @@ func (b *Broker) deadMany(ctx context.Context, jobs []*store.Job, remove bool) (
 	err := b.onLoop(ctx, func() {
 		for _, j := range jobs {
 			if remove {
+				if b.jobs[j.MsgID] != nil { // revived since it was listed: no longer dead
+					results <- errGone
+					continue
+				}
 				b.journal.Remove(j.MsgID, func(found bool, err error) {
 					b.adminWriteFailed(err, "journal could not remove a dead job", j.MsgID)
+					if err == nil && !found {
+						err = errGone
+					}
 					results <- err
 				})
 				continue
@@ -165,6 +172,9 @@ func (b *Broker) deadMany(ctx context.Context, jobs []*store.Job, remove bool) (
 	}
 	return n, first
 }
+
+// errGone: a listed dead job was removed or revived meanwhile.
+var errGone = fmt.Errorf("%w: no longer dead", store.ErrWrongState)
 
 // isGone: the job is not there, or no longer dead.
 func isGone(err error) bool {
