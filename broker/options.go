@@ -237,7 +237,7 @@ func (o Options) Validate() error {
 	case o.MaxPending < 0:
 		return fmt.Errorf("max-pending: must not be negative, not %d", o.MaxPending)
 	case o.ResultTTL < 0:
-		return fmt.Errorf("result-ttl: must not be negative, not %v", o.ResultTTL)
+		return fmt.Errorf("retain-done (result-ttl): must not be negative, not %v", o.ResultTTL)
 	case o.RetryBackoff < 0 || o.MaxRetryBackoff < o.RetryBackoff:
 		return fmt.Errorf("retry backoff: %v must be between 0 and the maximum %v", o.RetryBackoff, o.MaxRetryBackoff)
 	case o.DrainTimeout < 0:

@@ -72,7 +72,9 @@ func openAdmin(cmd *cobra.Command) (admin, *config, error) {
 		base = "http://" + base
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	if ca := c.str("admin-ca"); ca != "" {
+	if ca := c.str("admin-ca"); ca != "" && !strings.HasPrefix(base, "https://") {
+		return nil, nil, fmt.Errorf("admin-ca: only for an https:// --admin (the admin address is %s)", base)
+	} else if ca != "" {
 		pem, err := os.ReadFile(ca)
 		if err != nil {
 			return nil, nil, fmt.Errorf("admin-ca: %w", err)

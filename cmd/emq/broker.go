@@ -144,7 +144,9 @@ func brokerOptions(c *config) (broker.Options, error) {
 	if retain != 0 && ttl != 0 && retain != ttl {
 		return o, fmt.Errorf("retain-done %v and result-ttl %v: they are one setting (result-ttl is its former name); set one", retain, ttl)
 	}
-	o.ResultTTL = max(retain, ttl)
+	if o.ResultTTL = ttl; retain != 0 {
+		o.ResultTTL = retain
+	}
 	if o.DrainTimeout, err = c.duration("drain-timeout"); err != nil {
 		return o, err
 	}

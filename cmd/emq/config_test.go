@@ -84,6 +84,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{env: [2]string{"EMQ_SUBSCRIBER_HWM", "0"}, want: "subscriber-hwm"},
 		{env: [2]string{"EMQ_EVENT_BUFFER", "0"}, want: "event-buffer"},
 		{args: []string{"--retain-done", "1h", "--result-ttl", "2h"}, want: "retain-done 1h0m0s and result-ttl 2h0m0s: they are one setting"},
+		{args: []string{"--retain-done", "-1h"}, want: "retain-done (result-ttl): must not be negative"},
 		{env: [2]string{"EMQ_MAX_EVENT_LISTENERS", "many"}, want: "max-event-listeners"},
 		{env: [2]string{"EMQ_PUBLISHER_BUFFER", "lots"}, want: "publisher-buffer"},
 		{args: []string{"--publisher-outgoing", "tcp://127.0.0.1:47290"}, want: "frontend and publisher-outgoing are the same endpoint"},

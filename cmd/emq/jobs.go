@@ -57,11 +57,10 @@ func bulkCmd(remove bool) *cobra.Command {
 	}
 	cmd := adminCmd(use, short, cobra.MaximumNArgs(1),
 		func(cmd *cobra.Command, a admin, c *config, args []string) error {
-			f, err := filterFlags(c)
+			f, err := filterFlags(c, "dead")
 			if err != nil {
 				return err
 			}
-			f.State = "dead"
 			bulk := c.v.GetBool("all") || f != (broker.JobFilter{State: "dead"})
 			if bulk == (len(args) == 1) {
 				return errors.New("name one MSGID, or --all, or filters (--queue, --error, --header, --msgid-prefix, --older-than, --newer-than)")
@@ -80,8 +79,11 @@ func bulkCmd(remove bool) *cobra.Command {
 			}
 			yes := c.v.GetBool("yes")
 			res, err := a.BulkDead(f, remove, yes)
-			if err != nil {
-				return fmt.Errorf("%s %d of %d matching dead jobs, then: %w", did, res.Done, res.Matched, err)
+			switch {
+			case err != nil && res.Done > 0:
+				return fmt.Errorf("%w (%s %d of %d matching dead jobs before it)", err, did, res.Done, res.Matched)
+			case err != nil:
+				return err
 			}
 			if !yes {
 				fmt.Fprintf(out, "%d dead jobs match; add --yes to %s them\n", res.Matched, verb)
@@ -108,9 +110,13 @@ func addFilterFlags(cmd *cobra.Command) {
 	f.String("newer-than", "", "only jobs stored at most this long ago")
 }
 
-// filterFlags reads the filter flags, through the API's own parser.
-func filterFlags(c *config) (broker.JobFilter, error) {
-	q := url.Values{}
+// filterFlags reads the filter flags and state (a --state flag's, when
+// state is ""), through the API's own parser.
+func filterFlags(c *config, state string) (broker.JobFilter, error) {
+	if state == "" {
+		state = c.str("state")
+	}
+	q := url.Values{"state": {state}}
 	for flag, param := range map[string]string{"queue": "queue", "msgid-prefix": "msgid_prefix", "header": "header",
 		"error": "error", "older-than": "older_than", "newer-than": "newer_than"} {
 		if v := c.str(flag); v != "" {
@@ -119,20 +125,16 @@ func filterFlags(c *config) (broker.JobFilter, error) {
 	}
 	f, err := broker.ParseJobFilter(q)
 	if err != nil {
-		return f, fmt.Errorf("%s (flags --older-than, --newer-than)", err)
+		return f, fmt.Errorf("%s (flags --state, --older-than, --newer-than)", err)
 	}
 	return f, nil
 }
 
 func listCmd(use, short, state string) *cobra.Command {
 	cmd := adminCmd(use, short, cobra.NoArgs, func(cmd *cobra.Command, a admin, c *config, _ []string) error {
-		f, err := filterFlags(c)
+		f, err := filterFlags(c, state)
 		if err != nil {
 			return err
-		}
-		f.State = state
-		if f.State == "" {
-			f.State = c.str("state")
 		}
 		if f.Limit, err = c.integer("limit"); err != nil {
 			return err
@@ -208,17 +210,7 @@ func printJob(w io.Writer, j broker.JobInfo) {
 		if i == 0 {
 			label = "trail"
 		}
-		line := e.Time.Format(time.RFC3339Nano) + " " + e.Kind
-		if e.Worker != "" {
-			line += " worker=" + e.Worker
-		}
-		if e.Attempt > 0 {
-			line += fmt.Sprintf(" attempt=%d", e.Attempt)
-		}
-		if e.Reason != "" {
-			line += " reason=" + fmt.Sprintf("%q", oneLine(e.Reason, 200))
-		}
-		fmt.Fprintf(w, "%s\t%s\n", label, line)
+		fmt.Fprintf(w, "%s\t%s\n", label, eventLine(broker.Event{Time: e.Time, Kind: e.Kind, Worker: e.Worker, Attempt: e.Attempt, Reason: e.Reason}))
 	}
 }
 

@@ -40,6 +40,7 @@ func TestQueueControlsCLI(t *testing.T) {
 		"set mail --rate fast":     `rate: "fast" is not a number`,
 		"set mail --concurrency x": "concurrency",
 		"set mail --burst -2":      "burst must be 0",
+		"set mail --rate NaN":      "rate must be 0",
 		"pause":                    "accepts 1 arg",
 	} {
 		_, stderr, err := emq(t, "", append(append([]string{"queues"}, strings.Fields(args)...), on...)...)
@@ -226,6 +227,9 @@ func TestSearchAndBulkCLI(t *testing.T) {
 	if _, stderr, err := emq(t, "", append([]string{"jobs", "ls", "--older-than", "soon"}, on...)...); err == nil || !strings.Contains(stderr, "older_than") {
 		t.Errorf("a bad age: %v %q", err, stderr)
 	}
+	if _, stderr, err := emq(t, "", append([]string{"jobs", "ls", "--state", "bogus"}, on...)...); err == nil || !strings.Contains(stderr, `state "bogus"`) {
+		t.Errorf("a bad state: %v %q", err, stderr)
+	}
 
 	dlq := func(args ...string) string {
 		t.Helper()
@@ -254,6 +258,9 @@ func TestSearchAndBulkCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	off := []string{"--data-dir", b.Dir}
+	if _, stderr, err := emq(t, "", append([]string{"jobs", "ls", "--state", "bogus"}, off...)...); err == nil || !strings.Contains(stderr, `state "bogus"`) {
+		t.Errorf("a bad state offline (it listed everything before): %v %q", err, stderr)
+	}
 	if out := mustEmq(t, append([]string{"dlq", "rm", "--error", "dns", "--yes"}, off...)...); out != fmt.Sprintf("removed %d of %d matching dead jobs\n", len(timeout), len(timeout)) {
 		t.Fatalf("offline rm: %q", out)
 	}
@@ -284,6 +291,9 @@ func TestAdminCLIOverTLSWithReadToken(t *testing.T) {
 	mustEmq(t, append([]string{"queues", "pause", "q", "--admin-token", "full"}, tlsArgs...)...)
 	if _, stderr, err := emq(t, "", "queues", "--admin", "https://"+b.AdminAddr(), "--admin-token", "full"); err == nil || !strings.Contains(stderr, "pass its CA with --admin-ca") {
 		t.Fatalf("without --admin-ca: %v %q", err, stderr)
+	}
+	if _, stderr, err := emq(t, "", "queues", "--admin", b.AdminAddr(), "--admin-ca", cert); err == nil || !strings.Contains(stderr, "only for an https://") {
+		t.Fatalf("--admin-ca with plain http: %v %q", err, stderr)
 	}
 	if _, stderr, err := emq(t, "", "queues", "--admin", "https://"+b.AdminAddr(), "--admin-ca", filepath.Join(dir, "none.pem")); err == nil || !strings.Contains(stderr, "admin-ca") {
 		t.Fatalf("a missing --admin-ca: %v %q", err, stderr)

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/store"
 )
 
 // output prints v as JSON with --json, else calls table with a tabwriter.
@@ -154,6 +155,9 @@ func setQueueCmd() *cobra.Command {
 			}
 			if ch == (broker.QueueChange{}) {
 				return errors.New("say what to set: --concurrency, --rate or --burst")
+			}
+			if err := ch.Apply(store.QueueSettings{}).Validate(); err != nil { // before it travels as JSON (NaN cannot)
+				return err
 			}
 			q, err := a.ChangeQueue(args[0], ch)
 			if err != nil {

@@ -79,7 +79,11 @@ func printEvents(w io.Writer, stream io.Reader, asJSON bool, count int) error {
 			continue
 		}
 		if kind == "dropped" {
-			return errors.New("the broker dropped this listener: it fell behind (event-buffer), or the broker stopped")
+			var d struct{ Reason string }
+			if json.Unmarshal([]byte(data), &d) != nil || d.Reason == "" {
+				d.Reason = data
+			}
+			return fmt.Errorf("the event stream ended: %s", d.Reason)
 		}
 		if asJSON {
 			fmt.Fprintln(w, data)
