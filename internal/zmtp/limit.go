@@ -14,8 +14,8 @@ import (
 // (Max) and from one IP address (PerIP), handshakes included; 0 = no
 // bound. A connection beyond them is closed as soon as it is accepted,
 // before any byte is read. Refusals and failed handshakes are counted,
-// and logged at most a few lines a second. A nil *ConnLimit bounds nothing
-// and counts nothing.
+// and logged at most a few lines a second. A nil *ConnLimit bounds and
+// counts nothing; what it is told is still logged, within the rate.
 type ConnLimit struct {
 	max, perIP int
 
@@ -93,13 +93,23 @@ func (l *ConnLimit) HandshakesFailed() int64 {
 	return l.failed.Load()
 }
 
+// unlimited is the log rate of a nil *ConnLimit: it counts nothing,
+// but what it is told is still logged, within the rate.
+var unlimited rateLog
+
+func (l *ConnLimit) rate() *rateLog {
+	if l == nil {
+		return &unlimited
+	}
+	return &l.logs
+}
+
 // noteRefused counts a refused connection and logs it, within the rate.
 func (l *ConnLimit) noteRefused(log *slog.Logger, nc net.Conn, why string) {
-	if l == nil {
-		return
+	if l != nil {
+		l.refused.Add(1)
 	}
-	l.refused.Add(1)
-	if more, ok := l.logs.allow(); ok {
+	if more, ok := l.rate().allow(); ok {
 		log.Warn("zmtp: connection refused: "+why+" reached", "remote", nc.RemoteAddr().String(),
 			"connections", l.Connections(), "not_logged_before", more)
 	}
@@ -108,14 +118,13 @@ func (l *ConnLimit) noteRefused(log *slog.Logger, nc net.Conn, why string) {
 // noteFailed counts a failed handshake and logs it, within the rate; a
 // peer that closed at once (EOF) is counted but not logged.
 func (l *ConnLimit) noteFailed(log *slog.Logger, nc net.Conn, err error) {
-	if l == nil {
-		return
+	if l != nil {
+		l.failed.Add(1)
 	}
-	l.failed.Add(1)
 	if errors.Is(err, io.EOF) {
 		return
 	}
-	if more, ok := l.logs.allow(); ok {
+	if more, ok := l.rate().allow(); ok {
 		log.Info("zmtp: handshake failed", "remote", nc.RemoteAddr().String(), "err", err, "not_logged_before", more)
 	}
 }

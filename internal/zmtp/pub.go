@@ -119,7 +119,7 @@ type Pub struct {
 	mu      sync.Mutex
 	subs    map[*subscriber]struct{}
 	pending map[net.Conn]struct{} // in their handshake
-	conns   int                   // subscribers and handshakes under way
+	own     *ConnLimit            // MaxSubscribers, handshakes included
 	closed  bool
 	list    atomic.Pointer[[]*subscriber] // what Publish walks: subs, copied on change
 
@@ -132,7 +132,6 @@ type Pub struct {
 	published atomic.Uint64
 	delivered atomic.Uint64
 	dropped   atomic.Uint64
-	refused   atomic.Uint64
 }
 
 // PubStats are a Pub's counters.
@@ -158,7 +157,8 @@ func ListenPub(endpoint string, opts PubOptions) (*Pub, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pub{opts: opts, ln: ln, subs: make(map[*subscriber]struct{}), pending: make(map[net.Conn]struct{})}
+	p := &Pub{opts: opts, ln: ln, subs: make(map[*subscriber]struct{}), pending: make(map[net.Conn]struct{}),
+		own: NewConnLimit(opts.MaxSubscribers, 0)}
 	p.list.Store(&[]*subscriber{})
 	if opts.LastValue {
 		p.lv = newLastValues(opts.LastValueTopics, opts.LastValueBytes)
@@ -177,7 +177,7 @@ func (p *Pub) Stats() PubStats {
 		Published:     p.published.Load(),
 		Delivered:     p.delivered.Load(),
 		Dropped:       p.dropped.Load(),
-		Refused:       p.refused.Load(),
+		Refused:       uint64(p.own.Refused()),
 		Subscribers:   len(*p.list.Load()),
 		Subscriptions: p.prefixes.Load(),
 		QueuedBytes:   p.queued.Load(),
@@ -233,24 +233,22 @@ func (p *Pub) Close() error {
 
 func (p *Pub) accept() {
 	defer p.wg.Done()
-	acceptLoop(p.ln, p.opts.Logger, p.opts.Limit, func(nc net.Conn, release func()) {
-		p.mu.Lock()
-		if p.closed || p.conns >= p.opts.MaxSubscribers {
-			full := !p.closed
-			p.mu.Unlock()
-			release()
-			var n uint64
-			if full {
-				n = p.refused.Add(1)
-			}
+	acceptLoop(p.ln, p.opts.Logger, p.opts.Limit, func(nc net.Conn, shared func()) {
+		own, why := p.own.admit(nc.RemoteAddr())
+		if why != "" {
+			shared()
 			nc.Close()
-			if n%1000 == 1 {
-				p.opts.Logger.Warn("zmtp: subscriber refused: too many subscribers (counted; logged once a thousand)",
-					"remote", nc.RemoteAddr().String(), "max", p.opts.MaxSubscribers)
-			}
+			p.own.noteRefused(p.opts.Logger, nc, "max-subscribers")
 			return
 		}
-		p.conns++
+		release := func() { own(); shared() }
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			release()
+			nc.Close()
+			return
+		}
 		p.pending[nc] = struct{}{}
 		p.wg.Add(1)
 		p.mu.Unlock()
@@ -267,9 +265,6 @@ func (p *Pub) serve(nc net.Conn, release func()) {
 	if err != nil {
 		nc.Close()
 		release()
-		p.mu.Lock()
-		p.conns--
-		p.mu.Unlock()
 		p.opts.Limit.noteFailed(p.opts.Logger, nc, err)
 		return
 	}
@@ -279,7 +274,6 @@ func (p *Pub) serve(nc net.Conn, release func()) {
 	c.onCommand = s.command
 	p.mu.Lock()
 	if p.closed {
-		p.conns--
 		p.mu.Unlock()
 		c.Close()
 		release()
@@ -548,7 +542,6 @@ func (s *subscriber) end() {
 		p := s.p
 		p.mu.Lock()
 		delete(p.subs, s)
-		p.conns--
 		p.relist()
 		p.mu.Unlock()
 		s.release()
