@@ -404,16 +404,24 @@ func (b *Broker) queuesWithStored(ctx context.Context) ([]QueueInfo, error) {
 // pageLimit reads a listing's limit (default 100, at most 10,000); a bad
 // one is answered 400.
 func pageLimit(w http.ResponseWriter, q url.Values) (int, bool) {
-	v := q.Get("limit")
-	if v == "" {
-		return 100, true
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > 10000 {
-		writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("limit %q: want 1 to 10000", v)})
+	n, err := parseLimit(q.Get("limit"))
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
 		return 0, false
 	}
 	return n, true
+}
+
+// parseLimit reads a listing's limit: 100 when v is empty, at most 10,000.
+func parseLimit(v string) (int, error) {
+	if v == "" {
+		return 100, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 10000 {
+		return 0, fmt.Errorf("%w: limit %q: want 1 to 10000", store.ErrBadFilter, v)
+	}
+	return n, nil
 }
 
 // listJobs pages through stored jobs; state inflight lists the held ones.

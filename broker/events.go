@@ -91,6 +91,9 @@ func (b *Broker) Listen(ctx context.Context, queue, msgid string) (*Events, erro
 		b.post(func() { b.unlisten(l, ErrStopped) }) // in case fn ran after all
 		return nil, err
 	}
+	if full && b.opts.MaxEventListeners == 0 {
+		return nil, fmt.Errorf("%w: the event stream is off (max-event-listeners 0)", ErrTooManyListeners)
+	}
 	if full {
 		return nil, ErrTooManyListeners
 	}

@@ -153,15 +153,7 @@ func (b *Broker) InFlight(ctx context.Context, queue string) (map[string]string,
 // once the journal has it pending; the loop then dispatches it.
 func (b *Broker) RetryDead(ctx context.Context, msgid string) error {
 	result := make(chan error, 1)
-	err := b.onLoop(ctx, func() {
-		b.journal.Revive(msgid, AdminRevived(), func(sj *store.Job, err error) {
-			if err == nil {
-				b.post(func() { b.revived(sj) })
-			}
-			b.noticeFence(err)
-			result <- err
-		})
-	})
+	err := b.onLoop(ctx, func() { b.revive(msgid, func(err error) { result <- err }) })
 	if err != nil {
 		return err
 	}
@@ -171,6 +163,18 @@ func (b *Broker) RetryDead(ctx context.Context, msgid string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// revive asks the journal to revive a dead job, an admin's action, and
+// holds it once stored; done gets the outcome, on the journal's goroutine.
+func (b *Broker) revive(msgid string, done func(error)) {
+	b.journal.Revive(msgid, AdminRevived(), func(sj *store.Job, err error) {
+		if err == nil {
+			b.post(func() { b.revived(sj) })
+		}
+		b.noticeFence(err)
+		done(err)
+	})
 }
 
 // revived holds a revived job. A REQUEST resending its msgid may be

@@ -53,11 +53,10 @@ func ParseJobFilter(q url.Values) (JobFilter, error) {
 	f := JobFilter{Queue: q.Get("queue"), State: q.Get("state"), After: q.Get("after"),
 		MsgIDPrefix: q.Get("msgid_prefix"), Header: q.Get("header"), Error: q.Get("error")}
 	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 10000 {
-			return f, fmt.Errorf("%w: limit %q: want 1 to 10000", store.ErrBadFilter, v)
+		var err error
+		if f.Limit, err = parseLimit(v); err != nil {
+			return f, err
 		}
-		f.Limit = n
 	}
 	for key, dst := range map[string]*time.Duration{"older_than": &f.OlderThan, "newer_than": &f.NewerThan} {
 		if v := q.Get(key); v != "" {
@@ -101,17 +100,28 @@ type BulkResult struct {
 // f, a page of the journal at a time, its writes sharing commits. Not
 // confirmed, it only counts them.
 func (b *Broker) BulkDead(ctx context.Context, f JobFilter, remove, confirmed bool) (BulkResult, error) {
+	var act func([]*store.Job) (int, error)
+	if confirmed {
+		act = func(jobs []*store.Job) (int, error) { return b.deadMany(ctx, jobs, remove) }
+	}
+	return DeadPages(b.journal, f, act)
+}
+
+// DeadPages goes through the dead jobs f matches in journal, 1,000 at a
+// time, and gives each page to act, which returns how many it retried or
+// removed; with a nil act it only counts them (a dry run).
+func DeadPages(journal store.Journal, f JobFilter, act func([]*store.Job) (int, error)) (BulkResult, error) {
 	opts := f.ListOptions(time.Now())
 	opts.State, opts.Limit, opts.After = store.Dead, 1000, ""
-	res := BulkResult{DryRun: !confirmed}
+	res := BulkResult{DryRun: act == nil}
 	for {
-		p, err := b.journal.List(opts)
+		p, err := journal.List(opts)
 		if err != nil {
 			return res, err
 		}
 		res.Matched += len(p.Jobs)
-		if confirmed && len(p.Jobs) > 0 {
-			n, err := b.deadMany(ctx, p.Jobs, remove)
+		if act != nil && len(p.Jobs) > 0 {
+			n, err := act(p.Jobs)
 			res.Done += n
 			if err != nil {
 				return res, err
@@ -143,13 +153,7 @@ func (b *Broker) deadMany(ctx context.Context, jobs []*store.Job, remove bool) (
 				})
 				continue
 			}
-			b.journal.Revive(j.MsgID, AdminRevived(), func(sj *store.Job, err error) {
-				if err == nil {
-					b.post(func() { b.revived(sj) })
-				}
-				b.noticeFence(err)
-				results <- err
-			})
+			b.revive(j.MsgID, func(err error) { results <- err })
 		}
 	})
 	if err != nil {

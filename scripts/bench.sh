@@ -26,7 +26,8 @@ out=docs/benchmarks.md
 started=$(date +%s)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/emq-bench.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+written=0 # the runs are kept if the table is not written: minutes of measuring
+trap '[ "$written" = 1 ] && rm -rf "$work" || echo "make bench: the runs are kept in $work" >&2; rm -f "$out.new"' EXIT
 runs=$work/emq.txt
 : > "$runs"
 
@@ -108,4 +109,5 @@ mkdir -p docs
   if [ -n "$notes" ]; then echo; echo "$notes"; else echo; echo "$marker"; fi
 } > "$out.new"
 mv "$out.new" "$out"
+written=1
 cat "$out" | sed "/^$marker\$/q"

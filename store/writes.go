@@ -181,9 +181,24 @@ func resultKept(tx *bolt.Tx, id []byte) bool {
 	return len(v) >= 8 && int64(binary.BigEndian.Uint64(v[:8])) >= time.Now().UnixNano()
 }
 
-// Remove implements Journal.
+// Remove implements Journal. A done job's kept result goes with it, so
+// its msgid is free again.
 func (b *Bolt) Remove(msgid string, done func(found bool, err error)) {
-	b.Complete(msgid, nil, time.Time{}, nil, done)
+	id := []byte(msgid)
+	var found bool
+	b.enqueue(write{
+		apply: func(tx *bolt.Tx) (err error) {
+			if found, err = deleteJob(tx, id); err != nil || !found {
+				return err
+			}
+			return tx.Bucket(migrations.Results).Delete(id) // its expiry entry finds nothing to delete
+		},
+		finish: func(err error) {
+			if done != nil {
+				done(found && err == nil, err)
+			}
+		},
+	})
 }
 
 // change reads one job, lets fn change it (and its index entries), and

@@ -335,36 +335,27 @@ func (o *offline) Jobs(f broker.JobFilter) (broker.JobPage, error) {
 // BulkDead retries or removes the matching dead jobs in the journal, a
 // page at a time, each page's writes queued at once.
 func (o *offline) BulkDead(f broker.JobFilter, remove, confirmed bool) (broker.BulkResult, error) {
-	opts := f.ListOptions(time.Now())
-	opts.State, opts.Limit, opts.After = store.Dead, 1000, ""
-	res := broker.BulkResult{DryRun: !confirmed}
-	for {
-		p, err := o.j.List(opts)
-		if err != nil {
-			return res, err
-		}
-		res.Matched += len(p.Jobs)
-		if confirmed {
-			errs := make(chan error, len(p.Jobs))
-			for _, j := range p.Jobs {
-				if remove {
-					o.j.Remove(j.MsgID, func(_ bool, err error) { errs <- err })
-				} else {
-					o.j.Revive(j.MsgID, broker.AdminRevived(), func(_ *store.Job, err error) { errs <- err })
-				}
-			}
-			for range p.Jobs {
-				if err := <-errs; err != nil {
-					return res, err
-				}
-				res.Done++
-			}
-		}
-		if p.Next == "" {
-			return res, nil
-		}
-		opts.After = p.Next
+	if !confirmed {
+		return broker.DeadPages(o.j, f, nil)
 	}
+	return broker.DeadPages(o.j, f, func(jobs []*store.Job) (int, error) {
+		errs := make(chan error, len(jobs))
+		for _, j := range jobs {
+			if remove {
+				o.j.Remove(j.MsgID, func(_ bool, err error) { errs <- err })
+			} else {
+				o.j.Revive(j.MsgID, broker.AdminRevived(), func(_ *store.Job, err error) { errs <- err })
+			}
+		}
+		done := 0
+		for range jobs {
+			if err := <-errs; err != nil {
+				return done, err
+			}
+			done++
+		}
+		return done, nil
+	})
 }
 
 func (o *offline) Job(msgid string, payload bool) (broker.JobInfo, error) {

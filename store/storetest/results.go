@@ -160,6 +160,11 @@ func doneJobsAreKept(t *testing.T, f *fixture) {
 		t.Fatal("remove of a done job: not found")
 	}
 	f.gone("b")
+	f.noResult("b")
+	if f.appendDup(job("b", "q")) { // its msgid is free again
+		t.Fatal("append of a removed done job's msgid: a duplicate")
+	}
+	f.remove("b")
 	if n := f.expire(before.Add(90 * time.Minute)); n != 1 {
 		t.Fatalf("expire removed %d, want 1 (a)", n)
 	}
