@@ -100,8 +100,7 @@ type Broker struct {
 	trails        map[*job][]store.TrailEvent // events of jobs not yet written to their trail (events.go)
 	listenerCount atomic.Int64
 	controls      map[string]store.QueueSettings // the operator's queue controls that apply (controls.go)
-	controlsNext  map[string]store.QueueSettings // written, not yet durable
-	controlWrites map[string]int                 // control writes under way, by queue
+	controlsNext  map[string]pendingControls     // written, not yet durable (controls.go)
 	journaling    int                            // appends not yet done
 	fenced        error                          // the journal's ErrFenced: stop serving
 	out           outbox
@@ -130,26 +129,25 @@ func New(opts Options) (*Broker, error) {
 		opts.Logger = slog.Default()
 	}
 	b := &Broker{
-		opts:          opts,
-		log:           opts.Logger,
-		inbox:         make(chan inbound, 4096),
-		stopped:       make(chan struct{}),
-		ready:         make(chan struct{}),
-		hurry:         make(chan struct{}),
-		wake:          make(chan struct{}, 1),
-		jobs:          make(map[string]*job),
-		clientIDs:     make(map[string]string),
-		resent:        make(map[*job][]peerKey),
-		queues:        make(map[string]*queue),
-		controls:      make(map[string]store.QueueSettings),
-		trails:        make(map[*job][]store.TrailEvent),
-		controlsNext:  make(map[string]store.QueueSettings),
-		controlWrites: make(map[string]int),
-		peers:         make(map[peerKey]*peer),
-		scheds:        make(map[string]*schedule),
-		schedWriting:  make(map[string]int),
-		epoch:         time.Now(),
-		clock:         time.NewTimer(time.Hour),
+		opts:         opts,
+		log:          opts.Logger,
+		inbox:        make(chan inbound, 4096),
+		stopped:      make(chan struct{}),
+		ready:        make(chan struct{}),
+		hurry:        make(chan struct{}),
+		wake:         make(chan struct{}, 1),
+		jobs:         make(map[string]*job),
+		clientIDs:    make(map[string]string),
+		resent:       make(map[*job][]peerKey),
+		queues:       make(map[string]*queue),
+		controls:     make(map[string]store.QueueSettings),
+		trails:       make(map[*job][]store.TrailEvent),
+		controlsNext: make(map[string]pendingControls),
+		peers:        make(map[peerKey]*peer),
+		scheds:       make(map[string]*schedule),
+		schedWriting: make(map[string]int),
+		epoch:        time.Now(),
+		clock:        time.NewTimer(time.Hour),
 	}
 	b.clock.Stop()
 	b.budget = zmtp.NewBudget(opts.MaxReceiveBuffer)

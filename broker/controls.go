@@ -17,7 +17,8 @@ import (
 //
 //	controls      what applies, by queue name: stored, else the default
 //	controlsNext  what was written and is not yet durable (the latest
-//	              per queue), so that changes made meanwhile build on it
+//	              per queue, with its writes under way), so that changes
+//	              made meanwhile build on it
 //	queue.set     the controls of a live queue, copied from controls
 //
 // A change applies once the journal has it: a pause takes effect when
@@ -25,6 +26,13 @@ import (
 // canDispatch before each job; the rate's bucket is topped up then, and
 // when it is empty the queue's refill alarm wakes the loop when the next
 // token is due.
+
+// pendingControls are a queue's controls as last written, and how many
+// writes of them are under way.
+type pendingControls struct {
+	next   store.QueueSettings
+	writes int
+}
 
 // QueueChange changes some of a queue's controls; nil fields stay as
 // they are.
@@ -61,21 +69,21 @@ func (b *Broker) ChangeQueue(ctx context.Context, name string, c QueueChange) (s
 	}
 	result := make(chan outcome, 1)
 	err := b.onLoop(ctx, func() {
-		next, ok := b.controlsNext[name]
+		p, ok := b.controlsNext[name]
 		if !ok {
-			next = b.controls[name]
+			p.next = b.controls[name]
 		}
-		next = c.Apply(next)
+		next := c.Apply(p.next)
 		if err := next.Validate(); err != nil {
 			result <- outcome{err: err}
 			return
 		}
-		b.controlsNext[name] = next
-		b.controlWrites[name]++
+		b.controlsNext[name] = pendingControls{next, p.writes + 1}
 		b.journal.PutQueueSettings(name, next, func(err error) {
 			b.post(func() {
-				if b.controlWrites[name]--; b.controlWrites[name] == 0 {
-					delete(b.controlWrites, name)
+				if p := b.controlsNext[name]; p.writes > 1 {
+					b.controlsNext[name] = pendingControls{p.next, p.writes - 1}
+				} else {
 					delete(b.controlsNext, name)
 				}
 				if err != nil {

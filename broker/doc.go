@@ -135,7 +135,8 @@
 //
 // The loop emits an Event at each step of a job's life, when a worker
 // joins or leaves, and when a queue's controls change (events.go). With
-// no listener that is one length check. A listener (Listen, GET
+// no listener that is one length check for the stream; a job's event
+// also goes into its trail (below), a map entry until its next write. A listener (Listen, GET
 // /api/v1/events, emq tail) has a buffer of EventBuffer events that the
 // loop appends to without blocking and its reader takes whole; one that
 // falls behind is dropped, never waited for, and counted.

@@ -112,7 +112,7 @@ func (b *Broker) BulkDead(ctx context.Context, f JobFilter, remove, confirmed bo
 // removed; with a nil act it only counts them (a dry run).
 func DeadPages(journal store.Journal, f JobFilter, act func([]*store.Job) (int, error)) (BulkResult, error) {
 	opts := f.ListOptions(time.Now())
-	opts.State, opts.Limit, opts.After = store.Dead, 1000, ""
+	opts.State, opts.Limit, opts.After, opts.NoPayloads = store.Dead, 1000, "", true
 	res := BulkResult{DryRun: act == nil}
 	for {
 		p, err := journal.List(opts)

@@ -122,6 +122,9 @@ const (
 func (j *Job) encode() []byte {
 	n := recFields + 8*binary.MaxVarintLen64 +
 		len(j.Queue) + len(j.Headers) + len(j.Payload) + len(j.ClientID) + len(j.LastError)
+	for _, e := range j.Trail {
+		n += 5*binary.MaxVarintLen64 + len(e.Kind) + len(e.Worker) + len(e.Reason)
+	}
 	b := make([]byte, 0, n)
 	b = append(b, recordVersion, byte(j.State))
 	b = binary.BigEndian.AppendUint64(b, j.Seq)

@@ -147,6 +147,10 @@ type ListOptions struct {
 	EnqueuedBefore time.Time // stored before this
 	EnqueuedAfter  time.Time // stored after this
 
+	// NoPayloads leaves the payloads out (PayloadSize is set), for a
+	// caller that wants the jobs, not what they carry.
+	NoPayloads bool
+
 	// MaxScan bounds how many jobs one call looks at (0 = 100,000), so
 	// that a filter matching few of many jobs answers in bounded time: the
 	// page may then hold fewer than Limit jobs, with Next set to go on.

@@ -182,18 +182,20 @@ func (b *Bolt) List(opts ListOptions) (Page, error) {
 				if !bytes.HasPrefix(id, []byte(opts.MsgIDPrefix)) {
 					continue
 				}
-				if opts.filtered() {
-					j, err := b.indexed(jobs, k, id, false)
-					if err != nil {
+				var j *Job
+				var err error
+				if opts.filtered() || opts.NoPayloads {
+					if j, err = b.indexed(jobs, k, id, false); err != nil {
 						return err
 					}
 					if !opts.Matches(j) {
 						continue
 					}
 				}
-				j, err := b.indexed(jobs, k, id, true)
-				if err != nil {
-					return err
+				if !opts.NoPayloads { // decoded again, with its payload: matches only
+					if j, err = b.indexed(jobs, k, id, true); err != nil {
+						return err
+					}
 				}
 				page.Jobs = append(page.Jobs, j)
 			}

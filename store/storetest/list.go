@@ -287,6 +287,14 @@ func listFilters(t *testing.T, f *fixture) {
 			t.Errorf("%s: listed\n  %s\nwant\n  %s", c.name, got, exp)
 		}
 	}
+	// Without payloads: the same jobs, their sizes but not their bytes.
+	lean := f.list(store.ListOptions{State: store.Dead, Error: "550", NoPayloads: true})
+	if got, full := ids(lean), ids(f.list(store.ListOptions{State: store.Dead, Error: "550"})); got != full {
+		t.Fatalf("NoPayloads listed\n  %s\nnot\n  %s", got, full)
+	}
+	if j := lean[0]; j.Payload != nil || j.PayloadSize != len("payload of "+j.MsgID) {
+		t.Fatalf("NoPayloads: payload %q, size %d", j.Payload, j.PayloadSize)
+	}
 	// A scan budget smaller than the run of non-matching jobs still ends.
 	p, err := f.j.List(store.ListOptions{MsgIDPrefix: "nothing", MaxScan: 5})
 	if err != nil || len(p.Jobs) != 0 || p.Next == "" {
