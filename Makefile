@@ -8,7 +8,7 @@ BIN       ?= bin/emq
 FUZZTIME  ?= 100000x
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: help run build test vet race memory fuzz fuzz-short bench gobench lint torture clean
+.PHONY: help run build test vet race memory fuzz fuzz-short bench gobench lint screenshots torture clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -48,6 +48,9 @@ lint: ## staticcheck (installed with go install on first use)
 	@PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@echo "lint: staticcheck and gofmt clean"
+
+screenshots: ## the dashboard's pictures in docs/ui (needs chromium)
+	EMQ_REQUIRE_BROWSER=1 EMQ_UI_SCREENSHOTS=$(CURDIR)/docs/ui go test ./internal/ui -count=1 -run 'TestPages|TestChartMoves|TestLogin'
 
 torture: ## the reliability suite at full length (100 broker kills, floods, disk full, 4 GiB backlog)
 	set -o pipefail; EMQ_TORTURE=1 $(GO) test -v -count=1 -timeout 60m -run 'Crash|Reliab|DiskFull|Hostile|LargerThanMemory|StayWithinTheBudget|LargeJobsAtOnce' ./broker/ ./store/ 2>&1 \

@@ -3,7 +3,6 @@ package broker
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -349,26 +348,9 @@ func (b *Broker) adminHandler() http.Handler {
 		st, err := b.Compact()
 		reply(w, map[string]int64{"size_before": st.Before, "size_after": st.After}, err)
 	})
-	if b.opts.AdminToken == "" && b.opts.AdminReadToken == "" {
-		return b.guardAdmin(mux)
-	}
-	full, read := []byte("Bearer "+b.opts.AdminToken), []byte("Bearer "+b.opts.AdminReadToken)
-	return b.guardAdmin(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		switch {
-		case b.opts.AdminToken != "" && subtle.ConstantTimeCompare(got, full) == 1:
-		case b.opts.AdminReadToken != "" && subtle.ConstantTimeCompare(got, read) == 1:
-			if r.Method != http.MethodGet && r.Method != http.MethodHead {
-				writeJSON(w, http.StatusForbidden, apiError{"the read-only admin token may not change anything"})
-				return
-			}
-		default:
-			w.Header().Set("WWW-Authenticate", `Bearer realm="emq"`)
-			writeJSON(w, http.StatusUnauthorized, apiError{"missing or wrong admin token (Authorization: Bearer TOKEN)"})
-			return
-		}
-		mux.ServeHTTP(w, r)
-	}))
+	b.overviewRoutes(mux)
+	b.dashboardRoutes(mux)
+	return b.guardAdmin(b.authorize(mux))
 }
 
 // queuesWithStored is Queues with the dead and done counts of the journal,

@@ -61,9 +61,12 @@ type Broker struct {
 	stopped chan struct{} // closed when the loop stops reading the inbox
 	ready   chan struct{} // closed once replay is done and sockets are bound
 	isReady atomic.Bool   // /readyz: ready, and not stopping
-	running atomic.Bool   // the loop answers onLoop
-	hurry   chan struct{} // closed by Shutdown
-	hurried sync.Once
+
+	sessions        sessions      // the dashboard's logins (dashboard.go)
+	overviewStreams atomic.Int64  // open /api/v1/overview/stream
+	running         atomic.Bool   // the loop answers onLoop
+	hurry           chan struct{} // closed by Shutdown
+	hurried         sync.Once
 
 	postMu sync.Mutex
 	posted []func()

@@ -17,6 +17,10 @@ type queue struct {
 	filled  int64   // when tokens was last topped up (Broker.at)
 	refill  alarm   // wakes the loop when a token is due
 	filling bool    // in b.toFill
+
+	// Since the queue was made (it is forgotten when it has neither jobs
+	// nor workers): for the dashboard's rates.
+	acked, replied, failed int64
 }
 
 func (b *Broker) queue(name string) *queue {

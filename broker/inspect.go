@@ -48,6 +48,13 @@ type QueueInfo struct {
 	Concurrency int     `json:"concurrency,omitempty"` // jobs in flight at most; 0 = no limit
 	Rate        float64 `json:"rate,omitempty"`        // dispatches a second at most; 0 = no limit
 	Burst       int     `json:"burst,omitempty"`
+
+	// Jobs ACKed, replied and failed since the broker last had this queue
+	// in memory (it forgets a queue without jobs or workers): a dashboard
+	// takes its rates from their change.
+	Acked   int64 `json:"acked_total"`
+	Replied int64 `json:"replied_total"`
+	Failed  int64 `json:"failed_total"`
 }
 
 // WithControls is qi with the controls s.
@@ -66,7 +73,8 @@ func (b *Broker) Queues(ctx context.Context) ([]QueueInfo, error) {
 		index := make(map[*queue]int, len(b.queues))
 		for _, q := range b.queues {
 			index[q] = len(out)
-			qi := QueueInfo{Name: q.name, Pending: q.jobs.len(), Workers: len(q.workers)}.WithControls(q.set)
+			qi := QueueInfo{Name: q.name, Pending: q.jobs.len(), Workers: len(q.workers),
+				Acked: q.acked, Replied: q.replied, Failed: q.failed}.WithControls(q.set)
 			if q.jobs.len() > 0 {
 				qi.OldestAge = age(now, q.jobs.front())
 			}
@@ -106,6 +114,7 @@ type WorkerInfo struct {
 	ID            string    `json:"id"` // the routing id, as text or 0x-hex
 	Endpoint      string    `json:"endpoint"`
 	Queues        []string  `json:"queues"`
+	Weights       []int     `json:"weights"` // of Queues, in their order
 	FreeSlots     int       `json:"free_slots"`
 	InFlight      int       `json:"in_flight"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
@@ -123,6 +132,7 @@ func (b *Broker) Workers(ctx context.Context) ([]WorkerInfo, error) {
 				ID:            printableID(w.key.id),
 				Endpoint:      endpointName(w.key.ep),
 				Queues:        queueNames(w.queues),
+				Weights:       queueWeights(w.queues),
 				FreeSlots:     w.free,
 				InFlight:      len(w.held),
 				LastHeartbeat: w.lastSeen,

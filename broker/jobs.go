@@ -196,6 +196,7 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error, held zmtp.Hel
 		return
 	}
 	b.stats.Acked.Add(1)
+	j.q.acked++
 	b.stats.Duplicates.Add(int64(len(to) - 1))
 	if j.removed { // an admin removed it meanwhile; the journal did after storing it
 		b.forget(j)
@@ -260,6 +261,7 @@ func (b *Broker) reply(w *peer, m *emqp.Reply) {
 	trail := b.takeTrail(j)
 	b.forget(j)
 	b.stats.Replied.Add(1)
+	j.q.replied++
 	var result []byte
 	var keepUntil time.Time
 	if b.opts.ResultTTL > 0 {
@@ -299,6 +301,7 @@ func (b *Broker) fail(w *peer, m *emqp.Fail) {
 		return
 	}
 	b.stats.Failed.Add(1)
+	j.q.failed++
 	reason := m.Reason
 	if reason == "" {
 		reason = "the worker reported a failure"

@@ -139,6 +139,14 @@ func queueNames(s []served) []string {
 	return names
 }
 
+func queueWeights(s []served) []int {
+	weights := make([]int, len(s))
+	for i := range s {
+		weights[i] = s[i].weight
+	}
+	return weights
+}
+
 // lose ends a peer: it leaves the table, and a worker's jobs go back to
 // the head of their queues, each with one more attempt.
 func (b *Broker) lose(p *peer, reason string) {

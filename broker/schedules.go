@@ -348,6 +348,7 @@ func (b *Broker) holdFire(sj *store.Job) {
 	b.jobs[j.id] = j
 	j.q.live++
 	b.stats.Acked.Add(1)
+	j.q.acked++
 	b.enqueue(j, time.Now())
 }
 
