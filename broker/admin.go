@@ -44,14 +44,19 @@ import (
 //	GET    /api/v1/schedules/{id}[?payload=1]
 //	DELETE /api/v1/schedules/{id}
 //	POST   /api/v1/schedules/{id}/pause, /resume
+//	GET    /api/v1/overview[/stream]          the dashboard's first page, once or once a second (dashboard.go)
+//	GET    /api/v1/jobs/{msgid}/payload, /result   the whole payload or result, as a download
+//	POST   /api/v1/jobs/remove?state=pending|dead|done&FILTERS[&confirm=yes]   bulk delete; counts only without confirm
+//	GET    /, /ui/...                         the dashboard, and its login (dashboard.go)
 //
 // Every request must name this listener as its Host, and one that changes
 // something needs the header X-EMQ-Admin (or a JSON body) and, from a
 // browser, this listener's origin: adminguard.go keeps other sites' pages
 // out. With an AdminToken every request needs "Authorization: Bearer
-// TOKEN"; an AdminReadToken may be sent instead for GETs only (403
-// otherwise); without either, the broker refuses to bind Admin to a
-// non-loopback address. With AdminTLSCert and AdminTLSKey it is HTTPS.
+// TOKEN" or a dashboard session of that token; an AdminReadToken (or
+// its session) may be used instead for GETs only (403 otherwise); the
+// dashboard's files and login need neither. Without a token, the broker
+// refuses to bind Admin to a non-loopback address. With AdminTLSCert and AdminTLSKey it is HTTPS.
 // Errors are {"error": "..."} with a status by class (errorStatus): 400 a
 // bad parameter or filter, 401 no token, 403 a cross-site request or a
 // change with the read-only token, 421 a
@@ -360,7 +365,7 @@ func (b *Broker) queuesWithStored(ctx context.Context) ([]QueueInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	counts, err := b.journal.Counts()
+	counts, err := b.journal.Counts(store.Dead, store.Done) // pending: qs, from memory
 	if err != nil {
 		return nil, err
 	}

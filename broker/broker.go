@@ -276,6 +276,13 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 	}
 	b.log.Info("broker listening", "frontend", b.Frontend(), "backend", b.Backend(), "admin", b.adminAddr,
 		"publisher_incoming", b.PublisherIncoming(), "publisher_outgoing", b.PublisherOutgoing())
+	if b.adminAddr != "" {
+		scheme := "http"
+		if b.opts.AdminTLSCert != "" {
+			scheme = "https"
+		}
+		b.log.Info("dashboard", "url", scheme+"://"+b.adminAddr+"/ui/")
+	}
 	b.timers.set(&b.sweep, b.at(time.Now()))
 	b.running.Store(true)
 	b.isReady.Store(true)
@@ -726,8 +733,11 @@ func (b *Broker) serveAdmin() (*http.Server, error) {
 			ln.Close()
 			return nil, fmt.Errorf("admin-tls-cert %s, admin-tls-key %s: %w", b.opts.AdminTLSCert, b.opts.AdminTLSKey, err)
 		}
+		// ServeTLS offers HTTP/2 too: one connection carries every
+		// dashboard tab's event streams.
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-		ln = tls.NewListener(ln, srv.TLSConfig)
+		go srv.ServeTLS(ln, "", "")
+		return srv, nil
 	}
 	go srv.Serve(ln)
 	return srv, nil

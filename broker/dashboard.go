@@ -246,13 +246,13 @@ func (b *Broker) authorize(next http.Handler) http.Handler {
 // counts (QueueInfo) and the broker's counters, from what the broker
 // holds and the journal's indexes, never from listing jobs.
 type Overview struct {
-	Time       time.Time    `json:"time"`
-	Role       string       `json:"role"` // "single": one broker on its own journal
-	Ready      bool         `json:"ready"`
-	Stats      StatsInfo    `json:"stats"`
-	Queues     []QueueInfo  `json:"queues"`
-	Workers    int          `json:"workers"`
-	Schedulers int          `json:"schedulers"`
+	Time       time.Time   `json:"time"`
+	Role       string      `json:"role"` // "single": one broker on its own journal
+	Ready      bool        `json:"ready"`
+	Stats      StatsInfo   `json:"stats"`
+	Queues     []QueueInfo `json:"queues"`
+	Workers    int         `json:"workers"`
+	Schedulers int         `json:"schedulers"`
 }
 
 // Overview gathers the dashboard's first page.

@@ -102,7 +102,7 @@ type brokenReads struct{ store.Journal }
 
 var errDisk = fmt.Errorf("journal: read failed: %w", syscall.EIO)
 
-func (brokenReads) Get(string) (*store.Job, error)             { return nil, errDisk }
-func (brokenReads) List(store.ListOptions) (store.Page, error) { return store.Page{}, errDisk }
-func (brokenReads) Counts() ([]store.Count, error)             { return nil, errDisk }
-func (brokenReads) Result(string) ([]byte, error)              { return nil, errDisk }
+func (brokenReads) Get(string) (*store.Job, error)               { return nil, errDisk }
+func (brokenReads) List(store.ListOptions) (store.Page, error)   { return store.Page{}, errDisk }
+func (brokenReads) Counts(...store.State) ([]store.Count, error) { return nil, errDisk }
+func (brokenReads) Result(string) ([]byte, error)                { return nil, errDisk }

@@ -104,8 +104,9 @@ type Journal interface {
 	// that does not fit the state asked for, or an unknown state, is
 	// ErrBadFilter.
 	List(opts ListOptions) (Page, error)
-	// Counts returns the number of jobs per queue and state.
-	Counts() ([]Count, error)
+	// Counts returns the number of jobs per queue and state: of the
+	// states given, or of every state when none is.
+	Counts(only ...State) ([]Count, error)
 	// LoadSchedules calls fn for every schedule, by ID.
 	LoadSchedules(fn func(*Schedule) error) error
 	// ListSchedules returns up to limit schedules (0 = 100) whose IDs

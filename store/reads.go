@@ -221,11 +221,14 @@ func parseCursor(c string) (State, []byte, error) {
 }
 
 // Counts implements Journal. It reads the index keys only.
-func (b *Bolt) Counts() ([]Count, error) {
+func (b *Bolt) Counts(only ...State) ([]Count, error) {
+	if len(only) == 0 {
+		only = []State{Pending, Dead, Done}
+	}
 	var out []Count
 	at := map[string]int{}
 	err := b.view(func(tx *bolt.Tx) error {
-		for _, s := range []State{Pending, Dead, Done} {
+		for _, s := range only {
 			idx := index(tx, s)
 			if idx == nil { // done, in a file from before step 5 open read-only
 				continue

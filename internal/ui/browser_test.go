@@ -25,7 +25,7 @@ import (
 // set (CI sets it). EMQ_UI_SCREENSHOTS=DIR saves each page's picture
 // there (make screenshots: docs/ui).
 
-func chromium(t *testing.T) string {
+func chromium(t testing.TB) string {
 	t.Helper()
 	for _, name := range []string{os.Getenv("EMQ_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"} {
 		if name == "" {
@@ -44,14 +44,14 @@ func chromium(t *testing.T) string {
 
 // tab is one browser tab on the dashboard at base.
 type tab struct {
-	t    *testing.T
+	t    testing.TB
 	ctx  context.Context
 	base string
 	mu   sync.Mutex
 	errs []string // console errors and uncaught exceptions
 }
 
-func newTab(t *testing.T, base string) *tab {
+func newTab(t testing.TB, base string) *tab {
 	t.Helper()
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromium(t)), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
@@ -191,7 +191,7 @@ func (tb *tab) viewport(width, height int64, scheme string) {
 }
 
 // adminAPI calls the broker's admin API as a program does.
-func adminAPI(t *testing.T, b *bt.Broker, method, path, token string, out any) int {
+func adminAPI(t testing.TB, b *bt.Broker, method, path, token string, out any) int {
 	t.Helper()
 	req, err := http.NewRequest(method, "http://"+b.AdminAddr()+path, nil)
 	if err != nil {

@@ -26,11 +26,11 @@ import (
 // pending, delayed, in flight (held by worker w), dead and done; queue
 // reports paused with limits and three pending jobs; one schedule.
 type stored struct {
-	b                                        *bt.Broker
-	client, worker                           *bt.Peer
+	b                                      *bt.Broker
+	client, worker                         *bt.Peer
 	pending, delayed, inflight, dead, done string
-	schedule                                 string
-	token                                    string // the full admin token, if any
+	schedule                               string
+	token                                  string // the full admin token, if any
 }
 
 func start(t *testing.T, token, readToken string) *stored {

@@ -294,6 +294,17 @@ func (f *fixture) counts() map[string]store.Count {
 			out[c.Queue] = c
 		}
 	}
+	// Asked for some states, it counts those alone, the same.
+	some, err := f.j.Counts(store.Dead, store.Done)
+	if err != nil {
+		f.t.Fatalf("counts of dead and done: %v", err)
+	}
+	for _, c := range some {
+		all := out[c.Queue]
+		if c.Pending != 0 || c.Dead != all.Dead || (all.Done != 0 && c.Done != all.Done) {
+			f.t.Errorf("counts of dead and done for %q: %+v; of every state %+v", c.Queue, c, all)
+		}
+	}
 	return out
 }
 

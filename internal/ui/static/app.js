@@ -202,6 +202,14 @@ function openStream() {
   });
 }
 
+// A page left (or kept in the back/forward cache) holds no stream: a
+// browser opens at most six connections to one host.
+window.addEventListener('pagehide', () => {
+  endPage();
+  if (app.stream) { app.stream.close(); app.stream = null; }
+});
+window.addEventListener('pageshow', (ev) => { if (ev.persisted && app.role) showApp(); });
+
 function tick(o) {
   const prev = app.overview;
   app.overview = o;
