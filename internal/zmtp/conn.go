@@ -104,11 +104,25 @@ type Conn struct {
 	// onCommand, when set, gets the commands ReadMsg does not answer
 	// itself (a PUB's SUBSCRIBE and CANCEL); an error ends the read.
 	onCommand func(name string, data []byte) error
+
+	// Auth is what the peer proved in a PLAIN or CURVE handshake (nil:
+	// NULL). curve boxes every frame after a CURVE one.
+	Auth  *Auth
+	curve *curveCodec
 }
 
 // open runs zmq4's ZMTP handshake over nc within timeout.
 func open(nc net.Conn, typ zmq4.SocketType, id []byte, server bool, max uint64, timeout time.Duration) (c *Conn, err error) {
 	return openBuffered(nc, typ, id, server, max, timeout, readBuffer)
+}
+
+// openWith is open with a mechanism: ss for a server, cs for a client
+// (both nil: NULL, zmq4's handshake).
+func openWith(nc net.Conn, typ zmq4.SocketType, id []byte, server bool, ss *ServerSecurity, cs *ClientSecurity, max uint64, timeout time.Duration) (*Conn, error) {
+	if ss == nil && cs == nil {
+		return open(nc, typ, id, server, max, timeout)
+	}
+	return secureOpen(nc, string(typ), id, ss, cs, max, timeout, readBuffer)
 }
 
 // openBuffered is open with a read buffer of rbuf bytes.
@@ -171,6 +185,9 @@ func (c *Conn) readMsg() (_ [][]byte, _ Held, err error) {
 	}()
 	for {
 		flags, body, err := c.readFrame()
+		if err == nil && c.curve != nil {
+			flags, body, err = c.unbox(flags, body)
+		}
 		if err != nil {
 			switch e := err.(type) {
 			case *TooLargeError:
@@ -241,6 +258,24 @@ func (c *Conn) readFrame() (byte, []byte, error) {
 		return 0, nil, unexpected(err)
 	}
 	return flags, body, nil
+}
+
+// unbox opens a CURVE connection's MESSAGE (a data frame, or a command
+// frame as some peers send it).
+func (c *Conn) unbox(flags byte, msg []byte) (byte, []byte, error) {
+	if flags&flagMore != 0 {
+		return 0, nil, errors.New("zmtp: CURVE: a MESSAGE with the more flag")
+	}
+	if flags&flagCommand != 0 && len(msg) > 0 && int(msg[0]) < len(msg) && string(msg[1:1+msg[0]]) != "MESSAGE" {
+		return 0, nil, errors.New("zmtp: CURVE: a command outside a MESSAGE")
+	}
+	var out []byte
+	if n := len(msg); n <= ArenaMax {
+		out = c.alloc(n)
+	} else {
+		out = make([]byte, n)
+	}
+	return c.curve.open(msg, out)
 }
 
 // Reading a frame's body. A Router's connection (one with a budget) must
@@ -329,8 +364,13 @@ func (c *Conn) writeCommand(name string, data []byte) error {
 	body = append(append(append(body, byte(len(name))), name...), data...)
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	b := appendHeader(c.wbuf[:0], flagCommand, len(body))
-	b = append(b, body...)
+	var b []byte
+	if c.curve != nil {
+		b = c.curve.seal(c.wbuf[:0], curveFlagComand, body)
+	} else {
+		b = appendHeader(c.wbuf[:0], flagCommand, len(body))
+		b = append(b, body...)
+	}
 	c.wbuf = b
 	c.bufs = append(c.bufs[:0], b)
 	return c.write(c.bufs)
@@ -342,6 +382,9 @@ func (c *Conn) writeCommand(name string, data []byte) error {
 func (c *Conn) WriteMsgs(msgs ...[][]byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if c.curve != nil {
+		return c.writeBoxed(msgs)
+	}
 	bufs := c.bufs[:0]
 	b, mark := c.wbuf[:0], 0
 	for _, msg := range msgs {
@@ -369,6 +412,26 @@ func (c *Conn) WriteMsgs(msgs ...[][]byte) error {
 	clear(bufs[:cap(bufs)]) // keep no caller's body alive
 	c.bufs = bufs[:0]
 	return err
+}
+
+// writeBoxed is WriteMsgs on a CURVE connection: every frame boxed in
+// a MESSAGE, all in one buffer. The caller holds wmu.
+func (c *Conn) writeBoxed(msgs [][][]byte) error {
+	b := c.wbuf[:0]
+	for _, msg := range msgs {
+		for i, f := range msg {
+			var flags byte
+			if i < len(msg)-1 {
+				flags = curveFlagMore
+			}
+			b = c.curve.seal(b, flags, f)
+		}
+	}
+	if keep := c.keep; cap(b) <= keep || keep == 0 && cap(b) <= 4*batchMax {
+		c.wbuf = b
+	}
+	c.bufs = append(c.bufs[:0], b)
+	return c.write(c.bufs)
 }
 
 // write sends bufs with the write deadline; the caller holds wmu.

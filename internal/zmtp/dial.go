@@ -17,6 +17,8 @@ type DialOptions struct {
 	// Sub connects a SUB socket (to a PUB) instead of a DEALER: it
 	// subscribes by writing the message 0x01 prefix (0x00 prefix cancels).
 	Sub bool
+	// Security is the mechanism to use (nil = NULL).
+	Security *ClientSecurity
 }
 
 // Dial connects a DEALER to a ROUTER (or a SUB to a PUB) at endpoint ("tcp://host:port") and
@@ -46,7 +48,7 @@ func Dial(ctx context.Context, endpoint string, opts DialOptions) (*Conn, error)
 	if opts.Sub {
 		typ = zmq4.Sub
 	}
-	c, err := open(nc, typ, opts.Identity, false, uint64(opts.MaxFrameSize), opts.Timeout)
+	c, err := openWith(nc, typ, opts.Identity, false, nil, opts.Security, uint64(opts.MaxFrameSize), opts.Timeout)
 	if err != nil {
 		nc.Close()
 		return nil, err

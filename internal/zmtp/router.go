@@ -50,6 +50,13 @@ type Options struct {
 	// Budget within minGrace); it is written before the connection is
 	// closed. May be nil.
 	Refused func(id string, err error) [][]byte
+
+	// Security is the mechanism peers must use (nil = NULL: anyone).
+	Security *ServerSecurity
+	// Check, when set, is asked about each message before Receive, with
+	// what its connection's peer proved (nil under NULL): a non-nil
+	// answer is sent back instead, and the message goes no further.
+	Check func(id string, auth *Auth, frames [][]byte) [][]byte
 }
 
 func (o *Options) setDefaults() {
@@ -222,7 +229,7 @@ func acceptLoop(ln net.Listener, log *slog.Logger, limit *ConnLimit, admit func(
 func (r *Router) serve(nc net.Conn, release func()) {
 	defer r.wg.Done()
 	defer release()
-	c, err := open(nc, zmq4.Router, nil, true, uint64(r.opts.MaxFrameSize), r.opts.HandshakeTimeout)
+	c, err := openWith(nc, zmq4.Router, nil, true, r.opts.Security, nil, uint64(r.opts.MaxFrameSize), r.opts.HandshakeTimeout)
 	r.mu.Lock()
 	delete(r.pending, nc)
 	if err == nil && r.closed {
@@ -359,6 +366,13 @@ func (rc *routerConn) readLoop() {
 			}
 			rc.end(false)
 			return
+		}
+		if rc.r.opts.Check != nil {
+			if answer := rc.r.opts.Check(rc.id, rc.Auth, frames); answer != nil {
+				rc.r.opts.Budget.Release(held)
+				_ = rc.send([][][]byte{answer})
+				continue
+			}
 		}
 		rc.r.opts.Receive(rc.id, frames, held)
 	}

@@ -1,0 +1,180 @@
+package zmtp
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestZ85(t *testing.T) {
+	// RFC 32's test vector.
+	raw := []byte{0x86, 0x4F, 0xD2, 0x6F, 0xB5, 0x59, 0xF7, 0x5B}
+	if got := Z85Encode(raw); got != "HelloWorld" {
+		t.Fatalf("encode: %q", got)
+	}
+	back, err := Z85Decode("HelloWorld")
+	if err != nil || string(back) != string(raw) {
+		t.Fatalf("decode: %x %v", back, err)
+	}
+	for _, bad := range []string{"Hell", "Hello Worl", "%%%%%"} {
+		if _, err := Z85Decode(bad); err == nil && bad != "%%%%%" {
+			t.Errorf("%q decoded", bad)
+		}
+	}
+	pub, sec, err := NewKeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := ParseKey(pub.String()); err != nil || k != pub || PublicKey(sec) != pub {
+		t.Fatalf("key round trip: %v", err)
+	}
+}
+
+// secured is a router with sec and the peers it admitted.
+func secured(t *testing.T, sec *ServerSecurity) (*Router, *inbox) {
+	in := newInbox()
+	r := listen(t, in, Options{Security: sec, HandshakeTimeout: 2 * time.Second})
+	return r, in
+}
+
+func curveServer(t *testing.T, allowed ...Key) (*Router, *inbox, Key) {
+	pub, secret, err := NewKeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, in := secured(t, &ServerSecurity{Mechanism: Curve, Secret: secret, Admit: func(a *Auth, _ string) error {
+		for _, k := range allowed {
+			if a.Name == k.String() {
+				a.Roles = 7
+				return nil
+			}
+		}
+		return errors.New("key not allowed")
+	}})
+	return r, in, pub
+}
+
+func TestCurveRoundTrip(t *testing.T) {
+	cpub, csec, _ := NewKeyPair()
+	r, in, spub := curveServer(t, cpub)
+	var auths []*Auth
+	r.opts.Check = func(_ string, a *Auth, _ [][]byte) [][]byte { auths = append(auths, a); return nil }
+	c, err := Dial(context.Background(), r.Endpoint(), DialOptions{Identity: []byte("cli"),
+		Security: &ClientSecurity{Mechanism: Curve, ServerKey: spub, Public: cpub, Secret: csec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	big := strings.Repeat("x", 100_000)
+	if err := c.WriteMsgs([][]byte{[]byte(""), []byte("hello")}, [][]byte{[]byte(big)}); err != nil {
+		t.Fatal(err)
+	}
+	in.wait(t, "cli|/hello")
+	in.wait(t, "cli|"+big)
+	if len(auths) == 0 || auths[0].Mechanism != Curve || auths[0].Name != cpub.String() || auths[0].Roles != 7 {
+		t.Fatalf("auth %+v", auths)
+	}
+	if err := r.Send("cli", [][]byte{[]byte("back"), []byte(big)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ReadMsg()
+	if err != nil || string(got[0]) != "back" || string(got[1]) != big {
+		t.Fatalf("read back: %v", err)
+	}
+}
+
+func TestCurveRefusals(t *testing.T) {
+	cpub, csec, _ := NewKeyPair()
+	other, osec, _ := NewKeyPair()
+	r, _, spub := curveServer(t, cpub)
+	dial := func(cs *ClientSecurity) error {
+		c, err := Dial(context.Background(), r.Endpoint(), DialOptions{Security: cs, Timeout: 2 * time.Second})
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if err := dial(&ClientSecurity{Mechanism: Curve, ServerKey: spub, Public: other, Secret: osec}); !errors.Is(err, ErrRefused) {
+		t.Errorf("an unlisted key: %v, want refused", err)
+	}
+	wrong, _, _ := NewKeyPair()
+	if err := dial(&ClientSecurity{Mechanism: Curve, ServerKey: wrong, Public: cpub, Secret: csec}); err == nil {
+		t.Error("a client with the wrong server key was admitted")
+	}
+	if err := dial(nil); err == nil {
+		t.Error("a NULL client was admitted by a CURVE server")
+	}
+	if err := dial(&ClientSecurity{Mechanism: Plain, User: "a", Password: "b"}); err == nil {
+		t.Error("a PLAIN client was admitted by a CURVE server")
+	}
+}
+
+func TestPlain(t *testing.T) {
+	r, in := secured(t, &ServerSecurity{Mechanism: Plain, Admit: func(a *Auth, password string) error {
+		if a.Name == "ann" && password == "s3cret" {
+			return nil
+		}
+		return errors.New("wrong user or password")
+	}})
+	dial := func(user, password string) (*Conn, error) {
+		return Dial(context.Background(), r.Endpoint(), DialOptions{Identity: []byte(user),
+			Security: &ClientSecurity{Mechanism: Plain, User: user, Password: password}})
+	}
+	if _, err := dial("ann", "nope"); !errors.Is(err, ErrRefused) {
+		t.Fatalf("wrong password: %v", err)
+	}
+	if _, err := dial("bob", "s3cret"); !errors.Is(err, ErrRefused) {
+		t.Fatalf("wrong user: %v", err)
+	}
+	c, err := dial("ann", "s3cret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WriteMsgs([][]byte{[]byte("hi")}); err != nil {
+		t.Fatal(err)
+	}
+	in.wait(t, "ann|hi")
+}
+
+// A libzmq DEALER (python3-zmq) with CURVE keys talks to the router.
+func TestCurveLibzmq(t *testing.T) {
+	python := "/usr/bin/python3"
+	if err := exec.Command(python, "-c", "import zmq; assert zmq.has('curve')").Run(); err != nil {
+		if os.Getenv("EMQ_REQUIRE_INTEROP") != "" {
+			t.Fatalf("python3-zmq with CURVE is required: %v", err)
+		}
+		t.Skip("python3-zmq with CURVE is not installed")
+	}
+	cpub, csec, _ := NewKeyPair()
+	r, in, spub := curveServer(t, cpub)
+	script := `
+import sys, zmq
+ctx = zmq.Context()
+s = ctx.socket(zmq.DEALER)
+s.setsockopt(zmq.IDENTITY, b"py")
+s.curve_serverkey, s.curve_publickey, s.curve_secretkey = [a.encode() for a in sys.argv[2:5]]
+s.setsockopt(zmq.LINGER, 1000)
+s.setsockopt(zmq.RCVTIMEO, 5000)
+s.connect(sys.argv[1])
+s.send_multipart([b"", b"from python", b"x" * 70000])
+print(s.recv_multipart()[1].decode())
+`
+	cmd := exec.Command(python, "-c", script, r.Endpoint(), spub.String(), cpub.String(), csec.String())
+	done := make(chan struct{})
+	var out []byte
+	var err error
+	go func() { out, err = cmd.CombinedOutput(); close(done) }()
+	in.wait(t, "py|/from python/")
+	if err := r.Send("py", [][]byte{[]byte(""), []byte("from go")}); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if err != nil || strings.TrimSpace(string(out)) != "from go" {
+		t.Fatalf("python: %v\n%s", err, out)
+	}
+}
