@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/crypto/nacl/box"
@@ -35,10 +37,11 @@ type Auth struct {
 	Roles     uint32 // what ServerSecurity.Admit gave it
 }
 
-// ServerSecurity is a Router's mechanism (nil = NULL: anyone).
+// ServerSecurity is a Router's mechanisms (nil = NULL: anyone): CURVE
+// with a secret key, PLAIN, or both, as each peer asks.
 type ServerSecurity struct {
-	Mechanism string // Plain or Curve
-	Secret    Key    // CURVE: the server's secret key
+	Curve *Key // CURVE with this secret key; nil = no CURVE
+	Plain bool // PLAIN
 	// Admit decides a peer once its handshake has shown who it is (a
 	// CURVE client's public key, or a PLAIN user and its password): it
 	// sets a.Roles, or returns why the peer is refused.
@@ -132,27 +135,63 @@ func (h *hs) refuse(reason string) {
 	_ = h.writeCommand("ERROR", []byte{byte(len(reason))}, []byte(reason))
 }
 
-// greet exchanges ZMTP 3.0 greetings announcing mechanism.
-func (h *hs) greet(mechanism string, server bool) error {
+// greet exchanges ZMTP 3.0 greetings announcing mechanism (a client).
+func (h *hs) greet(mechanism string) error {
+	g := greeting(mechanism, false)
+	if _, err := h.nc.Write(g[:]); err != nil {
+		return err
+	}
+	got, err := h.readGreeting()
+	if err != nil {
+		return err
+	}
+	if got != mechanism {
+		return fmt.Errorf("zmtp: the peer's mechanism is %s, this endpoint's %s", printable(got), mechanism)
+	}
+	return nil
+}
+
+// greetServer exchanges greetings as a server that offers mechanisms:
+// the signature and major version first (a libzmq peer sends the rest of
+// its greeting only then), the peer's whole greeting, then the rest of
+// ours with the mechanism the peer asked for.
+func (h *hs) greetServer(offered ...string) (string, error) {
+	g := greeting("", true)
+	if _, err := h.nc.Write(g[:11]); err != nil {
+		return "", err
+	}
+	got, err := h.readGreeting()
+	if err != nil {
+		return "", err
+	}
+	if !slices.Contains(offered, got) {
+		return "", fmt.Errorf("zmtp: the peer's mechanism is %s, this endpoint's %s", printable(got), strings.Join(offered, " or "))
+	}
+	g = greeting(got, true)
+	_, err = h.nc.Write(g[11:])
+	return got, err
+}
+
+func greeting(mechanism string, server bool) [greetingLen]byte {
 	var g [greetingLen]byte
 	g[0], g[9], g[10], g[11] = 0xff, 0x7f, 3, 0
 	copy(g[12:32], mechanism)
 	if server {
 		g[32] = 1
 	}
-	if _, err := h.nc.Write(g[:]); err != nil {
-		return err
-	}
+	return g
+}
+
+// readGreeting reads the peer's greeting and returns its mechanism.
+func (h *hs) readGreeting() (string, error) {
+	var g [greetingLen]byte
 	if _, err := io.ReadFull(h.r, g[:]); err != nil {
-		return fmt.Errorf("zmtp: greeting: %w", err)
+		return "", fmt.Errorf("zmtp: greeting: %w", err)
 	}
 	if g[0] != 0xff || g[9] != 0x7f || g[10] < 3 {
-		return errors.New("zmtp: not a ZMTP 3 greeting")
+		return "", errors.New("zmtp: not a ZMTP 3 greeting")
 	}
-	if got := string(bytes.TrimRight(g[12:32], "\x00")); got != mechanism {
-		return fmt.Errorf("zmtp: the peer's mechanism is %s, this endpoint's %s", printable(got), mechanism)
-	}
-	return nil
+	return string(bytes.TrimRight(g[12:32], "\x00")), nil
 }
 
 func printable(s string) string {
@@ -205,10 +244,24 @@ func secureOpen(nc net.Conn, typ string, id []byte, ss *ServerSecurity, cs *Clie
 	c := &Conn{nc: nc, r: h.r, max: max, done: make(chan struct{})}
 	var peer map[string]string
 	var err error
+	var mechanism string
+	if ss != nil {
+		var offered []string
+		if ss.Curve != nil {
+			offered = append(offered, Curve)
+		}
+		if ss.Plain {
+			offered = append(offered, Plain)
+		}
+		mechanism, err = h.greetServer(offered...)
+		if err != nil {
+			return nil, fmt.Errorf("zmtp: handshake with %s: %w", nc.RemoteAddr(), err)
+		}
+	}
 	switch {
-	case ss != nil && ss.Mechanism == Curve:
+	case mechanism == Curve:
 		peer, err = h.curveServer(c, ss, metadata(typ, id))
-	case ss != nil && ss.Mechanism == Plain:
+	case mechanism == Plain:
 		peer, err = h.plainServer(c, ss, metadata(typ, id))
 	case cs != nil && cs.Mechanism == Curve:
 		peer, err = h.curveClient(c, cs, metadata(typ, id))
@@ -229,9 +282,6 @@ func secureOpen(nc net.Conn, typ string, id []byte, ss *ServerSecurity, cs *Clie
 }
 
 func (h *hs) plainServer(c *Conn, ss *ServerSecurity, meta []byte) (map[string]string, error) {
-	if err := h.greet(Plain, true); err != nil {
-		return nil, err
-	}
 	data, err := h.readCommand("HELLO")
 	if err != nil {
 		return nil, err
@@ -264,7 +314,7 @@ func (h *hs) plainClient(cs *ClientSecurity, meta []byte) (map[string]string, er
 	if len(cs.User) > 255 || len(cs.Password) > 255 {
 		return nil, errors.New("zmtp: a PLAIN user or password is at most 255 bytes")
 	}
-	if err := h.greet(Plain, false); err != nil {
+	if err := h.greet(Plain); err != nil {
 		return nil, err
 	}
 	hello := append(append([]byte{byte(len(cs.User))}, cs.User...), byte(len(cs.Password)))
@@ -326,9 +376,6 @@ const (
 )
 
 func (h *hs) curveServer(c *Conn, ss *ServerSecurity, meta []byte) (map[string]string, error) {
-	if err := h.greet(Curve, true); err != nil {
-		return nil, err
-	}
 	data, err := h.readCommand("HELLO")
 	if err != nil {
 		return nil, err
@@ -339,7 +386,7 @@ func (h *hs) curveServer(c *Conn, ss *ServerSecurity, meta []byte) (map[string]s
 	var clientT Key // C'
 	copy(clientT[:], data[74:106])
 	helloNonce := binary.BigEndian.Uint64(data[106:114])
-	zeros, ok := box.Open(nil, data[114:], shortNonce(nonceHello, helloNonce), (*[32]byte)(&clientT), (*[32]byte)(&ss.Secret))
+	zeros, ok := box.Open(nil, data[114:], shortNonce(nonceHello, helloNonce), (*[32]byte)(&clientT), (*[32]byte)(ss.Curve))
 	if !ok || !bytes.Equal(zeros, make([]byte, 64)) {
 		return nil, errors.New("zmtp: CURVE HELLO does not open with this server's key (the client has another server key)")
 	}
@@ -353,7 +400,7 @@ func (h *hs) curveServer(c *Conn, ss *ServerSecurity, meta []byte) (map[string]s
 	cn := random(16)
 	cookie := append(cn, secretbox.Seal(nil, append(clientT[:], serverTSec[:]...), longNonce(nonceCookie, cn), &cookieKey)...)
 	wn := random(16)
-	welcome := box.Seal(nil, append(serverTPub[:], cookie...), longNonce(nonceWelcome, wn), (*[32]byte)(&clientT), (*[32]byte)(&ss.Secret))
+	welcome := box.Seal(nil, append(serverTPub[:], cookie...), longNonce(nonceWelcome, wn), (*[32]byte)(&clientT), (*[32]byte)(ss.Curve))
 	if err := h.writeCommand("WELCOME", wn, welcome); err != nil {
 		return nil, err
 	}
@@ -378,7 +425,7 @@ func (h *hs) curveServer(c *Conn, ss *ServerSecurity, meta []byte) (map[string]s
 	copy(client[:], plain[:32])
 	vouch := plain[32 : 32+vouchLen]
 	vouched, ok := box.Open(nil, vouch[16:], longNonce(nonceVouch, vouch[:16]), (*[32]byte)(&client), serverTSec)
-	serverPub := PublicKey(ss.Secret)
+	serverPub := PublicKey(*ss.Curve)
 	if !ok || len(vouched) != 64 || !bytes.Equal(vouched[:32], clientT[:]) || !bytes.Equal(vouched[32:], serverPub[:]) {
 		return nil, errors.New("zmtp: CURVE INITIATE's vouch does not hold")
 	}
@@ -403,7 +450,7 @@ func (h *hs) curveServer(c *Conn, ss *ServerSecurity, meta []byte) (map[string]s
 }
 
 func (h *hs) curveClient(c *Conn, cs *ClientSecurity, meta []byte) (map[string]string, error) {
-	if err := h.greet(Curve, false); err != nil {
+	if err := h.greet(Curve); err != nil {
 		return nil, err
 	}
 	clientTPub, clientTSec, err := box.GenerateKey(rand.Reader)

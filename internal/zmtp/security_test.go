@@ -46,7 +46,7 @@ func curveServer(t *testing.T, allowed ...Key) (*Router, *inbox, Key) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, in := secured(t, &ServerSecurity{Mechanism: Curve, Secret: secret, Admit: func(a *Auth, _ string) error {
+	r, in := secured(t, &ServerSecurity{Curve: &secret, Admit: func(a *Auth, _ string) error {
 		for _, k := range allowed {
 			if a.Name == k.String() {
 				a.Roles = 7
@@ -114,7 +114,7 @@ func TestCurveRefusals(t *testing.T) {
 }
 
 func TestPlain(t *testing.T) {
-	r, in := secured(t, &ServerSecurity{Mechanism: Plain, Admit: func(a *Auth, password string) error {
+	r, in := secured(t, &ServerSecurity{Plain: true, Admit: func(a *Auth, password string) error {
 		if a.Name == "ann" && password == "s3cret" {
 			return nil
 		}
@@ -141,8 +141,10 @@ func TestPlain(t *testing.T) {
 	in.wait(t, "ann|hi")
 }
 
-// A libzmq DEALER (python3-zmq) with CURVE keys talks to the router.
-func TestCurveLibzmq(t *testing.T) {
+// Libzmq DEALERs (python3-zmq) with CURVE keys, and with a PLAIN user
+// and password, talk to a router that offers both; a wrong password or
+// an unlisted key gets nothing through.
+func TestLibzmqPeers(t *testing.T) {
 	python := "/usr/bin/python3"
 	if err := exec.Command(python, "-c", "import zmq; assert zmq.has('curve')").Run(); err != nil {
 		if os.Getenv("EMQ_REQUIRE_INTEROP") != "" {
@@ -151,30 +153,72 @@ func TestCurveLibzmq(t *testing.T) {
 		t.Skip("python3-zmq with CURVE is not installed")
 	}
 	cpub, csec, _ := NewKeyPair()
-	r, in, spub := curveServer(t, cpub)
+	other, osec, _ := NewKeyPair()
+	spub, ssec, _ := NewKeyPair()
+	r, in := secured(t, &ServerSecurity{Curve: &ssec, Plain: true, Admit: func(a *Auth, password string) error {
+		if a.Mechanism == Curve && a.Name == cpub.String() || a.Mechanism == Plain && a.Name == "ann" && password == "s3cret" {
+			return nil
+		}
+		return errors.New("not allowed")
+	}})
 	script := `
 import sys, zmq
 ctx = zmq.Context()
 s = ctx.socket(zmq.DEALER)
-s.setsockopt(zmq.IDENTITY, b"py")
-s.curve_serverkey, s.curve_publickey, s.curve_secretkey = [a.encode() for a in sys.argv[2:5]]
-s.setsockopt(zmq.LINGER, 1000)
-s.setsockopt(zmq.RCVTIMEO, 5000)
+s.setsockopt(zmq.IDENTITY, sys.argv[2].encode())
+if sys.argv[3] == "curve":
+    s.curve_serverkey, s.curve_publickey, s.curve_secretkey = [a.encode() for a in sys.argv[4:7]]
+else:
+    s.plain_username, s.plain_password = sys.argv[4].encode(), sys.argv[5].encode()
+s.setsockopt(zmq.LINGER, 0)
+s.setsockopt(zmq.RCVTIMEO, int(sys.argv[-1]))
 s.connect(sys.argv[1])
 s.send_multipart([b"", b"from python", b"x" * 70000])
-print(s.recv_multipart()[1].decode())
+try:
+    print(s.recv_multipart()[1].decode())
+except zmq.Again:
+    print("no answer")
 `
-	cmd := exec.Command(python, "-c", script, r.Endpoint(), spub.String(), cpub.String(), csec.String())
-	done := make(chan struct{})
-	var out []byte
-	var err error
-	go func() { out, err = cmd.CombinedOutput(); close(done) }()
-	in.wait(t, "py|/from python/")
-	if err := r.Send("py", [][]byte{[]byte(""), []byte("from go")}); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		id   string
+		args []string
+		ok   bool
+	}{
+		{"curve-ok", []string{"curve", spub.String(), cpub.String(), csec.String()}, true},
+		{"plain-ok", []string{"plain", "ann", "s3cret"}, true},
+		{"curve-unlisted", []string{"curve", spub.String(), other.String(), osec.String()}, false},
+		{"plain-wrong", []string{"plain", "ann", "guess"}, false},
+	} {
+		timeout := "5000"
+		if !tc.ok {
+			timeout = "500"
+		}
+		args := append(append([]string{"-c", script, r.Endpoint(), tc.id}, tc.args...), timeout)
+		cmd := exec.Command(python, args...)
+		done := make(chan struct{})
+		var out []byte
+		var err error
+		go func() { out, err = cmd.CombinedOutput(); close(done) }()
+		if tc.ok {
+			in.wait(t, tc.id+"|/from python/")
+			if err := r.Send(tc.id, [][]byte{[]byte(""), []byte("from go")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		<-done
+		want := "from go"
+		if !tc.ok {
+			want = "no answer"
+		}
+		if err != nil || strings.TrimSpace(string(out)) != want {
+			t.Errorf("%s: %v\n%s", tc.id, err, out)
+		}
 	}
-	<-done
-	if err != nil || strings.TrimSpace(string(out)) != "from go" {
-		t.Fatalf("python: %v\n%s", err, out)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, m := range in.msgs {
+		if strings.HasPrefix(m, "curve-unlisted|") || strings.HasPrefix(m, "plain-wrong|") {
+			t.Errorf("a refused peer's message came through: %.40s", m)
+		}
 	}
 }
