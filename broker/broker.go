@@ -62,6 +62,10 @@ type Broker struct {
 	ready   chan struct{} // closed once replay is done and sockets are bound
 	isReady atomic.Bool   // /readyz: ready, and not stopping
 
+	creds       atomic.Pointer[credentials] // the peers CURVE and PLAIN allow (security.go)
+	curveSecret zmtp.Key
+	forbidLog   syncLimiter
+
 	sessions        sessions      // the dashboard's logins (dashboard.go)
 	overviewStreams atomic.Int64  // open /api/v1/overview/stream
 	running         atomic.Bool   // the loop answers onLoop
@@ -153,6 +157,16 @@ func New(opts Options) (*Broker, error) {
 		clock:        time.NewTimer(time.Hour),
 	}
 	b.clock.Stop()
+	creds, err := loadCredentials(&b.opts)
+	if err != nil {
+		return nil, err
+	}
+	b.creds.Store(creds)
+	if opts.CurveSecretKeyFile != "" {
+		if b.curveSecret, err = ReadSecretKey(opts.CurveSecretKeyFile); err != nil {
+			return nil, fmt.Errorf("curve-secret-key-file: %w", err)
+		}
+	}
 	b.budget = zmtp.NewBudget(opts.MaxReceiveBuffer)
 	b.conns = zmtp.NewConnLimit(opts.MaxConnections, opts.MaxConnectionsPerIP)
 	b.beat.fire = b.heartbeat
@@ -314,6 +328,8 @@ func (b *Broker) routerOptions(ep int) zmtp.Options {
 		Limit:          b.conns,
 		SendQueueBytes: b.opts.MaxSendBuffer + b.opts.MaxFrameSize, // beyond what the paced payload reads can queue
 		Logger:         b.log,
+		Security:       b.serverSecurity(0),
+		Check:          b.checkRoles(ep),
 		Receive: func(id string, frames [][]byte, held zmtp.Held) {
 			m, err := emqp.Decode(frames)
 			if _, ok := m.(*emqp.Publish); ok && b.frontendPublish(frames) {

@@ -34,6 +34,16 @@ type Options struct {
 	AdminAllowedOrigins []string
 	DataDir             string // holds the journal file, emq.db (when OpenJournal is nil)
 
+	// Who may use the eMQP endpoints (security.go). CurveSecretKeyFile
+	// holds the broker's CURVE secret key (one Z85 line, emq keygen) and
+	// CurveClients the peers' public keys with their roles, a line each:
+	// "Z85KEY client,worker". PlainUsers holds PLAIN users, a line each:
+	// "USER:BCRYPT-HASH:ROLES" (emq passwd). Without any, anyone may do
+	// anything, and an endpoint off loopback needs AllowAnonymous.
+	CurveSecretKeyFile, CurveClients string
+	PlainUsers                       string
+	AllowAnonymous                   bool
+
 	// OpenJournal opens the journal the broker writes to; nil opens (or
 	// creates) the bbolt file JournalFile in DataDir with MaxJobSize. New
 	// calls it once and Run closes what it returned. onCommit feeds the
@@ -188,6 +198,18 @@ func (o Options) Validate() error {
 			return fmt.Errorf("%s and %s are the same endpoint %q", other, ep.name, ep.v)
 		}
 		eps[ep.v] = ep.name
+	}
+	if (o.CurveSecretKeyFile == "") != (o.CurveClients == "") {
+		return fmt.Errorf("curve-secret-key-file and curve-clients go together: set both, or neither")
+	}
+	if !o.secured() && !o.AllowAnonymous {
+		for _, ep := range []struct{ name, v string }{{"frontend", o.Frontend}, {"backend", o.Backend},
+			{"publisher-incoming", o.PublisherIncoming}, {"publisher-outgoing", o.PublisherOutgoing}} {
+			if ep.v != "" && !endpointLoopback(ep.v) {
+				return fmt.Errorf("%s: %s is not a loopback address and anyone who reaches it could send jobs or take them: "+
+					"set curve-secret-key-file with curve-clients, or plain-users, or allow-anonymous to accept that", ep.name, ep.v)
+			}
+		}
 	}
 	if o.PublisherIncoming != "" && o.PublisherOutgoing == "" {
 		return fmt.Errorf("publisher-incoming: %q is set but publisher-outgoing is empty: PUBLISH would reach no one; empty both to turn pub/sub off", o.PublisherIncoming)

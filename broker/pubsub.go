@@ -32,6 +32,7 @@ func (b *Broker) startPubSub() error {
 		LastValueBytes:  b.opts.LastValueBytes,
 		Limit:           b.conns,
 		Logger:          b.log,
+		Security:        b.serverSecurity(RoleSubscriber),
 	})
 	if err != nil {
 		return fmt.Errorf("publisher-outgoing: %w", err)
@@ -45,6 +46,8 @@ func (b *Broker) startPubSub() error {
 		Budget:       b.budget,
 		Limit:        b.conns,
 		Logger:       b.log,
+		Security:     b.serverSecurity(0),
+		Check:        b.checkRoles(frontend),
 		Receive:      b.publisherReceive,
 	})
 	if err != nil {

@@ -90,7 +90,7 @@ func (s *Stats) Errors(code string) int64 {
 // shown.
 var ErrorCodes = []string{
 	emqp.CodeBadRequest, emqp.CodeUnsupportedVersion, emqp.CodeUnknownCommand,
-	emqp.CodeTooLarge, emqp.CodeQueueFull, emqp.CodeUnavailable,
+	emqp.CodeTooLarge, emqp.CodeQueueFull, emqp.CodeUnavailable, emqp.CodeForbidden,
 }
 
 // logLimiter keeps a flood of bad messages from flooding the log: at most

@@ -46,6 +46,7 @@ type Options struct {
 	ResendAfter time.Duration // resend a REQUEST not ACKed this long; 0 = 5s
 	DialTimeout time.Duration // for one connection attempt; 0 = 5s
 	Logger      *slog.Logger  // nil = slog.Default()
+	Security    Security      // CURVE or PLAIN; the zero value = NULL
 }
 
 // BrokerError is the broker's refusal of a request (an ERROR message).
@@ -63,6 +64,7 @@ var ErrClosed = errors.New("client: closed")
 type Client struct {
 	opts Options
 	log  *slog.Logger
+	sec  *zmtp.ClientSecurity
 
 	pubMu   sync.RWMutex // Publish queues under it; Close closes under it
 	mu      sync.Mutex
@@ -107,9 +109,14 @@ func New(opts Options) (*Client, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	sec, err := opts.Security.Dial()
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
 	c := &Client{
 		opts:    opts,
 		log:     opts.Logger,
+		sec:     sec,
 		calls:   make(map[string]*call),
 		outq:    make(chan *call, 1024),
 		done:    make(chan struct{}),
@@ -439,13 +446,17 @@ func (c *Client) run() {
 	backoff := 50 * time.Millisecond
 	for {
 		conn, err := zmtp.Dial(context.Background(), c.opts.Broker, zmtp.DialOptions{
-			Identity: []byte(c.opts.Identity), Timeout: c.opts.DialTimeout,
+			Identity: []byte(c.opts.Identity), Timeout: c.opts.DialTimeout, Security: c.sec,
 		})
 		c.mu.Lock()
 		c.dialErr = err
 		c.mu.Unlock()
-		if err != nil {
+		if errors.Is(err, zmtp.ErrRefused) {
+			c.log.Warn("client: the broker refused this client's credentials", "broker", c.opts.Broker, "err", err)
+		} else if err != nil {
 			c.log.Debug("client: cannot connect to the broker", "broker", c.opts.Broker, "err", err)
+		}
+		if err != nil {
 			select {
 			case <-time.After(backoff):
 				backoff = min(2*backoff, 2*time.Second)

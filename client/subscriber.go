@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -22,6 +23,9 @@ type SubscriberOptions struct {
 	// past its subscriber-hwm. 0 = 1024.
 	Buffer int
 	Logger *slog.Logger // nil = slog.Default()
+	// Security is CURVE keys or a PLAIN user with the subscriber role,
+	// for a broker that wants them; the zero value = NULL.
+	Security Security
 }
 
 // Message is a published message as a subscriber receives it.
@@ -37,6 +41,7 @@ type Message struct {
 // queue at the broker, it does not get.
 type Subscriber struct {
 	opts SubscriberOptions
+	sec  *zmtp.ClientSecurity
 	log  *slog.Logger
 	in   chan Message
 
@@ -69,8 +74,12 @@ func Subscribe(opts SubscriberOptions, prefixes ...string) (*Subscriber, error) 
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	sec, err := opts.Security.Dial()
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Subscriber{opts: opts, log: opts.Logger, in: make(chan Message, opts.Buffer),
+	s := &Subscriber{opts: opts, sec: sec, log: opts.Logger, in: make(chan Message, opts.Buffer),
 		prefixes: append([]string(nil), prefixes...), done: make(chan struct{}), cancel: cancel}
 	s.wg.Add(1)
 	go s.run(ctx)
@@ -167,7 +176,7 @@ func (s *Subscriber) run(ctx context.Context) {
 	backoff := 50 * time.Millisecond
 	for {
 		conn, err := zmtp.Dial(ctx, s.opts.Endpoint, zmtp.DialOptions{
-			Sub: true, Timeout: s.opts.DialTimeout, MaxFrameSize: 1 << 30,
+			Sub: true, Timeout: s.opts.DialTimeout, MaxFrameSize: 1 << 30, Security: s.sec,
 		})
 		if err == nil {
 			s.mu.Lock()

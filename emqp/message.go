@@ -54,6 +54,7 @@ const (
 	CodeTooLarge           = "too_large"
 	CodeQueueFull          = "queue_full"
 	CodeUnavailable        = "unavailable"
+	CodeForbidden          = "forbidden" // the peer's roles do not allow the command (CURVE, PLAIN)
 )
 
 // Message is one decoded eMQP message.

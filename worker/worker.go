@@ -36,6 +36,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/internal/zmtp"
 )
@@ -56,6 +57,10 @@ type Options struct {
 	Grace             time.Duration // for running jobs at stop; 0 = 30s
 	Identity          string        // routing id for the worker's life; "" = a new UUID
 	Logger            *slog.Logger  // nil = slog.Default()
+	// Security is CURVE keys or a PLAIN user for a broker that wants
+	// them (its curve-clients or plain-users list this worker with the
+	// worker role); the zero value = NULL.
+	Security client.Security
 }
 
 // Job is one job handed to a Handler.
@@ -75,6 +80,7 @@ type Handler func(ctx context.Context, job *Job) ([]byte, error)
 // Worker runs jobs; configure it with Handle, then Run it once.
 type Worker struct {
 	opts     Options
+	sec      *zmtp.ClientSecurity
 	log      *slog.Logger
 	handlers map[string]Handler
 }
@@ -109,7 +115,11 @@ func New(opts Options) (*Worker, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Worker{opts: opts, log: opts.Logger, handlers: make(map[string]Handler)}, nil
+	sec, err := opts.Security.Dial()
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	return &Worker{opts: opts, sec: sec, log: opts.Logger, handlers: make(map[string]Handler)}, nil
 }
 
 // Handle sets the handler of a queue. The queue "*" catches the jobs of
@@ -274,7 +284,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // sends results that waited.
 func (r *run) connect(stopping bool) error {
 	conn, err := zmtp.Dial(context.Background(), r.opts.Broker, zmtp.DialOptions{
-		Identity: []byte(r.opts.Identity), Timeout: r.opts.HeartbeatTimeout,
+		Identity: []byte(r.opts.Identity), Timeout: r.opts.HeartbeatTimeout, Security: r.sec,
 	})
 	if err != nil {
 		return err

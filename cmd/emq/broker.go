@@ -64,6 +64,10 @@ start).`,
 	f.Int("last-value-topics", d.LastValueTopics, "topics the last-value cache holds")
 	f.String("last-value-bytes", mib(d.LastValueBytes), "bytes the last-value cache holds")
 	f.Bool("forward-schedules", false, "pass SCHEDULE and UNSCHEDULE to an EventMQ scheduler peer instead of keeping schedules in the journal (EventMQ's split)")
+	f.String("curve-secret-key-file", "", "the broker's CURVE secret key (one Z85 line, emq keygen); with --curve-clients the eMQP endpoints speak CURVE")
+	f.String("curve-clients", "", "the CURVE peers allowed: a line each, PUBLICKEY ROLES (client,worker,subscriber); re-read on SIGHUP")
+	f.String("plain-users", "", "PLAIN users allowed: a line each, USER:BCRYPT-HASH:ROLES (emq passwd); re-read on SIGHUP. PLAIN sends passwords in clear: for networks you trust")
+	f.Bool("allow-anonymous", false, "let eMQP endpoints bind non-loopback addresses with neither CURVE nor PLAIN: anyone who reaches them may send and take jobs")
 	f.String("log-level", "info", "debug, info, warn or error")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		file, _ := cmd.Flags().GetString("config")
@@ -93,11 +97,22 @@ start).`,
 func mib(n int64) string { return fmt.Sprintf("%dMiB", n>>20) }
 
 // runUntilSignalled runs b until SIGTERM or SIGINT, which start its drain;
-// a second one stops it at once.
+// a second one stops it at once. SIGHUP re-reads the CURVE clients and
+// PLAIN users.
 func runUntilSignalled(b *broker.Broker, log *slog.Logger) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	defer func() { signal.Stop(hups); close(hups) }()
+	go func() {
+		for range hups {
+			if err := b.ReloadCredentials(); err != nil {
+				log.Error("SIGHUP: credentials not re-read; the old ones stay", "err", err)
+			}
+		}
+	}()
 	ctx, drain := context.WithCancel(context.Background())
 	defer drain()
 	ran := make(chan struct{})
@@ -126,7 +141,11 @@ func brokerOptions(c *config) (broker.Options, error) {
 	o.AdminToken, o.AdminReadToken = c.str("admin-token"), c.str("admin-read-token")
 	o.AdminTLSCert, o.AdminTLSKey = c.str("admin-tls-cert"), c.str("admin-tls-key")
 	o.AdminAllowedHosts, o.AdminAllowedOrigins = c.list("admin-allowed-hosts"), c.list("admin-allowed-origins")
+	o.CurveSecretKeyFile, o.CurveClients, o.PlainUsers = c.str("curve-secret-key-file"), c.str("curve-clients"), c.str("plain-users")
 	var err error
+	if o.AllowAnonymous, err = c.boolean("allow-anonymous"); err != nil {
+		return o, err
+	}
 	if o.HeartbeatInterval, err = c.duration("heartbeat-interval"); err != nil {
 		return o, err
 	}

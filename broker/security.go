@@ -1,0 +1,293 @@
+package broker
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/zmtp"
+)
+
+// Who may do what on the eMQP endpoints. Without CURVE or PLAIN every
+// peer may do everything (NULL: loopback, and original EventMQ peers,
+// which cannot set keys). With them:
+//
+//   - A peer proves who it is in its handshake: a CURVE client by its key
+//     pair, listed in CurveClients; a PLAIN peer by a user and password,
+//     listed in PlainUsers (a bcrypt hash). Any other is refused there,
+//     counted (emq_handshakes_failed_total) and logged, a few lines a
+//     second at most. The frontend and backend offer both mechanisms
+//     that are configured; the PUB endpoint admits subscribers only.
+//   - Each listed peer has roles. A message its roles do not allow gets
+//     ERROR forbidden and changes nothing: a client may send REQUEST,
+//     SCHEDULE, UNSCHEDULE and PUBLISH; a worker INFORM, READY, REPLY
+//     and FAIL (a scheduler INFORMs too: it needs the worker role); a
+//     subscriber may subscribe. HEARTBEAT and DISCONNECT are anyone's.
+//   - ReloadCredentials (SIGHUP) re-reads both files: a peer removed
+//     cannot connect again; connections already made stay.
+//   - An eMQP endpoint on a non-loopback address needs CURVE or PLAIN,
+//     or AllowAnonymous.
+
+// Roles of a peer.
+const (
+	RoleClient uint32 = 1 << iota
+	RoleWorker
+	RoleSubscriber
+)
+
+var roleNames = map[string]uint32{"client": RoleClient, "worker": RoleWorker, "subscriber": RoleSubscriber}
+
+// commandRole is the role each command needs (0 = anyone's).
+var commandRole = map[string]uint32{
+	string(emqp.CmdRequest): RoleClient, string(emqp.CmdSchedule): RoleClient,
+	string(emqp.CmdUnschedule): RoleClient, string(emqp.CmdPublish): RoleClient,
+	string(emqp.CmdInform): RoleWorker, string(emqp.CmdReady): RoleWorker,
+	string(emqp.CmdReply): RoleWorker, string(emqp.CmdFail): RoleWorker,
+}
+
+// ParseRoles reads roles written comma-separated (client,worker,subscriber).
+func ParseRoles(s string) (uint32, error) {
+	var roles uint32
+	for r := range strings.SplitSeq(s, ",") {
+		r = strings.TrimSpace(r)
+		role, ok := roleNames[r]
+		if !ok {
+			return 0, fmt.Errorf("role %q: want client, worker or subscriber", r)
+		}
+		roles |= role
+	}
+	return roles, nil
+}
+
+// credentials are the peers the files allow.
+type credentials struct {
+	keys  map[string]uint32 // CURVE public key (Z85) -> roles
+	users map[string]user   // PLAIN user -> its hash and roles
+}
+
+type user struct {
+	hash  []byte
+	roles uint32
+}
+
+// loadCredentials reads o's CurveClients and PlainUsers files.
+func loadCredentials(o *Options) (*credentials, error) {
+	c := &credentials{keys: map[string]uint32{}, users: map[string]user{}}
+	if o.CurveClients != "" {
+		err := eachLine(o.CurveClients, func(line string) error {
+			fields := strings.Fields(line)
+			if len(fields) != 2 {
+				return errors.New("want a public key (Z85) and its roles")
+			}
+			key, err := zmtp.ParseKey(fields[0])
+			if err != nil {
+				return err
+			}
+			roles, err := ParseRoles(fields[1])
+			c.keys[key.String()] = roles
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("curve-clients: %w", err)
+		}
+	}
+	if o.PlainUsers != "" {
+		err := eachLine(o.PlainUsers, func(line string) error {
+			name, rest, ok1 := strings.Cut(line, ":")
+			hash, roleList, ok2 := strings.Cut(rest, ":")
+			if !ok1 || !ok2 || name == "" {
+				return errors.New("want USER:BCRYPT-HASH:ROLES (emq passwd writes it)")
+			}
+			if _, err := bcrypt.Cost([]byte(hash)); err != nil {
+				return fmt.Errorf("user %s: not a bcrypt hash: %w", name, err)
+			}
+			roles, err := ParseRoles(roleList)
+			c.users[name] = user{[]byte(hash), roles}
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("plain-users: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// eachLine calls fn with each line of path that is not blank or a
+// comment (from a # at the start or after a space: Z85 keys hold #); an
+// error names the file and line.
+func eachLine(path string, fn func(string) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := uncomment(sc.Text())
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		if err := fn(line); err != nil {
+			return fmt.Errorf("%s line %d: %w", path, n, err)
+		}
+	}
+	return sc.Err()
+}
+
+// uncomment cuts line at a # that starts it or follows a space.
+func uncomment(line string) string {
+	for i := range len(line) {
+		if line[i] == '#' && (i == 0 || line[i-1] == ' ' || line[i-1] == '\t') {
+			return line[:i]
+		}
+	}
+	return line
+}
+
+// ReadSecretKey reads a CURVE secret key file (one Z85 line).
+func ReadSecretKey(path string) (zmtp.Key, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return zmtp.Key{}, err
+	}
+	k, err := zmtp.ParseKey(string(b))
+	if err != nil {
+		return k, fmt.Errorf("%s: %w", path, err)
+	}
+	return k, nil
+}
+
+// ReloadCredentials re-reads CurveClients and PlainUsers; on an error the
+// peers allowed stay as they were.
+func (b *Broker) ReloadCredentials() error {
+	c, err := loadCredentials(&b.opts)
+	if err != nil {
+		return err
+	}
+	b.creds.Store(c)
+	b.log.Info("credentials re-read", "curve_clients", len(c.keys), "plain_users", len(c.users))
+	return nil
+}
+
+// secured reports whether the eMQP endpoints want CURVE or PLAIN.
+func (o *Options) secured() bool { return o.CurveSecretKeyFile != "" || o.PlainUsers != "" }
+
+// serverSecurity is the mechanisms of an endpoint whose peers need the
+// role need to be admitted (0 = any listed peer); nil = NULL.
+func (b *Broker) serverSecurity(need uint32) *zmtp.ServerSecurity {
+	if !b.opts.secured() {
+		return nil
+	}
+	ss := &zmtp.ServerSecurity{Plain: b.opts.PlainUsers != "", Admit: func(a *zmtp.Auth, password string) error {
+		if err := b.admit(a, password); err != nil {
+			return err
+		}
+		if need != 0 && a.Roles&need == 0 {
+			return fmt.Errorf("%s may not use this endpoint (its roles: %s)", a.Name, RoleString(a.Roles))
+		}
+		return nil
+	}}
+	if b.opts.CurveSecretKeyFile != "" {
+		ss.Curve = &b.curveSecret
+	}
+	return ss
+}
+
+// dummyHash is compared against when a PLAIN user is unknown, so that a
+// refusal takes as long whether or not the user exists.
+var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("no such user"), bcrypt.DefaultCost)
+
+// admit decides a peer by the credentials and sets its roles.
+func (b *Broker) admit(a *zmtp.Auth, password string) error {
+	c := b.creds.Load()
+	switch a.Mechanism {
+	case zmtp.Curve:
+		roles, ok := c.keys[a.Name]
+		if !ok {
+			return errors.New("client key not listed in curve-clients")
+		}
+		a.Roles = roles
+	case zmtp.Plain:
+		u, ok := c.users[a.Name]
+		hash := u.hash
+		if !ok {
+			hash = dummyHash
+		}
+		if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || !ok {
+			return errors.New("wrong user or password")
+		}
+		a.Roles = u.roles
+	default:
+		return fmt.Errorf("mechanism %s", a.Mechanism)
+	}
+	return nil
+}
+
+// RoleString writes roles as ParseRoles reads them.
+func RoleString(roles uint32) string {
+	var names []string
+	for _, n := range []string{"client", "worker", "subscriber"} {
+		if roles&roleNames[n] != 0 {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ",")
+}
+
+// checkRoles answers a message its sender's roles do not allow with
+// ERROR forbidden (zmtp.Options.Check); it runs on the connection's
+// reader, before the loop sees the message.
+func (b *Broker) checkRoles(ep int) func(id string, a *zmtp.Auth, frames [][]byte) [][]byte {
+	return func(id string, a *zmtp.Auth, frames [][]byte) [][]byte {
+		if a == nil || len(frames) < 3 {
+			return nil
+		}
+		cmd := string(frames[2])
+		need := commandRole[cmd]
+		if need == 0 || a.Roles&need != 0 {
+			return nil
+		}
+		var ref string
+		if len(frames) > 3 && len(frames[3]) <= 64 {
+			ref = string(frames[3])
+		}
+		b.stats.countError(emqp.CodeForbidden)
+		b.forbidLog.log(b.log, "forbidden", "peer", peerName(peerKey{ep, id}), "who", a.Name, "command", cmd, "roles", RoleString(a.Roles))
+		return emqp.Encode(&emqp.Error{MsgID: emqp.NewID(), RefMsgID: ref, Code: emqp.CodeForbidden,
+			Text: fmt.Sprintf("%s may not send %s (its roles: %s)", a.Name, cmd, RoleString(a.Roles))})
+	}
+}
+
+// syncLimiter is a logLimiter for many goroutines.
+type syncLimiter struct {
+	mu sync.Mutex
+	l  logLimiter
+}
+
+func (s *syncLimiter) log(log *slog.Logger, msg string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.l.log(log, msg, args...)
+}
+
+// endpointLoopback reports whether a tcp:// endpoint only listens on
+// loopback.
+func endpointLoopback(endpoint string) bool {
+	hostport := strings.TrimPrefix(endpoint, "tcp://")
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	return isLoopback(net.JoinHostPort(host, "0"))
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/internal/zmtp"
+)
+
+func newKeygenCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "keygen NAME",
+		Short: "Make a CURVE key pair: NAME.key (secret, mode 0600) and NAME.pub",
+		Long: `Make a CURVE key pair as libzmq's zmq_curve_keypair does, each key one Z85
+line: NAME.key is the secret key (mode 0600), NAME.pub the public key. The
+broker takes its own with --curve-secret-key-file and lists its peers'
+public keys in --curve-clients; a client or worker takes its own with
+--curve-key-file and the broker's public key with --curve-server-key.`,
+		Args: cobra.ExactArgs(1),
+	}
+	force := cmd.Flags().Bool("force", false, "replace NAME.key and NAME.pub if they exist")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		pub, secret, err := zmtp.NewKeyPair()
+		if err != nil {
+			return err
+		}
+		flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+		if *force {
+			flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+		}
+		for _, f := range []struct {
+			path string
+			key  zmtp.Key
+			mode os.FileMode
+		}{{args[0] + ".key", secret, 0o600}, {args[0] + ".pub", pub, 0o644}} {
+			w, err := os.OpenFile(f.path, flags, f.mode)
+			if err != nil {
+				if errors.Is(err, os.ErrExist) {
+					return fmt.Errorf("%s exists; --force replaces it", f.path)
+				}
+				return err
+			}
+			_, err = fmt.Fprintln(w, f.key)
+			if cerr := w.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s.key (secret) and %s.pub: %s\n", args[0], args[0], pub)
+		return nil
+	}
+	return cmd
+}
+
+func newPasswdCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "passwd FILE USER ROLES",
+		Short: "Add or replace a PLAIN user in a --plain-users file",
+		Long: `Add USER to FILE, or replace it, with ROLES (comma-separated: client,
+worker, subscriber) and a bcrypt hash of its password. The password is
+asked for (without echo) on a terminal, or read from standard input's
+first line. The broker re-reads the file on SIGHUP. PLAIN sends the
+password in clear: use it on networks you trust, CURVE elsewhere.`,
+		Args: cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			file, name, roles := args[0], args[1], args[2]
+			if name == "" || strings.ContainsAny(name, ":# \t\n") || len(name) > 255 {
+				return fmt.Errorf("user %q: want 1 to 255 bytes without ':', '#' or spaces", name)
+			}
+			if _, err := broker.ParseRoles(roles); err != nil {
+				return err
+			}
+			password, err := readPassword(cmd)
+			if err != nil {
+				return err
+			}
+			hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+			if err != nil {
+				return err
+			}
+			old, err := os.ReadFile(file)
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			var out strings.Builder
+			replaced := false
+			for line := range strings.SplitSeq(strings.TrimRight(string(old), "\n"), "\n") {
+				if user, _, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(user) == name {
+					line, replaced = "", true
+					fmt.Fprintf(&out, "%s:%s:%s\n", name, hash, roles)
+					continue
+				}
+				if line != "" || out.Len() > 0 {
+					out.WriteString(line + "\n")
+				}
+			}
+			if !replaced {
+				fmt.Fprintf(&out, "%s:%s:%s\n", name, hash, roles)
+			}
+			tmp := file + ".tmp"
+			if err := os.WriteFile(tmp, []byte(out.String()), 0o600); err != nil {
+				return err
+			}
+			if err := os.Rename(tmp, file); err != nil {
+				return err
+			}
+			verb := "added"
+			if replaced {
+				verb = "replaced"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s in %s (send the broker SIGHUP to use it)\n", verb, name, file)
+			return nil
+		},
+	}
+}
+
+// readPassword asks on a terminal without echo, or reads standard
+// input's first line.
+func readPassword(cmd *cobra.Command) (string, error) {
+	in := cmd.InOrStdin()
+	f, isFile := in.(*os.File)
+	terminal := false
+	if isFile {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			terminal = true
+		}
+	}
+	if terminal {
+		fmt.Fprint(cmd.ErrOrStderr(), "Password: ")
+		stty := func(arg string) error {
+			c := exec.Command("stty", arg)
+			c.Stdin = f
+			return c.Run()
+		}
+		if stty("-echo") == nil {
+			defer func() { _ = stty("echo"); fmt.Fprintln(cmd.ErrOrStderr()) }()
+		}
+	}
+	line, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", err
+	}
+	password := strings.TrimRight(line, "\r\n")
+	if password == "" {
+		return "", errors.New("an empty password")
+	}
+	if len(password) > 72 {
+		return "", errors.New("a password of at most 72 bytes (bcrypt reads no more)")
+	}
+	return password, nil
+}
