@@ -134,7 +134,9 @@ func TestCurveClientsAndWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Handle("q", func(_ context.Context, j *worker.Job) ([]byte, error) { return append([]byte("done: "), j.Payload...), nil })
+	w.Handle("q", func(_ context.Context, j *worker.Job) ([]byte, error) {
+		return append([]byte("done: "), j.Payload...), nil
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	wdone := make(chan error, 1)

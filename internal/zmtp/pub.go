@@ -18,6 +18,8 @@ import (
 // PubOptions configure a Pub. Every bound is on what peers send or what
 // the publisher queues for them; none grows without one.
 type PubOptions struct {
+	// Security is the mechanism subscribers must use (nil = NULL).
+	Security *ServerSecurity
 	// HWM is how many messages may wait for one subscriber, besides the
 	// batch its writer holds (at most as many); beyond it the
 	// subscriber's messages are dropped (counted), as libzmq's SNDHWM
@@ -258,7 +260,13 @@ func (p *Pub) accept() {
 
 func (p *Pub) serve(nc net.Conn, release func()) {
 	defer p.wg.Done()
-	c, err := openBuffered(nc, zmq4.Pub, nil, true, subMaxFrame, p.opts.HandshakeTimeout, subReadBuf)
+	var c *Conn
+	var err error
+	if p.opts.Security != nil {
+		c, err = secureOpen(nc, string(zmq4.Pub), nil, p.opts.Security, nil, subMaxFrame, p.opts.HandshakeTimeout, subReadBuf)
+	} else {
+		c, err = openBuffered(nc, zmq4.Pub, nil, true, subMaxFrame, p.opts.HandshakeTimeout, subReadBuf)
+	}
 	p.mu.Lock()
 	delete(p.pending, nc)
 	p.mu.Unlock()
