@@ -65,6 +65,8 @@ type Broker struct {
 	creds       atomic.Pointer[credentials] // the peers CURVE and PLAIN allow (security.go)
 	curveSecret zmtp.Key
 	forbidLog   syncLimiter
+	loginLog    syncLimiter // the dashboard's refused logins
+	overviews   overviewCache
 
 	sessions        sessions      // the dashboard's logins (dashboard.go)
 	overviewStreams atomic.Int64  // open /api/v1/overview/stream
@@ -752,7 +754,11 @@ func (b *Broker) serveAdmin() (*http.Server, error) {
 		// ServeTLS offers HTTP/2 too: one connection carries every
 		// dashboard tab's event streams.
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-		go srv.ServeTLS(ln, "", "")
+		go func() {
+			if err := srv.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
+				b.log.Error("admin: HTTPS stopped", "err", err)
+			}
+		}()
 		return srv, nil
 	}
 	go srv.Serve(ln)

@@ -32,8 +32,8 @@ import (
 //	POST /api/v1/jobs/remove?FILTERS[&confirm=yes]   delete the pending, dead or done jobs the filters match
 //
 // A session is HttpOnly and SameSite=Strict, lasts SessionTTL, and is
-// held in memory (at most MaxSessions; the oldest goes first), so a
-// restart logs everyone out. What it may do is its token's: the
+// held in memory (at most MaxSessions of each token; the oldest goes
+// first), so a restart logs everyone out. What it may do is its token's: the
 // read-only token's session may read and is refused every change, as
 // the token itself is. Changes from the pages carry the X-EMQ-Admin
 // header and pass guardAdmin's cross-site checks like any other.
@@ -45,9 +45,11 @@ const (
 	MaxSessions   = 256
 )
 
-// Roles of an admin request.
+// adminRole is what an admin request may do.
+type adminRole int
+
 const (
-	roleNone = iota
+	roleNone adminRole = iota
 	roleRead
 	roleFull
 )
@@ -59,12 +61,14 @@ type sessions struct {
 }
 
 type session struct {
-	role    int
+	role    adminRole
 	expires time.Time
 }
 
-// add starts a session of role and returns its id.
-func (s *sessions) add(role int, now time.Time) string {
+// add starts a session of role and returns its id. Each role has
+// MaxSessions: logins with the read-only token cannot end the full
+// token's sessions.
+func (s *sessions) add(role adminRole, now time.Time) string {
 	var raw [32]byte
 	_, _ = rand.Read(raw[:]) // never fails (crypto/rand)
 	id := hex.EncodeToString(raw[:])
@@ -74,14 +78,19 @@ func (s *sessions) add(role int, now time.Time) string {
 		s.m = map[string]session{}
 	}
 	var oldest string
+	n := 0
 	for k, v := range s.m {
-		if now.After(v.expires) {
+		switch {
+		case now.After(v.expires):
 			delete(s.m, k)
-		} else if oldest == "" || v.expires.Before(s.m[oldest].expires) {
-			oldest = k
+		case v.role == role:
+			n++
+			if oldest == "" || v.expires.Before(s.m[oldest].expires) {
+				oldest = k
+			}
 		}
 	}
-	if len(s.m) >= MaxSessions {
+	if n >= MaxSessions {
 		delete(s.m, oldest)
 	}
 	s.m[id] = session{role: role, expires: now.Add(SessionTTL)}
@@ -89,7 +98,7 @@ func (s *sessions) add(role int, now time.Time) string {
 }
 
 // role is the role of session id, roleNone when it is unknown or over.
-func (s *sessions) role(id string, now time.Time) int {
+func (s *sessions) role(id string, now time.Time) adminRole {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v, ok := s.m[id]
@@ -112,7 +121,7 @@ func (b *Broker) authNeeded() bool {
 
 // tokenRole is the role token (a Bearer token, or one typed at the login
 // page) gives.
-func (b *Broker) tokenRole(token string) int {
+func (b *Broker) tokenRole(token string) adminRole {
 	got := []byte(token)
 	switch {
 	case b.opts.AdminToken != "" && subtle.ConstantTimeCompare(got, []byte(b.opts.AdminToken)) == 1:
@@ -125,7 +134,7 @@ func (b *Broker) tokenRole(token string) int {
 
 // requestRole is what r may do: its Bearer token's role, else its
 // session's; every role when no token is configured.
-func (b *Broker) requestRole(r *http.Request) int {
+func (b *Broker) requestRole(r *http.Request) adminRole {
 	if !b.authNeeded() {
 		return roleFull
 	}
@@ -142,7 +151,7 @@ func (b *Broker) requestRole(r *http.Request) int {
 	return roleNone
 }
 
-func roleName(role int) string {
+func roleName(role adminRole) string {
 	switch role {
 	case roleFull:
 		return "full"
@@ -184,7 +193,7 @@ func (b *Broker) dashboardRoutes(mux *http.ServeMux) {
 		}
 		role := b.tokenRole(in.Token)
 		if role == roleNone {
-			b.log.Warn("dashboard login refused: wrong token", "from", r.RemoteAddr)
+			b.loginLog.log(b.log, "dashboard login refused: wrong token", "from", r.RemoteAddr)
 			writeJSON(w, http.StatusUnauthorized, apiError{"wrong token"})
 			return
 		}
@@ -202,8 +211,8 @@ func (b *Broker) dashboardRoutes(mux *http.ServeMux) {
 	})
 }
 
-// publicPath reports whether a GET of path needs no role: the
-// dashboard's files and session calls (the login page must load).
+// publicPath reports whether r needs no role: a GET of the dashboard's
+// files and session, and its login and logout (the login page must load).
 func publicPath(r *http.Request) bool {
 	p := r.URL.Path
 	switch {
@@ -321,9 +330,10 @@ func (b *Broker) overviewRoutes(mux *http.ServeMux) {
 var ErrNeedState = fmt.Errorf("%w: state: bulk remove wants pending, dead or done", store.ErrBadFilter)
 
 // BulkRemove deletes every pending, dead or done job f matches (f.State
-// says which), a page of the journal at a time; not confirmed, it only
-// counts them. Dead jobs share commits (BulkDead); the others are
-// removed one by one, as RemoveJob does.
+// says which; pending leaves the jobs workers hold alone), a page of the
+// journal at a time; not confirmed, it only counts them. Dead jobs share
+// commits (BulkDead); the others are removed one by one, as RemoveJob
+// does. It stops when ctx ends.
 func (b *Broker) BulkRemove(ctx context.Context, f JobFilter, confirmed bool) (BulkResult, error) {
 	st, _ := store.ParseState(f.State)
 	switch {
@@ -332,24 +342,38 @@ func (b *Broker) BulkRemove(ctx context.Context, f JobFilter, confirmed bool) (B
 	case f.State != "pending" && f.State != "done":
 		return BulkResult{}, ErrNeedState
 	}
+	var held map[string]string
+	if f.State == "pending" { // the journal keeps jobs in flight as pending
+		var err error
+		if held, err = b.InFlight(ctx, f.Queue); err != nil {
+			return BulkResult{}, err
+		}
+	}
 	opts := f.ListOptions(time.Now())
 	opts.State, opts.Limit, opts.NoPayloads = st, 1000, true
 	res := BulkResult{DryRun: !confirmed}
 	for {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
 		p, err := b.journal.List(opts)
 		if err != nil {
 			return res, err
 		}
-		res.Matched += len(p.Jobs)
-		if confirmed {
-			for _, j := range p.Jobs {
-				switch err := b.RemoveJob(ctx, j.MsgID); {
-				case err == nil:
-					res.Done++
-				case errors.Is(err, store.ErrNotFound): // gone meanwhile (replied, expired)
-				default:
-					return res, err
-				}
+		for _, j := range p.Jobs {
+			if held[j.MsgID] != "" {
+				continue
+			}
+			res.Matched++
+			if !confirmed {
+				continue
+			}
+			switch err := b.RemoveJob(ctx, j.MsgID); {
+			case err == nil:
+				res.Done++
+			case errors.Is(err, store.ErrNotFound): // gone meanwhile (replied, expired)
+			default:
+				return res, err
 			}
 		}
 		if p.Next == "" {
@@ -359,9 +383,32 @@ func (b *Broker) BulkRemove(ctx context.Context, f JobFilter, confirmed bool) (B
 	}
 }
 
+// overviewCache is the Overview the streams last sent: one a second
+// serves them all.
+type overviewCache struct {
+	mu sync.Mutex
+	at time.Time
+	o  Overview
+}
+
+func (b *Broker) sharedOverview(ctx context.Context) (Overview, error) {
+	c := &b.overviews
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) < 900*time.Millisecond {
+		return c.o, nil
+	}
+	o, err := b.Overview(ctx)
+	if err == nil {
+		c.o, c.at = o, time.Now()
+	}
+	return o, err
+}
+
 // serveOverview sends an Overview now and then every ?every= (1s, at
 // least 1s, at most 1m) as Server-Sent Events, until the client leaves.
-// At most MaxEventListeners streams run at once, shared with nobody.
+// At most MaxEventListeners such streams run at once, besides as many
+// listeners of the event stream. They share one Overview a second.
 func (b *Broker) serveOverview(w http.ResponseWriter, r *http.Request) {
 	every := time.Second
 	if v := r.URL.Query().Get("every"); v != "" {
@@ -386,7 +433,7 @@ func (b *Broker) serveOverview(w http.ResponseWriter, r *http.Request) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
-		o, err := b.Overview(r.Context())
+		o, err := b.sharedOverview(r.Context())
 		if err != nil && r.Context().Err() == nil {
 			js, _ := json.Marshal(map[string]string{"reason": err.Error()})
 			_, _ = fmt.Fprintf(w, "event: ended\ndata: %s\n\n", js)
@@ -395,7 +442,12 @@ func (b *Broker) serveOverview(w http.ResponseWriter, r *http.Request) {
 		}
 		js, _ := json.Marshal(o)
 		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if _, err := fmt.Fprintf(w, "event: overview\ndata: %s\n\n", js); err != nil || rc.Flush() != nil {
+		_, err = fmt.Fprintf(w, "event: overview\ndata: %s\n\n", js)
+		if err == nil {
+			err = rc.Flush()
+		}
+		_ = rc.SetWriteDeadline(time.Time{}) // over HTTP/2 a deadline left set resets the stream
+		if err != nil {
 			return
 		}
 		select {

@@ -240,7 +240,10 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	send := func(text []byte) bool {
+		// A deadline for this write alone: over HTTP/2 one left set
+		// resets the stream when it passes, written to or not.
 		rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		defer rc.SetWriteDeadline(time.Time{})
 		if _, err := w.Write(text); err != nil {
 			return false
 		}

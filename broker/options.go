@@ -52,8 +52,9 @@ type Options struct {
 	OpenJournal func(onCommit func(writes int, took time.Duration)) (store.Journal, error)
 	// EventBuffer is how many events a listener of the event stream may
 	// fall behind before it is dropped; MaxEventListeners how many may
-	// listen at once (events.go). Each buffer holds EventBuffer events of
-	// about 200 bytes.
+	// listen at once (events.go), and how many overview streams may run
+	// besides them (dashboard.go). Each buffer holds EventBuffer events
+	// of about 200 bytes.
 	EventBuffer       int
 	MaxEventListeners int
 

@@ -91,7 +91,7 @@ func (f JobFilter) ListOptions(now time.Time) store.ListOptions {
 
 // BulkResult is what a bulk action on dead jobs did.
 type BulkResult struct {
-	Matched int  `json:"matched"` // dead jobs that match the filter
+	Matched int  `json:"matched"` // jobs that match the filter
 	Done    int  `json:"done"`    // retried or removed (0 when not confirmed)
 	DryRun  bool `json:"dry_run,omitempty"`
 }

@@ -285,6 +285,7 @@ func TestActions(t *testing.T) {
 	for _, id := range dead {
 		bt.Eventually(t, "bulk retried", func() bool { return s.state(t, id) == "pending" })
 	}
+	tb.until("the retry's toast", `document.querySelector('#toast').textContent === 'Retry: 3 of 3'`)
 	if s.state(t, other) != "dead" {
 		t.Errorf("a dead job the search did not match was retried")
 	}
@@ -309,6 +310,7 @@ func TestActions(t *testing.T) {
 	tb.open("dead")
 	tb.click(sel(`tr[data-msgid="%s"] [data-action="retry"]`, d1))
 	bt.Eventually(t, "retried from dead letters", func() bool { return s.state(t, d1) == "pending" })
+	tb.until("the list without it", sel(`!document.querySelector('tr[data-msgid="%s"]')`, d1))
 	tb.click(sel(`tr[data-msgid="%s"] [data-action="delete"]`, d2))
 	tb.click(`[data-confirm]`)
 	bt.Eventually(t, "deleted from dead letters", func() bool { return s.state(t, d2) == "" })
@@ -501,19 +503,24 @@ func TestChartMoves(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Handle("flow", func(context.Context, *worker.Job) ([]byte, error) { return nil, nil })
-	go func() { _ = w.Run(ctx) }()
+	ran := make(chan struct{})
+	go func() { _ = w.Run(ctx); close(ran) }()
+	defer func() { cancel(); <-ran }() // its logger is the test's
 	c, err := client.New(client.Options{Broker: s.b.Frontend()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	sent := make(chan struct{})
 	go func() {
+		defer close(sent)
 		for ctx.Err() == nil {
 			if _, err := c.Send(ctx, "flow", []byte("tick")); err != nil && !errors.Is(err, context.Canceled) {
 				return
 			}
 		}
 	}()
+	defer func() { cancel(); <-sent }()
 	tb.until("the chart moves", `emq.chart.data.datasets[1].data.some(v => v > 0) && emq.chart.data.datasets[2].data.some(v => v > 0)`)
 	tb.until("the flow queue's rate", `document.querySelector('tr[data-queue="flow"]') && document.querySelector('tr[data-queue="flow"] td:nth-child(11)').textContent !== '0'`)
 	if after := tb.texts(`[data-stat="Acknowledged"] .v`)[0]; after == before {
@@ -523,6 +530,5 @@ func TestChartMoves(t *testing.T) {
 		tb.until("half a minute of the chart", `emq.series.length >= 30`)
 	}
 	tb.shot("overview-live")
-	cancel()
 	tb.noErrors()
 }

@@ -72,7 +72,11 @@ async function api(method, path, body) {
     showLogin('Your session ended; log in again.');
     throw new Error('login needed');
   }
-  if (!r.ok) throw new Error(data.error || r.status + ' ' + r.statusText);
+  if (!r.ok) {
+    const err = new Error(data.error || r.status + ' ' + r.statusText);
+    err.status = r.status;
+    throw err;
+  }
   return data;
 }
 
@@ -245,8 +249,13 @@ function endPage() {
 function route() {
   if (!app.role) return;
   endPage();
-  const hash = location.hash || '#/';
-  const parts = hash.slice(2).split('/').map(decodeURIComponent);
+  const hash = location.hash.startsWith('#/') ? location.hash : '#/';
+  let parts;
+  try {
+    parts = hash.slice(2).split('/').map(decodeURIComponent);
+  } catch {
+    parts = [''];
+  }
   for (const a of document.querySelectorAll('#nav a')) {
     const page = a.getAttribute('href').slice(2);
     a.toggleAttribute('aria-current', false);
@@ -257,7 +266,7 @@ function route() {
   $('#main').replaceChildren();
   page(parts[1]);
 }
-window.addEventListener('hashchange', route);
+window.addEventListener('hashchange', () => { if (location.hash === '#main') return; route(); });
 
 function overviewPage() {
   document.title = 'EMQ · Overview';
@@ -349,23 +358,35 @@ function jobList(fixed, opts) {
   const more = el('div', { class: 'row' });
   let next = '';
   let rows = [];
+  let applied = ''; // the filters of the list shown: what paging and bulk actions use
+  let seq = 0;      // of the latest load: an older answer is dropped
   wrap.append(form, bulk, ask, list, more);
 
-  const query = (extra) => {
+  const filters = () => {
     const q = new URLSearchParams();
     for (const [k, v] of Object.entries(fixed())) if (v) q.set(k, v);
     for (const [k, input] of Object.entries(inputs)) if (input.value.trim()) q.set(k, input.value.trim());
-    for (const [k, v] of Object.entries(extra || {})) q.set(k, v);
+    return q.toString();
+  };
+  const withExtra = (base, extra) => {
+    const q = new URLSearchParams(base);
+    for (const [k, v] of Object.entries(extra)) q.set(k, v);
     return q.toString();
   };
   async function load(append) {
+    if (!append) {
+      applied = filters();
+      ask.replaceChildren(); // a question asked about another list
+    }
+    const mine = ++seq;
     let page;
     try {
-      page = await api('GET', '/api/v1/jobs?' + query({ limit: 50, after: append ? next : '' }));
+      page = await api('GET', '/api/v1/jobs?' + withExtra(applied, { limit: 50, after: append ? next : '' }));
     } catch (e) {
-      list.replaceChildren(el('p', { class: 'err', role: 'alert' }, e.message));
+      if (mine === seq) list.replaceChildren(el('p', { class: 'err', role: 'alert' }, e.message));
       return;
     }
+    if (mine !== seq) return;
     if (!append) rows = [];
     rows.push(...(page.jobs || []).map((j) => jobRow(j, opts, () => load(false))));
     next = page.next || '';
@@ -379,15 +400,17 @@ function jobList(fixed, opts) {
     const st = fixed().state;
     const bulkAct = (verb, path) => el('button', { type: 'button', class: verb === 'Delete' ? 'danger' : '', 'data-bulk': verb.toLowerCase(),
       onclick: async () => {
+        const these = applied; // the list on the screen, whatever is typed since
         let res;
-        try { res = await api('POST', path + '?' + query()); } catch (e) { toast(e.message); return; }
+        try { res = await api('POST', path + '?' + these); } catch (e) { toast(e.message); return; }
         if (res.matched === 0) { toast('No jobs match.'); return; }
-        confirmInline(ask, verb + ' ' + num(res.matched) + ' ' + st + ' job' + (res.matched === 1 ? '' : 's') + ' matching this search?',
-          verb + ' ' + num(res.matched), () => act(verb, async () => {
-            const done = await api('POST', path + '?' + query({ confirm: 'yes' }));
-            await load(false);
-            return verb + ': ' + num(done.done) + ' of ' + num(done.matched);
-          }));
+        confirmInline(ask, verb + ' ' + num(res.matched) + ' ' + st + ' job' + (res.matched === 1 ? '' : 's') + ' matching this search?' +
+          (st === 'pending' ? ' (Jobs in flight are left alone.)' : ''),
+        verb + ' ' + num(res.matched), () => act(verb, async () => {
+          const done = await api('POST', path + '?' + withExtra(these, { confirm: 'yes' }));
+          await load(false);
+          return verb + ': ' + num(done.done) + ' of ' + num(done.matched);
+        }));
       } }, verb + ' all matching');
     if (st === 'dead') bulk.append(bulkAct('Retry', '/api/v1/dead/retry'));
     if (st === 'dead' || st === 'pending' || st === 'done') bulk.append(bulkAct('Delete', '/api/v1/jobs/remove'));
@@ -441,7 +464,6 @@ function queuePage(name) {
   $('#main').append(el('p', null, el('a', { href: '#/' }, '← Overview')), el('h1', null, 'Queue ', name),
     numbers, controls, el('h2', null, 'Jobs'), tabs, list.el);
 
-  let drawn = null;
   const render = (o) => {
     const q = (o.queues || []).find((x) => x.name === name) || { name, pending: 0, delayed: 0, in_flight: 0, dead: 0, done: 0, workers: 0 };
     const r = app.rates[name] || {};
@@ -451,28 +473,43 @@ function queuePage(name) {
       ['State', q.paused ? 'paused' : 'running'], ['Limits', limits(q)],
       ['Acked/s', rate(r.acked)], ['Replied/s', rate(r.replied)], ['Failed/s', rate(r.failed)],
     ].map(([k, v]) => el('div', { class: 'card', 'data-stat': k }, el('div', { class: 'k' }, k), el('div', { class: 'v' }, v))));
-    const key = JSON.stringify([q.paused, q.concurrency, q.rate, q.burst]);
-    if (canChange() && key !== drawn) { drawn = key; drawControls(q); }
+    if (!canChange()) return;
+    if (q.paused !== paused) { // the button follows the broker
+      paused = q.paused;
+      pauseButton.textContent = paused ? 'Resume' : 'Pause';
+      pauseButton.className = paused ? 'primary' : '';
+    }
+    const lim = JSON.stringify([q.concurrency, q.rate, q.burst]);
+    if (lim !== drawnLimits && !limitsForm.contains(document.activeElement)) { // not while typed in
+      drawnLimits = lim;
+      conc.value = q.concurrency || 0;
+      rt.value = q.rate || 0;
+      burst.value = q.burst || 0;
+    }
   };
-  function drawControls(q) {
-    const conc = el('input', { type: 'number', min: 0, step: 1, name: 'concurrency', value: q.concurrency || 0 });
-    const rt = el('input', { type: 'number', min: 0, step: 'any', name: 'rate', value: q.rate || 0 });
-    const burst = el('input', { type: 'number', min: 0, step: 1, name: 'burst', value: q.burst || 0 });
-    controls.replaceChildren(
-      el('button', { type: 'button', id: 'pause', class: q.paused ? 'primary' : '', onclick: () => act(q.paused ? 'Resume' : 'Pause', async () => {
-        await api('POST', '/api/v1/queues/' + enc(name) + (q.paused ? '/resume' : '/pause'));
-        return (q.paused ? 'Resumed ' : 'Paused ') + name;
-      }) }, q.paused ? 'Resume' : 'Pause'),
-      el('form', { class: 'row', id: 'limits', onsubmit: (ev) => {
-        ev.preventDefault();
-        act('Limits', async () => {
-          await api('POST', '/api/v1/queues/' + enc(name) + '/settings',
-            { concurrency: Number(conc.value), rate: Number(rt.value), burst: Number(burst.value) });
-          return 'Limits of ' + name + ' saved';
-        });
-      } }, el('label', null, 'Concurrency (0 = none)', conc), el('label', null, 'Rate a second (0 = none)', rt),
-      el('label', null, 'Burst', burst), el('button', { type: 'submit' }, 'Save limits')));
-  }
+  let paused = null;
+  let drawnLimits = null;
+  const pauseButton = el('button', { type: 'button', id: 'pause', onclick: () => {
+    const resume = paused;
+    act(resume ? 'Resume' : 'Pause', async () => {
+      await api('POST', '/api/v1/queues/' + enc(name) + (resume ? '/resume' : '/pause'));
+      return (resume ? 'Resumed ' : 'Paused ') + name;
+    });
+  } }, 'Pause');
+  const conc = el('input', { type: 'number', min: 0, step: 1, name: 'concurrency' });
+  const rt = el('input', { type: 'number', min: 0, step: 'any', name: 'rate' });
+  const burst = el('input', { type: 'number', min: 0, step: 1, name: 'burst' });
+  const limitsForm = el('form', { class: 'row', id: 'limits', onsubmit: (ev) => {
+    ev.preventDefault();
+    document.activeElement.blur();
+    act('Limits', async () => {
+      await api('POST', '/api/v1/queues/' + enc(name) + '/settings',
+        { concurrency: Number(conc.value), rate: Number(rt.value), burst: Number(burst.value) });
+      return 'Limits of ' + name + ' saved';
+    });
+  } }, el('label', null, 'Concurrency (0 = none)', conc), el('label', null, 'Rate a second (0 = none)', rt),
+  el('label', null, 'Burst', burst), el('button', { type: 'submit' }, 'Save limits'));
+  if (canChange()) controls.append(pauseButton, limitsForm);
   app.onTick = render;
   if (app.overview) render(app.overview);
   list.load(false);
@@ -489,20 +526,21 @@ async function jobPage(id) {
     try {
       j = await api('GET', '/api/v1/jobs/' + enc(id));
     } catch (e) {
-      body.replaceChildren(el('p', { class: 'err', role: 'alert' }, e.message.includes('not') ? 'No such job: replied and deleted, expired or removed.' : e.message));
+      body.replaceChildren(el('p', { class: 'err', role: 'alert' }, e.status === 404 ? 'No such job: replied and deleted, expired or removed.' : e.message));
       return;
     }
     body.replaceChildren(...jobView(j, load));
   };
   // Its events, live; reloads at most once a second.
   const es = new EventSource('/api/v1/events?msgid=' + enc(id));
+  let timer = null;
   const again = () => {
     if (pending) return;
     pending = true;
-    setTimeout(() => { pending = false; load(); }, 1000);
+    timer = setTimeout(() => { pending = false; load(); }, 1000);
   };
   for (const k of JOB_EVENTS) es.addEventListener(k, again);
-  app.cleanup.push(() => es.close());
+  app.cleanup.push(() => { es.close(); clearTimeout(timer); });
   await load();
 }
 
