@@ -188,6 +188,18 @@ func TestCurveClientsAndWorkers(t *testing.T) {
 		t.Fatal("a client,worker key cannot REQUEST")
 	}
 
+	// A client with an unlisted key learns so from Send.
+	stranger, err := client.New(client.Options{Broker: sb.Frontend(), Security: sb.curve(newKeys(t)), Logger: bt.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Close()
+	sctx, scancel := context.WithTimeout(ctx, bt.Wait)
+	defer scancel()
+	if _, err := stranger.Send(sctx, "q", []byte("x")); !errors.Is(err, client.ErrRefused) {
+		t.Errorf("Send with an unlisted key: %v, want ErrRefused", err)
+	}
+
 	// Refused in the handshake: an unlisted key, the wrong server key, NULL.
 	if _, err := securePeer(t, sb.Frontend(), "", sb.curve(newKeys(t))); !errors.Is(err, zmtp.ErrRefused) {
 		t.Errorf("an unlisted key: %v, want refused", err)

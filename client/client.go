@@ -323,6 +323,28 @@ func (c *Client) ctxErr(ctx context.Context, cl *call, what string) error {
 	return err
 }
 
+// ErrRefused is a Send's error when the broker refused this client's
+// credentials (CURVE or PLAIN) in the handshake: it will not take the
+// job until they are listed.
+var ErrRefused = errors.New("client: the broker refused this client's credentials")
+
+// refuseCalls ends the calls waiting for their ACK with err: a refused
+// handshake will not become a connection by waiting.
+func (c *Client) refuseCalls(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cl := range c.calls {
+		if cl.publish {
+			continue
+		}
+		select {
+		case <-cl.acked:
+		case cl.failed <- fmt.Errorf("%w (%v)", ErrRefused, err):
+		default:
+		}
+	}
+}
+
 func (c *Client) forget(msgid string) {
 	c.mu.Lock()
 	delete(c.calls, msgid)
@@ -453,6 +475,7 @@ func (c *Client) run() {
 		c.mu.Unlock()
 		if errors.Is(err, zmtp.ErrRefused) {
 			c.log.Warn("client: the broker refused this client's credentials", "broker", c.opts.Broker, "err", err)
+			c.refuseCalls(err)
 		} else if err != nil {
 			c.log.Debug("client: cannot connect to the broker", "broker", c.opts.Broker, "err", err)
 		}

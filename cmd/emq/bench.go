@@ -44,6 +44,8 @@ publish→received latencies.`,
 	f.Float64("rate", 0, "jobs a second in all (0 = as fast as it goes)")
 	f.Int("preload", 0, "jobs stored before the broker starts")
 	f.Bool("ack-only", false, "senders wait for the ACK only, as the anchors' producers do; jobs/s runs to the last job run by the worker")
+	f.Bool("curve", false, "its own broker speaks CURVE, senders and worker each with a key (for a running broker: the --curve-* or --plain-* flags)")
+	addSecurityFlags(f)
 	f.Bool("pubsub", false, "measure pub/sub fan-out instead of jobs")
 	f.Int("subscribers", 16, "with --pubsub: subscribers that read")
 	f.Int("stuck", 0, "with --pubsub: subscribers that never read")
@@ -60,7 +62,13 @@ publish→received latencies.`,
 			return err
 		}
 		o := bench.Options{Frontend: c.str("frontend"), Backend: c.str("backend"), Rate: c.v.GetFloat64("rate"),
-			AckOnly: c.v.GetBool("ack-only")}
+			AckOnly: c.v.GetBool("ack-only"), Curve: c.v.GetBool("curve")}
+		if o.Security, err = securityFrom(c); err != nil {
+			return err
+		}
+		if o.Curve && o.Frontend != "" {
+			return fmt.Errorf("curve: for the bench's own broker; a running broker's keys go in --curve-server-key and --curve-key-file")
+		}
 		for key, dst := range map[string]*int{"senders": &o.Senders, "window": &o.Window, "slots": &o.Slots,
 			"jobs": &o.Jobs, "size": &o.Size, "preload": &o.Preload} {
 			if *dst, err = c.integer(key); err != nil {

@@ -10,9 +10,11 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/internal/zmtp"
 )
 
@@ -159,4 +161,38 @@ func readPassword(cmd *cobra.Command) (string, error) {
 		return "", errors.New("a password of at most 72 bytes (bcrypt reads no more)")
 	}
 	return password, nil
+}
+
+// addSecurityFlags adds the flags of a peer's credentials for a broker
+// that wants CURVE or PLAIN (each also EMQ_<FLAG>).
+func addSecurityFlags(f *pflag.FlagSet) {
+	f.String("curve-server-key", "", "the broker's CURVE public key: Z85, or a file emq keygen wrote (NAME.pub)")
+	f.String("curve-key-file", "", "this peer's CURVE secret key file (NAME.key from emq keygen)")
+	f.String("plain-user", "", "a PLAIN user of the broker's plain-users")
+	f.String("plain-password", "", "its password (better in EMQ_PLAIN_PASSWORD than on the command line)")
+}
+
+// securityFrom reads the flags addSecurityFlags added.
+func securityFrom(c *config) (client.Security, error) {
+	var s client.Security
+	server, keyFile := c.str("curve-server-key"), c.str("curve-key-file")
+	if (server == "") != (keyFile == "") {
+		return s, errors.New("curve-server-key and curve-key-file go together: set both, or neither")
+	}
+	if server != "" {
+		var err error
+		if _, perr := zmtp.ParseKey(server); perr == nil {
+			s.ServerKey = server
+		} else if s.ServerKey, err = client.ReadKeyFile(server); err != nil {
+			return s, fmt.Errorf("curve-server-key: neither a Z85 key nor a key file: %w", err)
+		}
+		if s.SecretKey, err = client.ReadKeyFile(keyFile); err != nil {
+			return s, fmt.Errorf("curve-key-file: %w", err)
+		}
+	}
+	s.User, s.Password = c.str("plain-user"), c.str("plain-password")
+	if (s.User == "") != (s.Password == "") {
+		return s, errors.New("plain-user and plain-password go together: set both, or neither")
+	}
+	return s, nil
 }

@@ -32,6 +32,7 @@ connection.`,
 	f := cmd.Flags()
 	f.String("broker", broker.DefaultOptions().Frontend, "the broker's frontend (or its publisher-incoming endpoint)")
 	f.Duration("wait", defaultWait, "how long to wait for a connection")
+	addSecurityFlags(f)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
 		if err != nil {
@@ -45,7 +46,11 @@ connection.`,
 		if err != nil {
 			return err
 		}
-		cl, err := client.New(client.Options{Broker: c.str("broker"),
+		sec, err := securityFrom(c)
+		if err != nil {
+			return err
+		}
+		cl, err := client.New(client.Options{Broker: c.str("broker"), Security: sec,
 			Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {
 			return err
@@ -76,6 +81,7 @@ received.`,
 	f.String("publisher", broker.DefaultOptions().PublisherOutgoing, "the broker's publisher-outgoing endpoint")
 	f.Bool("json", false, "print each message as a JSON object")
 	f.Int("count", 0, "exit after this many messages (0 = run until interrupted)")
+	addSecurityFlags(f)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
 		if err != nil {
@@ -92,7 +98,11 @@ received.`,
 		if len(args) == 0 {
 			args = []string{""}
 		}
-		s, err := client.Subscribe(client.SubscriberOptions{Endpoint: c.str("publisher"),
+		sec, err := securityFrom(c)
+		if err != nil {
+			return err
+		}
+		s, err := client.Subscribe(client.SubscriberOptions{Endpoint: c.str("publisher"), Security: sec,
 			Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))}, args...)
 		if err != nil {
 			return err

@@ -32,6 +32,7 @@ answer comes within --wait.`,
 	f.Duration("timeout", 0, "the job's timeout (header timeout:N)")
 	f.Int("retry-count", -1, "retries after failures (header retry-count:N; -1 = the broker's default)")
 	f.Duration("wait", defaultWait, "how long to wait for the ACK (or the REPLY)")
+	addSecurityFlags(f)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
 		if err != nil {
@@ -61,7 +62,11 @@ answer comes within --wait.`,
 		if err != nil {
 			return err
 		}
-		cl, err := client.New(client.Options{Broker: c.str("broker"),
+		sec, err := securityFrom(c)
+		if err != nil {
+			return err
+		}
+		cl, err := client.New(client.Options{Broker: c.str("broker"), Security: sec,
 			Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {
 			return err

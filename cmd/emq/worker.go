@@ -44,6 +44,7 @@ running ones get --grace to finish.`,
 	f.Duration("grace", 30*time.Second, "time running jobs get to finish at stop")
 	f.Duration("heartbeat-interval", time.Second, "HEARTBEAT to the broker this often")
 	f.Duration("heartbeat-timeout", 5*time.Second, "reconnect when the broker is silent this long")
+	addSecurityFlags(f)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
 		if err != nil {
@@ -55,6 +56,9 @@ running ones get --grace to finish.`,
 		}
 		opts := worker.Options{Broker: c.str("broker"),
 			Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))}
+		if opts.Security, err = securityFrom(c); err != nil {
+			return err
+		}
 		if opts.Queues, err = parseQueues(c.str("queues")); err != nil {
 			return err
 		}

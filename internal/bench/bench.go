@@ -30,6 +30,7 @@ import (
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/zmtp"
 	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/worker"
 )
@@ -45,8 +46,13 @@ type Options struct {
 	Rate              float64 // jobs a second in all; 0 = as fast as it goes
 	Preload           int     // jobs stored in the journal before the broker starts (own broker only)
 	AckOnly           bool    // senders wait for the ACK only (see the package doc)
-	Progress          io.Writer
-	Logger            *slog.Logger
+	// Curve runs the bench's own broker with CURVE, its senders and
+	// worker with a key each; Security is the credentials for a running
+	// broker (Frontend, Backend).
+	Curve    bool
+	Security client.Security
+	Progress io.Writer
+	Logger   *slog.Logger
 }
 
 // Result is what was measured. Times are in milliseconds.
@@ -111,7 +117,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	var ranAll []time.Duration         // AckOnly: enqueue→run of each job, first runs
 	var lastRun time.Time
 	allRun := make(chan struct{})
-	w, err := worker.New(worker.Options{Broker: o.Backend, Concurrency: o.Slots, Logger: o.Logger})
+	w, err := worker.New(worker.Options{Broker: o.Backend, Concurrency: o.Slots, Logger: o.Logger, Security: o.Security})
 	if err != nil {
 		return res, err
 	}
@@ -137,7 +143,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	clients := make([]*client.Client, o.Senders)
 	for i := range clients {
-		if clients[i], err = client.New(client.Options{Broker: o.Frontend, Logger: o.Logger}); err != nil {
+		if clients[i], err = client.New(client.Options{Broker: o.Frontend, Logger: o.Logger, Security: o.Security}); err != nil {
 			return res, err
 		}
 		defer clients[i].Close()
@@ -268,6 +274,13 @@ func startBroker(ctx context.Context, o *Options, commits *commitCount) (stop fu
 		opts.MaxPending = 0
 		opts.Logger = o.Logger
 		opts.OnCommit = commits.add
+		if o.Curve {
+			sec, err := curveFiles(opts)
+			if err != nil {
+				return err
+			}
+			o.Security = sec
+		}
 		if o.Preload > 0 {
 			if err := preload(filepath.Join(opts.DataDir, broker.JournalFile), o.Preload, o.Size, o.Progress); err != nil {
 				return err
@@ -417,4 +430,27 @@ func RSSMiB(pid string) float64 {
 		}
 	}
 	return 0
+}
+
+// curveFiles writes a CURVE key pair for the broker and one for the
+// bench's peers (client and worker) in opts.DataDir, and sets opts to
+// use them; it returns the peers' credentials.
+func curveFiles(opts *broker.Options) (client.Security, error) {
+	server, serverSecret, err := zmtp.NewKeyPair()
+	if err != nil {
+		return client.Security{}, err
+	}
+	peer, peerSecret, err := zmtp.NewKeyPair()
+	if err != nil {
+		return client.Security{}, err
+	}
+	opts.CurveSecretKeyFile = filepath.Join(opts.DataDir, "broker.key")
+	opts.CurveClients = filepath.Join(opts.DataDir, "clients")
+	if err := os.WriteFile(opts.CurveSecretKeyFile, []byte(serverSecret.String()+"\n"), 0o600); err != nil {
+		return client.Security{}, err
+	}
+	if err := os.WriteFile(opts.CurveClients, []byte(peer.String()+" client,worker\n"), 0o644); err != nil {
+		return client.Security{}, err
+	}
+	return client.Security{ServerKey: server.String(), SecretKey: peerSecret.String()}, nil
 }

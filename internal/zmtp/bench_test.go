@@ -94,3 +94,36 @@ func echo(b *testing.B, endpoint string) {
 	wg.Wait()
 	b.ReportMetric(float64(per*peers)/time.Since(start).Seconds(), "msgs/s")
 }
+
+// BenchmarkHandshake is new connections a second, each dialled,
+// admitted and closed, by mechanism.
+func BenchmarkHandshake(b *testing.B) {
+	cpub, csec, _ := NewKeyPair()
+	spub, ssec, _ := NewKeyPair()
+	for _, tc := range []struct {
+		name string
+		ss   *ServerSecurity
+		cs   *ClientSecurity
+	}{
+		{"NULL", nil, nil},
+		{"CURVE", &ServerSecurity{Curve: &ssec, Admit: func(*Auth, string) error { return nil }},
+			&ClientSecurity{Mechanism: Curve, ServerKey: spub, Public: cpub, Secret: csec}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			r, err := Listen("tcp://127.0.0.1:0", Options{Security: tc.ss, Receive: func(string, [][]byte, Held) {},
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			for b.Loop() {
+				c, err := Dial(context.Background(), r.Endpoint(), DialOptions{Security: tc.cs})
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "conns/s")
+		})
+	}
+}

@@ -517,6 +517,7 @@ type curveCodec struct {
 	shared                 [32]byte
 	sendPrefix, recvPrefix string
 	sendNonce              uint64 // the next to use; under Conn.wmu
+	scratch                []byte // a frame's flags and body, to box; under Conn.wmu
 	recvNonce              uint64 // the last seen; the reader's
 }
 
@@ -532,8 +533,10 @@ func (cc *curveCodec) seal(b []byte, flags byte, body []byte) []byte {
 	b = appendHeader(b, 0, curveOverhead+len(body))
 	b = append(b, messageName...)
 	b = binary.BigEndian.AppendUint64(b, cc.sendNonce)
-	plain := make([]byte, 0, 1+len(body))
-	plain = append(append(plain, flags), body...)
+	plain := append(append(cc.scratch[:0], flags), body...)
+	if cap(plain) <= 64<<10 {
+		cc.scratch = plain // small frames reuse it
+	}
 	b = box.SealAfterPrecomputation(b, plain, shortNonce(cc.sendPrefix, cc.sendNonce), &cc.shared)
 	cc.sendNonce++
 	return b

@@ -1,8 +1,11 @@
 package zmtp
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -221,4 +224,98 @@ except zmq.Again:
 			t.Errorf("a refused peer's message came through: %.40s", m)
 		}
 	}
+}
+
+// recorder keeps what is written through it.
+type recorder struct {
+	net.Conn
+	sent bytes.Buffer
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	r.sent.Write(p)
+	return r.Conn.Write(p)
+}
+
+// Hostile CURVE peers: a truncated HELLO, a garbage HELLO of the right
+// size, a garbage INITIATE, and a whole handshake replayed byte for byte.
+// Each is refused and counted; a real client keeps working beside them.
+func TestCurveHostile(t *testing.T) {
+	cpub, csec, _ := NewKeyPair()
+	r, in, spub := curveServer(t, cpub)
+	cs := &ClientSecurity{Mechanism: Curve, ServerKey: spub, Public: cpub, Secret: csec}
+	good, err := Dial(context.Background(), r.Endpoint(), DialOptions{Identity: []byte("good"), Security: cs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+
+	// A real handshake, recorded.
+	nc, err := net.Dial("tcp", strings.TrimPrefix(r.Endpoint(), "tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{Conn: nc}
+	c, err := secureOpen(rec, "DEALER", []byte("rec"), nil, cs, 1<<20, 2*time.Second, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteMsgs([][]byte{[]byte("recorded")}); err != nil {
+		t.Fatal(err)
+	}
+	in.wait(t, "rec|recorded")
+	c.Close()
+	replay := rec.sent.Bytes()
+
+	g := greeting(Curve, false)
+	hello := append([]byte{flagCommand, 6 + helloLen, 5}, "HELLO"...)
+	hostile := map[string][]byte{
+		"truncated HELLO": append(append(g[:], hello...), make([]byte, 40)...),
+		"garbage HELLO":   append(append(g[:], hello...), bytes.Repeat([]byte{0xAB}, helloLen)...),
+		"replayed":        replay,
+	}
+	// Garbage INITIATE after a real HELLO: the recording's first part.
+	helloEnd := greetingLen + 2 + 6 + helloLen
+	hostile["garbage INITIATE"] = append(append([]byte{}, replay[:helloEnd]...),
+		append([]byte{flagCommand | flagLong, 0, 0, 0, 0, 0, 0, 1, 9, 8}, append([]byte("INITIATE"), bytes.Repeat([]byte{1}, 256)...)...)...)
+	failed := r.opts.Limit.HandshakesFailed()
+	for name, b := range hostile {
+		nc, err := net.Dial("tcp", strings.TrimPrefix(r.Endpoint(), "tcp://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = nc.Write(b)
+		_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = io.Copy(io.Discard, nc) // the server closes it
+		nc.Close()
+		if err != nil {
+			t.Errorf("%s: the server did not close the connection: %v", name, err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for r.opts.Limit.HandshakesFailed() < failed+int64(len(hostile)) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := r.opts.Limit.HandshakesFailed() - failed; got != int64(len(hostile)) {
+		t.Errorf("%d failed handshakes counted, want %d", got, len(hostile))
+	}
+	if err := good.WriteMsgs([][]byte{[]byte("still here")}); err != nil {
+		t.Fatal(err)
+	}
+	in.wait(t, "good|still here")
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if n := countPrefix(in.msgs, "rec|"); n != 1 {
+		t.Errorf("the recorded peer's message arrived %d times: the replay got through", n)
+	}
+}
+
+func countPrefix(msgs []string, prefix string) int {
+	n := 0
+	for _, m := range msgs {
+		if strings.HasPrefix(m, prefix) {
+			n++
+		}
+	}
+	return n
 }
