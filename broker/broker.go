@@ -292,6 +292,14 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 	}
 	b.log.Info("broker listening", "frontend", b.Frontend(), "backend", b.Backend(), "admin", b.adminAddr,
 		"publisher_incoming", b.PublisherIncoming(), "publisher_outgoing", b.PublisherOutgoing())
+	if b.opts.secured() {
+		c := b.creds.Load()
+		args := []any{"curve_clients", len(c.keys), "plain_users", len(c.users)}
+		if b.opts.CurveSecretKeyFile != "" {
+			args = append(args, "curve_public_key", zmtp.PublicKey(b.curveSecret).String())
+		}
+		b.log.Info("eMQP endpoints locked: CURVE or PLAIN, with roles", args...)
+	}
 	if b.adminAddr != "" {
 		scheme := "http"
 		if b.opts.AdminTLSCert != "" {
