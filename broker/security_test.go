@@ -311,6 +311,86 @@ func TestSecuredLibzmqPeers(t *testing.T) {
 	}
 }
 
+// A libzmq worker (python3-zmq) with a CURVE key runs a job a Go client
+// sends by CURVE.
+func TestSecuredLibzmqWorker(t *testing.T) {
+	t.Parallel()
+	python := "/usr/bin/python3"
+	if err := exec.Command(python, "-c", "import zmq; assert zmq.has('curve')").Run(); err != nil {
+		if os.Getenv("EMQ_REQUIRE_INTEROP") != "" {
+			t.Fatalf("python3-zmq with CURVE is required: %v", err)
+		}
+		t.Skip("python3-zmq with CURVE is not installed")
+	}
+	cli, wrk := newKeys(t), newKeys(t)
+	sb := startSecured(t, map[keys]string{cli: "client", wrk: "worker"}, nil)
+	cmd := exec.Command(python, "testdata/interop_secured_worker.py", sb.Backend(), sb.server.pub, wrk.pub, wrk.secret)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(client.Options{Broker: sb.Frontend(), Security: sb.curve(cli), Logger: bt.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
+	defer cancel()
+	reply, err := c.Request(ctx, "secured", []byte("from go"))
+	if werr := cmd.Wait(); werr != nil || strings.TrimSpace(out.String()) != "DONE" {
+		t.Fatalf("libzmq worker: %v\n%s", werr, out.String())
+	}
+	if err != nil || string(reply) != "FROM GO" {
+		t.Fatalf("reply %q, %v", reply, err)
+	}
+}
+
+// Subscribers by CURVE: a key with the subscriber role receives what a
+// client publishes; a key without it is refused at the PUB endpoint.
+func TestCurveSubscribers(t *testing.T) {
+	t.Parallel()
+	pub, sub, cli := newKeys(t), newKeys(t), newKeys(t)
+	sb := startSecured(t, map[keys]string{pub: "client", sub: "subscriber", cli: "client,worker"}, nil)
+	s, err := client.Subscribe(client.SubscriberOptions{Endpoint: sb.PublisherOutgoing(), Security: sb.curve(sub), Logger: bt.Logger(t)}, "news.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, err := client.New(client.Options{Broker: sb.Frontend(), Security: sb.curve(pub), Logger: bt.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
+	defer cancel()
+	got := make(chan client.Message, 1)
+	go func() {
+		if m, err := s.Recv(ctx); err == nil {
+			got <- m
+		}
+	}()
+	for { // published until the subscription has reached the broker
+		if err := c.Publish(ctx, "news.today", []byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-got:
+			if m.Topic != "news.today" || string(m.Payload) != "hello" {
+				t.Fatalf("got %+v", m)
+			}
+		case <-time.After(50 * time.Millisecond):
+			continue
+		case <-ctx.Done():
+			t.Fatal("the subscriber got nothing")
+		}
+		break
+	}
+	if _, err := securePeer(t, sb.PublisherOutgoing(), "", sb.curve(cli)); !errors.Is(err, zmtp.ErrRefused) {
+		t.Errorf("a key without the subscriber role at the PUB endpoint: %v, want refused", err)
+	}
+}
+
 func TestAnonymousNeedsSaying(t *testing.T) {
 	t.Parallel()
 	o := broker.DefaultOptions()
