@@ -263,6 +263,26 @@
 // a new subscription and the publishes are ordered by one lock, so the
 // subscription gets the cached value before anything newer.
 //
+// # Who may connect, and do what
+//
+// With CURVE or PLAIN configured (security.go), each connection's
+// handshake ends in the peer's identity and roles, kept on its zmtp.Conn.
+// The reader goroutine checks every message's command against those
+// roles before the message reaches the inbox: one its roles do not allow
+// is answered ERROR forbidden on that connection and never touches the
+// loop's state. The allowed keys and users are an atomic pointer that
+// ReloadCredentials (SIGHUP) swaps whole; handshakes read it, nothing
+// else does. Without a mechanism every peer has every role.
+//
+// # The dashboard
+//
+// The admin listener serves the dashboard's files under /ui/
+// (internal/ui, embedded) and its sessions (dashboard.go): an in-memory
+// map of session ids to a token's role, bounded per role, behind a
+// mutex of its own. Its pages read the admin API like any program; the
+// overview streams share one Overview a second, built from the loop's
+// counts (onLoop) and the journal's dead and done indexes.
+//
 // # Stopping
 //
 //	serving ──ctx ends──▶ draining ──nothing in flight, DrainTimeout,──▶ closing ─▶ Run returns

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -68,8 +69,8 @@ func TestKeysPasswdAndSIGHUP(t *testing.T) {
 		"--data-dir", t.TempDir(), "--publisher-incoming", "", "--publisher-outgoing", "",
 		"--curve-secret-key-file", in("broker.key"), "--curve-clients", clients, "--plain-users", users)
 	cmd.Env = bt.ChildEnv(mainEnv + "=1")
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
+	logs := &lockedBuffer{}
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -117,4 +118,23 @@ func TestKeysPasswdAndSIGHUP(t *testing.T) {
 	if _, stderr, err := send(curve...); err == nil || !strings.Contains(stderr, "refused") {
 		t.Fatalf("a removed key after SIGHUP: %v\n%s", err, stderr)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer a child process writes while the test
+// reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -1,10 +1,14 @@
 // Package zmtp is EMQ's ZeroMQ transport: a ROUTER endpoint for the broker
 // and a single-connection DEALER for peers, both speaking standard ZMTP 3.0
-// with the NULL mechanism, so libzmq peers interoperate.
+// with the NULL, PLAIN or CURVE mechanism, so libzmq peers interoperate.
 //
-// The handshake (greeting, READY with Socket-Type and Identity) is
+// The NULL handshake (greeting, READY with Socket-Type and Identity) is
 // github.com/go-zeromq/zmq4's own, run through its public zmq4.Open over a
-// net.Conn of ours. After the handshake, frames are read and written here,
+// net.Conn of ours. PLAIN and CURVE are ours (security.go): zmq4 has no
+// CURVE and its PLAIN accepts any password. A server asks its Admit about
+// each peer and keeps what the peer proved on the Conn (Auth); under
+// CURVE every frame is boxed in a MESSAGE. After the handshake, frames are
+// read and written here,
 // because zmq4 v0.17.0's socket types, used as they come, let one peer harm
 // the others (docs/benchmarks.md has the measurements):
 //
