@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -201,6 +202,11 @@ func (b *Broker) serverSecurity(need uint32) *zmtp.ServerSecurity {
 	return ss
 }
 
+// bcryptSlots bounds the password checks running at once to half the
+// CPUs (at least one): a flood of PLAIN handshakes, which anyone can
+// send, leaves the other half to the jobs.
+var bcryptSlots = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))
+
 // dummyHash is compared against when a PLAIN user is unknown, so that a
 // refusal takes as long whether or not the user exists.
 var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("no such user"), bcrypt.DefaultCost)
@@ -221,7 +227,10 @@ func (b *Broker) admit(a *zmtp.Auth, password string) error {
 		if !ok {
 			hash = dummyHash
 		}
-		if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || !ok {
+		bcryptSlots <- struct{}{} // a check costs ~50 ms of CPU: a flood of them waits its turn
+		wrong := bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil
+		<-bcryptSlots
+		if wrong || !ok {
 			return errors.New("wrong user or password")
 		}
 		a.Roles = u.roles
