@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,30 +20,9 @@ import (
 func TestBrokerSignals(t *testing.T) {
 	t.Parallel()
 	frontend, backend := bt.FreeEndpoint(t), bt.FreeEndpoint(t)
-	admin := strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://")
-	cmd := exec.Command(os.Args[0], "broker", "--frontend", frontend, "--backend", backend, "--admin", admin,
+	bp := startBrokerProcess(t, "--frontend", frontend, "--backend", backend,
 		"--data-dir", t.TempDir(), "--publisher-incoming", "", "--publisher-outgoing", "", "--drain-timeout", "1h", "--heartbeat-interval", "100ms", "--heartbeat-timeout", "1s")
-	cmd.Env = bt.ChildEnv(mainEnv + "=1")
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-	})
-	readyz := func() int {
-		resp, err := (&http.Client{Timeout: time.Second}).Get("http://" + admin + "/readyz")
-		if err != nil {
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	bt.Eventually(t, "emq broker ready", func() bool { return readyz() == http.StatusOK })
+	cmd, exited, logs, readyz := bp.cmd, bp.exited, bp.logs, bp.readyz
 
 	client := bt.Dial(t, frontend, "c")
 	worker := bt.Worker(t, backend, "w", "q")
@@ -71,4 +51,61 @@ func TestBrokerSignals(t *testing.T) {
 	if !strings.Contains(logs.String(), "drain cut short") {
 		t.Errorf("the log does not say the drain was cut short:\n%s", logs.String())
 	}
+}
+
+// brokerProcess is `emq broker` running as a child of the test.
+type brokerProcess struct {
+	cmd    *exec.Cmd
+	admin  string        // host:port of its admin API
+	exited chan error    // its exit, once (put back what you take)
+	logs   *lockedBuffer // its standard error
+}
+
+// startBrokerProcess runs `emq broker ARGS --admin FREE` until the test
+// ends, and returns once /readyz says it is ready.
+func startBrokerProcess(t *testing.T, args ...string) *brokerProcess {
+	t.Helper()
+	bp := &brokerProcess{admin: strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://"), exited: make(chan error, 1), logs: &lockedBuffer{}}
+	bp.cmd = exec.Command(os.Args[0], append(append([]string{"broker"}, args...), "--admin", bp.admin)...)
+	bp.cmd.Env = bt.ChildEnv(mainEnv + "=1")
+	bp.cmd.Stderr = bp.logs
+	if err := bp.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { bp.exited <- bp.cmd.Wait() }()
+	t.Cleanup(func() {
+		bp.cmd.Process.Kill()
+		<-bp.exited
+	})
+	bt.Eventually(t, "emq broker ready", func() bool { return bp.readyz() == http.StatusOK })
+	return bp
+}
+
+// readyz is the status of its /readyz (0 when it does not answer).
+func (bp *brokerProcess) readyz() int {
+	resp, err := (&http.Client{Timeout: time.Second}).Get("http://" + bp.admin + "/readyz")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// lockedBuffer is a bytes.Buffer a child process writes while the test
+// reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

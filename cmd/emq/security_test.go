@@ -1,16 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/internal/zmtp"
@@ -64,30 +59,10 @@ func TestKeysPasswdAndSIGHUP(t *testing.T) {
 	}
 
 	frontend, backend := bt.FreeEndpoint(t), bt.FreeEndpoint(t)
-	admin := strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://")
-	cmd := exec.Command(os.Args[0], "broker", "--frontend", frontend, "--backend", backend, "--admin", admin,
+	bp := startBrokerProcess(t, "--frontend", frontend, "--backend", backend,
 		"--data-dir", t.TempDir(), "--publisher-incoming", "", "--publisher-outgoing", "",
 		"--curve-secret-key-file", in("broker.key"), "--curve-clients", clients, "--plain-users", users)
-	cmd.Env = bt.ChildEnv(mainEnv + "=1")
-	logs := &lockedBuffer{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-	})
-	bt.Eventually(t, "emq broker ready", func() bool {
-		resp, err := (&http.Client{Timeout: time.Second}).Get("http://" + admin + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	logs := bp.logs
 
 	startWorkerProcess(t, "--broker", backend, "--queues", "upper", "--exec", "tr a-z A-Z",
 		"--curve-server-key", in("broker.pub"), "--curve-key-file", in("runner.key"))
@@ -113,28 +88,9 @@ func TestKeysPasswdAndSIGHUP(t *testing.T) {
 
 	// The app's key removed, SIGHUP: it cannot connect again.
 	write(pub("runner") + " worker\n")
-	cmd.Process.Signal(syscall.SIGHUP)
+	bp.cmd.Process.Signal(syscall.SIGHUP)
 	bt.Eventually(t, "credentials re-read", func() bool { return strings.Contains(logs.String(), "credentials re-read") })
 	if _, stderr, err := send(curve...); err == nil || !strings.Contains(stderr, "refused") {
 		t.Fatalf("a removed key after SIGHUP: %v\n%s", err, stderr)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer a child process writes while the test
-// reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
