@@ -64,8 +64,8 @@ type Broker struct {
 
 	creds       atomic.Pointer[credentials] // the peers CURVE and PLAIN allow (security.go)
 	curveSecret zmtp.Key
-	forbidLog   syncLimiter
-	loginLog    syncLimiter // the dashboard's refused logins
+	forbidLog   lockedLimiter
+	loginLog    lockedLimiter // the dashboard's refused logins
 	overviews   overviewCache
 
 	sessions        sessions      // the dashboard's logins (dashboard.go)
@@ -299,6 +299,9 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 			args = append(args, "curve_public_key", zmtp.PublicKey(b.curveSecret).String())
 		}
 		b.log.Info("eMQP endpoints locked: CURVE or PLAIN, with roles", args...)
+		if b.opts.PlainUsers != "" {
+			b.log.Warn("PLAIN sends passwords in clear: use it only on networks you trust, CURVE elsewhere")
+		}
 	}
 	if b.adminAddr != "" {
 		scheme := "http"

@@ -122,7 +122,8 @@ func (b *Broker) pubRefuse(id, ref, code, text string) {
 	}
 }
 
-// lockedLimiter is a logLimiter for the reader goroutines.
+// lockedLimiter is a logLimiter for many goroutines (readers, handshakes,
+// HTTP handlers).
 type lockedLimiter struct {
 	mu sync.Mutex
 	l  logLimiter

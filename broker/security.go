@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 
 	"golang.org/x/crypto/bcrypt"
 
@@ -72,6 +70,10 @@ func ParseRoles(s string) (uint32, error) {
 type credentials struct {
 	keys  map[string]uint32 // CURVE public key (Z85) -> roles
 	users map[string]user   // PLAIN user -> its hash and roles
+	// dummy is compared against when a PLAIN user is unknown, at the
+	// highest cost of the file's hashes, so that a refusal takes as long
+	// whether or not the user exists.
+	dummy []byte
 }
 
 type user struct {
@@ -101,21 +103,27 @@ func loadCredentials(o *Options) (*credentials, error) {
 		}
 	}
 	if o.PlainUsers != "" {
+		maxCost := bcrypt.MinCost
 		err := eachLine(o.PlainUsers, func(line string) error {
 			name, rest, ok1 := strings.Cut(line, ":")
 			hash, roleList, ok2 := strings.Cut(rest, ":")
 			if !ok1 || !ok2 || name == "" {
 				return errors.New("want USER:BCRYPT-HASH:ROLES (emq passwd writes it)")
 			}
-			if _, err := bcrypt.Cost([]byte(hash)); err != nil {
+			cost, err := bcrypt.Cost([]byte(hash))
+			if err != nil {
 				return fmt.Errorf("user %s: not a bcrypt hash: %w", name, err)
 			}
+			maxCost = max(maxCost, cost)
 			roles, err := ParseRoles(roleList)
 			c.users[name] = user{[]byte(hash), roles}
 			return err
 		})
 		if err != nil {
 			return nil, fmt.Errorf("plain-users: %w", err)
+		}
+		if c.dummy, err = bcrypt.GenerateFromPassword([]byte("no such user"), maxCost); err != nil {
+			return nil, err
 		}
 	}
 	return c, nil
@@ -207,10 +215,6 @@ func (b *Broker) serverSecurity(need uint32) *zmtp.ServerSecurity {
 // send, leaves the other half to the jobs.
 var bcryptSlots = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))
 
-// dummyHash is compared against when a PLAIN user is unknown, so that a
-// refusal takes as long whether or not the user exists.
-var dummyHash, _ = bcrypt.GenerateFromPassword([]byte("no such user"), bcrypt.DefaultCost)
-
 // admit decides a peer by the credentials and sets its roles.
 func (b *Broker) admit(a *zmtp.Auth, password string) error {
 	c := b.creds.Load()
@@ -222,10 +226,13 @@ func (b *Broker) admit(a *zmtp.Auth, password string) error {
 		}
 		a.Roles = roles
 	case zmtp.Plain:
+		if len(password) > 72 { // bcrypt reads no more: a longer one would pass as its first 72 bytes
+			return errors.New("wrong user or password")
+		}
 		u, ok := c.users[a.Name]
 		hash := u.hash
 		if !ok {
-			hash = dummyHash
+			hash = c.dummy
 		}
 		bcryptSlots <- struct{}{} // a check costs ~50 ms of CPU: a flood of them waits its turn
 		wrong := bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil
@@ -276,18 +283,6 @@ func (b *Broker) checkRoles(ep int) func(id string, a *zmtp.Auth, frames [][]byt
 		return emqp.Encode(&emqp.Error{MsgID: emqp.NewID(), RefMsgID: ref, Code: emqp.CodeForbidden,
 			Text: fmt.Sprintf("%s may not send %s (its roles: %s)", a.Name, cmd, RoleString(a.Roles))})
 	}
-}
-
-// syncLimiter is a logLimiter for many goroutines.
-type syncLimiter struct {
-	mu sync.Mutex
-	l  logLimiter
-}
-
-func (s *syncLimiter) log(log *slog.Logger, msg string, args ...any) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.l.log(log, msg, args...)
 }
 
 // endpointLoopback reports whether a tcp:// endpoint only listens on

@@ -251,7 +251,14 @@ func stored(t *testing.T, b *bt.Broker, queue string) int {
 
 func TestPlainUsers(t *testing.T) {
 	t.Parallel()
-	sb := startSecured(t, map[keys]string{}, map[string][2]string{"app": {"app-pass", "client"}, "runner": {"run-pass", "worker"}})
+	long := strings.Repeat("p", 72) // bcrypt's most
+	sb := startSecured(t, map[keys]string{}, map[string][2]string{"app": {"app-pass", "client"}, "runner": {"run-pass", "worker"}, "long": {long, "client"}})
+	if _, err := securePeer(t, sb.Frontend(), "", client.Security{User: "long", Password: long}); err != nil {
+		t.Fatalf("a 72-byte password: %v", err)
+	}
+	if _, err := securePeer(t, sb.Frontend(), "", client.Security{User: "long", Password: long + "extra"}); !errors.Is(err, zmtp.ErrRefused) {
+		t.Errorf("a password past bcrypt's 72 bytes that starts with the right one: %v, want refused", err)
+	}
 	ok, err := securePeer(t, sb.Frontend(), "app", client.Security{User: "app", Password: "app-pass"})
 	if err != nil {
 		t.Fatal(err)
@@ -277,13 +284,7 @@ func TestPlainUsers(t *testing.T) {
 // an unlisted key and a wrong password get nothing.
 func TestSecuredLibzmqPeers(t *testing.T) {
 	t.Parallel()
-	python := "/usr/bin/python3"
-	if err := exec.Command(python, "-c", "import zmq; assert zmq.has('curve')").Run(); err != nil {
-		if os.Getenv("EMQ_REQUIRE_INTEROP") != "" {
-			t.Fatalf("python3-zmq with CURVE is required: %v", err)
-		}
-		t.Skip("python3-zmq with CURVE is not installed")
-	}
+	python := pythonCurve(t)
 	cli := newKeys(t)
 	sb := startSecured(t, map[keys]string{cli: "client"}, map[string][2]string{"app": {"app-pass", "client"}})
 	run := func(args ...string) string {
@@ -315,13 +316,7 @@ func TestSecuredLibzmqPeers(t *testing.T) {
 // sends by CURVE.
 func TestSecuredLibzmqWorker(t *testing.T) {
 	t.Parallel()
-	python := "/usr/bin/python3"
-	if err := exec.Command(python, "-c", "import zmq; assert zmq.has('curve')").Run(); err != nil {
-		if os.Getenv("EMQ_REQUIRE_INTEROP") != "" {
-			t.Fatalf("python3-zmq with CURVE is required: %v", err)
-		}
-		t.Skip("python3-zmq with CURVE is not installed")
-	}
+	python := pythonCurve(t)
 	cli, wrk := newKeys(t), newKeys(t)
 	sb := startSecured(t, map[keys]string{cli: "client", wrk: "worker"}, nil)
 	cmd := exec.Command(python, "testdata/interop_secured_worker.py", sb.Backend(), sb.server.pub, wrk.pub, wrk.secret)
@@ -389,6 +384,20 @@ func TestCurveSubscribers(t *testing.T) {
 	if _, err := securePeer(t, sb.PublisherOutgoing(), "", sb.curve(cli)); !errors.Is(err, zmtp.ErrRefused) {
 		t.Errorf("a key without the subscriber role at the PUB endpoint: %v, want refused", err)
 	}
+}
+
+// pythonCurve is the python3 with a CURVE-capable zmq, or a skip
+// (a failure with EMQ_REQUIRE_INTEROP).
+func pythonCurve(t *testing.T) string {
+	t.Helper()
+	python := "/usr/bin/python3"
+	if err := exec.Command(python, "-c", "import zmq; assert zmq.has('curve')").Run(); err != nil {
+		if os.Getenv("EMQ_REQUIRE_INTEROP") != "" {
+			t.Fatalf("python3-zmq with CURVE is required: %v", err)
+		}
+		t.Skip("python3-zmq with CURVE is not installed")
+	}
+	return python
 }
 
 func TestAnonymousNeedsSaying(t *testing.T) {

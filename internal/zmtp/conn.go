@@ -239,7 +239,11 @@ func (c *Conn) readFrame() (byte, []byte, error) {
 		return 0, nil, &TooLargeError{Size: size, Max: c.max}
 	}
 	if c.budget != nil && size > ArenaMax {
-		if limit := c.budget.Max(); uint64(c.held.total())+size > limit {
+		need := size
+		if c.curve != nil {
+			need = 2 * size // the box and the frame it opens to, side by side for a moment
+		}
+		if limit := c.budget.Max(); uint64(c.held.total())+need > limit {
 			return 0, nil, &TooLargeError{Size: size, Max: limit - uint64(c.held.total()), Budget: true}
 		}
 		var timeout <-chan time.Time
@@ -248,10 +252,10 @@ func (c *Conn) readFrame() (byte, []byte, error) {
 			defer t.Stop()
 			timeout = t.C
 		}
-		if !c.budget.acquire(int64(size), c.done, timeout) {
+		if !c.budget.acquire(int64(need), c.done, timeout) {
 			return 0, nil, &NoRoomError{}
 		}
-		c.held.add(int64(size))
+		c.held.add(int64(need))
 	}
 	body, err := c.readBody(int(size))
 	if err != nil {
@@ -266,7 +270,7 @@ func (c *Conn) unbox(flags byte, msg []byte) (byte, []byte, error) {
 	if flags&flagMore != 0 {
 		return 0, nil, errors.New("zmtp: CURVE: a MESSAGE with the more flag")
 	}
-	if flags&flagCommand != 0 && len(msg) > 0 && int(msg[0]) < len(msg) && string(msg[1:1+msg[0]]) != "MESSAGE" {
+	if flags&flagCommand != 0 && len(msg) > 0 && int(msg[0]) < len(msg) && string(msg[1:1+int(msg[0])]) != "MESSAGE" {
 		return 0, nil, errors.New("zmtp: CURVE: a command outside a MESSAGE")
 	}
 	var out []byte
@@ -341,7 +345,8 @@ func (c *Conn) command(body []byte) error {
 	if len(body) == 0 || int(body[0]) > len(body)-1 {
 		return errors.New("zmtp: malformed command frame")
 	}
-	name, data := string(body[1:1+body[0]]), body[1+body[0]:]
+	n := int(body[0]) // as an int: 1+255 must not wrap
+	name, data := string(body[1:1+n]), body[1+n:]
 	switch name {
 	case "PING":
 		// TTL (2 bytes), then a context of up to 16 bytes to echo.

@@ -19,6 +19,7 @@ func FuzzReadMsg(f *testing.F) {
 	f.Add(binary.BigEndian.AppendUint64([]byte{flagLong}, 1<<50))
 	f.Add(append([]byte{flagCommand, 8, 4}, "PING\x00\x0aab"...))
 	f.Add([]byte{flagCommand, 0})
+	f.Add(append([]byte{flagCommand | flagLong, 0, 0, 0, 0, 0, 0, 1, 0, 255}, bytes.Repeat([]byte("n"), 255)...)) // a name of 255 bytes
 	const max = 1024
 	f.Fuzz(func(t *testing.T, data []byte) {
 		local, remote := net.Pipe()

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -235,6 +236,9 @@ func (r *Router) serve(nc net.Conn, release func()) {
 	if err == nil && r.closed {
 		err = ErrClosed
 	}
+	if err == nil {
+		err = r.mayTake(c)
+	}
 	if err != nil {
 		r.mu.Unlock()
 		nc.Close()
@@ -272,6 +276,31 @@ func (r *Router) serve(nc net.Conn, release func()) {
 	}
 	go rc.writeLoop()
 	rc.readLoop()
+}
+
+// mayTake reports why c may not have the routing id it announced: one
+// starting with a zero byte is the Router's to generate (libzmq's rule
+// too), and under PLAIN or CURVE an id held by another proven peer is
+// that peer's. (Under NULL the newest connection takes an id over: a
+// peer that reconnects before its old connection is seen to break.) The
+// caller holds r.mu.
+func (r *Router) mayTake(c *Conn) error {
+	id := string(c.Identity)
+	if id != "" && id[0] == 0 {
+		return fmt.Errorf("zmtp: %s announced a routing id starting with a zero byte, which is the router's to give", c.RemoteAddr())
+	}
+	old := r.conns[id]
+	if id == "" || old == nil || old.Auth == nil {
+		return nil
+	}
+	if c.Auth == nil || c.Auth.Name != old.Auth.Name {
+		who := "an unproven peer"
+		if c.Auth != nil {
+			who = c.Auth.Name
+		}
+		return fmt.Errorf("zmtp: %s (%s) asked for routing id %s, held by %s", c.RemoteAddr(), who, PrintableID(id), old.Auth.Name)
+	}
+	return nil
 }
 
 // routerConn is a Router's connection with its send queue.

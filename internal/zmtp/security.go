@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/crypto/curve25519"
 	"golang.org/x/crypto/nacl/box"
 	"golang.org/x/crypto/nacl/secretbox"
 )
@@ -104,7 +105,7 @@ func (h *hs) readCommand(name string) ([]byte, error) {
 		}
 		size = uint64(b)
 	}
-	if flags&flagCommand == 0 || size == 0 || size > handshakeMax {
+	if flags&flagCommand == 0 || flags&flagMore != 0 || size == 0 || size > handshakeMax {
 		return nil, fmt.Errorf("zmtp: want the %s command, got a frame of %d bytes with flags %#x", name, size, flags)
 	}
 	body := make([]byte, size)
@@ -119,7 +120,7 @@ func (h *hs) readCommand(name string) ([]byte, error) {
 	if got == "ERROR" && name != "ERROR" {
 		reason := ""
 		if len(data) > 0 && int(data[0]) <= len(data)-1 {
-			reason = string(data[1 : 1+data[0]])
+			reason = string(data[1 : 1+int(data[0])])
 		}
 		return nil, fmt.Errorf("%w: %s", ErrRefused, reason)
 	}
@@ -273,6 +274,9 @@ func secureOpen(nc net.Conn, typ string, id []byte, ss *ServerSecurity, cs *Clie
 	if err != nil {
 		return nil, fmt.Errorf("zmtp: handshake with %s: %w", nc.RemoteAddr(), err)
 	}
+	if ok, known := compatible[typ]; known && !slices.Contains(ok, peer["Socket-Type"]) {
+		return nil, fmt.Errorf("zmtp: handshake with %s: a %s cannot talk to a %s", nc.RemoteAddr(), printable(peer["Socket-Type"]), typ)
+	}
 	_ = nc.SetDeadline(time.Time{})
 	c.Identity, c.SocketType = []byte(peer["Identity"]), peer["Socket-Type"]
 	if c.curve != nil {
@@ -286,11 +290,14 @@ func (h *hs) plainServer(c *Conn, ss *ServerSecurity, meta []byte) (map[string]s
 	if err != nil {
 		return nil, err
 	}
-	if len(data) < 1 || len(data) < 1+int(data[0])+1 || len(data) != 1+int(data[0])+1+int(data[1+data[0]]) {
+	if len(data) < 1 {
 		return nil, errors.New("zmtp: malformed PLAIN HELLO")
 	}
-	user := string(data[1 : 1+data[0]])
-	password := string(data[2+data[0]:])
+	n := int(data[0]) // as ints: 1+255 must not wrap
+	if len(data) < 1+n+1 || len(data) != 1+n+1+int(data[1+n]) {
+		return nil, errors.New("zmtp: malformed PLAIN HELLO")
+	}
+	user, password := string(data[1:1+n]), string(data[2+n:])
 	c.Auth = &Auth{Mechanism: Plain, Name: user}
 	if err := ss.Admit(c.Auth, password); err != nil {
 		h.refuse(err.Error())
@@ -332,6 +339,24 @@ func (h *hs) plainClient(cs *ClientSecurity, meta []byte) (map[string]string, er
 		return nil, err
 	}
 	return parseMeta(data)
+}
+
+// fullOrder refuses a peer's public key of low order, whose shared secret
+// with any secret is all zeros (libsodium refuses them; x/crypto's box
+// does not check).
+func fullOrder(peer, secret Key) error {
+	if _, err := curve25519.X25519(secret[:], peer[:]); err != nil {
+		return errors.New("zmtp: CURVE: a low-order public key")
+	}
+	return nil
+}
+
+// compatible are the socket types each may talk to (RFC 23).
+var compatible = map[string][]string{
+	"ROUTER": {"DEALER", "REQ", "ROUTER"},
+	"DEALER": {"ROUTER", "REP", "DEALER"},
+	"PUB":    {"SUB", "XSUB"},
+	"SUB":    {"PUB", "XPUB"},
 }
 
 // CURVE's nonce prefixes (RFC 26).
@@ -385,6 +410,9 @@ func (h *hs) curveServer(c *Conn, ss *ServerSecurity, meta []byte) (map[string]s
 	}
 	var clientT Key // C'
 	copy(clientT[:], data[74:106])
+	if err := fullOrder(clientT, *ss.Curve); err != nil {
+		return nil, err
+	}
 	helloNonce := binary.BigEndian.Uint64(data[106:114])
 	zeros, ok := box.Open(nil, data[114:], shortNonce(nonceHello, helloNonce), (*[32]byte)(&clientT), (*[32]byte)(ss.Curve))
 	if !ok || !bytes.Equal(zeros, make([]byte, 64)) {
@@ -423,6 +451,9 @@ func (h *hs) curveServer(c *Conn, ss *ServerSecurity, meta []byte) (map[string]s
 	}
 	var client Key // C
 	copy(client[:], plain[:32])
+	if err := fullOrder(client, *serverTSec); err != nil {
+		return nil, err
+	}
 	vouch := plain[32 : 32+vouchLen]
 	vouched, ok := box.Open(nil, vouch[16:], longNonce(nonceVouch, vouch[:16]), (*[32]byte)(&client), serverTSec)
 	serverPub := PublicKey(*ss.Curve)
@@ -480,6 +511,9 @@ func (h *hs) curveClient(c *Conn, cs *ClientSecurity, meta []byte) (map[string]s
 	}
 	var serverT [32]byte // S'
 	copy(serverT[:], plain[:32])
+	if err := fullOrder(serverT, *clientTSec); err != nil {
+		return nil, err
+	}
 	cookie := plain[32:]
 
 	vn := random(16)

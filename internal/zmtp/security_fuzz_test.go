@@ -17,6 +17,9 @@ func FuzzHandshakeServer(f *testing.F) {
 	f.Add(append([]byte{0, flagCommand, 200, 5}, "HELLO"...))
 	f.Add(append([]byte{1, flagCommand, 12, 5}, "HELLO\x03ann\x02pw"...))
 	f.Add(append([]byte{1, flagCommand | flagLong, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, "HELLO"...))
+	long := append([]byte{1, flagCommand | flagLong, 0, 0, 0, 0, 0, 0, 1, 8, 5}, "HELLO"...)
+	f.Add(append(append(long, 255), bytes.Repeat([]byte("u"), 258)...)) // a user of 255 bytes
+	f.Add(append(append([]byte{0, flagCommand | flagLong, 0, 0, 0, 0, 0, 0, 1, 7, 5}, "ERROR"...), append([]byte{255}, bytes.Repeat([]byte("r"), 255)...)...))
 	_, secret, _ := NewKeyPair()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) == 0 {
@@ -33,14 +36,17 @@ func FuzzHandshakeServer(f *testing.F) {
 			return errors.New("no")
 		}}
 		server, peer := net.Pipe()
-		defer server.Close()
 		go func() { _, _ = io.Copy(io.Discard, peer) }() // the server's answers
 		go func() {
 			g := greeting(mechanism, false)
 			_, _ = peer.Write(append(g[:], data[1:]...))
-			peer.Close() // and no more: the server ends at once
 		}()
-		c, err := secureOpen(server, "ROUTER", nil, ss, nil, 1024, time.Second, 4096)
+		// The peer stays open while the server reads (closing it would
+		// fail the server's greeting before any command is read); the
+		// short deadline ends a server waiting for more.
+		c, err := secureOpen(server, "ROUTER", nil, ss, nil, 1024, 50*time.Millisecond, 4096)
+		server.Close()
+		peer.Close()
 		if err == nil && (c.Auth == nil || c.Auth.Name != "ann") {
 			t.Fatalf("admitted %+v from arbitrary bytes", c.Auth)
 		}

@@ -93,7 +93,7 @@ func TestCurveRoundTrip(t *testing.T) {
 func TestCurveRefusals(t *testing.T) {
 	cpub, csec, _ := NewKeyPair()
 	other, osec, _ := NewKeyPair()
-	r, _, spub := curveServer(t, cpub)
+	r, _, spub := curveServer(t, cpub, Key{}) // the zero key listed: still refused, as of low order
 	dial := func(cs *ClientSecurity) error {
 		c, err := Dial(context.Background(), r.Endpoint(), DialOptions{Security: cs, Timeout: 2 * time.Second})
 		if err == nil {
@@ -113,6 +113,9 @@ func TestCurveRefusals(t *testing.T) {
 	}
 	if err := dial(&ClientSecurity{Mechanism: Plain, User: "a", Password: "b"}); err == nil {
 		t.Error("a PLAIN client was admitted by a CURVE server")
+	}
+	if err := dial(&ClientSecurity{Mechanism: Curve, ServerKey: spub, Public: Key{}, Secret: csec}); err == nil {
+		t.Error("a client with a low-order key was admitted")
 	}
 }
 
@@ -318,4 +321,56 @@ func countPrefix(msgs []string, prefix string) int {
 		}
 	}
 	return n
+}
+
+// A proven peer's routing id is its own: another key cannot take it
+// over (the same key may: a reconnect), and nobody may announce an id
+// starting with a zero byte.
+func TestRoutingIDsAreTheirs(t *testing.T) {
+	a, asec, _ := NewKeyPair()
+	b, bsec, _ := NewKeyPair()
+	r, in, spub := curveServer(t, a, b)
+	dial := func(pub, sec Key, id string) (*Conn, error) {
+		return Dial(context.Background(), r.Endpoint(), DialOptions{Identity: []byte(id),
+			Security: &ClientSecurity{Mechanism: Curve, ServerKey: spub, Public: pub, Secret: sec}})
+	}
+	first, err := dial(a, asec, "worker-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	if err := first.WriteMsgs([][]byte{[]byte("hello")}); err != nil {
+		t.Fatal(err)
+	}
+	in.wait(t, "worker-1|hello")
+	if thief, err := dial(b, bsec, "worker-1"); err == nil {
+		// Refused after its handshake: the router closes it.
+		_ = thief.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := thief.ReadMsg(); err == nil {
+			t.Fatal("another key took over worker-1's routing id")
+		}
+		thief.Close()
+	}
+	if err := r.Send("worker-1", [][]byte{[]byte("for worker-1")}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := first.ReadMsg(); err != nil || string(got[0]) != "for worker-1" {
+		t.Fatalf("worker-1 lost its messages: %q %v", got, err)
+	}
+	again, err := dial(a, asec, "worker-1") // the same key reconnecting
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if err := again.WriteMsgs([][]byte{[]byte("back")}); err != nil {
+		t.Fatal(err)
+	}
+	in.wait(t, "worker-1|back")
+	if zero, err := dial(b, bsec, "\x00stolen"); err == nil {
+		_ = zero.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := zero.ReadMsg(); err == nil {
+			t.Fatal("a routing id starting with a zero byte was taken")
+		}
+		zero.Close()
+	}
 }
