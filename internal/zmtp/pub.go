@@ -239,8 +239,8 @@ func (p *Pub) accept() {
 		own, why := p.own.admit(nc.RemoteAddr())
 		if why != "" {
 			shared()
+			p.own.noteRefused(p.opts.Logger, nc, "max-subscribers") // counted before the peer can see the close
 			nc.Close()
-			p.own.noteRefused(p.opts.Logger, nc, "max-subscribers")
 			return
 		}
 		release := func() { own(); shared() }
@@ -271,9 +271,9 @@ func (p *Pub) serve(nc net.Conn, release func()) {
 	delete(p.pending, nc)
 	p.mu.Unlock()
 	if err != nil {
+		p.opts.Limit.noteFailed(p.opts.Logger, nc, err) // counted before the peer can see the close
 		nc.Close()
 		release()
-		p.opts.Limit.noteFailed(p.opts.Logger, nc, err)
 		return
 	}
 	c.wtimeout = p.opts.WriteTimeout

@@ -217,8 +217,8 @@ func acceptLoop(ln net.Listener, log *slog.Logger, limit *ConnLimit, admit func(
 		}
 		release, why := limit.admit(nc.RemoteAddr())
 		if why != "" {
+			limit.noteRefused(log, nc, why) // counted before the peer can see the close
 			nc.Close()
-			limit.noteRefused(log, nc, why)
 			continue
 		}
 		admit(nc, release)
@@ -241,10 +241,10 @@ func (r *Router) serve(nc net.Conn, release func()) {
 	}
 	if err != nil {
 		r.mu.Unlock()
-		nc.Close()
 		if !errors.Is(err, ErrClosed) {
-			r.opts.Limit.noteFailed(r.opts.Logger, nc, err)
+			r.opts.Limit.noteFailed(r.opts.Logger, nc, err) // counted before the peer can see the close
 		}
+		nc.Close()
 		return
 	}
 	c.wtimeout = r.opts.WriteTimeout
