@@ -41,7 +41,7 @@ import (
 
 // Options configure a Client.
 type Options struct {
-	Broker      string        // the broker's frontend, tcp://host:port
+	Broker      string        // the broker's frontend, tcp://host:port; several, comma-separated: the one that answers (replicated brokers' leader)
 	Identity    string        // routing id, kept for the client's life; "" = a new UUID
 	ResendAfter time.Duration // resend a REQUEST not ACKed this long; 0 = 5s
 	DialTimeout time.Duration // for one connection attempt; 0 = 5s
@@ -467,7 +467,7 @@ func (c *Client) run() {
 	defer c.wg.Done()
 	backoff := 50 * time.Millisecond
 	for {
-		conn, err := zmtp.Dial(context.Background(), c.opts.Broker, zmtp.DialOptions{
+		conn, err := zmtp.DialAny(context.Background(), c.opts.Broker, zmtp.DialOptions{
 			Identity: []byte(c.opts.Identity), Timeout: c.opts.DialTimeout, Security: c.sec,
 		})
 		c.mu.Lock()

@@ -16,7 +16,7 @@ import (
 
 // SubscriberOptions configure a Subscriber.
 type SubscriberOptions struct {
-	Endpoint    string        // the broker's publisher-outgoing, tcp://host:port
+	Endpoint    string        // the broker's publisher-outgoing, tcp://host:port; several, comma-separated: the one that answers
 	DialTimeout time.Duration // for one connection attempt; 0 = 5s
 	// Buffer is how many received messages wait for Recv; while it is
 	// full the subscriber stops reading, and the broker drops what goes
@@ -175,7 +175,7 @@ func (s *Subscriber) run(ctx context.Context) {
 	defer s.wg.Done()
 	backoff := 50 * time.Millisecond
 	for {
-		conn, err := zmtp.Dial(ctx, s.opts.Endpoint, zmtp.DialOptions{
+		conn, err := zmtp.DialAny(ctx, s.opts.Endpoint, zmtp.DialOptions{
 			Sub: true, Timeout: s.opts.DialTimeout, MaxFrameSize: 1 << 30, Security: s.sec,
 		})
 		if err == nil {

@@ -49,7 +49,7 @@ type Queue struct {
 
 // Options configure a Worker.
 type Options struct {
-	Broker            string        // the broker's backend, tcp://host:port
+	Broker            string        // the broker's backend, tcp://host:port; several, comma-separated: the one that answers (replicated brokers' leader)
 	Queues            []Queue       // nil = each queue given to Handle, weight 10
 	Concurrency       int           // jobs run at once; 0 = 1
 	HeartbeatInterval time.Duration // 0 = 1s
@@ -283,7 +283,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // connect dials, INFORMs and waits for the ACK, then offers free slots and
 // sends results that waited.
 func (r *run) connect(stopping bool) error {
-	conn, err := zmtp.Dial(context.Background(), r.opts.Broker, zmtp.DialOptions{
+	conn, err := zmtp.DialAny(context.Background(), r.opts.Broker, zmtp.DialOptions{
 		Identity: []byte(r.opts.Identity), Timeout: r.opts.HeartbeatTimeout, Security: r.sec,
 	})
 	if err != nil {

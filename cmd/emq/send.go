@@ -25,7 +25,7 @@ answer comes within --wait.`,
 		Args: cobra.MaximumNArgs(1),
 	}
 	f := cmd.Flags()
-	f.String("broker", broker.DefaultOptions().Frontend, "the broker's frontend endpoint")
+	f.String("broker", broker.DefaultOptions().Frontend, "the broker's frontend endpoint (several, comma-separated: the one that answers)")
 	f.String("queue", "default", "queue of the job")
 	f.Bool("reply", false, "wait for the worker's REPLY and print it")
 	f.StringArray("header", nil, "header item name=value, or a flag name (repeatable)")

@@ -37,7 +37,7 @@ running ones get --grace to finish.`,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
-	f.String("broker", broker.DefaultOptions().Backend, "the broker's backend endpoint")
+	f.String("broker", broker.DefaultOptions().Backend, "the broker's backend endpoint (several, comma-separated: the one that answers)")
 	f.String("queues", "default", "queues to serve, comma-separated; name:weight gives a weight (default 10)")
 	f.Int("concurrency", 1, "jobs run at once")
 	f.String("exec", "", "the command to run for each job (required)")

@@ -2,7 +2,10 @@ package zmtp
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -55,4 +58,59 @@ func Dial(ctx context.Context, endpoint string, opts DialOptions) (*Conn, error)
 	}
 	c.wtimeout = opts.WriteTimeout
 	return c, nil
+}
+
+// SplitEndpoints reads a comma-separated list of endpoints.
+func SplitEndpoints(s string) []string {
+	var out []string
+	for ep := range strings.SplitSeq(s, ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+// DialAny dials each of endpoints (comma-separated) at once and returns
+// the first connection whose handshake completes; the others are closed
+// as they come. Of replicated brokers, where only the leader listens, it
+// finds the leader. When none answers, the error holds each one's.
+func DialAny(ctx context.Context, endpoints string, opts DialOptions) (*Conn, error) {
+	list := SplitEndpoints(endpoints)
+	switch len(list) {
+	case 0:
+		return nil, fmt.Errorf("no endpoint in %q", endpoints)
+	case 1:
+		return Dial(ctx, list[0], opts)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	type result struct {
+		c   *Conn
+		err error
+	}
+	results := make(chan result, len(list))
+	for _, ep := range list {
+		go func() {
+			c, err := Dial(ctx, ep, opts)
+			results <- result{c, err}
+		}()
+	}
+	var errs []error
+	for i := range list {
+		r := <-results
+		if r.err == nil {
+			cancel()    // the dials still connecting give up
+			go func() { // the handshakes under way end within their timeout
+				for range len(list) - i - 1 {
+					if late := <-results; late.c != nil {
+						late.c.Close()
+					}
+				}
+			}()
+			return r.c, nil
+		}
+		errs = append(errs, r.err)
+	}
+	cancel()
+	return nil, errors.Join(errs...)
 }

@@ -374,3 +374,35 @@ func TestRoutingIDsAreTheirs(t *testing.T) {
 		zero.Close()
 	}
 }
+
+// DialAny takes the endpoint that answers; with none, the error holds
+// each one's (a refusal stays a refusal).
+func TestDialAny(t *testing.T) {
+	cpub, csec, _ := NewKeyPair()
+	r, in, spub := curveServer(t, cpub)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "tcp://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	cs := &ClientSecurity{Mechanism: Curve, ServerKey: spub, Public: cpub, Secret: csec}
+	c, err := DialAny(context.Background(), dead+", "+r.Endpoint(), DialOptions{Identity: []byte("any"), Security: cs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WriteMsgs([][]byte{[]byte("found")}); err != nil {
+		t.Fatal(err)
+	}
+	in.wait(t, "any|found")
+	other, osec, _ := NewKeyPair()
+	_, err = DialAny(context.Background(), dead+","+r.Endpoint(), DialOptions{
+		Security: &ClientSecurity{Mechanism: Curve, ServerKey: spub, Public: other, Secret: osec}})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("none answering: %v, want both errors with the refusal", err)
+	}
+	if _, err := DialAny(context.Background(), " , ", DialOptions{}); err == nil {
+		t.Fatal("no endpoint dialled")
+	}
+}

@@ -1,0 +1,104 @@
+package client_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/client"
+	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/worker"
+)
+
+// A client and a worker given two brokers' endpoints talk to the one
+// that listens, and follow when the other takes over the journal: every
+// Send returns without an error and every ACKed job runs (at least once:
+// what was in flight at the switch runs again).
+func TestFollowsTheBrokerThatAnswers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fa, ba, fb, bb := bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t)
+	start := func(frontend, backend string) *bt.Broker {
+		return bt.Start(t, dir, func(o *broker.Options) {
+			o.Frontend, o.Backend = frontend, backend
+			o.HeartbeatInterval, o.HeartbeatTimeout = 50*time.Millisecond, time.Second
+		})
+	}
+	a := start(fa, ba)
+
+	var mu sync.Mutex
+	ran := map[string]int{}
+	w, err := worker.New(worker.Options{Broker: bb + "," + ba, Concurrency: 4, Logger: bt.Logger(t),
+		HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("q", func(_ context.Context, j *worker.Job) ([]byte, error) {
+		mu.Lock()
+		ran[j.MsgID]++
+		mu.Unlock()
+		return nil, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	wdone := make(chan error, 1)
+	go func() { wdone <- w.Run(ctx) }()
+	defer func() { cancel(); <-wdone }()
+
+	c, err := client.New(client.Options{Broker: fb + "," + fa, ResendAfter: 500 * time.Millisecond, Logger: bt.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const jobs = 300
+	var acked []string
+	var sendErr error
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for range jobs {
+			sctx, scancel := context.WithTimeout(ctx, bt.Wait)
+			id, err := c.Send(sctx, "q", []byte("x"))
+			scancel()
+			mu.Lock()
+			if err != nil {
+				sendErr = err
+				mu.Unlock()
+				return
+			}
+			acked = append(acked, id)
+			mu.Unlock()
+		}
+	}()
+	bt.Eventually(t, "jobs ACKed by the first broker", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked) >= jobs/3
+	})
+	if err := a.Stop(); err != nil { // what it holds stays journaled
+		t.Fatal(err)
+	}
+	start(fb, bb) // the other takes the journal over, on its own endpoints
+	<-sent
+	if sendErr != nil {
+		t.Fatalf("Send across the switch: %v", sendErr)
+	}
+	bt.Eventually(t, "every ACKed job run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range acked {
+			if ran[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	again := 0
+	for _, n := range ran {
+		again += n - 1
+	}
+	t.Logf("%d jobs ACKed, %d runs beyond the first (in flight at the switch)", len(acked), again)
+}
