@@ -21,6 +21,11 @@ func FuzzHandshakeServer(f *testing.F) {
 	f.Add(append(append(long, 255), bytes.Repeat([]byte("u"), 258)...)) // a user of 255 bytes
 	f.Add(append(append([]byte{0, flagCommand | flagLong, 0, 0, 0, 0, 0, 0, 1, 7, 5}, "ERROR"...), append([]byte{255}, bytes.Repeat([]byte("r"), 255)...)...))
 	_, secret, _ := NewKeyPair()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer ln.Close()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) == 0 {
 			return
@@ -35,16 +40,24 @@ func FuzzHandshakeServer(f *testing.F) {
 			}
 			return errors.New("no")
 		}}
-		server, peer := net.Pipe()
-		go func() { _, _ = io.Copy(io.Discard, peer) }() // the server's answers
+		// A TCP pair: the peer writes its bytes, then half-closes, so
+		// the server reads to their end and stops at once, while its own
+		// writes (greeting, WELCOME) still go through.
+		peer, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		server, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
 		go func() {
 			g := greeting(mechanism, false)
 			_, _ = peer.Write(append(g[:], data[1:]...))
+			_ = peer.CloseWrite()
+			_, _ = io.Copy(io.Discard, peer) // the server's answers
 		}()
-		// The peer stays open while the server reads (closing it would
-		// fail the server's greeting before any command is read); the
-		// short deadline ends a server waiting for more.
-		c, err := secureOpen(server, "ROUTER", nil, ss, nil, 1024, 50*time.Millisecond, 4096)
+		c, err := secureOpen(server, "ROUTER", nil, ss, nil, 1024, time.Second, 4096)
 		server.Close()
 		peer.Close()
 		if err == nil && (c.Auth == nil || c.Auth.Name != "ann") {
