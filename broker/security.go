@@ -30,8 +30,9 @@ import (
 //     SCHEDULE, UNSCHEDULE and PUBLISH; a worker INFORM, READY, REPLY
 //     and FAIL (a scheduler INFORMs too: it needs the worker role); a
 //     subscriber may subscribe. HEARTBEAT and DISCONNECT are anyone's.
-//   - ReloadCredentials (SIGHUP) re-reads both files: a peer removed
-//     cannot connect again; connections already made stay.
+//   - ReloadCredentials (SIGHUP) re-reads both files: a peer removed, or
+//     whose roles or password changed, is disconnected and cannot
+//     connect again as it was.
 //   - An eMQP endpoint on a non-loopback address needs CURVE or PLAIN,
 //     or AllowAnonymous.
 
@@ -174,15 +175,48 @@ func ReadSecretKey(path string) (zmtp.Key, error) {
 	return k, nil
 }
 
-// ReloadCredentials re-reads CurveClients and PlainUsers; on an error the
-// peers allowed stay as they were.
+// ReloadCredentials re-reads CurveClients and PlainUsers and closes the
+// connections of the peers they no longer allow as they were; on an
+// error the peers allowed stay as they were.
 func (b *Broker) ReloadCredentials() error {
 	c, err := loadCredentials(&b.opts)
 	if err != nil {
 		return err
 	}
 	b.creds.Store(c)
-	b.log.Info("credentials re-read", "curve_clients", len(c.keys), "plain_users", len(c.users))
+	// Connections of peers no longer listed, listed with other roles, or
+	// with another password, end now: a revoked key does not keep
+	// working until it reconnects.
+	keep := func(a *zmtp.Auth) bool {
+		switch a.Mechanism {
+		case zmtp.Curve:
+			roles, ok := c.keys[a.Name]
+			return ok && roles == a.Roles
+		case zmtp.Plain: // a new password ends the old one's connections too
+			u, ok := c.users[a.Name]
+			return ok && u.roles == a.Roles && string(u.hash) == a.Proof
+		}
+		return false
+	}
+	select {
+	case <-b.ready: // the endpoints are bound
+	default:
+		b.log.Info("credentials re-read", "curve_clients", len(c.keys), "plain_users", len(c.users))
+		return nil
+	}
+	closed := 0
+	for _, r := range b.routers {
+		if r != nil {
+			closed += r.Revoke(keep)
+		}
+	}
+	if r := b.pubIn.Load(); r != nil {
+		closed += r.Revoke(keep)
+	}
+	if p := b.pub.Load(); p != nil {
+		closed += p.Revoke(keep)
+	}
+	b.log.Info("credentials re-read", "curve_clients", len(c.keys), "plain_users", len(c.users), "connections_closed", closed)
 	return nil
 }
 
@@ -240,7 +274,7 @@ func (b *Broker) admit(a *zmtp.Auth, password string) error {
 		if wrong || !ok {
 			return errors.New("wrong user or password")
 		}
-		a.Roles = u.roles
+		a.Roles, a.Proof = u.roles, string(u.hash)
 	default:
 		return fmt.Errorf("mechanism %s", a.Mechanism)
 	}

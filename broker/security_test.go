@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -212,10 +213,24 @@ func TestCurveClientsAndWorkers(t *testing.T) {
 		t.Error("a NULL peer got through")
 	}
 
-	// SIGHUP's reload: the client's key removed cannot connect again.
+	// SIGHUP's reload: the client's key removed is disconnected and
+	// cannot connect again; the worker's, kept as it was, stays.
 	writeClients(t, sb.clients, map[keys]string{wrk: "worker"})
 	if err := sb.ReloadCredentials(); err != nil {
 		t.Fatal(err)
+	}
+	for name, conn := range map[string]*zmtp.Conn{"client,worker": asBoth, "client": asClient} {
+		_ = conn.SetReadDeadline(time.Now().Add(bt.Wait))
+		for {
+			_, err := conn.ReadMsg()
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("the %s key removed: its connection still open", name)
+			}
+			if err != nil {
+				break // closed by the reload
+			}
+		}
 	}
 	if _, err := securePeer(t, sb.Frontend(), "", sb.curve(cli)); !errors.Is(err, zmtp.ErrRefused) {
 		t.Errorf("a removed key after the reload: %v, want refused", err)
@@ -270,6 +285,42 @@ func TestPlainUsers(t *testing.T) {
 		if _, err := securePeer(t, sb.Frontend(), "", bad); !errors.Is(err, zmtp.ErrRefused) {
 			t.Errorf("%s/%s: %v, want refused", bad.User, bad.Password, err)
 		}
+	}
+	// A new password for app ends the connection made with the old one.
+	hash, err := bcrypt.GenerateFromPassword([]byte("new-pass"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.ReadFile(sb.users)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, line := range strings.Split(string(old), "\n") {
+		if !strings.HasPrefix(line, "app:") {
+			kept = append(kept, line)
+		}
+	}
+	kept = append(kept, "app:"+string(hash)+":client")
+	if err := os.WriteFile(sb.users, []byte(strings.Join(kept, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.ReloadCredentials(); err != nil {
+		t.Fatal(err)
+	}
+	_ = ok.SetReadDeadline(time.Now().Add(bt.Wait))
+	for {
+		_, err := ok.ReadMsg()
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("app's connection by its old password still open after the reload")
+		}
+		if err != nil {
+			break
+		}
+	}
+	if _, err := securePeer(t, sb.Frontend(), "app", client.Security{User: "app", Password: "new-pass"}); err != nil {
+		t.Fatalf("the new password: %v", err)
 	}
 	runner, err := securePeer(t, sb.Frontend(), "runner", client.Security{User: "runner", Password: "run-pass"})
 	if err != nil {
@@ -384,6 +435,12 @@ func TestCurveSubscribers(t *testing.T) {
 	if _, err := securePeer(t, sb.PublisherOutgoing(), "", sb.curve(cli)); !errors.Is(err, zmtp.ErrRefused) {
 		t.Errorf("a key without the subscriber role at the PUB endpoint: %v, want refused", err)
 	}
+	// The subscriber's key removed: it is disconnected, and stays out.
+	writeClients(t, sb.clients, map[keys]string{pub: "client", cli: "client,worker"})
+	if err := sb.ReloadCredentials(); err != nil {
+		t.Fatal(err)
+	}
+	bt.Eventually(t, "the removed subscriber gone", func() bool { return sb.PubSub().Subscribers == 0 })
 }
 
 // pythonCurve is the python3 with a CURVE-capable zmq, or a skip

@@ -545,6 +545,24 @@ func (s *subscriber) cancel(prefix []byte) {
 }
 
 // end closes the connection once; what was queued is dropped.
+// Revoke closes every subscriber whose proven Auth keep refuses, and
+// returns how many.
+func (p *Pub) Revoke(keep func(*Auth) bool) int {
+	p.mu.Lock()
+	var gone []*subscriber
+	for s := range p.subs {
+		if s.Auth != nil && !keep(s.Auth) {
+			gone = append(gone, s)
+		}
+	}
+	p.mu.Unlock()
+	for _, s := range gone {
+		s.end()
+		s.Conn.Close()
+	}
+	return len(gone)
+}
+
 func (s *subscriber) end() {
 	s.once.Do(func() {
 		p := s.p

@@ -127,6 +127,24 @@ func Listen(endpoint string, opts Options) (*Router, error) {
 	return r, nil
 }
 
+// Revoke closes every connection whose peer proved an Auth that keep
+// refuses (a key or user removed, or its roles changed); what was queued
+// for them is undelivered. It returns how many it closed.
+func (r *Router) Revoke(keep func(*Auth) bool) int {
+	r.mu.RLock()
+	var gone []*routerConn
+	for _, rc := range r.conns {
+		if rc.Auth != nil && !keep(rc.Auth) {
+			gone = append(gone, rc)
+		}
+	}
+	r.mu.RUnlock()
+	for _, rc := range gone {
+		rc.end(false)
+	}
+	return len(gone)
+}
+
 // Endpoint is the bound address as tcp://host:port.
 func (r *Router) Endpoint() string { return "tcp://" + r.ln.Addr().String() }
 
