@@ -156,6 +156,14 @@ func TestPages(t *testing.T) {
 	if got := tb.texts(`#numbers [data-stat="In flight"] .v`); got[0] != "1" {
 		t.Errorf("in flight on the queue page: %q", got)
 	}
+	// The pending tab shows the job in flight too (the journal keeps it
+	// pending), with its state.
+	for id, want := range map[string]string{s.pending: "pending", s.delayed: "pending", s.inflight: "inflight"} {
+		tb.until("the row of "+want, sel(`document.querySelector('tr[data-msgid="%s"]')`, id))
+		if got := tb.texts(sel(`tr[data-msgid="%s"] td`, id)); got[1] != want {
+			t.Errorf("state column of a %s job: %q", want, got)
+		}
+	}
 	tb.click(`[data-state="dead"]`)
 	tb.until("the queue's dead job", sel(`document.querySelector('tr[data-msgid="%s"]')`, s.dead))
 	if got := tb.texts(sel(`tr[data-msgid="%s"] td`, s.dead)); !contains(got, "550 mailbox unavailable") {
@@ -215,6 +223,22 @@ func TestPages(t *testing.T) {
 		t.Errorf("dark theme background %s", bg)
 	}
 	tb.shot("overview-390-dark")
+	for _, page := range []struct{ route, ready string }{
+		{"queue/emails", `document.querySelector('#limits') && document.querySelector('tbody tr[data-msgid]')`},
+		{"job/" + s.done, `document.querySelector('#result pre')`},
+		{"dead", `document.querySelector('tbody tr[data-msgid]')`},
+		{"workers", `document.querySelector('tr[data-worker]')`},
+		{"schedules", `document.querySelector('tr[data-schedule]')`},
+	} {
+		tb.open(page.route)
+		tb.until("narrow "+page.route, page.ready)
+		if w := eval[[]int](tb, `[document.documentElement.scrollWidth, window.innerWidth]`); w[0] > w[1] {
+			t.Errorf("at 390 px %s is %d px wide", page.route, w[0])
+		}
+	}
+	tb.open("queue/emails")
+	tb.until("the narrow queue page", `document.querySelector('#limits') && document.querySelector('tbody tr[data-msgid]')`)
+	tb.shot("queue-390-dark")
 	tb.viewport(1280, 900, "light")
 	tb.open("")
 	if bg := eval[string](tb, `getComputedStyle(document.body).backgroundColor`); bg != "rgb(255, 255, 255)" {

@@ -451,8 +451,10 @@ function queuePage(name) {
   let stateNow = 'pending';
   const tabs = el('div', { class: 'row', role: 'group', 'aria-label': 'Jobs by state' });
   const list = jobList(() => ({ queue: name, state: stateNow }), {
-    columns: ['msgid', 'age', 'attempts', 'error', 'size', 'preview'],
-    headers: ['Msgid', ['Age', 'num'], ['Attempts', 'num'], 'Last error', ['Size', 'num'], 'Payload', ''],
+    // The journal keeps jobs in flight as pending: the pending tab shows
+    // them too, with their state.
+    columns: ['msgid', 'state', 'age', 'attempts', 'error', 'size', 'preview'],
+    headers: ['Msgid', 'State', ['Age', 'num'], ['Attempts', 'num'], 'Last error', ['Size', 'num'], 'Payload', ''],
   });
   for (const st of ['pending', 'inflight', 'dead', 'done']) {
     tabs.append(el('button', { type: 'button', 'data-state': st, 'aria-pressed': String(st === stateNow), onclick: (ev) => {
