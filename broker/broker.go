@@ -66,6 +66,7 @@ type Broker struct {
 	curveSecret zmtp.Key
 	forbidLog   lockedLimiter
 	loginLog    lockedLimiter // the dashboard's refused logins
+	guesses     guesses       // wrong PLAIN passwords by address
 	overviews   overviewCache
 
 	sessions        sessions      // the dashboard's logins (dashboard.go)

@@ -8,6 +8,8 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
+	"time"
 
 	"golang.org/x/crypto/bcrypt"
 
@@ -30,6 +32,10 @@ import (
 //     SCHEDULE, UNSCHEDULE and PUBLISH; a worker INFORM, READY, REPLY
 //     and FAIL (a scheduler INFORMs too: it needs the worker role); a
 //     subscriber may subscribe. HEARTBEAT and DISCONNECT are anyone's.
+//   - Wrong PLAIN passwords are slowed (guesses): MaxGuesses from one
+//     address within GuessWindow, and its PLAIN handshakes are refused
+//     unchecked until the window passes; bcrypt runs on half the CPUs
+//     at most.
 //   - ReloadCredentials (SIGHUP) re-reads both files: a peer removed, or
 //     whose roles or password changed, is disconnected and cannot
 //     connect again as it was.
@@ -259,26 +265,108 @@ func (b *Broker) admit(a *zmtp.Auth, password string) error {
 			return errors.New("client key not listed in curve-clients")
 		}
 		a.Roles = roles
+		return nil
 	case zmtp.Plain:
-		if len(password) > 72 { // bcrypt reads no more: a longer one would pass as its first 72 bytes
-			return errors.New("wrong user or password")
+		ip, now := remoteIP(a.Remote), time.Now()
+		if b.guesses.blocked(ip, now) {
+			return fmt.Errorf("%d wrong passwords from %s within %v: wait", MaxGuesses, ip, GuessWindow)
 		}
-		u, ok := c.users[a.Name]
-		hash := u.hash
-		if !ok {
-			hash = c.dummy
-		}
-		bcryptSlots <- struct{}{} // a check costs ~50 ms of CPU: a flood of them waits its turn
-		wrong := bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil
-		<-bcryptSlots
-		if wrong || !ok {
+		u, right := c.users[a.Name], c.checkPassword(a.Name, password)
+		b.guesses.note(ip, right, now)
+		if !right {
 			return errors.New("wrong user or password")
 		}
 		a.Roles, a.Proof = u.roles, string(u.hash)
-	default:
-		return fmt.Errorf("mechanism %s", a.Mechanism)
+		return nil
 	}
-	return nil
+	return fmt.Errorf("mechanism %s", a.Mechanism)
+}
+
+// checkPassword reports whether password is user's, taking as long for a
+// user that does not exist.
+func (c *credentials) checkPassword(name, password string) bool {
+	if len(password) > 72 { // bcrypt reads no more: a longer one would pass as its first 72 bytes
+		return false
+	}
+	u, ok := c.users[name]
+	hash := u.hash
+	if !ok {
+		hash = c.dummy
+	}
+	bcryptSlots <- struct{}{} // a check costs ~50 ms of CPU: a flood of them waits its turn
+	wrong := bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil
+	<-bcryptSlots
+	return ok && !wrong
+}
+
+// guesses slows the guessing of PLAIN passwords: after MaxGuesses wrong
+// ones from one address within GuessWindow, that address's PLAIN
+// handshakes are refused, without a check, until the window has passed
+// since its first wrong one. It tracks at most 10,000 addresses.
+type guesses struct {
+	mu sync.Mutex
+	m  map[string]guessCount
+}
+
+type guessCount struct {
+	n     int
+	first time.Time
+}
+
+// Limits of the guessing of PLAIN passwords.
+const (
+	MaxGuesses  = 10
+	GuessWindow = time.Minute
+	maxGuessers = 10000
+)
+
+func (g *guesses) blocked(ip string, now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c, ok := g.m[ip]
+	return ok && c.n >= MaxGuesses && now.Sub(c.first) < GuessWindow
+}
+
+// note counts a wrong password from ip, or forgets ip after a right one.
+func (g *guesses) note(ip string, right bool, now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if right {
+		delete(g.m, ip)
+		return
+	}
+	if g.m == nil {
+		g.m = map[string]guessCount{}
+	}
+	c, ok := g.m[ip]
+	if !ok || now.Sub(c.first) >= GuessWindow {
+		if len(g.m) >= maxGuessers { // the stale go first, then any: the map stays bounded
+			for k, v := range g.m {
+				if now.Sub(v.first) >= GuessWindow {
+					delete(g.m, k)
+				}
+			}
+			for k := range g.m {
+				if len(g.m) < maxGuessers {
+					break
+				}
+				delete(g.m, k)
+			}
+		}
+		c = guessCount{first: now}
+	}
+	c.n++
+	g.m[ip] = c
+}
+
+func remoteIP(a net.Addr) string {
+	if tcp, ok := a.(*net.TCPAddr); ok {
+		return tcp.IP.String()
+	}
+	if a == nil {
+		return ""
+	}
+	return a.String()
 }
 
 // RoleString writes roles as ParseRoles reads them.

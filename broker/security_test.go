@@ -474,3 +474,19 @@ func TestAnonymousNeedsSaying(t *testing.T) {
 		t.Fatalf("a secret key without clients: %v", err)
 	}
 }
+
+// Wrong PLAIN passwords from one address: after MaxGuesses, even the
+// right one is refused there, without a check, for GuessWindow.
+func TestPlainGuessesSlowed(t *testing.T) {
+	t.Parallel()
+	sb := startSecured(t, map[keys]string{}, map[string][2]string{"app": {"app-pass", "client"}})
+	for range broker.MaxGuesses {
+		if _, err := securePeer(t, sb.Frontend(), "", client.Security{User: "app", Password: "guess"}); !errors.Is(err, zmtp.ErrRefused) {
+			t.Fatalf("a wrong password: %v", err)
+		}
+	}
+	_, err := securePeer(t, sb.Frontend(), "", client.Security{User: "app", Password: "app-pass"})
+	if !errors.Is(err, zmtp.ErrRefused) || !strings.Contains(err.Error(), "wrong passwords from 127.0.0.1") {
+		t.Fatalf("the right password after %d wrong ones: %v, want refused for a while", broker.MaxGuesses, err)
+	}
+}

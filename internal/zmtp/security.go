@@ -37,6 +37,7 @@ type Auth struct {
 	Name      string // PLAIN: the user; CURVE: the client's public key (Z85)
 	Roles     uint32 // what ServerSecurity.Admit gave it
 	Proof     string // what Admit checked it against (PLAIN: the user's hash), to see it change
+	Remote    net.Addr
 }
 
 // ServerSecurity is a Router's mechanisms (nil = NULL: anyone): CURVE
@@ -299,7 +300,7 @@ func (h *hs) plainServer(c *Conn, ss *ServerSecurity, meta []byte) (map[string]s
 		return nil, errors.New("zmtp: malformed PLAIN HELLO")
 	}
 	user, password := string(data[1:1+n]), string(data[2+n:])
-	c.Auth = &Auth{Mechanism: Plain, Name: user}
+	c.Auth = &Auth{Mechanism: Plain, Name: user, Remote: h.nc.RemoteAddr()}
 	if err := ss.Admit(c.Auth, password); err != nil {
 		h.refuse(err.Error())
 		return nil, fmt.Errorf("%w: user %q: %v", ErrRefused, user, err)
@@ -465,7 +466,7 @@ func (h *hs) curveServer(c *Conn, ss *ServerSecurity, meta []byte) (map[string]s
 	if err != nil {
 		return nil, err
 	}
-	c.Auth = &Auth{Mechanism: Curve, Name: client.String()}
+	c.Auth = &Auth{Mechanism: Curve, Name: client.String(), Remote: h.nc.RemoteAddr()}
 	if err := ss.Admit(c.Auth, ""); err != nil {
 		h.refuse(err.Error())
 		return nil, fmt.Errorf("%w: client key %s: %v", ErrRefused, client, err)
