@@ -349,6 +349,7 @@ func (b *Broker) BulkRemove(ctx context.Context, f JobFilter, confirmed bool) (B
 			return BulkResult{}, err
 		}
 	}
+	pending := f.State == "pending"
 	opts := f.ListOptions(time.Now())
 	opts.State, opts.Limit, opts.NoPayloads = st, 1000, true
 	res := BulkResult{DryRun: !confirmed}
@@ -368,10 +369,10 @@ func (b *Broker) BulkRemove(ctx context.Context, f JobFilter, confirmed bool) (B
 			if !confirmed {
 				continue
 			}
-			switch err := b.RemoveJob(ctx, j.MsgID); {
+			switch err := b.removeJob(ctx, j.MsgID, pending); {
 			case err == nil:
 				res.Done++
-			case errors.Is(err, store.ErrNotFound): // gone meanwhile (replied, expired)
+			case errors.Is(err, store.ErrNotFound), errors.Is(err, ErrHeld): // gone meanwhile, or dispatched since the count
 			default:
 				return res, err
 			}

@@ -2,43 +2,64 @@ package broker
 
 import (
 	"fmt"
+	"net"
 	"testing"
 	"time"
 )
 
-// The guesses of one address are counted within GuessWindow from the
-// first, then forgotten; a right password forgets them at once; the
-// addresses tracked stay bounded.
+// Checks count within GuessWindow of an address's first; MaxGuesses and
+// the address is refused until the window has passed; a right password
+// takes its check back; the addresses tracked stay bounded.
 func TestGuessesWindow(t *testing.T) {
 	var g guesses
 	t0 := time.Unix(1_000_000, 0)
 	for i := range MaxGuesses {
-		if g.blocked("192.0.2.1", t0) {
-			t.Fatalf("blocked after %d wrong passwords", i)
+		if !g.attempt("192.0.2.1", t0.Add(time.Duration(i)*time.Second)) {
+			t.Fatalf("refused at the %d-th check", i+1)
 		}
-		g.note("192.0.2.1", false, t0.Add(time.Duration(i)*time.Second))
 	}
-	if !g.blocked("192.0.2.1", t0.Add(30*time.Second)) {
-		t.Fatal("not blocked after MaxGuesses wrong passwords")
+	if g.attempt("192.0.2.1", t0.Add(30*time.Second)) {
+		t.Fatal("a check allowed after MaxGuesses")
 	}
-	if g.blocked("192.0.2.2", t0) {
-		t.Fatal("another address blocked")
+	if !g.attempt("192.0.2.2", t0) {
+		t.Fatal("another address refused")
 	}
-	if g.blocked("192.0.2.1", t0.Add(GuessWindow)) {
-		t.Fatal("still blocked once the window has passed")
+	if !g.attempt("192.0.2.1", t0.Add(GuessWindow)) {
+		t.Fatal("still refused once the window has passed")
 	}
-	g.note("192.0.2.1", false, t0.Add(GuessWindow)) // a new window, one guess
-	if g.blocked("192.0.2.1", t0.Add(GuessWindow+time.Second)) {
-		t.Fatal("one wrong password in a new window blocks")
+	// A right password gives its check back, and no more.
+	for range MaxGuesses - 1 {
+		g.attempt("192.0.2.3", t0)
 	}
-	g.note("192.0.2.1", true, t0.Add(GuessWindow))
-	if _, ok := g.m["192.0.2.1"]; ok {
-		t.Fatal("a right password does not forget the address")
+	g.attempt("192.0.2.3", t0)
+	g.takeBack("192.0.2.3")
+	if !g.attempt("192.0.2.3", t0) {
+		t.Fatal("a right password's check was not given back")
+	}
+	if g.attempt("192.0.2.3", t0) {
+		t.Fatal("a right password cleared the wrong ones before it")
 	}
 	for i := range maxGuessers + 100 {
-		g.note(fmt.Sprint("198.51.100.", i), false, t0)
+		g.attempt(fmt.Sprint("198.51.100.", i), t0)
 	}
 	if len(g.m) > maxGuessers {
 		t.Fatalf("%d addresses tracked, over %d", len(g.m), maxGuessers)
+	}
+}
+
+func TestGuessKey(t *testing.T) {
+	for addr, want := range map[string]string{
+		"192.0.2.7:1234":                "192.0.2.7",
+		"[::ffff:192.0.2.7]:1234":       "192.0.2.7",
+		"[2001:db8:1:2:3:4:5:6]:1234":   "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ff:ee:dd:cc]:99": "2001:db8:1:2::/64",
+	} {
+		a, err := net.ResolveTCPAddr("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := guessKey(a); got != want {
+			t.Errorf("%s counts as %q, want %q", addr, got, want)
+		}
 	}
 }

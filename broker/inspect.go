@@ -203,8 +203,22 @@ func (b *Broker) revived(sj *store.Job) {
 // write is in progress is removed once it lands: its client gets the ACK
 // (it was stored), and it is not dispatched.
 func (b *Broker) RemoveJob(ctx context.Context, msgid string) error {
+	return b.removeJob(ctx, msgid, false)
+}
+
+// ErrHeld is removeJob's answer about a job a worker holds when told to
+// leave those alone.
+var ErrHeld = errors.New("held by a worker")
+
+// removeJob is RemoveJob; with notHeld, a job a worker holds at that
+// moment is left alone (ErrHeld).
+func (b *Broker) removeJob(ctx context.Context, msgid string, notHeld bool) error {
 	result := make(chan error, 1)
 	err := b.onLoop(ctx, func() {
+		if j := b.jobs[msgid]; j != nil && notHeld && j.holder != nil {
+			result <- fmt.Errorf("%w: %s", ErrHeld, msgid)
+			return
+		}
 		if j := b.jobs[msgid]; j != nil {
 			b.emitJob(EventRemoved, j, "")
 			if j.state == journaling {

@@ -267,15 +267,15 @@ func (b *Broker) admit(a *zmtp.Auth, password string) error {
 		a.Roles = roles
 		return nil
 	case zmtp.Plain:
-		ip, now := remoteIP(a.Remote), time.Now()
-		if b.guesses.blocked(ip, now) {
-			return fmt.Errorf("%d wrong passwords from %s within %v: wait", MaxGuesses, ip, GuessWindow)
+		from := guessKey(a.Remote)
+		if !b.guesses.attempt(from, time.Now()) {
+			return fmt.Errorf("%d wrong passwords from %s within %v: wait", MaxGuesses, from, GuessWindow)
 		}
 		u, right := c.users[a.Name], c.checkPassword(a.Name, password)
-		b.guesses.note(ip, right, now)
 		if !right {
 			return errors.New("wrong user or password")
 		}
+		b.guesses.takeBack(from)
 		a.Roles, a.Proof = u.roles, string(u.hash)
 		return nil
 	}
@@ -299,10 +299,13 @@ func (c *credentials) checkPassword(name, password string) bool {
 	return ok && !wrong
 }
 
-// guesses slows the guessing of PLAIN passwords: after MaxGuesses wrong
-// ones from one address within GuessWindow, that address's PLAIN
-// handshakes are refused, without a check, until the window has passed
-// since its first wrong one. It tracks at most 10,000 addresses.
+// guesses slows the guessing of PLAIN passwords: each check counts
+// against its address (an IPv6 /64 counts as one) before it runs, and a
+// right password takes its count back; MaxGuesses within GuessWindow
+// of an address's first, and its PLAIN handshakes are refused, without
+// a check, until the window has passed. Counting before checking keeps
+// concurrent handshakes from all slipping under the limit. It tracks at
+// most 10,000 addresses.
 type guesses struct {
 	mu sync.Mutex
 	m  map[string]guessCount
@@ -320,27 +323,17 @@ const (
 	maxGuessers = 10000
 )
 
-func (g *guesses) blocked(ip string, now time.Time) bool {
+// attempt counts a check from addr, or reports false when addr has had
+// its MaxGuesses in this window.
+func (g *guesses) attempt(addr string, now time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	c, ok := g.m[ip]
-	return ok && c.n >= MaxGuesses && now.Sub(c.first) < GuessWindow
-}
-
-// note counts a wrong password from ip, or forgets ip after a right one.
-func (g *guesses) note(ip string, right bool, now time.Time) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if right {
-		delete(g.m, ip)
-		return
-	}
 	if g.m == nil {
 		g.m = map[string]guessCount{}
 	}
-	c, ok := g.m[ip]
+	c, ok := g.m[addr]
 	if !ok || now.Sub(c.first) >= GuessWindow {
-		if len(g.m) >= maxGuessers { // the stale go first, then any: the map stays bounded
+		if !ok && len(g.m) >= maxGuessers { // the stale go first, then any: the map stays bounded
 			for k, v := range g.m {
 				if now.Sub(v.first) >= GuessWindow {
 					delete(g.m, k)
@@ -355,18 +348,38 @@ func (g *guesses) note(ip string, right bool, now time.Time) {
 		}
 		c = guessCount{first: now}
 	}
+	if c.n >= MaxGuesses {
+		return false
+	}
 	c.n++
-	g.m[ip] = c
+	g.m[addr] = c
+	return true
 }
 
-func remoteIP(a net.Addr) string {
-	if tcp, ok := a.(*net.TCPAddr); ok {
-		return tcp.IP.String()
+// takeBack uncounts a check of addr that found the right password.
+func (g *guesses) takeBack(addr string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c, ok := g.m[addr]; ok && c.n > 0 {
+		c.n--
+		g.m[addr] = c
 	}
-	if a == nil {
-		return ""
+}
+
+// guessKey is what guesses counts an address by: an IPv4 address, or an
+// IPv6 address's /64 (one host's share of a network).
+func guessKey(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok {
+		if a == nil {
+			return ""
+		}
+		return a.String()
 	}
-	return a.String()
+	if ip4 := tcp.IP.To4(); ip4 != nil {
+		return ip4.String()
+	}
+	return tcp.IP.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
 // RoleString writes roles as ParseRoles reads them.

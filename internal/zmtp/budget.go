@@ -84,6 +84,9 @@ func (b *Budget) acquire(n int64, cancel <-chan struct{}, timeout <-chan time.Ti
 // total is what h holds in all.
 func (h Held) total() int64 { return h.small + h.large }
 
+// sub uncounts what o holds from h.
+func (h *Held) sub(o Held) { h.small, h.large = h.small-o.small, h.large-o.large }
+
 // add counts a reservation of n bytes in h.
 func (h *Held) add(n int64) {
 	if poolOf(n) == 0 {

@@ -239,23 +239,25 @@ func (c *Conn) readFrame() (byte, []byte, error) {
 		return 0, nil, &TooLargeError{Size: size, Max: c.max}
 	}
 	if c.budget != nil && size > ArenaMax {
-		need := size
+		copies := uint64(1)
 		if c.curve != nil {
-			need = 2 * size // the box and the frame it opens to, side by side for a moment
+			copies = 2 // the box, and the frame it opens to: unbox gives the box's back
 		}
-		if limit := c.budget.Max(); uint64(c.held.total())+need > limit {
-			return 0, nil, &TooLargeError{Size: size, Max: limit - uint64(c.held.total()), Budget: true}
+		if limit := c.budget.Max(); uint64(c.held.total())+copies*size > limit {
+			return 0, nil, &TooLargeError{Size: size, Max: (limit - uint64(c.held.total())) / copies, Budget: true}
 		}
-		var timeout <-chan time.Time
-		if c.held != (Held{}) {
-			t := time.NewTimer(minGrace)
-			defer t.Stop()
-			timeout = t.C
+		for range copies {
+			var timeout <-chan time.Time
+			if c.held != (Held{}) {
+				t := time.NewTimer(minGrace)
+				defer t.Stop()
+				timeout = t.C
+			}
+			if !c.budget.acquire(int64(size), c.done, timeout) {
+				return 0, nil, &NoRoomError{}
+			}
+			c.held.add(int64(size))
 		}
-		if !c.budget.acquire(int64(need), c.done, timeout) {
-			return 0, nil, &NoRoomError{}
-		}
-		c.held.add(int64(need))
 	}
 	body, err := c.readBody(int(size))
 	if err != nil {
@@ -279,7 +281,14 @@ func (c *Conn) unbox(flags byte, msg []byte) (byte, []byte, error) {
 	} else {
 		out = make([]byte, n)
 	}
-	return c.curve.open(msg, out)
+	flags, body, err := c.curve.open(msg, out)
+	if err == nil && c.budget != nil && len(msg) > ArenaMax { // the box is garbage now: its share goes back
+		var box Held
+		box.add(int64(len(msg)))
+		c.budget.Release(box)
+		c.held.sub(box)
+	}
+	return flags, body, err
 }
 
 // Reading a frame's body. A Router's connection (one with a budget) must

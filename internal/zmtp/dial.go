@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,21 +30,53 @@ type DialOptions struct {
 // new one. Send with WriteMsgs (safe for concurrent use), read with
 // ReadMsg from one goroutine.
 func Dial(ctx context.Context, endpoint string, opts DialOptions) (*Conn, error) {
-	if opts.MaxFrameSize <= 0 {
-		opts.MaxFrameSize = DefaultMaxFrameSize
+	return DialAny(ctx, endpoint, opts)
+}
+
+func (o *DialOptions) setDefaults() {
+	if o.MaxFrameSize <= 0 {
+		o.MaxFrameSize = DefaultMaxFrameSize
 	}
-	if opts.WriteTimeout <= 0 {
-		opts.WriteTimeout = 10 * time.Second
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 10 * time.Second
 	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = 5 * time.Second
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
 	}
-	addr, err := hostPort(endpoint)
-	if err != nil {
-		return nil, err
+}
+
+// SplitEndpoints reads a comma-separated list of endpoints, each once.
+func SplitEndpoints(s string) []string {
+	var out []string
+	for ep := range strings.SplitSeq(s, ",") {
+		if ep = strings.TrimSpace(ep); ep != "" && !slices.Contains(out, ep) {
+			out = append(out, ep)
+		}
 	}
-	d := net.Dialer{Timeout: opts.Timeout}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	return out
+}
+
+// DialAny connects to each of endpoints (comma-separated) at once, keeps
+// the first TCP connection made, closes the others, and runs the
+// handshake on it alone. Of replicated brokers, where only the leader
+// listens, it finds the leader; two endpoints that reach one broker
+// cannot race each other for its routing id. When no endpoint accepts,
+// the error holds each one's.
+func DialAny(ctx context.Context, endpoints string, opts DialOptions) (*Conn, error) {
+	opts.setDefaults()
+	list := SplitEndpoints(endpoints)
+	if len(list) == 0 {
+		return nil, fmt.Errorf("no endpoint in %q", endpoints)
+	}
+	addrs := make([]string, len(list))
+	for i, ep := range list {
+		addr, err := hostPort(ep)
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = addr
+	}
+	nc, err := connectAny(ctx, addrs, opts.Timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -60,57 +93,40 @@ func Dial(ctx context.Context, endpoint string, opts DialOptions) (*Conn, error)
 	return c, nil
 }
 
-// SplitEndpoints reads a comma-separated list of endpoints.
-func SplitEndpoints(s string) []string {
-	var out []string
-	for ep := range strings.SplitSeq(s, ",") {
-		if ep = strings.TrimSpace(ep); ep != "" {
-			out = append(out, ep)
-		}
-	}
-	return out
-}
-
-// DialAny dials each of endpoints (comma-separated) at once and returns
-// the first connection whose handshake completes; the others are closed
-// as they come. Of replicated brokers, where only the leader listens, it
-// finds the leader. When none answers, the error holds each one's.
-func DialAny(ctx context.Context, endpoints string, opts DialOptions) (*Conn, error) {
-	list := SplitEndpoints(endpoints)
-	switch len(list) {
-	case 0:
-		return nil, fmt.Errorf("no endpoint in %q", endpoints)
-	case 1:
-		return Dial(ctx, list[0], opts)
+// connectAny makes a TCP connection to each of addrs at once and returns
+// the first made; those made later are closed.
+func connectAny(ctx context.Context, addrs []string, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	if len(addrs) == 1 {
+		return d.DialContext(ctx, "tcp", addrs[0])
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the connects still under way give up
 	type result struct {
-		c   *Conn
+		nc  net.Conn
 		err error
 	}
-	results := make(chan result, len(list))
-	for _, ep := range list {
+	results := make(chan result, len(addrs))
+	for _, addr := range addrs {
 		go func() {
-			c, err := Dial(ctx, ep, opts)
-			results <- result{c, err}
+			nc, err := d.DialContext(ctx, "tcp", addr)
+			results <- result{nc, err}
 		}()
 	}
 	var errs []error
-	for i := range list {
+	for i := range addrs {
 		r := <-results
 		if r.err == nil {
-			cancel()    // the dials still connecting give up
-			go func() { // the handshakes under way end within their timeout
-				for range len(list) - i - 1 {
-					if late := <-results; late.c != nil {
-						late.c.Close()
+			go func() { // the others end at once, cancelled; any made is closed
+				for range len(addrs) - i - 1 {
+					if late := <-results; late.nc != nil {
+						late.nc.Close()
 					}
 				}
 			}()
-			return r.c, nil
+			return r.nc, nil
 		}
 		errs = append(errs, r.err)
 	}
-	cancel()
 	return nil, errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"container/list"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -120,6 +121,7 @@ type Pub struct {
 
 	mu      sync.Mutex
 	subs    map[*subscriber]struct{}
+	keep    func(*Auth) bool      // the last Revoke's; nil = everyone proven
 	pending map[net.Conn]struct{} // in their handshake
 	own     *ConnLimit            // MaxSubscribers, handshakes included
 	closed  bool
@@ -269,6 +271,9 @@ func (p *Pub) serve(nc net.Conn, release func()) {
 	}
 	p.mu.Lock()
 	delete(p.pending, nc)
+	if err == nil && p.keep != nil && c.Auth != nil && !p.keep(c.Auth) {
+		err = fmt.Errorf("zmtp: %s (%s): its credentials were revoked during its handshake", nc.RemoteAddr(), c.Auth.Name)
+	}
 	p.mu.Unlock()
 	if err != nil {
 		p.opts.Limit.noteFailed(p.opts.Logger, nc, err) // counted before the peer can see the close
@@ -545,24 +550,6 @@ func (s *subscriber) cancel(prefix []byte) {
 }
 
 // end closes the connection once; what was queued is dropped.
-// Revoke closes every subscriber whose proven Auth keep refuses, and
-// returns how many.
-func (p *Pub) Revoke(keep func(*Auth) bool) int {
-	p.mu.Lock()
-	var gone []*subscriber
-	for s := range p.subs {
-		if s.Auth != nil && !keep(s.Auth) {
-			gone = append(gone, s)
-		}
-	}
-	p.mu.Unlock()
-	for _, s := range gone {
-		s.end()
-		s.Conn.Close()
-	}
-	return len(gone)
-}
-
 func (s *subscriber) end() {
 	s.once.Do(func() {
 		p := s.p
@@ -633,4 +620,23 @@ func (l *lastValues) each(prefix []byte, fn func(*pubMsg)) {
 			fn(m)
 		}
 	}
+}
+
+// Revoke closes every subscriber whose proven Auth keep refuses, now and
+// as later handshakes end (one that was under way when the credentials
+// changed), and returns how many it closed now.
+func (p *Pub) Revoke(keep func(*Auth) bool) int {
+	p.mu.Lock()
+	p.keep = keep
+	var gone []*subscriber
+	for s := range p.subs {
+		if s.Auth != nil && !keep(s.Auth) {
+			gone = append(gone, s)
+		}
+	}
+	p.mu.Unlock()
+	for _, s := range gone {
+		s.end()
+	}
+	return len(gone)
 }

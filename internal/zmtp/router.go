@@ -94,6 +94,7 @@ type Router struct {
 	mu      sync.RWMutex
 	conns   map[string]*routerConn
 	pending map[net.Conn]struct{} // in their handshake
+	keep    func(*Auth) bool      // the last Revoke's; nil = everyone proven
 	closed  bool
 
 	nextID atomic.Uint32
@@ -128,17 +129,20 @@ func Listen(endpoint string, opts Options) (*Router, error) {
 }
 
 // Revoke closes every connection whose peer proved an Auth that keep
-// refuses (a key or user removed, or its roles changed); what was queued
-// for them is undelivered. It returns how many it closed.
+// refuses (a key or user removed, or its roles changed), now and as
+// later handshakes end (one under way when the credentials changed);
+// what was queued for them is undelivered. It returns how many it
+// closed now.
 func (r *Router) Revoke(keep func(*Auth) bool) int {
-	r.mu.RLock()
+	r.mu.Lock()
+	r.keep = keep
 	var gone []*routerConn
 	for _, rc := range r.conns {
 		if rc.Auth != nil && !keep(rc.Auth) {
 			gone = append(gone, rc)
 		}
 	}
-	r.mu.RUnlock()
+	r.mu.Unlock()
 	for _, rc := range gone {
 		rc.end(false)
 	}
@@ -306,6 +310,9 @@ func (r *Router) mayTake(c *Conn) error {
 	id := string(c.Identity)
 	if id != "" && id[0] == 0 {
 		return fmt.Errorf("zmtp: %s announced a routing id starting with a zero byte, which is the router's to give", c.RemoteAddr())
+	}
+	if r.keep != nil && c.Auth != nil && !r.keep(c.Auth) {
+		return fmt.Errorf("zmtp: %s (%s): its credentials were revoked during its handshake", c.RemoteAddr(), c.Auth.Name)
 	}
 	old := r.conns[id]
 	if id == "" || old == nil || old.Auth == nil {

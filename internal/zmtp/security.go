@@ -33,11 +33,11 @@ const (
 
 // Auth is what a peer proved in its handshake.
 type Auth struct {
-	Mechanism string // PLAIN or CURVE
-	Name      string // PLAIN: the user; CURVE: the client's public key (Z85)
-	Roles     uint32 // what ServerSecurity.Admit gave it
-	Proof     string // what Admit checked it against (PLAIN: the user's hash), to see it change
-	Remote    net.Addr
+	Mechanism string   // PLAIN or CURVE
+	Name      string   // PLAIN: the user; CURVE: the client's public key (Z85)
+	Roles     uint32   // what ServerSecurity.Admit gave it
+	Proof     string   // what Admit checked it against (PLAIN: the user's hash), to see it change
+	Remote    net.Addr // where the handshake came from
 }
 
 // ServerSecurity is a Router's mechanisms (nil = NULL: anyone): CURVE

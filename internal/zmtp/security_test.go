@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -404,5 +405,63 @@ func TestDialAny(t *testing.T) {
 	}
 	if _, err := DialAny(context.Background(), " , ", DialOptions{}); err == nil {
 		t.Fatal("no endpoint dialled")
+	}
+	// Two names of one broker: one connection, which stays.
+	port := r.Endpoint()[strings.LastIndex(r.Endpoint(), ":")+1:]
+	for i := range 5 {
+		both, err := DialAny(context.Background(), r.Endpoint()+",tcp://localhost:"+port+","+r.Endpoint(),
+			DialOptions{Identity: []byte("dup"), Security: cs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hello := fmt.Sprintf("hello %d", i)
+		if err := both.WriteMsgs([][]byte{[]byte(hello)}); err != nil {
+			t.Fatal(err)
+		}
+		in.wait(t, "dup|"+hello) // the router has it
+		if err := r.Send("dup", [][]byte{[]byte("still yours")}); err != nil {
+			t.Fatal(err)
+		}
+		_ = both.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if got, err := both.ReadMsg(); err != nil || string(got[0]) != "still yours" {
+			t.Fatalf("the connection DialAny gave: %q %v", got, err)
+		}
+		both.Close()
+	}
+}
+
+// A large CURVE frame holds its size of the receive budget once it is
+// opened: the box's share goes back.
+func TestCurveFrameBudget(t *testing.T) {
+	cpub, csec, _ := NewKeyPair()
+	spub, ssec, _ := NewKeyPair()
+	budget := NewBudget(16 << 20)
+	got := make(chan int64, 1)
+	r, err := Listen("tcp://127.0.0.1:0", Options{Budget: budget, Logger: testLogger(t),
+		Security: &ServerSecurity{Curve: &ssec, Admit: func(*Auth, string) error { return nil }},
+		Receive: func(_ string, frames [][]byte, held Held) {
+			got <- held.total()
+			budget.Release(held)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c, err := Dial(context.Background(), r.Endpoint(), DialOptions{Security: &ClientSecurity{Mechanism: Curve, ServerKey: spub, Public: cpub, Secret: csec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const size = 200_000
+	if err := c.WriteMsgs([][]byte{make([]byte, size)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-got:
+		if n < size || n > size+int64(curveOverhead) {
+			t.Fatalf("a %d-byte CURVE frame holds %d bytes of the budget, want its own size", size, n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing received")
 	}
 }

@@ -374,19 +374,21 @@ function jobList(fixed, opts) {
     return q.toString();
   };
   async function load(append) {
-    if (!append) {
-      applied = filters();
-      ask.replaceChildren(); // a question asked about another list
-    }
+    const want = append ? applied : filters();
+    if (!append) ask.replaceChildren(); // a question asked about another list
     const mine = ++seq;
     let page;
     try {
-      page = await api('GET', '/api/v1/jobs?' + withExtra(applied, { limit: 50, after: append ? next : '' }));
+      page = await api('GET', '/api/v1/jobs?' + withExtra(want, { limit: 50, after: append ? next : '' }));
     } catch (e) {
-      if (mine === seq) list.replaceChildren(el('p', { class: 'err', role: 'alert' }, e.message));
+      if (mine === seq) {
+        list.replaceChildren(el('p', { class: 'err', role: 'alert' }, e.message));
+        bulk.replaceChildren(); // no list on the screen to act on
+      }
       return;
     }
     if (mine !== seq) return;
+    applied = want; // the filters of the list now drawn
     if (!append) rows = [];
     rows.push(...(page.jobs || []).map((j) => jobRow(j, opts, () => load(false))));
     next = page.next || '';
