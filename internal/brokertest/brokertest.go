@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -333,16 +334,24 @@ func (p *Peer) KeepAlive(interval time.Duration) {
 	p.t.Cleanup(func() { close(stop); <-done })
 }
 
-// FreeEndpoint returns tcp://127.0.0.1:PORT with a port free right now, for
-// a broker that must come back on the same address after a restart.
+// FreeEndpoint returns a tcp://127.0.0.1:PORT that nothing listens on
+// now, for a broker a test starts later (a child process, or one on a
+// journal another gave up). The port is outside Linux's ephemeral range
+// (32768-60999): one from that range, free a moment ago, may be taken by
+// any test's outgoing connection before the broker binds it.
 func FreeEndpoint(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // taken
+		}
+		ln.Close()
+		return fmt.Sprintf("tcp://127.0.0.1:%d", port)
 	}
-	defer ln.Close()
-	return "tcp://" + ln.Addr().String()
+	t.Fatal("no free port found between 20000 and 32000")
+	return ""
 }
 
 // Close closes p's connection without a goodbye, as a crashed peer does.
