@@ -426,29 +426,18 @@ func (b *Broker) serveOverview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer b.overviewStreams.Add(-1)
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	send := startSSE(w)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		o, err := b.sharedOverview(r.Context())
-		if err != nil && r.Context().Err() == nil {
+		if err != nil { // the broker stops, or the client left
 			js, _ := json.Marshal(map[string]string{"reason": err.Error()})
-			_, _ = fmt.Fprintf(w, "event: ended\ndata: %s\n\n", js)
-			_ = rc.Flush()
+			send(fmt.Appendf(nil, "event: ended\ndata: %s\n\n", js))
 			return
 		}
 		js, _ := json.Marshal(o)
-		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		_, err = fmt.Fprintf(w, "event: overview\ndata: %s\n\n", js)
-		if err == nil {
-			err = rc.Flush()
-		}
-		_ = rc.SetWriteDeadline(time.Time{}) // over HTTP/2 a deadline left set resets the stream
-		if err != nil {
+		if !send(fmt.Appendf(nil, "event: overview\ndata: %s\n\n", js)) {
 			return
 		}
 		select {

@@ -76,6 +76,27 @@ type Events struct {
 	l *listener
 }
 
+// startSSE answers 200 with a Server-Sent Events stream and returns
+// what writes to it: each text goes out at once (flushed) within 10 s,
+// or send reports false and the stream is over.
+func startSSE(w http.ResponseWriter) (send func(text []byte) bool) {
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	return func(text []byte) bool {
+		// A deadline for this write alone: over HTTP/2 one left set
+		// resets the stream when it passes, written to or not.
+		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		defer rc.SetWriteDeadline(time.Time{})
+		if _, err := w.Write(text); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+}
+
 // Listen adds a listener of the events of queue and msgid ("" = every
 // one). It ends when it falls Options.EventBuffer events behind
 // (ErrDropped), when the broker stops (ErrStopped), or on Close.
@@ -234,21 +255,7 @@ func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer events.Close()
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	send := func(text []byte) bool {
-		// A deadline for this write alone: over HTTP/2 one left set
-		// resets the stream when it passes, written to or not.
-		rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		defer rc.SetWriteDeadline(time.Time{})
-		if _, err := w.Write(text); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
+	send := startSSE(w)
 	if !send([]byte(": listening\n\n")) {
 		return
 	}
