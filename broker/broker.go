@@ -166,7 +166,7 @@ func New(opts Options) (*Broker, error) {
 	}
 	b.creds.Store(creds)
 	if opts.CurveSecretKeyFile != "" {
-		if b.curveSecret, err = ReadSecretKey(opts.CurveSecretKeyFile); err != nil {
+		if b.curveSecret, err = zmtp.ReadKeyFile(opts.CurveSecretKeyFile); err != nil {
 			return nil, fmt.Errorf("curve-secret-key-file: %w", err)
 		}
 	}

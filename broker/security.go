@@ -168,19 +168,6 @@ func uncomment(line string) string {
 	return line
 }
 
-// ReadSecretKey reads a CURVE secret key file (one Z85 line).
-func ReadSecretKey(path string) (zmtp.Key, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return zmtp.Key{}, err
-	}
-	k, err := zmtp.ParseKey(string(b))
-	if err != nil {
-		return k, fmt.Errorf("%s: %w", path, err)
-	}
-	return k, nil
-}
-
 // ReloadCredentials re-reads CurveClients and PlainUsers and closes the
 // connections of the peers they no longer allow as they were; on an
 // error the peers allowed stay as they were.

@@ -3,7 +3,6 @@ package client
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/eventmq/emq/internal/zmtp"
 )
@@ -51,15 +50,11 @@ func (s Security) Dial() (*zmtp.ClientSecurity, error) {
 }
 
 // ReadKeyFile reads a key file emq keygen wrote (NAME.key or NAME.pub):
-// the key in Z85.
+// the key in Z85, for Security.
 func ReadKeyFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	k, err := zmtp.ReadKeyFile(path)
 	if err != nil {
 		return "", err
-	}
-	k, err := zmtp.ParseKey(string(b))
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
 	}
 	return k.String(), nil
 }

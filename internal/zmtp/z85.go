@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"golang.org/x/crypto/curve25519"
@@ -77,6 +78,20 @@ func ParseKey(s string) (Key, error) {
 		return k, err
 	}
 	copy(k[:], b)
+	return k, nil
+}
+
+// ReadKeyFile reads a key file as emq keygen writes it (NAME.key or
+// NAME.pub): one Z85 line.
+func ReadKeyFile(path string) (Key, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Key{}, err
+	}
+	k, err := ParseKey(string(b))
+	if err != nil {
+		return k, fmt.Errorf("%s: %w", path, err)
+	}
 	return k, nil
 }
 
