@@ -342,46 +342,30 @@ func (b *Broker) BulkRemove(ctx context.Context, f JobFilter, confirmed bool) (B
 	case f.State != "pending" && f.State != "done":
 		return BulkResult{}, ErrNeedState
 	}
-	var held map[string]string
-	if f.State == "pending" { // the journal keeps jobs in flight as pending
-		var err error
-		if held, err = b.InFlight(ctx, f.Queue); err != nil {
+	var keep func(*store.Job) bool
+	if st == store.Pending { // the journal keeps jobs in flight as pending
+		held, err := b.InFlight(ctx, f.Queue)
+		if err != nil {
 			return BulkResult{}, err
 		}
+		keep = func(j *store.Job) bool { return held[j.MsgID] == "" }
 	}
-	pending := f.State == "pending"
-	opts := f.ListOptions(time.Now())
-	opts.State, opts.Limit, opts.NoPayloads = st, 1000, true
-	res := BulkResult{DryRun: !confirmed}
-	for {
-		if err := ctx.Err(); err != nil {
-			return res, err
-		}
-		p, err := b.journal.List(opts)
-		if err != nil {
-			return res, err
-		}
-		for _, j := range p.Jobs {
-			if held[j.MsgID] != "" {
-				continue
+	var act func([]*store.Job) (int, error)
+	if confirmed {
+		act = func(jobs []*store.Job) (n int, err error) {
+			for _, j := range jobs {
+				switch err := b.removeJob(ctx, j.MsgID, st == store.Pending); {
+				case err == nil:
+					n++
+				case errors.Is(err, store.ErrNotFound), errors.Is(err, ErrHeld): // gone meanwhile, or dispatched since the count
+				default:
+					return n, err
+				}
 			}
-			res.Matched++
-			if !confirmed {
-				continue
-			}
-			switch err := b.removeJob(ctx, j.MsgID, pending); {
-			case err == nil:
-				res.Done++
-			case errors.Is(err, store.ErrNotFound), errors.Is(err, ErrHeld): // gone meanwhile, or dispatched since the count
-			default:
-				return res, err
-			}
+			return n, nil
 		}
-		if p.Next == "" {
-			return res, nil
-		}
-		opts.After = p.Next
 	}
+	return JobPages(ctx, b.journal, f, st, keep, act)
 }
 
 // overviewCache is the Overview the streams last sent: one a second

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
@@ -111,17 +112,34 @@ func (b *Broker) BulkDead(ctx context.Context, f JobFilter, remove, confirmed bo
 // time, and gives each page to act, which returns how many it retried or
 // removed; with a nil act it only counts them (a dry run).
 func DeadPages(journal store.Journal, f JobFilter, act func([]*store.Job) (int, error)) (BulkResult, error) {
+	return JobPages(context.Background(), journal, f, store.Dead, nil, act)
+}
+
+// JobPages goes through the jobs in state that f matches in journal (from
+// the start: f.After is a listing's, not a bulk action's), 1,000 at a
+// time, leaving out those keep refuses (nil: none), and gives each page
+// to act, which returns how many it changed; with a nil act it only
+// counts them (a dry run). It stops when ctx ends.
+func JobPages(ctx context.Context, journal store.Journal, f JobFilter, state store.State,
+	keep func(*store.Job) bool, act func([]*store.Job) (int, error)) (BulkResult, error) {
 	opts := f.ListOptions(time.Now())
-	opts.State, opts.Limit, opts.After, opts.NoPayloads = store.Dead, 1000, "", true
+	opts.State, opts.Limit, opts.After, opts.NoPayloads = state, 1000, "", true
 	res := BulkResult{DryRun: act == nil}
 	for {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
 		p, err := journal.List(opts)
 		if err != nil {
 			return res, err
 		}
-		res.Matched += len(p.Jobs)
-		if act != nil && len(p.Jobs) > 0 {
-			n, err := act(p.Jobs)
+		jobs := p.Jobs
+		if keep != nil {
+			jobs = slices.DeleteFunc(jobs, func(j *store.Job) bool { return !keep(j) })
+		}
+		res.Matched += len(jobs)
+		if act != nil && len(jobs) > 0 {
+			n, err := act(jobs)
 			res.Done += n
 			if err != nil {
 				return res, err
