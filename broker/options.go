@@ -203,6 +203,9 @@ func (o Options) Validate() error {
 	if (o.CurveSecretKeyFile == "") != (o.CurveClients == "") {
 		return fmt.Errorf("curve-secret-key-file and curve-clients go together: set both, or neither")
 	}
+	if strings.HasSuffix(o.CurveSecretKeyFile, ".pub") { // any 32 bytes pass as a secret: this mistake is silent else
+		return fmt.Errorf("curve-secret-key-file: %s is a public key file; emq keygen writes the secret key as NAME.key", o.CurveSecretKeyFile)
+	}
 	if !o.secured() && !o.AllowAnonymous {
 		for _, ep := range []struct{ name, v string }{{"frontend", o.Frontend}, {"backend", o.Backend},
 			{"publisher-incoming", o.PublisherIncoming}, {"publisher-outgoing", o.PublisherOutgoing}} {

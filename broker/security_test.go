@@ -473,6 +473,10 @@ func TestAnonymousNeedsSaying(t *testing.T) {
 	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "go together") {
 		t.Fatalf("a secret key without clients: %v", err)
 	}
+	o.CurveSecretKeyFile, o.CurveClients = "broker.pub", "clients"
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "public key file") {
+		t.Fatalf("a public key file as the secret key: %v", err)
+	}
 }
 
 // Wrong PLAIN passwords from one address: after MaxGuesses, even the

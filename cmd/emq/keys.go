@@ -179,6 +179,12 @@ func securityFrom(c *config) (client.Security, error) {
 	if (server == "") != (keyFile == "") {
 		return s, errors.New("curve-server-key and curve-key-file go together: set both, or neither")
 	}
+	switch {
+	case strings.HasSuffix(keyFile, ".pub"): // any 32 bytes pass as a secret: this mistake is silent else
+		return s, fmt.Errorf("curve-key-file: %s is a public key file; give this peer's secret key, NAME.key", keyFile)
+	case strings.HasSuffix(server, ".key"):
+		return s, fmt.Errorf("curve-server-key: %s is a secret key file; give the broker's public key, NAME.pub (its secret stays with the broker)", server)
+	}
 	if server != "" {
 		var err error
 		if _, perr := zmtp.ParseKey(server); perr == nil {

@@ -85,6 +85,12 @@ func TestKeysPasswdAndSIGHUP(t *testing.T) {
 	if _, _, err := send(); err == nil {
 		t.Fatal("a NULL send got through")
 	}
+	if _, stderr, err := send("--curve-server-key", in("broker.key"), "--curve-key-file", in("app.key")); err == nil || !strings.Contains(stderr, "secret key file") {
+		t.Fatalf("the broker's secret key as the server key: %v\n%s", err, stderr)
+	}
+	if _, stderr, err := send("--curve-server-key", in("broker.pub"), "--curve-key-file", in("app.pub")); err == nil || !strings.Contains(stderr, "public key file") {
+		t.Fatalf("a public key as this peer's secret: %v\n%s", err, stderr)
+	}
 
 	// The app's key removed, SIGHUP: it cannot connect again.
 	write(pub("runner") + " worker\n")
