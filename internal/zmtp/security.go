@@ -24,9 +24,8 @@ import (
 // secureOpen: the greeting, the mechanism's commands, then, for CURVE,
 // every frame travels boxed in a MESSAGE (curveCodec).
 
-// Mechanisms.
+// Mechanisms of ours (NULL is zmq4's handshake).
 const (
-	Null  = "NULL"
 	Plain = "PLAIN"
 	Curve = "CURVE"
 )
