@@ -59,43 +59,15 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// Bolt is the Journal in one bbolt file.
-//
-// One goroutine (the committer) owns every write. Writes queue under qmu;
-// the committer takes all that are queued (up to MaxBatch), applies them in
-// one transaction, commits (bbolt fsyncs), and then calls their done
-// functions. While one commit runs the next batch gathers, so concurrent
-// writers share fsyncs without any fixed delay. Reads use their own
-// read-only transactions and never wait for the committer.
+// Bolt is the Journal in one bbolt file. Its commits are bbolt
+// transactions, each fsynced; the committer is the journal's (core.go).
 type Bolt struct {
+	journal
 	path string
-	opts Options
 
-	dbmu sync.RWMutex // held for reading by every use of db; for writing by a compaction's swap
-	db   *bolt.DB
-
-	qmu     sync.Mutex
-	queue   []write
-	closing bool
-	wake    chan struct{} // cap 1: there are writes queued
-	stopped chan struct{} // closed when the committer has finished
-	dropped time.Time     // the committer's last dropMapping
-}
-
-// write is one queued change. apply runs inside the transaction; it
-// returns a refusal that concerns only its own job (not found, damaged,
-// wrong state) as a jobError, before it has changed anything, and any
-// other error aborts the whole transaction. finish runs after the commit
-// with the write's outcome: nil when durable, its own refusal, or the
-// transaction's failure. A write with alone set instead runs it on the
-// committer between two transactions (compaction), and gets finish only
-// if it never ran.
-type write struct {
-	apply  func(tx *bolt.Tx) error
-	alone  func()
-	finish func(commitErr error)
-	lazy   bool // may wait LazyDelay for company (see Options)
-	size   int  // bytes it stores (an Append's record)
+	dbmu    sync.RWMutex // held for reading by every use of db; for writing by a compaction's swap
+	db      *bolt.DB
+	dropped time.Time // the committer's last dropMapping
 }
 
 var (
@@ -127,11 +99,12 @@ func Open(path string, opts Options) (*Bolt, error) {
 		db.Close()
 		return nil, fmt.Errorf("journal %s: %w", path, err)
 	}
-	b := &Bolt{path: path, opts: opts, db: db, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	b := &Bolt{path: path, db: db}
+	b.afterCommit = b.dropAfterCommit
 	// Opening walks every page of the file (bbolt rebuilds its free list,
 	// NoFreelistSync below): none of them is needed in memory now.
-	_ = b.view(func(tx *bolt.Tx) error { dropMapping(tx); return nil })
-	go b.commitLoop()
+	b.drop()
+	b.start(path, opts, boltKV{b})
 	return b, nil
 }
 
@@ -165,146 +138,6 @@ func (b *Bolt) Path() string { return b.path }
 // String names the journal in logs.
 func (b *Bolt) String() string { return "bbolt " + b.path }
 
-// enqueue queues a write for the committer.
-func (b *Bolt) enqueue(w write) {
-	if b.opts.ReadOnly && w.alone == nil {
-		w.finish(fmt.Errorf("%w: %s", ErrReadOnly, b.path))
-		return
-	}
-	b.qmu.Lock()
-	if b.closing {
-		b.qmu.Unlock()
-		w.finish(ErrClosed)
-		return
-	}
-	b.queue = append(b.queue, w)
-	b.qmu.Unlock()
-	select {
-	case b.wake <- struct{}{}:
-	default:
-	}
-}
-
-// commitLoop is the committer: it runs until Close and the queue is empty.
-func (b *Bolt) commitLoop() {
-	defer close(b.stopped)
-	var batch []write
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	for {
-		var closing bool
-		batch, closing = b.take(batch[:0])
-		if len(batch) > 0 && !closing && b.opts.LazyDelay > 0 && allLazy(batch) {
-			// Only Completes: give an Append the chance to share the fsync.
-			timer.Reset(b.opts.LazyDelay)
-		wait:
-			for allLazy(batch) && len(batch) < b.opts.MaxBatch {
-				select {
-				case <-b.wake:
-					batch, closing = b.take(batch)
-				case <-timer.C:
-					break wait
-				}
-			}
-			timer.Stop()
-		}
-		if len(batch) > 0 {
-			b.commitAll(batch)
-			clear(batch)
-			continue
-		}
-		if closing {
-			return
-		}
-		<-b.wake
-	}
-}
-
-// take moves queued writes to batch, up to MaxBatch in all.
-func (b *Bolt) take(batch []write) ([]write, bool) {
-	b.qmu.Lock()
-	defer b.qmu.Unlock()
-	n := min(len(b.queue), b.opts.MaxBatch-len(batch))
-	batch = append(batch, b.queue[:n]...)
-	rest := copy(b.queue, b.queue[n:])
-	clear(b.queue[rest:])
-	b.queue = b.queue[:rest]
-	return batch, b.closing
-}
-
-func allLazy(batch []write) bool {
-	for _, w := range batch {
-		if !w.lazy {
-			return false
-		}
-	}
-	return true
-}
-
-// commitAll commits a batch, running any write that must be alone
-// between the transactions before and after it.
-func (b *Bolt) commitAll(batch []write) {
-	for len(batch) > 0 {
-		i := 0
-		for i < len(batch) && batch[i].alone == nil {
-			i++
-		}
-		if i > 0 {
-			b.commit(batch[:i])
-		}
-		if i < len(batch) {
-			batch[i].alone()
-			i++
-		}
-		batch = batch[i:]
-	}
-}
-
-// jobError is a write's refusal that concerns only its own job: the
-// other writes of its transaction go on.
-type jobError struct{ error }
-
-func (e jobError) Unwrap() error { return e.error }
-
-// commit applies a batch in one transaction and reports to each write.
-func (b *Bolt) commit(batch []write) {
-	start := time.Now()
-	own := make([]error, len(batch))
-	err := b.update(func(tx *bolt.Tx) error {
-		for i, w := range batch {
-			if err := w.apply(tx); err != nil {
-				var je jobError
-				if !errors.As(err, &je) {
-					return err
-				}
-				own[i] = je.error
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		err = fmt.Errorf("journal %s: write failed: %w", b.path, err)
-	} else if b.opts.OnCommit != nil {
-		b.opts.OnCommit(len(batch), time.Since(start))
-	}
-	size := 0
-	for i, w := range batch {
-		size += w.size
-		if err != nil {
-			w.finish(err)
-		} else {
-			w.finish(own[i])
-		}
-	}
-	if size >= dropAfter || time.Since(b.dropped) >= dropEvery {
-		// bbolt reads the file's mapping as it writes: it rewrites the
-		// leaves next to what changed, large values included. After the
-		// writes are reported: no ACK waits for this.
-		_ = b.view(func(tx *bolt.Tx) error { dropMapping(tx); return nil })
-		b.dropped = time.Now()
-	}
-}
-
 // A commit storing dropAfter bytes is followed by dropMapping, and any
 // commit dropEvery after the last one: the committer's reads of the file
 // do not pile up in memory, for a few system calls a second.
@@ -313,6 +146,24 @@ const (
 	dropEvery = 250 * time.Millisecond
 )
 
+// dropAfterCommit is the journal's afterCommit.
+func (b *Bolt) dropAfterCommit(size int) {
+	if size >= dropAfter || time.Since(b.dropped) >= dropEvery {
+		// bbolt reads the file's mapping as it writes: it rewrites the
+		// leaves next to what changed, large values included. After the
+		// writes are reported: no ACK waits for this.
+		b.drop()
+		b.dropped = time.Now()
+	}
+}
+
+// drop releases the file's mapping from the process's memory.
+func (b *Bolt) drop() {
+	b.dbmu.RLock()
+	defer b.dbmu.RUnlock()
+	_ = b.db.View(func(tx *bolt.Tx) error { dropMapping(tx); return nil })
+}
+
 // dropMapping releases the pages of the file's mapping from the
 // process's memory (pages_linux.go); tx keeps the mapping in place.
 func dropMapping(tx *bolt.Tx) {
@@ -320,34 +171,12 @@ func dropMapping(tx *bolt.Tx) {
 	dropRange(data, data+uintptr(tx.Size()))
 }
 
-func (b *Bolt) update(fn func(tx *bolt.Tx) error) error {
-	b.dbmu.RLock()
-	defer b.dbmu.RUnlock()
-	return b.db.Update(fn)
-}
-
-func (b *Bolt) view(fn func(tx *bolt.Tx) error) error {
-	b.dbmu.RLock()
-	defer b.dbmu.RUnlock()
-	return b.db.View(fn)
-}
-
 // Close finishes the queued writes, then closes the file. Writes made
 // after Close fail with ErrClosed.
 func (b *Bolt) Close() error {
-	b.qmu.Lock()
-	already := b.closing
-	b.closing = true
-	b.qmu.Unlock()
-	if already {
-		<-b.stopped
+	if b.stop() {
 		return nil
 	}
-	select {
-	case b.wake <- struct{}{}:
-	default:
-	}
-	<-b.stopped
 	b.dbmu.Lock()
 	defer b.dbmu.Unlock()
 	if err := b.db.Close(); err != nil {
@@ -355,6 +184,81 @@ func (b *Bolt) Close() error {
 	}
 	return nil
 }
+
+// Load implements Journal, and then gives the pages it read back to the
+// kernel.
+func (b *Bolt) Load(fn func(*Job) error) error {
+	defer b.drop()
+	return b.journal.Load(fn)
+}
+
+// boltKV is a Bolt's storage: buckets of one bbolt file.
+type boltKV struct{ b *Bolt }
+
+func (k boltKV) update(fn func(t kvTx, mark func() error) error) error {
+	k.b.dbmu.RLock()
+	defer k.b.dbmu.RUnlock()
+	return k.b.db.Update(func(tx *bolt.Tx) error {
+		// Index keys (queue + sequence) and time-ordered msgids land at
+		// the tail.
+		for _, name := range [][]byte{migrations.Jobs, migrations.Pending} {
+			if bkt := tx.Bucket(name); bkt != nil {
+				bkt.FillPercent = appendFill
+			}
+		}
+		return fn(boltTx{tx}, func() error { return nil })
+	})
+}
+
+func (k boltKV) view(fn func(t kvTx) error) error {
+	k.b.dbmu.RLock()
+	defer k.b.dbmu.RUnlock()
+	return k.b.db.View(func(tx *bolt.Tx) error { return fn(boltTx{tx}) })
+}
+
+// boltTx is a bbolt transaction as the journal's logic sees it. A bucket
+// missing (a file of an older schema, open read-only) reads as empty.
+type boltTx struct{ tx *bolt.Tx }
+
+func (t boltTx) get(bucket, key []byte) []byte {
+	if bkt := t.tx.Bucket(bucket); bkt != nil {
+		return bkt.Get(key)
+	}
+	return nil
+}
+
+func (t boltTx) gets(bucket []byte, keys [][]byte) [][]byte {
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = t.get(bucket, k)
+	}
+	return out
+}
+
+func (t boltTx) put(bucket, key, val []byte) error { return t.tx.Bucket(bucket).Put(key, val) }
+func (t boltTx) del(bucket, key []byte) error      { return t.tx.Bucket(bucket).Delete(key) }
+
+func (t boltTx) scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) error {
+	bkt := t.tx.Bucket(bucket)
+	if bkt == nil {
+		return nil
+	}
+	c := bkt.Cursor()
+	k, v := c.First()
+	if from != nil {
+		k, v = c.Seek(from)
+	}
+	for ; k != nil; k, v = c.Next() {
+		if more, err := fn(k, v); !more || err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t boltTx) nextSeq() (uint64, error) { return t.tx.Bucket(migrations.Jobs).NextSequence() }
+func (t boltTx) release(v []byte)         { dropPages(v) }
+func (t boltTx) err() error               { return nil }
 
 // Migrations reports the file's schema version and each known step.
 func (b *Bolt) Migrations() (int, []migrations.Status, error) {

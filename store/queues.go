@@ -6,7 +6,6 @@ import (
 	"math"
 
 	"github.com/eventmq/emq/migrations"
-	bolt "go.etcd.io/bbolt"
 )
 
 // QueueSettings are an operator's controls of one queue, kept in the
@@ -49,7 +48,7 @@ func (s QueueSettings) Validate() error {
 }
 
 // PutQueueSettings implements Journal.
-func (b *Bolt) PutQueueSettings(queue string, s QueueSettings, done func(error)) {
+func (jn *journal) PutQueueSettings(queue string, s QueueSettings, done func(error)) {
 	err := s.Validate()
 	if err == nil && (queue == "" || len(queue) > MaxQueueLen) {
 		err = fmt.Errorf("%w: queue name must be 1 to %d bytes, got %d", ErrBadSettings, MaxQueueLen, len(queue))
@@ -62,8 +61,8 @@ func (b *Bolt) PutQueueSettings(queue string, s QueueSettings, done func(error))
 	}
 	key := []byte(queue)
 	rec, _ := json.Marshal(s) // plain fields: cannot fail
-	b.enqueue(write{
-		apply: func(tx *bolt.Tx) error { return tx.Bucket(migrations.Queues).Put(key, rec) },
+	jn.enqueue(write{
+		apply: func(t kvTx) error { return t.put(migrations.Queues, key, rec) },
 		finish: func(err error) {
 			if done != nil {
 				done(err)
@@ -74,24 +73,20 @@ func (b *Bolt) PutQueueSettings(queue string, s QueueSettings, done func(error))
 }
 
 // QueueSettings implements Journal.
-func (b *Bolt) QueueSettings() (map[string]QueueSettings, error) {
+func (jn *journal) QueueSettings() (map[string]QueueSettings, error) {
 	out := make(map[string]QueueSettings)
-	err := b.view(func(tx *bolt.Tx) error {
-		bkt := tx.Bucket(migrations.Queues)
-		if bkt == nil { // a file from before step 4, open read-only
-			return nil
-		}
-		return bkt.ForEach(func(k, v []byte) error {
+	err := jn.kv.view(func(t kvTx) error {
+		return t.scan(migrations.Queues, nil, func(k, v []byte) (bool, error) {
 			var s QueueSettings
 			if err := json.Unmarshal(v, &s); err != nil {
-				return fmt.Errorf("%w: queue %q's settings: %v", ErrCorrupt, k, err)
+				return false, fmt.Errorf("%w: queue %q's settings: %v", ErrCorrupt, k, err)
 			}
 			out[string(k)] = s
-			return nil
+			return true, nil
 		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("journal %s: %w", b.path, err)
+		return nil, fmt.Errorf("journal %s: %w", jn.name, err)
 	}
 	return out, nil
 }

@@ -9,49 +9,68 @@ import (
 	"time"
 
 	"github.com/eventmq/emq/migrations"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Load implements Journal. It walks the pending index in one read
-// transaction; each job is decoded (copied) only when fn is called, and
-// its payload not at all. The file pages it read are then released from
-// the process's memory (pages_linux.go).
-func (b *Bolt) Load(fn func(*Job) error) error {
-	return b.view(func(tx *bolt.Tx) error {
-		defer dropMapping(tx)
-		jobs := tx.Bucket(migrations.Jobs)
-		c := index(tx, Pending).Cursor()
-		for k, id := c.First(); k != nil; k, id = c.Next() {
-			j, err := b.indexed(jobs, k, id, false)
-			if err != nil {
-				return err
+// transaction, reading the jobs of loadChunk entries at a time; each job
+// is decoded (copied) only when fn is called, and its payload not at all.
+func (jn *journal) Load(fn func(*Job) error) error {
+	return jn.kv.view(func(t kvTx) error {
+		var keys, ids [][]byte
+		flush := func() error {
+			for i, rec := range t.gets(migrations.Jobs, ids) {
+				j, err := jn.indexed(rec, keys[i], ids[i], false)
+				if err != nil {
+					return err
+				}
+				if err := fn(j); err != nil {
+					return err
+				}
 			}
-			if err := fn(j); err != nil {
-				return err
-			}
+			keys, ids = keys[:0], ids[:0]
+			return nil
 		}
-		return nil
+		err := t.scan(migrations.Pending, nil, func(k, id []byte) (bool, error) {
+			keys, ids = append(keys, k), append(ids, id)
+			if len(ids) < loadChunk {
+				return true, nil
+			}
+			return true, flush()
+		})
+		if err == nil {
+			err = flush()
+		}
+		if err == nil {
+			err = t.err()
+		}
+		return err
 	})
 }
 
-// indexed returns the job an index entry (k -> id) names.
-func (b *Bolt) indexed(jobs *bolt.Bucket, k, id []byte, withPayload bool) (*Job, error) {
-	rec := jobs.Get(id)
+// loadChunk is how many jobs Load reads at once.
+const loadChunk = 256
+
+// indexed returns the job an index entry (k -> id) names, from its
+// record rec.
+func (jn *journal) indexed(rec, k, id []byte, withPayload bool) (*Job, error) {
 	if rec == nil {
-		return nil, fmt.Errorf("%w: journal %s: index entry %x names job %q, which is missing", ErrCorrupt, b.path, k, id)
+		return nil, fmt.Errorf("%w: journal %s: index entry %x names job %q, which is missing", ErrCorrupt, jn.name, k, id)
 	}
 	j, err := decodeJob(id, rec, withPayload)
 	if err != nil {
-		return nil, fmt.Errorf("journal %s: %w", b.path, err)
+		return nil, fmt.Errorf("journal %s: %w", jn.name, err)
 	}
 	return j, nil
 }
 
 // Get implements Journal.
-func (b *Bolt) Get(msgid string) (*Job, error) {
+func (jn *journal) Get(msgid string) (*Job, error) {
 	var j *Job
-	err := b.view(func(tx *bolt.Tx) error {
-		rec := tx.Bucket(migrations.Jobs).Get([]byte(msgid))
+	err := jn.kv.view(func(t kvTx) error {
+		rec := t.get(migrations.Jobs, []byte(msgid))
+		if err := t.err(); err != nil {
+			return err
+		}
 		if rec == nil {
 			return fmt.Errorf("%w: %s", ErrNotFound, msgid)
 		}
@@ -63,23 +82,30 @@ func (b *Bolt) Get(msgid string) (*Job, error) {
 }
 
 // Payloads implements Journal: one read transaction; each payload is
-// copied out of the file's mapping, nothing else of the record is read,
-// and the pages a large one lay on are released (pages_linux.go).
-func (b *Bolt) Payloads(msgids []string, fn func(i int, payload []byte, err error)) error {
-	return b.view(func(tx *bolt.Tx) error {
-		jobs := tx.Bucket(migrations.Jobs)
+// copied out of the record, nothing else of it is decoded, and Bolt
+// gives back the pages a large one lay on (pages_linux.go).
+func (jn *journal) Payloads(msgids []string, fn func(i int, payload []byte, err error)) error {
+	return jn.kv.view(func(t kvTx) error {
+		ids := make([][]byte, len(msgids))
 		for i, msgid := range msgids {
-			rec := jobs.Get([]byte(msgid))
+			ids[i] = []byte(msgid)
+		}
+		recs := t.gets(migrations.Jobs, ids)
+		if err := t.err(); err != nil {
+			return err
+		}
+		for i, msgid := range msgids {
+			rec := recs[i]
 			if rec == nil {
 				fn(i, nil, fmt.Errorf("%w: %s", ErrNotFound, msgid))
 				continue
 			}
 			p, err := payloadOf([]byte(msgid), rec)
 			if err != nil {
-				err = fmt.Errorf("journal %s: %w", b.path, err)
+				err = fmt.Errorf("journal %s: %w", jn.name, err)
 			}
 			c := clone(p)
-			dropPages(p)
+			t.release(p)
 			fn(i, c, err)
 		}
 		return nil
@@ -87,12 +113,15 @@ func (b *Bolt) Payloads(msgids []string, fn func(i int, payload []byte, err erro
 }
 
 // Result implements Journal.
-func (b *Bolt) Result(msgid string) ([]byte, error) {
+func (jn *journal) Result(msgid string) ([]byte, error) {
 	var out []byte
-	err := b.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(migrations.Results).Get([]byte(msgid))
+	err := jn.kv.view(func(t kvTx) error {
+		v := t.get(migrations.Results, []byte(msgid))
+		if err := t.err(); err != nil {
+			return err
+		}
 		if v != nil && len(v) < 8 {
-			return fmt.Errorf("%w: journal %s: result of %s is %d bytes, too short for its expiry", ErrCorrupt, b.path, msgid, len(v))
+			return fmt.Errorf("%w: journal %s: result of %s is %d bytes, too short for its expiry", ErrCorrupt, jn.name, msgid, len(v))
 		}
 		if v == nil || int64(binary.BigEndian.Uint64(v[:8])) < time.Now().UnixNano() {
 			return fmt.Errorf("%w: no result kept for %s", ErrNotFound, msgid)
@@ -106,7 +135,7 @@ func (b *Bolt) Result(msgid string) ([]byte, error) {
 // List implements Journal. The cursor names the last job shown, by its
 // state's index and key; a queue's jobs are one exact key prefix (the
 // name's length comes first).
-func (b *Bolt) List(opts ListOptions) (Page, error) {
+func (jn *journal) List(opts ListOptions) (Page, error) {
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
@@ -143,67 +172,85 @@ func (b *Bolt) List(opts ListOptions) (Page, error) {
 	scanned := 0
 	var k0 []byte // the last key looked at,
 	var k0s State // in this state's index
-	err := b.view(func(tx *bolt.Tx) error {
-		jobs := tx.Bucket(migrations.Jobs)
+	err := jn.kv.view(func(t kvTx) error {
 		for i, s := range states {
-			idx := index(tx, s)
-			if idx == nil { // done, in a file from before step 5 open read-only
-				continue
+			from, skip := prefix, []byte(nil)
+			if i == 0 && after != nil {
+				from, skip = after, after
 			}
-			c := idx.Cursor()
-			var k, id []byte
-			switch {
-			case i == 0 && after != nil:
-				if k, id = c.Seek(after); bytes.Equal(k, after) {
-					k, id = c.Next()
-				}
-			case prefix != nil:
-				k, id = c.Seek(prefix)
-			default:
-				k, id = c.First()
-			}
-			for ; k != nil; k, id = c.Next() {
-				if prefix != nil && !bytes.HasPrefix(k, prefix) {
-					break
-				}
-				if _, ok := splitQueueKey(k); !ok {
-					continue // a malformed key is left alone
-				}
-				if len(page.Jobs) == opts.Limit { // there is more: this page ends here
-					page.Next = cursor(page.Jobs[len(page.Jobs)-1])
-					return nil
-				}
-				if scanned == opts.MaxScan { // looked at enough: go on from the last one
-					page.Next = k0s.String() + ":" + hex.EncodeToString(k0)
-					return nil
-				}
-				scanned++
-				k0, k0s = append(k0[:0], k...), s
-				if !bytes.HasPrefix(id, []byte(opts.MsgIDPrefix)) {
-					continue
-				}
-				var j *Job
-				var err error
-				if opts.filtered() || opts.NoPayloads {
-					if j, err = b.indexed(jobs, k, id, false); err != nil {
-						return err
+			var keys, ids [][]byte
+			stop := false
+			// take looks at the index entries gathered, with their
+			// records read at once; stop when the page is full.
+			take := func() error {
+				recs := t.gets(migrations.Jobs, ids)
+				for n, k := range keys {
+					id := ids[n]
+					if len(page.Jobs) == opts.Limit { // there is more: this page ends here
+						page.Next, stop = cursor(page.Jobs[len(page.Jobs)-1]), true
+						return nil
 					}
-					if !opts.Matches(j) {
+					if scanned == opts.MaxScan { // looked at enough: go on from the last one
+						page.Next, stop = k0s.String()+":"+hex.EncodeToString(k0), true
+						return nil
+					}
+					scanned++
+					k0, k0s = append(k0[:0], k...), s
+					if !bytes.HasPrefix(id, []byte(opts.MsgIDPrefix)) {
 						continue
 					}
-				}
-				if !opts.NoPayloads { // decoded again, with its payload: matches only
-					if j, err = b.indexed(jobs, k, id, true); err != nil {
-						return err
+					var j *Job
+					var err error
+					if opts.filtered() || opts.NoPayloads {
+						if j, err = jn.indexed(recs[n], k, id, false); err != nil {
+							return err
+						}
+						if !opts.Matches(j) {
+							continue
+						}
 					}
+					if !opts.NoPayloads { // decoded again, with its payload: matches only
+						if j, err = jn.indexed(recs[n], k, id, true); err != nil {
+							return err
+						}
+					}
+					page.Jobs = append(page.Jobs, j)
 				}
-				page.Jobs = append(page.Jobs, j)
+				keys, ids = keys[:0], ids[:0]
+				return t.err()
+			}
+			err := t.scan(index(s), from, func(k, id []byte) (bool, error) {
+				switch {
+				case skip != nil && bytes.Equal(k, skip):
+					return true, nil
+				case prefix != nil && !bytes.HasPrefix(k, prefix):
+					return false, nil
+				}
+				if _, ok := splitQueueKey(k); !ok {
+					return true, nil // a malformed key is left alone
+				}
+				keys, ids = append(keys, bytes.Clone(k)), append(ids, bytes.Clone(id))
+				if len(keys) < listChunk {
+					return true, nil
+				}
+				err := take()
+				return !stop, err
+			})
+			if err == nil && !stop {
+				err = take()
+			}
+			if err != nil || stop {
+				return err
 			}
 		}
-		return nil
+		return t.err()
 	})
 	return page, err
 }
+
+// listChunk is how many index entries List gathers before it reads
+// their jobs, in one read: a bound on the records held at once.
+const listChunk = 32
 
 // cursor points after the last job shown, in its own state's index.
 func cursor(last *Job) string {
@@ -221,23 +268,18 @@ func parseCursor(c string) (State, []byte, error) {
 }
 
 // Counts implements Journal. It reads the index keys only.
-func (b *Bolt) Counts(only ...State) ([]Count, error) {
+func (jn *journal) Counts(only ...State) ([]Count, error) {
 	if len(only) == 0 {
 		only = []State{Pending, Dead, Done}
 	}
 	var out []Count
 	at := map[string]int{}
-	err := b.view(func(tx *bolt.Tx) error {
+	err := jn.kv.view(func(t kvTx) error {
 		for _, s := range only {
-			idx := index(tx, s)
-			if idx == nil { // done, in a file from before step 5 open read-only
-				continue
-			}
-			c := idx.Cursor()
-			for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			err := t.scan(index(s), nil, func(k, _ []byte) (bool, error) {
 				q, ok := splitQueueKey(k)
 				if !ok {
-					continue
+					return true, nil
 				}
 				i, seen := at[q]
 				if !seen {
@@ -253,6 +295,10 @@ func (b *Bolt) Counts(only ...State) ([]Count, error) {
 				case Done:
 					out[i].Done++
 				}
+				return true, nil
+			})
+			if err != nil {
+				return err
 			}
 		}
 		return nil

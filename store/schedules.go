@@ -5,26 +5,25 @@ import (
 	"time"
 
 	"github.com/eventmq/emq/migrations"
-	bolt "go.etcd.io/bbolt"
 )
 
 // validSchedule checks s as validate checks a job: its fires must fit as
 // jobs, whatever their msgids.
-func (b *Bolt) validSchedule(s *Schedule) error {
+func (jn *journal) validSchedule(s *Schedule) error {
 	switch size := MaxIDLen + len(s.Queue) + len(s.Headers) + len(s.Payload); {
 	case s.ID == "" || len(s.ID) > MaxIDLen:
 		return fmt.Errorf("%w: schedule id must be 1 to %d bytes, got %d", ErrBadSchedule, MaxIDLen, len(s.ID))
 	case s.Queue == "" || len(s.Queue) > MaxQueueLen:
 		return fmt.Errorf("%w: queue name must be 1 to %d bytes, got %d", ErrBadSchedule, MaxQueueLen, len(s.Queue))
-	case size > b.opts.MaxJobSize:
-		return fmt.Errorf("%w: schedule %s's jobs would be up to %d bytes, over the journal's limit of %d", ErrTooLarge, s.ID, size, b.opts.MaxJobSize)
+	case size > jn.opts.MaxJobSize:
+		return fmt.Errorf("%w: schedule %s's jobs would be up to %d bytes, over the journal's limit of %d", ErrTooLarge, s.ID, size, jn.opts.MaxJobSize)
 	}
 	return nil
 }
 
 // PutSchedule implements Journal.
-func (b *Bolt) PutSchedule(s *Schedule, done func(created bool, err error)) {
-	if err := b.validSchedule(s); err != nil {
+func (jn *journal) PutSchedule(s *Schedule, done func(created bool, err error)) {
+	if err := jn.validSchedule(s); err != nil {
 		if done != nil {
 			done(false, err)
 		}
@@ -32,12 +31,12 @@ func (b *Bolt) PutSchedule(s *Schedule, done func(created bool, err error)) {
 	}
 	id, rec := []byte(s.ID), s.encode()
 	var created bool
-	b.enqueue(write{
-		apply: func(tx *bolt.Tx) error {
-			bkt := tx.Bucket(migrations.Schedules)
-			created = bkt.Get(id) == nil
-			return bkt.Put(id, rec)
+	jn.enqueue(write{
+		apply: func(t kvTx) error {
+			created = t.get(migrations.Schedules, id) == nil
+			return t.put(migrations.Schedules, id, rec)
 		},
+		reads: []bkey{{migrations.Schedules, id}},
 		finish: func(err error) {
 			if done != nil {
 				done(created && err == nil, err)
@@ -48,17 +47,17 @@ func (b *Bolt) PutSchedule(s *Schedule, done func(created bool, err error)) {
 }
 
 // RemoveSchedule implements Journal.
-func (b *Bolt) RemoveSchedule(id string, done func(found bool, err error)) {
+func (jn *journal) RemoveSchedule(id string, done func(found bool, err error)) {
 	key := []byte(id)
 	var found bool
-	b.enqueue(write{
-		apply: func(tx *bolt.Tx) error {
-			bkt := tx.Bucket(migrations.Schedules)
-			if found = bkt.Get(key) != nil; !found {
+	jn.enqueue(write{
+		apply: func(t kvTx) error {
+			if found = t.get(migrations.Schedules, key) != nil; !found {
 				return nil
 			}
-			return bkt.Delete(key)
+			return t.del(migrations.Schedules, key)
 		},
+		reads: []bkey{{migrations.Schedules, key}},
 		finish: func(err error) {
 			if done != nil {
 				done(found && err == nil, err)
@@ -70,13 +69,13 @@ func (b *Bolt) RemoveSchedule(id string, done func(found bool, err error)) {
 // changeSchedule reads one schedule, lets fn change it, and writes it back
 // (or deletes it when fn says so). fn refuses with a jobError before it
 // changes anything.
-func (b *Bolt) changeSchedule(id string, fn func(tx *bolt.Tx, s *Schedule) (remove bool, err error), done func(*Schedule, error)) {
+func (jn *journal) changeSchedule(id string, reads []bkey, fn func(t kvTx, s *Schedule) (remove bool, err error), done func(*Schedule, error)) {
 	key := []byte(id)
 	var out *Schedule
-	b.enqueue(write{
-		apply: func(tx *bolt.Tx) error {
-			bkt := tx.Bucket(migrations.Schedules)
-			rec := bkt.Get(key)
+	jn.enqueue(write{
+		reads: append(reads, bkey{migrations.Schedules, key}),
+		apply: func(t kvTx) error {
+			rec := t.get(migrations.Schedules, key)
 			if rec == nil {
 				return jobError{fmt.Errorf("%w: %s", ErrNoSchedule, id)}
 			}
@@ -84,15 +83,15 @@ func (b *Bolt) changeSchedule(id string, fn func(tx *bolt.Tx, s *Schedule) (remo
 			if err != nil {
 				return jobError{err}
 			}
-			remove, err := fn(tx, s)
+			remove, err := fn(t, s)
 			if err != nil {
 				return err
 			}
 			out = s
 			if remove {
-				return bkt.Delete(key)
+				return t.del(migrations.Schedules, key)
 			}
-			return bkt.Put(key, s.encode())
+			return t.put(migrations.Schedules, key, s.encode())
 		},
 		finish: func(err error) {
 			if done == nil {
@@ -107,18 +106,22 @@ func (b *Bolt) changeSchedule(id string, fn func(tx *bolt.Tx, s *Schedule) (remo
 }
 
 // PauseSchedule implements Journal.
-func (b *Bolt) PauseSchedule(id string, paused bool, done func(*Schedule, error)) {
-	b.changeSchedule(id, func(_ *bolt.Tx, s *Schedule) (bool, error) {
+func (jn *journal) PauseSchedule(id string, paused bool, done func(*Schedule, error)) {
+	jn.changeSchedule(id, nil, func(_ kvTx, s *Schedule) (bool, error) {
 		s.Paused = paused
 		return false, nil
 	}, done)
 }
 
 // FireSchedule implements Journal.
-func (b *Bolt) FireSchedule(id string, due, next time.Time, msgid string, done func(j *Job, dup bool, err error)) {
+func (jn *journal) FireSchedule(id string, due, next time.Time, msgid string, done func(j *Job, dup bool, err error)) {
 	var job *Job
 	var dup bool
-	b.changeSchedule(id, func(tx *bolt.Tx, s *Schedule) (bool, error) {
+	var reads []bkey
+	if msgid != "" {
+		reads = takenReads([]byte(msgid))
+	}
+	jn.changeSchedule(id, reads, func(t kvTx, s *Schedule) (bool, error) {
 		if !s.Next.Equal(due) {
 			return false, jobError{fmt.Errorf("%w: schedule %s is due at %s, not %s: that fire was made", ErrWrongState,
 				id, s.Next.UTC().Format(time.RFC3339Nano), due.UTC().Format(time.RFC3339Nano))}
@@ -128,11 +131,11 @@ func (b *Bolt) FireSchedule(id string, due, next time.Time, msgid string, done f
 		}
 		if msgid != "" {
 			j := &Job{MsgID: msgid, Queue: s.Queue, Headers: s.Headers, Payload: s.Payload, Enqueued: time.Now(), State: Pending}
-			if err := b.validate(j); err != nil {
+			if err := jn.validate(j); err != nil {
 				return false, jobError{err}
 			}
 			var err error
-			if dup, err = b.store(tx, j); err != nil {
+			if dup, err = jn.store(t, j); err != nil {
 				return false, err
 			}
 			j.PayloadSize = len(j.Payload)
@@ -158,76 +161,78 @@ func (b *Bolt) FireSchedule(id string, due, next time.Time, msgid string, done f
 
 // store puts a new pending job in tx as Append does, setting its Seq;
 // dup when its msgid is stored (or done with its result kept).
-func (b *Bolt) store(tx *bolt.Tx, j *Job) (dup bool, err error) {
+func (jn *journal) store(t kvTx, j *Job) (dup bool, err error) {
 	id := []byte(j.MsgID)
-	jobs, pending := tx.Bucket(migrations.Jobs), tx.Bucket(migrations.Pending)
-	if dup, err := taken(tx, id); dup || err != nil {
+	if dup, err := taken(t, id); dup || err != nil {
 		return dup, err
 	}
-	if j.Seq, err = jobs.NextSequence(); err != nil {
+	if j.Seq, err = t.nextSeq(); err != nil {
 		return false, err
 	}
-	if err := jobs.Put(id, j.encode()); err != nil {
+	if err := t.put(migrations.Jobs, id, j.encode()); err != nil {
 		return false, err
 	}
-	return false, pending.Put(queueKey(j.Queue, j.Seq), id)
+	return false, t.put(migrations.Pending, queueKey(j.Queue, j.Seq), id)
 }
 
 // LoadSchedules implements Journal.
-func (b *Bolt) LoadSchedules(fn func(*Schedule) error) error {
-	return b.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(migrations.Schedules).ForEach(func(k, v []byte) error {
+func (jn *journal) LoadSchedules(fn func(*Schedule) error) error {
+	return jn.kv.view(func(t kvTx) error {
+		return t.scan(migrations.Schedules, nil, func(k, v []byte) (bool, error) {
 			s, err := decodeSchedule(k, v)
 			if err != nil {
-				return fmt.Errorf("journal %s: %w", b.path, err)
+				return false, fmt.Errorf("journal %s: %w", jn.name, err)
 			}
-			return fn(s)
+			return true, fn(s)
 		})
 	})
 }
 
 // ListSchedules implements Journal.
-func (b *Bolt) ListSchedules(after string, limit int) ([]*Schedule, string, error) {
+func (jn *journal) ListSchedules(after string, limit int) ([]*Schedule, string, error) {
 	if limit <= 0 {
 		limit = 100
 	}
 	var out []*Schedule
 	next := ""
-	err := b.view(func(tx *bolt.Tx) error {
-		c := tx.Bucket(migrations.Schedules).Cursor()
-		k, v := c.First()
+	err := jn.kv.view(func(t kvTx) error {
+		var from []byte
 		if after != "" {
-			if k, v = c.Seek([]byte(after)); k != nil && string(k) == after {
-				k, v = c.Next()
-			}
+			from = []byte(after)
 		}
-		for ; k != nil; k, v = c.Next() {
-			if len(out) == limit {
+		return t.scan(migrations.Schedules, from, func(k, v []byte) (bool, error) {
+			switch {
+			case string(k) == after:
+				return true, nil
+			case len(out) == limit:
 				next = out[len(out)-1].ID
-				return nil
+				return false, nil
 			}
 			s, err := decodeSchedule(k, v)
 			if err != nil {
-				return fmt.Errorf("journal %s: %w", b.path, err)
+				return false, fmt.Errorf("journal %s: %w", jn.name, err)
 			}
 			out = append(out, s)
-		}
-		return nil
+			return true, nil
+		})
 	})
 	return out, next, err
 }
 
 // GetSchedule implements Journal.
-func (b *Bolt) GetSchedule(id string) (*Schedule, error) {
+func (jn *journal) GetSchedule(id string) (*Schedule, error) {
 	var s *Schedule
-	err := b.view(func(tx *bolt.Tx) error {
-		rec := tx.Bucket(migrations.Schedules).Get([]byte(id))
+	err := jn.kv.view(func(t kvTx) error {
+		rec := t.get(migrations.Schedules, []byte(id))
+		if err := t.err(); err != nil {
+			return err
+		}
 		if rec == nil {
 			return fmt.Errorf("%w: %s", ErrNoSchedule, id)
 		}
 		var err error
 		if s, err = decodeSchedule([]byte(id), rec); err != nil {
-			return fmt.Errorf("journal %s: %w", b.path, err)
+			return fmt.Errorf("journal %s: %w", jn.name, err)
 		}
 		return nil
 	})

@@ -7,25 +7,24 @@ import (
 	"time"
 
 	"github.com/eventmq/emq/migrations"
-	bolt "go.etcd.io/bbolt"
 )
 
 // index returns the index bucket of a state.
-func index(tx *bolt.Tx, s State) *bolt.Bucket {
+func index(s State) []byte {
 	switch s {
 	case Dead:
-		return tx.Bucket(migrations.Dead)
+		return migrations.Dead
 	case Done:
-		return tx.Bucket(migrations.Done)
+		return migrations.Done
 	}
-	return tx.Bucket(migrations.Pending)
+	return migrations.Pending
 }
 
-func (b *Bolt) validate(j *Job) error {
+func (jn *journal) validate(j *Job) error {
 	size := len(j.MsgID) + len(j.Queue) + len(j.Headers) + len(j.Payload) + len(j.ClientID) + len(j.LastError)
 	switch {
-	case size > b.opts.MaxJobSize:
-		return fmt.Errorf("%w: job %s is %d bytes, over the journal's limit of %d", ErrTooLarge, j.MsgID, size, b.opts.MaxJobSize)
+	case size > jn.opts.MaxJobSize:
+		return fmt.Errorf("%w: job %s is %d bytes, over the journal's limit of %d", ErrTooLarge, j.MsgID, size, jn.opts.MaxJobSize)
 	case j.MsgID == "" || len(j.MsgID) > MaxIDLen:
 		return fmt.Errorf("%w: msgid must be 1 to %d bytes, got %d", ErrInvalidJob, MaxIDLen, len(j.MsgID))
 	case j.Queue == "" || len(j.Queue) > MaxQueueLen:
@@ -36,8 +35,8 @@ func (b *Bolt) validate(j *Job) error {
 
 // Append implements Journal. The record is encoded on the caller's
 // goroutine; the committer only sets its sequence.
-func (b *Bolt) Append(j *Job, done func(dup bool, err error)) {
-	if err := b.validate(j); err != nil {
+func (jn *journal) Append(j *Job, done func(dup bool, err error)) {
+	if err := jn.validate(j); err != nil {
 		if done != nil {
 			done(false, err)
 		}
@@ -53,23 +52,22 @@ func (b *Bolt) Append(j *Job, done func(dup bool, err error)) {
 	queue := j.Queue
 	var dup bool
 	var seq uint64
-	b.enqueue(write{
-		apply: func(tx *bolt.Tx) error {
-			jobs, pending := tx.Bucket(migrations.Jobs), tx.Bucket(migrations.Pending)
-			jobs.FillPercent, pending.FillPercent = appendFill, appendFill
+	jn.enqueue(write{
+		apply: func(t kvTx) error {
 			var err error
-			if dup, err = taken(tx, id); dup || err != nil {
+			if dup, err = taken(t, id); dup || err != nil {
 				return err
 			}
-			if seq, err = jobs.NextSequence(); err != nil {
+			if seq, err = t.nextSeq(); err != nil {
 				return err
 			}
 			binary.BigEndian.PutUint64(val[recSeq:], seq)
-			if err := jobs.Put(id, val); err != nil {
+			if err := t.put(migrations.Jobs, id, val); err != nil {
 				return err
 			}
-			return pending.Put(queueKey(queue, seq), id)
+			return t.put(migrations.Pending, queueKey(queue, seq), id)
 		},
+		reads: takenReads(id),
 		finish: func(err error) {
 			if err == nil && !dup {
 				j.Seq = seq // only once it is stored: a failed commit stored nothing
@@ -85,16 +83,21 @@ func (b *Bolt) Append(j *Job, done func(dup bool, err error)) {
 // taken reports whether msgid id is stored (pending, dead, or done with
 // its result kept), as Append and a schedule's fire see it; a done job
 // whose time is up (not yet swept) is deleted, its msgid free again.
-func taken(tx *bolt.Tx, id []byte) (bool, error) {
-	rec := tx.Bucket(migrations.Jobs).Get(id)
+func taken(t kvTx, id []byte) (bool, error) {
+	rec := t.get(migrations.Jobs, id)
 	switch {
 	case rec == nil:
-		return resultKept(tx, id), nil
-	case len(rec) <= recState || State(rec[recState]) != Done || resultKept(tx, id):
+		return resultKept(t, id), nil
+	case len(rec) <= recState || State(rec[recState]) != Done || resultKept(t, id):
 		return true, nil
 	}
-	_, err := deleteJob(tx, id)
+	_, err := deleteJob(t, id)
 	return false, err
+}
+
+// takenReads are the keys taken reads.
+func takenReads(id []byte) []bkey {
+	return []bkey{{migrations.Jobs, id}, {migrations.Results, id}}
 }
 
 // appendFill is how full bbolt packs pages split by appends. Index keys
@@ -105,9 +108,8 @@ const appendFill = 0.95
 
 // deleteJob removes a job and its index entry; found is false when it
 // was not stored.
-func deleteJob(tx *bolt.Tx, id []byte) (found bool, err error) {
-	jobs := tx.Bucket(migrations.Jobs)
-	rec := jobs.Get(id)
+func deleteJob(t kvTx, id []byte) (found bool, err error) {
+	rec := t.get(migrations.Jobs, id)
 	if rec == nil {
 		return false, nil
 	}
@@ -115,17 +117,16 @@ func deleteJob(tx *bolt.Tx, id []byte) (found bool, err error) {
 	if err != nil {
 		return false, jobError{err}
 	}
-	if err := index(tx, state).Delete(key); err != nil {
+	if err := t.del(index(state), key); err != nil {
 		return false, err
 	}
-	return true, jobs.Delete(id)
+	return true, t.del(migrations.Jobs, id)
 }
 
 // keepDone makes a stored job done: its state, its finish time and its
 // index entry move; found is false when it was not stored.
-func keepDone(tx *bolt.Tx, id []byte, now time.Time, trail []TrailEvent) (found bool, err error) {
-	jobs := tx.Bucket(migrations.Jobs)
-	rec := jobs.Get(id)
+func keepDone(t kvTx, id []byte, now time.Time, trail []TrailEvent) (found bool, err error) {
+	rec := t.get(migrations.Jobs, id)
 	if rec == nil {
 		return false, nil
 	}
@@ -134,37 +135,38 @@ func keepDone(tx *bolt.Tx, id []byte, now time.Time, trail []TrailEvent) (found 
 		return false, jobError{err}
 	}
 	key := queueKey(j.Queue, j.Seq)
-	if err := index(tx, j.State).Delete(key); err != nil {
+	if err := t.del(index(j.State), key); err != nil {
 		return false, err
 	}
-	if err := index(tx, Done).Put(key, id); err != nil {
+	if err := t.put(migrations.Done, key, id); err != nil {
 		return false, err
 	}
 	j.State, j.Finished, j.NotBefore = Done, now, time.Time{}
 	j.Trail = withTrail(j.Trail, trail)
-	return true, jobs.Put(id, j.encode())
+	return true, t.put(migrations.Jobs, id, j.encode())
 }
 
 // Complete implements Journal.
-func (b *Bolt) Complete(msgid string, result []byte, keepUntil time.Time, trail []TrailEvent, done func(found bool, err error)) {
+func (jn *journal) Complete(msgid string, result []byte, keepUntil time.Time, trail []TrailEvent, done func(found bool, err error)) {
 	id := []byte(msgid)
 	now := time.Now()
 	var found bool
-	b.enqueue(write{
-		apply: func(tx *bolt.Tx) (err error) {
+	jn.enqueue(write{
+		apply: func(t kvTx) (err error) {
 			if keepUntil.IsZero() {
-				found, err = deleteJob(tx, id)
+				found, err = deleteJob(t, id)
 				return err
 			}
-			if found, err = keepDone(tx, id, now, trail); err != nil || !found {
+			if found, err = keepDone(t, id, now, trail); err != nil || !found {
 				return err
 			}
 			exp := migrations.ExpiryBytes(keepUntil.UnixNano())
-			if err := tx.Bucket(migrations.Results).Put(id, append(exp, result...)); err != nil {
+			if err := t.put(migrations.Results, id, append(exp, result...)); err != nil {
 				return err
 			}
-			return tx.Bucket(migrations.ResultExp).Put(migrations.ResultExpKey(exp, id), nil)
+			return t.put(migrations.ResultExp, migrations.ResultExpKey(exp, id), nil)
 		},
+		reads: []bkey{{migrations.Jobs, id}},
 		finish: func(err error) {
 			if done != nil {
 				done(found && err == nil, err)
@@ -176,23 +178,24 @@ func (b *Bolt) Complete(msgid string, result []byte, keepUntil time.Time, trail 
 
 // resultKept reports whether the job msgid is done and its result not yet
 // expired: sent again, it is a duplicate, not a new job.
-func resultKept(tx *bolt.Tx, id []byte) bool {
-	v := tx.Bucket(migrations.Results).Get(id)
+func resultKept(t kvTx, id []byte) bool {
+	v := t.get(migrations.Results, id)
 	return len(v) >= 8 && int64(binary.BigEndian.Uint64(v[:8])) >= time.Now().UnixNano()
 }
 
 // Remove implements Journal. A done job's kept result goes with it, so
 // its msgid is free again.
-func (b *Bolt) Remove(msgid string, done func(found bool, err error)) {
+func (jn *journal) Remove(msgid string, done func(found bool, err error)) {
 	id := []byte(msgid)
 	var found bool
-	b.enqueue(write{
-		apply: func(tx *bolt.Tx) (err error) {
-			if found, err = deleteJob(tx, id); err != nil || !found {
+	jn.enqueue(write{
+		apply: func(t kvTx) (err error) {
+			if found, err = deleteJob(t, id); err != nil || !found {
 				return err
 			}
-			return tx.Bucket(migrations.Results).Delete(id) // its expiry entry finds nothing to delete
+			return t.del(migrations.Results, id) // its expiry entry finds nothing to delete
 		},
+		reads: []bkey{{migrations.Jobs, id}},
 		finish: func(err error) {
 			if done != nil {
 				done(found && err == nil, err)
@@ -203,13 +206,13 @@ func (b *Bolt) Remove(msgid string, done func(found bool, err error)) {
 
 // change reads one job, lets fn change it (and its index entries), and
 // writes it back. fn refuses with a jobError before it changes anything.
-func (b *Bolt) change(msgid string, fn func(tx *bolt.Tx, j *Job) error, done func(*Job, error)) {
+func (jn *journal) change(msgid string, fn func(t kvTx, j *Job) error, done func(*Job, error)) {
 	id := []byte(msgid)
 	var out *Job
-	b.enqueue(write{
-		apply: func(tx *bolt.Tx) error {
-			jobs := tx.Bucket(migrations.Jobs)
-			rec := jobs.Get(id)
+	jn.enqueue(write{
+		reads: []bkey{{migrations.Jobs, id}},
+		apply: func(t kvTx) error {
+			rec := t.get(migrations.Jobs, id)
 			if rec == nil {
 				return jobError{fmt.Errorf("%w: %s", ErrNotFound, msgid)}
 			}
@@ -217,11 +220,11 @@ func (b *Bolt) change(msgid string, fn func(tx *bolt.Tx, j *Job) error, done fun
 			if err != nil {
 				return jobError{err}
 			}
-			if err := fn(tx, j); err != nil {
+			if err := fn(t, j); err != nil {
 				return err
 			}
 			out = j
-			return jobs.Put(id, j.encode())
+			return t.put(migrations.Jobs, id, j.encode())
 		},
 		finish: func(err error) {
 			if done == nil {
@@ -236,8 +239,8 @@ func (b *Bolt) change(msgid string, fn func(tx *bolt.Tx, j *Job) error, done fun
 }
 
 // RecordAttempt implements Journal.
-func (b *Bolt) RecordAttempt(msgid, reason string, notBefore time.Time, trail []TrailEvent, done func(*Job, error)) {
-	b.change(msgid, func(_ *bolt.Tx, j *Job) error {
+func (jn *journal) RecordAttempt(msgid, reason string, notBefore time.Time, trail []TrailEvent, done func(*Job, error)) {
+	jn.change(msgid, func(_ kvTx, j *Job) error {
 		if j.State != Pending {
 			return jobError{fmt.Errorf("%w: job %s is %s, not pending", ErrWrongState, msgid, j.State)}
 		}
@@ -249,114 +252,152 @@ func (b *Bolt) RecordAttempt(msgid, reason string, notBefore time.Time, trail []
 }
 
 // Bury implements Journal.
-func (b *Bolt) Bury(msgid, reason string, trail []TrailEvent, done func(*Job, error)) {
-	b.change(msgid, func(tx *bolt.Tx, j *Job) error {
+func (jn *journal) Bury(msgid, reason string, trail []TrailEvent, done func(*Job, error)) {
+	jn.change(msgid, func(t kvTx, j *Job) error {
 		if j.State != Pending {
 			return jobError{fmt.Errorf("%w: job %s is %s already", ErrWrongState, msgid, j.State)}
 		}
 		key := queueKey(j.Queue, j.Seq)
-		if err := index(tx, Pending).Delete(key); err != nil {
+		if err := t.del(migrations.Pending, key); err != nil {
 			return err
 		}
 		j.Attempts++
 		j.LastError, j.State, j.NotBefore = reason, Dead, time.Time{}
 		j.Trail = withTrail(j.Trail, trail)
-		return index(tx, Dead).Put(key, []byte(msgid))
+		return t.put(migrations.Dead, key, []byte(msgid))
 	}, done)
 }
 
 // Revive implements Journal.
-func (b *Bolt) Revive(msgid string, trail []TrailEvent, done func(*Job, error)) {
-	b.change(msgid, func(tx *bolt.Tx, j *Job) error {
+func (jn *journal) Revive(msgid string, trail []TrailEvent, done func(*Job, error)) {
+	jn.change(msgid, func(t kvTx, j *Job) error {
 		if j.State != Dead {
 			return jobError{fmt.Errorf("%w: job %s is not dead (it is %s)", ErrWrongState, msgid, j.State)}
 		}
-		if err := index(tx, Dead).Delete(queueKey(j.Queue, j.Seq)); err != nil {
+		if err := t.del(migrations.Dead, queueKey(j.Queue, j.Seq)); err != nil {
 			return err
 		}
-		seq, err := tx.Bucket(migrations.Jobs).NextSequence()
+		seq, err := t.nextSeq()
 		if err != nil {
 			return err
 		}
 		j.Seq, j.State, j.Attempts, j.NotBefore = seq, Pending, 0, time.Time{}
 		j.Trail = withTrail(j.Trail, trail)
-		return index(tx, Pending).Put(queueKey(j.Queue, seq), []byte(msgid))
+		return t.put(migrations.Pending, queueKey(j.Queue, seq), []byte(msgid))
 	}, done)
 }
 
-// countWrite queues a write whose outcome is a count (of what it removed).
-func (b *Bolt) countWrite(apply func(tx *bolt.Tx) (int, error), done func(int, error)) {
-	var n int
-	b.enqueue(write{
-		apply: func(tx *bolt.Tx) (err error) {
-			n, err = apply(tx)
-			return err
-		},
-		finish: func(err error) {
-			if done != nil {
-				done(n, err)
-			}
-		},
-	})
+// bulk queues a write that removes up to most things (0: no bound), as
+// one write, or in passes of at most bulkLimit when the backend sets one
+// (etcd bounds a transaction's operations). apply removes up to limit
+// (0: no bound) and says whether it left more; done gets the total.
+func (jn *journal) bulk(most int, apply func(t kvTx, limit int) (n int, more bool, err error), done func(int, error)) {
+	limit := most
+	if jn.bulkLimit > 0 && (limit == 0 || limit > jn.bulkLimit) {
+		limit = jn.bulkLimit
+	}
+	total := 0
+	var pass func()
+	pass = func() {
+		var n int
+		var more bool
+		jn.enqueue(write{
+			apply: func(t kvTx) (err error) {
+				n, more, err = apply(t, limit)
+				return err
+			},
+			finish: func(err error) {
+				if err == nil {
+					total += n
+				}
+				if err == nil && more && (most == 0 || total < most) {
+					pass() // on the committer: queued behind what came meanwhile
+					return
+				}
+				if done != nil {
+					done(total, err)
+				}
+			},
+		})
+	}
+	pass()
 }
 
 // PurgeQueue implements Journal.
-func (b *Bolt) PurgeQueue(queue string, done func(removed int, err error)) {
-	b.countWrite(func(tx *bolt.Tx) (int, error) {
-		idx, jobs := index(tx, Pending), tx.Bucket(migrations.Jobs)
+func (jn *journal) PurgeQueue(queue string, done func(removed int, err error)) {
+	jn.bulk(0, func(t kvTx, limit int) (int, bool, error) {
 		prefix := queuePrefix(queue)
 		var keys, ids [][]byte
-		c := idx.Cursor()
-		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		more := false
+		err := t.scan(migrations.Pending, prefix, func(k, v []byte) (bool, error) {
+			if !bytes.HasPrefix(k, prefix) {
+				return false, nil
+			}
+			if more = len(keys) == limit && limit > 0; more {
+				return false, nil
+			}
 			if _, ok := splitQueueKey(k); ok { // a malformed key is left alone
 				keys, ids = append(keys, bytes.Clone(k)), append(ids, bytes.Clone(v))
 			}
+			return true, nil
+		})
+		if err != nil {
+			return 0, false, err
 		}
 		for i := range keys {
-			if err := idx.Delete(keys[i]); err != nil {
-				return 0, err
+			if err := t.del(migrations.Pending, keys[i]); err != nil {
+				return 0, false, err
 			}
-			if err := jobs.Delete(ids[i]); err != nil {
-				return 0, err
+			if err := t.del(migrations.Jobs, ids[i]); err != nil {
+				return 0, false, err
 			}
 		}
-		return len(keys), nil
+		return len(keys), more, nil
 	}, done)
 }
 
 // ExpireBatch is the most results one ExpireResults deletes.
 const ExpireBatch = 10000
 
-// ExpireResults implements Journal. One call deletes at most 10,000.
-func (b *Bolt) ExpireResults(now time.Time, done func(removed int, err error)) {
+// ExpireResults implements Journal. One call deletes at most ExpireBatch.
+func (jn *journal) ExpireResults(now time.Time, done func(removed int, err error)) {
 	limit := migrations.ExpiryBytes(now.UnixNano())
-	b.countWrite(func(tx *bolt.Tx) (int, error) {
-		idx, results := tx.Bucket(migrations.ResultExp), tx.Bucket(migrations.Results)
+	jn.bulk(ExpireBatch, func(t kvTx, most int) (int, bool, error) {
 		var keys [][]byte
-		c := idx.Cursor()
-		for k, _ := c.First(); k != nil && len(keys) < ExpireBatch && bytes.Compare(k[:8], limit) <= 0; k, _ = c.Next() {
+		more := false
+		err := t.scan(migrations.ResultExp, nil, func(k, _ []byte) (bool, error) {
+			if bytes.Compare(k[:8], limit) > 0 {
+				return false, nil
+			}
+			if more = len(keys) == most; more {
+				return false, nil
+			}
 			keys = append(keys, bytes.Clone(k))
+			return true, nil
+		})
+		if err != nil {
+			return 0, false, err
 		}
 		removed := 0
 		for _, k := range keys {
-			if err := idx.Delete(k); err != nil {
-				return 0, err
+			if err := t.del(migrations.ResultExp, k); err != nil {
+				return 0, false, err
 			}
 			// Only if the stored result is the one this entry is for (a
 			// msgid can complete again after a re-run, and its new
 			// result is not up): the count is of results, not entries.
-			if v := results.Get(k[8:]); len(v) >= 8 && bytes.Equal(v[:8], k[:8]) {
-				if err := results.Delete(k[8:]); err != nil {
-					return 0, err
+			if v := t.get(migrations.Results, k[8:]); len(v) >= 8 && bytes.Equal(v[:8], k[:8]) {
+				if err := t.del(migrations.Results, k[8:]); err != nil {
+					return 0, false, err
 				}
-				if rec := tx.Bucket(migrations.Jobs).Get(k[8:]); len(rec) > recState && State(rec[recState]) == Done {
-					if _, err := deleteJob(tx, k[8:]); err != nil { // the done job goes with its result
-						return 0, err
+				if rec := t.get(migrations.Jobs, k[8:]); len(rec) > recState && State(rec[recState]) == Done {
+					if _, err := deleteJob(t, k[8:]); err != nil { // the done job goes with its result
+						return 0, false, err
 					}
 				}
 				removed++
 			}
 		}
-		return removed, nil
+		return removed, more, nil
 	}, done)
 }
