@@ -18,6 +18,8 @@ import (
 	"github.com/eventmq/emq/store"
 	"github.com/google/uuid"
 	"go.uber.org/goleak"
+
+	"github.com/eventmq/emq/internal/etcdtest"
 )
 
 var payload200 = bytes.Repeat([]byte("p"), 200)
@@ -273,10 +275,10 @@ func BenchmarkAppendFull(b *testing.B) {
 }
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+	goleak.VerifyTestMain(m, append(etcdtest.Leftovers, goleak.Cleanup(func(code int) {
 		if bigDir != "" {
 			os.RemoveAll(bigDir)
 		}
 		os.Exit(code) // the cleanup replaces goleak's own exit
-	}))
+	}))...)
 }

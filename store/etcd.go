@@ -1,0 +1,602 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/eventmq/emq/migrations"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// EtcdOptions configure a journal on etcd.
+type EtcdOptions struct {
+	// Options: MaxBatch, MaxJobSize, LazyDelay, OnCommit and ReadOnly
+	// mean what they mean for Bolt; LockTimeout is not used.
+	Options
+	// Prefix is where the journal's keys live ("/emq/"): brokers on the
+	// same etcd and prefix share one journal.
+	Prefix string
+	// Guard is the condition every write is made under, in the same etcd
+	// transaction: the broker's leadership (its election key at its
+	// revision). A write that finds it false fails with ErrFenced, and so
+	// does every write after it. None: writes are unguarded.
+	Guard []clientv3.Cmp
+	// MaxTxnOps and MaxRequestBytes are the etcd server's limits on one
+	// transaction (--max-txn-ops, --max-request-bytes; 128 and 1.5 MiB by
+	// default). A batch is split to stay within them; one change that
+	// cannot fit fails with ErrTooLarge.
+	MaxTxnOps       int
+	MaxRequestBytes int
+	// Timeout bounds each request to etcd.
+	Timeout time.Duration
+	// CompactEvery is how often the journal compacts etcd's history to
+	// the revision it had one period before (0: never). Read-only
+	// journals never compact.
+	CompactEvery time.Duration
+}
+
+// DefaultEtcdOptions returns the defaults. MaxJobSize leaves room in one
+// request for a job's keys and a kept result's.
+func DefaultEtcdOptions() EtcdOptions {
+	o := EtcdOptions{Options: DefaultOptions(), Prefix: "/emq/", MaxTxnOps: 128, MaxRequestBytes: 1536 << 10,
+		Timeout: 5 * time.Second, CompactEvery: 10 * time.Second}
+	o.MaxJobSize = EtcdMaxJobSize(o.MaxRequestBytes)
+	return o
+}
+
+// EtcdMaxJobSize is the largest job a journal on etcd stores when one
+// request may carry maxRequest bytes: a job is one value, and a request
+// needs room for the keys beside it.
+func EtcdMaxJobSize(maxRequest int) int { return maxRequest - etcdMargin }
+
+// etcdMargin is what a request carries beside one large value: keys,
+// framing, the guard.
+const etcdMargin = 16 << 10
+
+// Validate reports the first bad option.
+func (o EtcdOptions) Validate() error {
+	opts := o.Options
+	opts.LockTimeout = max(opts.LockTimeout, time.Second)
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case o.Prefix == "" || !strings.HasSuffix(o.Prefix, "/"):
+		return fmt.Errorf("store: etcd prefix must end with /, got %q", o.Prefix)
+	case o.MaxTxnOps < 8:
+		return fmt.Errorf("store: MaxTxnOps must be at least 8, got %d", o.MaxTxnOps)
+	case o.MaxJobSize > EtcdMaxJobSize(o.MaxRequestBytes):
+		return fmt.Errorf("store: max job size %d is over what one etcd request of %d bytes carries (%d)",
+			o.MaxJobSize, o.MaxRequestBytes, EtcdMaxJobSize(o.MaxRequestBytes))
+	case o.Timeout <= 0:
+		return fmt.Errorf("store: etcd Timeout must be > 0, got %v", o.Timeout)
+	case o.CompactEvery < 0:
+		return fmt.Errorf("store: CompactEvery must be >= 0, got %v", o.CompactEvery)
+	}
+	return nil
+}
+
+// Etcd is the Journal under a key prefix of an etcd cluster: a write is
+// durable once etcd has it, which is once a majority of its members hold
+// it. Each bucket of the layout (doc.go) is a key range, PREFIX BUCKET
+// "/" KEY; meta/format says the layout's version and meta/seq the
+// sequences handed out (a block at a time).
+//
+// The committer is the journal's (core.go); each batch becomes one etcd
+// transaction, or a few when it is over MaxTxnOps or MaxRequestBytes, each
+// under the Guard. The keys a batch's writes read are read first, in a few
+// requests. Every read of a view is at one revision, so a listing never
+// sees a job's index without its record.
+type Etcd struct {
+	journal
+	cli  *clientv3.Client
+	opts EtcdOptions
+
+	mu     sync.Mutex
+	fenced error // set once: every write fails with it
+
+	seq, seqTop uint64 // the last sequence given, and the top of the block reserved (committer only)
+
+	stopCompact chan struct{}
+	compacted   sync.WaitGroup
+}
+
+var _ Journal = (*Etcd)(nil)
+
+// Etcd layout facts.
+const (
+	etcdFormat = "1"
+	seqBlock   = 1 << 16 // sequences reserved at a time
+	getChunk   = 32      // keys read in one request: a bound on the records held at once
+	scanPage   = 256     // keys a scan reads at once
+)
+
+var (
+	formatKey = []byte("format")
+	seqKey    = []byte("seq")
+)
+
+// OpenEtcd opens the journal under opts.Prefix on cli (which the caller
+// closes, after the journal). A journal never written is made.
+func OpenEtcd(cli *clientv3.Client, opts EtcdOptions) (*Etcd, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Etcd{cli: cli, opts: opts, stopCompact: make(chan struct{})}
+	e.bulkLimit = opts.MaxTxnOps / 5 // a done job's expiry deletes four keys
+	kv := etcdKV{e}
+	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
+	defer cancel()
+	resp, err := cli.Txn(ctx).Then(clientv3.OpGet(e.key(migrations.Meta, formatKey)), clientv3.OpGet(e.key(migrations.Meta, seqKey))).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("journal on etcd %s: %w", opts.Prefix, err)
+	}
+	format, seq := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	switch {
+	case len(format) == 1 && string(format[0].Value) != etcdFormat:
+		return nil, fmt.Errorf("%w: journal on etcd %s has format %q; this binary knows %q", ErrTooNew, opts.Prefix, format[0].Value, etcdFormat)
+	case len(seq) == 1 && len(seq[0].Value) != 8:
+		return nil, fmt.Errorf("%w: journal on etcd %s: its sequence is %d bytes, not 8", ErrCorrupt, opts.Prefix, len(seq[0].Value))
+	case len(seq) == 1:
+		e.seq = binary.BigEndian.Uint64(seq[0].Value)
+		e.seqTop = e.seq
+	}
+	e.start("on etcd "+opts.Prefix, opts.Options, kv)
+	if len(format) == 0 && !opts.ReadOnly {
+		if err := Wait1(func(done func(error)) {
+			e.enqueue(write{apply: func(t kvTx) error { return t.put(migrations.Meta, formatKey, []byte(etcdFormat)) },
+				finish: done})
+		}); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
+	if opts.CompactEvery > 0 && !opts.ReadOnly {
+		e.compacted.Add(1)
+		go e.compactLoop()
+	}
+	return e, nil
+}
+
+// Wait1 is Wait for a write whose done gets only an error.
+func Wait1(write func(done func(error))) error {
+	_, err := Wait(func(done func(struct{}, error)) {
+		write(func(err error) { done(struct{}{}, err) })
+	})
+	return err
+}
+
+// String names the journal in logs.
+func (e *Etcd) String() string { return "etcd " + e.opts.Prefix }
+
+// Close finishes the queued writes and stops. The client stays open.
+func (e *Etcd) Close() error {
+	if !e.stop() {
+		close(e.stopCompact)
+		e.compacted.Wait()
+	}
+	return nil
+}
+
+// Fenced returns the error that stopped the journal's writes, or nil.
+func (e *Etcd) Fenced() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fenced
+}
+
+func (e *Etcd) fence(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.fenced == nil {
+		e.fenced = err
+	}
+}
+
+func (e *Etcd) key(bucket, key []byte) string {
+	var b strings.Builder
+	b.Grow(len(e.opts.Prefix) + len(bucket) + 1 + len(key))
+	b.WriteString(e.opts.Prefix)
+	b.Write(bucket)
+	b.WriteByte('/')
+	b.Write(key)
+	return b.String()
+}
+
+// bucketEnd is the end of a bucket's key range ('0' follows '/').
+func (e *Etcd) bucketEnd(bucket []byte) string { return e.opts.Prefix + string(bucket) + "0" }
+
+func (e *Etcd) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), e.opts.Timeout)
+}
+
+// compactLoop compacts etcd's history every CompactEvery to the revision
+// seen one period before: the revisions the journal's churn made are
+// freed, and a read that started within the last period still finds its
+// revision.
+func (e *Etcd) compactLoop() {
+	defer e.compacted.Done()
+	tick := time.NewTicker(e.opts.CompactEvery)
+	defer tick.Stop()
+	var last int64
+	for {
+		select {
+		case <-e.stopCompact:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := e.ctx()
+		resp, err := e.cli.Get(ctx, e.key(migrations.Meta, formatKey))
+		if err == nil && last > 0 {
+			_, err = e.cli.Compact(ctx, last)
+		}
+		cancel()
+		if err == nil {
+			last = resp.Header.Revision
+		}
+	}
+}
+
+// etcdKV is an Etcd's storage.
+type etcdKV struct{ e *Etcd }
+
+func (k etcdKV) view(fn func(t kvTx) error) error {
+	t := &etcdTx{e: k.e}
+	if err := fn(t); err != nil {
+		return err
+	}
+	return t.err()
+}
+
+// update runs fn on an overlay of the batch's changes, then commits them
+// in as few guarded transactions as the limits allow.
+func (k etcdKV) update(fn func(t kvTx, mark func() error) error) error {
+	e := k.e
+	if err := e.Fenced(); err != nil {
+		return err
+	}
+	t := &etcdTx{e: e, write: true, over: map[string]overlay{}, cache: map[string][]byte{}}
+	t.chunks = []chunk{{}}
+	if err := fn(t, t.mark); err != nil {
+		e.seqTop = e.seq // a reservation made in this batch is not stored
+		return err
+	}
+	durable := 0
+	for _, c := range t.chunks {
+		if c.to == c.from {
+			durable += c.writes
+			continue
+		}
+		ctx, cancel := e.ctx()
+		resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(lastOfEach(t.ops[c.from:c.to])...).Commit()
+		cancel()
+		if err == nil && !resp.Succeeded {
+			err = fmt.Errorf("%w: its leadership in etcd is gone", ErrFenced)
+		} else if err != nil {
+			// Whether etcd applied it is unknown: the broker stops, and
+			// whoever leads next loads what etcd holds.
+			err = fmt.Errorf("%w: a write to etcd failed, its outcome unknown: %v", ErrFenced, err)
+		}
+		if err != nil {
+			e.fence(err)
+			e.seqTop = e.seq
+			return partial{durable, err}
+		}
+		durable += c.writes
+	}
+	return nil
+}
+
+// lastOfEach keeps each key's last operation (etcd refuses a transaction
+// that names a key twice); in one transaction, they come to the same.
+func lastOfEach(ops []clientv3.Op) []clientv3.Op {
+	last := make(map[string]int, len(ops))
+	for i, op := range ops {
+		last[string(op.KeyBytes())] = i
+	}
+	if len(last) == len(ops) {
+		return ops
+	}
+	out := make([]clientv3.Op, 0, len(last))
+	for i, op := range ops {
+		if last[string(op.KeyBytes())] == i {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// overlay is a batch's change of one key.
+type overlay struct {
+	val []byte
+	del bool
+}
+
+// chunk is a run of a batch's operations committed in one transaction.
+type chunk struct {
+	from, to int // ops
+	bytes    int
+	writes   int
+}
+
+// etcdTx is a view (reads at one revision) or a batch being applied
+// (reads at the latest revision, through the batch's own changes).
+type etcdTx struct {
+	e     *Etcd
+	write bool
+	rev   int64 // a view's revision, once its first read set it
+	first error
+
+	over   map[string]overlay // the batch's changes so far
+	cache  map[string][]byte  // read from etcd this batch (nil: no such key)
+	ops    []clientv3.Op
+	undo   []undo // of the write being applied
+	chunks []chunk
+	mark0  int // where the write being applied starts in ops
+	size   int // its bytes so far
+}
+
+type undo struct {
+	key  string
+	prev overlay
+	had  bool
+}
+
+func (t *etcdTx) err() error { return t.first }
+
+func (t *etcdTx) fail(err error) {
+	if t.first == nil {
+		t.first = fmt.Errorf("journal on etcd %s: %w", t.e.opts.Prefix, err)
+	}
+}
+
+// readOpts pins a view's reads to its revision.
+func (t *etcdTx) readOpts(opts ...clientv3.OpOption) []clientv3.OpOption {
+	if t.rev > 0 {
+		opts = append(opts, clientv3.WithRev(t.rev))
+	}
+	return opts
+}
+
+func (t *etcdTx) seen(rev int64) {
+	if !t.write && t.rev == 0 {
+		t.rev = rev
+	}
+}
+
+func (t *etcdTx) get(bucket, key []byte) []byte {
+	return t.gets(bucket, [][]byte{key})[0]
+}
+
+// gets reads what the batch has not changed or read already, getChunk
+// keys a request, a few requests at once.
+func (t *etcdTx) gets(bucket []byte, keys [][]byte) [][]byte {
+	out := make([][]byte, len(keys))
+	var want []string
+	for _, k := range keys {
+		key := t.e.key(bucket, k)
+		if _, ok := t.known(key); !ok && !slices.Contains(want, key) {
+			want = append(want, key)
+		}
+	}
+	t.fetch(want)
+	for i, k := range keys {
+		out[i], _ = t.known(t.e.key(bucket, k))
+	}
+	return out
+}
+
+// known returns what the batch knows of key: its change, or what was read.
+func (t *etcdTx) known(key string) ([]byte, bool) {
+	if o, ok := t.over[key]; ok {
+		if o.del {
+			return nil, true
+		}
+		return o.val, true
+	}
+	v, ok := t.cache[key]
+	return v, ok
+}
+
+// fetch reads keys into the cache.
+func (t *etcdTx) fetch(keys []string) {
+	if len(keys) == 0 || t.first != nil {
+		return
+	}
+	if t.cache == nil {
+		t.cache = map[string][]byte{}
+	}
+	if !t.write && t.rev == 0 { // pin the view's revision with the first read
+		n := min(len(keys), getChunk)
+		vals, rev, err := t.read(keys[:n])
+		if err != nil {
+			t.fail(err)
+			return
+		}
+		t.seen(rev)
+		for i, k := range keys[:n] {
+			t.cache[k] = vals[i]
+		}
+		keys = keys[n:]
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, 4) // requests at once
+	for len(keys) > 0 {
+		n := min(len(keys), getChunk)
+		part := keys[:n]
+		keys = keys[n:]
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			vals, rev, err := t.read(part)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.fail(err)
+				return
+			}
+			t.seen(rev)
+			for i, k := range part {
+				t.cache[k] = vals[i]
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// read gets keys in one transaction.
+func (t *etcdTx) read(keys []string) ([][]byte, int64, error) {
+	ops := make([]clientv3.Op, len(keys))
+	for i, k := range keys {
+		ops[i] = clientv3.OpGet(k, t.readOpts()...)
+	}
+	ctx, cancel := t.e.ctx()
+	defer cancel()
+	resp, err := t.e.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([][]byte, len(keys))
+	for i, r := range resp.Responses {
+		if kvs := r.GetResponseRange().Kvs; len(kvs) == 1 {
+			out[i] = kvs[0].Value
+		}
+	}
+	return out, resp.Header.Revision, nil
+}
+
+func (t *etcdTx) change(key string, o overlay, op clientv3.Op, size int) {
+	prev, had := t.over[key]
+	t.undo = append(t.undo, undo{key, prev, had})
+	t.over[key] = o
+	t.ops = append(t.ops, op)
+	t.size += size
+}
+
+func (t *etcdTx) put(bucket, key, val []byte) error {
+	k := t.e.key(bucket, key)
+	t.change(k, overlay{val: val}, clientv3.OpPut(k, string(val)), len(k)+len(val)+16)
+	return nil
+}
+
+func (t *etcdTx) del(bucket, key []byte) error {
+	k := t.e.key(bucket, key)
+	t.change(k, overlay{del: true}, clientv3.OpDelete(k), len(k)+16)
+	return nil
+}
+
+// mark ends the write being applied: its operations join the current
+// chunk, or start the next one when they would not fit. A write that
+// cannot fit in any is taken back and refused.
+func (t *etcdTx) mark() error {
+	n, size := len(t.ops)-t.mark0, t.size
+	maxOps, maxBytes := t.e.opts.MaxTxnOps, t.e.opts.MaxRequestBytes-etcdMargin/2
+	if n > maxOps || size > maxBytes {
+		for i := len(t.undo) - 1; i >= 0; i-- {
+			u := t.undo[i]
+			if u.had {
+				t.over[u.key] = u.prev
+			} else {
+				delete(t.over, u.key)
+			}
+		}
+		t.ops = t.ops[:t.mark0]
+		t.e.seqTop = t.e.seq // a reservation it made is gone with it
+		t.undo, t.size = t.undo[:0], 0
+		return fmt.Errorf("%w: one change of %d etcd operations and %d bytes is over the limit of a request (%d operations, %d bytes)",
+			ErrTooLarge, n, size, maxOps, maxBytes)
+	}
+	c := &t.chunks[len(t.chunks)-1]
+	if c.to-c.from+n > maxOps || c.bytes+size > maxBytes {
+		t.chunks = append(t.chunks, chunk{from: t.mark0, to: t.mark0})
+		c = &t.chunks[len(t.chunks)-1]
+	}
+	c.to += n
+	c.bytes += size
+	c.writes++
+	t.mark0, t.undo, t.size = len(t.ops), t.undo[:0], 0
+	return nil
+}
+
+// nextSeq hands out sequences from a block reserved in meta/seq, in the
+// same transaction as the write that first uses it: a leader after this
+// one starts above every sequence this one could have stored.
+func (t *etcdTx) nextSeq() (uint64, error) {
+	e := t.e
+	e.seq++
+	if e.seq >= e.seqTop {
+		e.seqTop = e.seq + seqBlock
+		var v [8]byte
+		binary.BigEndian.PutUint64(v[:], e.seqTop)
+		if err := t.put(migrations.Meta, seqKey, v[:]); err != nil {
+			return 0, err
+		}
+	}
+	return e.seq, nil
+}
+
+func (t *etcdTx) release([]byte) {}
+
+// scan reads the bucket's range a page at a time; a batch's own changes
+// are merged in.
+func (t *etcdTx) scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) error {
+	if t.first != nil {
+		return t.first
+	}
+	start, end := t.e.key(bucket, from), t.e.bucketEnd(bucket)
+	strip := len(t.e.opts.Prefix) + len(bucket) + 1
+	var mine []string // the batch's changed keys in range, in order
+	for k := range t.over {
+		if k >= start && k < end {
+			mine = append(mine, k)
+		}
+	}
+	slices.Sort(mine)
+	emit := func(k string, v []byte) (bool, error) { return fn([]byte(k[strip:]), v) }
+	// flushMine emits the batch's keys before limit ("" = all).
+	flushMine := func(limit string) (bool, error) {
+		for len(mine) > 0 && (limit == "" || mine[0] < limit) {
+			k := mine[0]
+			mine = mine[1:]
+			if o := t.over[k]; !o.del {
+				if more, err := emit(k, o.val); !more || err != nil {
+					return false, err
+				}
+			}
+		}
+		return true, nil
+	}
+	for {
+		ctx, cancel := t.e.ctx()
+		resp, err := t.e.cli.Get(ctx, start, t.readOpts(clientv3.WithRange(end), clientv3.WithLimit(scanPage))...)
+		cancel()
+		if err != nil {
+			t.fail(err)
+			return t.first
+		}
+		t.seen(resp.Header.Revision)
+		for _, kv := range resp.Kvs {
+			k := string(kv.Key)
+			if more, err := flushMine(k); !more || err != nil {
+				return err
+			}
+			if len(mine) > 0 && mine[0] == k { // changed by the batch
+				continue
+			}
+			if more, err := emit(k, kv.Value); !more || err != nil {
+				return err
+			}
+		}
+		if !resp.More {
+			_, err := flushMine("")
+			return err
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}

@@ -1,0 +1,136 @@
+package store_test
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/eventmq/emq/internal/etcdtest"
+	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/storetest"
+)
+
+// TestEtcdConformance runs the journal's conformance suite on a real
+// 3-member etcd cluster, each check under its own prefix.
+func TestEtcdConformance(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 3))
+	var n atomic.Int64
+	storetest.Run(t, storetest.Harness{
+		Fresh: func(t *testing.T, o storetest.Options) func() (store.Journal, error) {
+			opts := store.DefaultEtcdOptions()
+			opts.Prefix = fmt.Sprintf("/conformance/%d/", n.Add(1))
+			opts.MaxJobSize = cmp.Or(o.MaxJobSize, opts.MaxJobSize)
+			return func() (store.Journal, error) { return store.OpenEtcd(cli, opts) }
+		},
+	})
+}
+
+func etcdClient(t testing.TB, c *etcdtest.Cluster) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// TestEtcdSplitsLargeBatches: a thousand appends at once are more than one
+// etcd transaction takes; every one is stored, in order.
+func TestEtcdSplitsLargeBatches(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	opts := store.DefaultEtcdOptions()
+	j, err := store.OpenEtcd(cli, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	const n = 1000
+	errs := make(chan error, n)
+	for i := range n {
+		j.Append(&store.Job{MsgID: fmt.Sprintf("m%04d", i), Queue: "q", Payload: make([]byte, 4000)}, func(_ bool, err error) { errs <- err })
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	i := 0
+	err = j.Load(func(job *store.Job) error {
+		if want := fmt.Sprintf("m%04d", i); job.MsgID != want {
+			return fmt.Errorf("job %d is %s, want %s", i, job.MsgID, want)
+		}
+		i++
+		return nil
+	})
+	if err != nil || i != n {
+		t.Fatalf("loaded %d of %d: %v", i, n, err)
+	}
+}
+
+// TestEtcdGuardFences: once the guard is false (another broker leads),
+// the write that finds out and every later one fail with ErrFenced and
+// store nothing.
+func TestEtcdGuardFences(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	ctx := context.Background()
+	put, err := cli.Put(ctx, "/leader", "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := store.DefaultEtcdOptions()
+	opts.Guard = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision("/leader"), "=", put.Header.Revision)}
+	j, err := store.OpenEtcd(cli, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: "a", Queue: "q"}, done) }); err != nil {
+		t.Fatalf("append while leading: %v", err)
+	}
+	if _, err := cli.Delete(ctx, "/leader"); err != nil { // its lease ended
+		t.Fatal(err)
+	}
+	for _, id := range []string{"b", "c"} {
+		if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: id, Queue: "q"}, done) }); !errors.Is(err, store.ErrFenced) {
+			t.Fatalf("append %s after the leadership went: %v, want ErrFenced", id, err)
+		}
+	}
+	if !errors.Is(j.Fenced(), store.ErrFenced) {
+		t.Fatalf("Fenced() = %v", j.Fenced())
+	}
+	resp, err := cli.Get(ctx, "/emq/jobs/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 1 {
+		t.Fatalf("jobs stored: %d (%v), want only a", resp.Count, err)
+	}
+}
+
+// TestEtcdTooLarge: a job over the size one etcd request carries is
+// refused by name of the limit; the options refuse a limit over it.
+func TestEtcdTooLarge(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	opts := store.DefaultEtcdOptions()
+	j, err := store.OpenEtcd(cli, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	_, err = store.Wait(func(done func(bool, error)) {
+		j.Append(&store.Job{MsgID: "big", Queue: "q", Payload: make([]byte, opts.MaxJobSize+1)}, done)
+	})
+	if !errors.Is(err, store.ErrTooLarge) || !strings.Contains(err.Error(), strconv.Itoa(opts.MaxJobSize)) {
+		t.Fatalf("append over the limit: %v", err)
+	}
+	opts.MaxJobSize = 2 << 20
+	if _, err := store.OpenEtcd(cli, opts); err == nil || !strings.Contains(err.Error(), "etcd request") {
+		t.Fatalf("open with a 2 MiB job limit: %v", err)
+	}
+}
