@@ -145,6 +145,17 @@ type JobPage struct {
 type StatsInfo struct {
 	Counters []NamedCount
 	Errors   []NamedCount
+	// Group, last as "group", says who leads a replicated group and
+	// what this broker is in it; absent for a broker on its own.
+	Group *GroupInfo
+}
+
+// GroupInfo is a broker's place in a replicated group.
+type GroupInfo struct {
+	Role      string `json:"role"`   // "leader" or "standby"
+	Name      string `json:"name"`   // this broker's name in the election
+	Leader    string `json:"leader"` // the leader's name ("" while there is none)
+	Elections int64  `json:"elections"`
 }
 
 // NamedCount is one counter's name and value.
@@ -182,7 +193,13 @@ func (si StatsInfo) MarshalJSON() ([]byte, error) {
 		}
 		member(e.Name, e.Value)
 	}
-	buf.WriteString("}}")
+	buf.WriteByte('}')
+	if si.Group != nil {
+		g, _ := json.Marshal(si.Group)
+		buf.WriteString(`,"group":`)
+		buf.Write(g)
+	}
+	buf.WriteByte('}')
 	return buf.Bytes(), nil
 }
 
@@ -195,6 +212,13 @@ func (si *StatsInfo) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	for _, c := range top {
+		if c.Name == "group" {
+			si.Group = new(GroupInfo)
+			if err := json.Unmarshal(c.raw, si.Group); err != nil {
+				return fmt.Errorf("stats: group: %w", err)
+			}
+			continue
+		}
 		if c.Name != ErrorsName {
 			var v int64
 			if err := json.Unmarshal(c.raw, &v); err != nil {
@@ -259,6 +283,10 @@ func (b *Broker) statsInfo() StatsInfo {
 		for i, v := range []int64{int64(ps.Published), int64(ps.Delivered), int64(ps.Dropped), int64(ps.Subscribers)} {
 			si.Counters = append(si.Counters, NamedCount{PubSubCounters[i], v})
 		}
+	}
+	if g := b.opts.Group; g != nil {
+		info := g.Info()
+		si.Group = &info
 	}
 	return si
 }

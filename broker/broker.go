@@ -751,30 +751,37 @@ func (b *Broker) serveAdmin() (*http.Server, error) {
 	if b.opts.Admin == "" {
 		return nil, nil
 	}
-	ln, err := net.Listen("tcp", b.opts.Admin)
+	srv, addr, err := serveHTTP(b.opts, b.adminHandler(), b.log)
+	b.adminAddr = addr
+	return srv, err
+}
+
+// serveHTTP serves handler on the admin address of o, over TLS when o
+// has a certificate, and returns the bound host:port.
+func serveHTTP(o Options, handler http.Handler, log *slog.Logger) (*http.Server, string, error) {
+	ln, err := net.Listen("tcp", o.Admin)
 	if err != nil {
-		return nil, fmt.Errorf("admin: %w", err)
+		return nil, "", fmt.Errorf("admin: %w", err)
 	}
-	b.adminAddr = ln.Addr().String()
-	srv := &http.Server{Handler: b.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
-	if b.opts.AdminTLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(b.opts.AdminTLSCert, b.opts.AdminTLSKey)
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+	if o.AdminTLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.AdminTLSCert, o.AdminTLSKey)
 		if err != nil {
 			ln.Close()
-			return nil, fmt.Errorf("admin-tls-cert %s, admin-tls-key %s: %w", b.opts.AdminTLSCert, b.opts.AdminTLSKey, err)
+			return nil, "", fmt.Errorf("admin-tls-cert %s, admin-tls-key %s: %w", o.AdminTLSCert, o.AdminTLSKey, err)
 		}
 		// ServeTLS offers HTTP/2 too: one connection carries every
 		// dashboard tab's event streams.
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		go func() {
 			if err := srv.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
-				b.log.Error("admin: HTTPS stopped", "err", err)
+				log.Error("admin: HTTPS stopped", "err", err)
 			}
 		}()
-		return srv, nil
+		return srv, ln.Addr().String(), nil
 	}
 	go srv.Serve(ln)
-	return srv, nil
+	return srv, ln.Addr().String(), nil
 }
 
 // AdminAddr is the admin API's bound host:port (after Ready; "" = none).

@@ -256,7 +256,7 @@ func (b *Broker) authorize(next http.Handler) http.Handler {
 // holds and the journal's indexes, never from listing jobs.
 type Overview struct {
 	Time       time.Time   `json:"time"`
-	Role       string      `json:"role"` // "single": one broker on its own journal
+	Role       string      `json:"role"` // "single": one broker on its own journal; "leader" of a group
 	Ready      bool        `json:"ready"`
 	Stats      StatsInfo   `json:"stats"`
 	Queues     []QueueInfo `json:"queues"`
@@ -266,7 +266,7 @@ type Overview struct {
 
 // Overview gathers the dashboard's first page.
 func (b *Broker) Overview(ctx context.Context) (Overview, error) {
-	o := Overview{Time: time.Now(), Role: "single", Ready: b.isReady.Load(), Stats: b.statsInfo()}
+	o := Overview{Time: time.Now(), Role: b.role(), Ready: b.isReady.Load(), Stats: b.statsInfo()}
 	err := b.onLoop(ctx, func() {
 		for _, p := range b.peers {
 			if p.isWorker() {

@@ -42,6 +42,9 @@ func newMetrics(b *Broker) *metrics {
 	}
 	m.reg.MustRegister(m.commitTime, m.commitBatch, m.replay, m.fireLateness, &stateCollector{b}, pubCollector{b},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if g := b.opts.Group; g != nil {
+		m.reg.MustRegister(g.collectors()...)
+	}
 	for _, c := range Counters {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.Metric, Help: c.Help},
 			func() float64 { return float64(c.Value(&b.stats)) }))

@@ -50,6 +50,10 @@ type Options struct {
 	// broker's metrics: the journal calls it after each commit with the
 	// writes it held and how long the commit took.
 	OpenJournal func(onCommit func(writes int, took time.Duration)) (store.Journal, error)
+	// Group, when set, is the replicated group this broker leads
+	// (group.go): the stats API and the dashboard say so, and /metrics
+	// adds the group's figures. RunGroup sets it.
+	Group *Group
 	// EventBuffer is how many events a listener of the event stream may
 	// fall behind before it is dropped; MaxEventListeners how many may
 	// listen at once (events.go), and how many overview streams may run

@@ -482,7 +482,7 @@ func (c *Client) run() {
 		if err != nil {
 			select {
 			case <-time.After(backoff):
-				backoff = min(2*backoff, 2*time.Second)
+				backoff = min(2*backoff, zmtp.MaxRedial(c.opts.Broker))
 				continue
 			case <-c.done:
 				return

@@ -213,7 +213,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			if err := r.connect(stopping); err != nil {
 				w.log.Warn("worker: cannot reach the broker", "broker", w.opts.Broker, "err", err)
 				redial.Reset(backoff)
-				backoff = min(2*backoff, 2*time.Second)
+				backoff = min(2*backoff, zmtp.MaxRedial(w.opts.Broker))
 				continue
 			}
 			backoff = 50 * time.Millisecond

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
@@ -9,8 +11,10 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/store"
 )
 
 func newBrokerCmd() *cobra.Command {
@@ -68,6 +72,9 @@ start).`,
 	f.String("curve-clients", "", "the CURVE peers allowed: a line each, PUBLICKEY ROLES (client,worker,subscriber); re-read on SIGHUP")
 	f.String("plain-users", "", "PLAIN users allowed: a line each, USER:BCRYPT-HASH:ROLES (emq passwd); re-read on SIGHUP. PLAIN sends passwords in clear: for networks you trust")
 	f.Bool("allow-anonymous", false, "let eMQP endpoints bind non-loopback addresses with neither CURVE nor PLAIN: anyone who reaches them may send and take jobs")
+	addEtcdFlags(f)
+	f.Duration("leader-ttl", broker.DefaultGroupOptions().LeaderTTL, "with --etcd-endpoints: the leader's lease, how long a group goes without a leader when it dies (whole seconds)")
+	f.String("etcd-name", "", "with --etcd-endpoints: this broker's name in the group (default host:pid)")
 	f.String("log-level", "info", "debug, info, warn or error")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		file, _ := cmd.Flags().GetString("config")
@@ -84,6 +91,20 @@ start).`,
 			return fmt.Errorf("log-level: %q is not debug, info, warn or error", c.str("log-level"))
 		}
 		opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+		if c.str("etcd-endpoints") != "" {
+			g, err := groupOptions(c)
+			if err != nil {
+				return err
+			}
+			if !c.v.IsSet("max-job-size") {
+				opts.MaxJobSize = store.DefaultEtcdOptions().MaxJobSize
+			}
+			grp, err := broker.NewGroup(opts, g)
+			if err != nil {
+				return err
+			}
+			return runUntilSignalled(grp, opts.Logger)
+		}
 		b, err := broker.New(opts)
 		if err != nil {
 			return err
@@ -93,13 +114,76 @@ start).`,
 	return cmd
 }
 
+// runner is a Broker, or a Group of brokers.
+type runner interface {
+	Run(ctx context.Context) error
+	Shutdown()
+	ReloadCredentials() error
+}
+
+// addEtcdFlags adds the flags that reach a group's etcd.
+func addEtcdFlags(f *pflag.FlagSet) {
+	d := broker.DefaultGroupOptions()
+	f.String("etcd-endpoints", "", "keep the journal in etcd, at these client URLs (comma-separated): brokers on the same endpoints and prefix form a group, one leader and standbys (instead of --data-dir)")
+	f.String("etcd-prefix", d.Prefix, "with --etcd-endpoints: the group's keys in etcd")
+	f.String("etcd-user", "", "with --etcd-endpoints: etcd user (with --etcd-password)")
+	f.String("etcd-password", "", "with --etcd-endpoints: etcd password")
+	f.String("etcd-cacert", "", "with --etcd-endpoints: CA certificate (PEM) that etcd's certificates are checked with (https endpoints)")
+	f.String("etcd-cert", "", "with --etcd-endpoints: client certificate (PEM) for etcd, with --etcd-key")
+	f.String("etcd-key", "", "with --etcd-endpoints: the private key (PEM) of --etcd-cert")
+}
+
+// groupOptions reads the etcd flags; errors name the key.
+func groupOptions(c *config) (broker.GroupOptions, error) {
+	g := broker.DefaultGroupOptions()
+	if c.v.IsSet("data-dir") {
+		return g, fmt.Errorf("data-dir and etcd-endpoints: the journal is in one or the other; give one")
+	}
+	g.Endpoints, g.Prefix = c.list("etcd-endpoints"), c.str("etcd-prefix")
+	g.Username, g.Password, g.Name = c.str("etcd-user"), c.str("etcd-password"), c.str("etcd-name")
+	if c.v.IsSet("leader-ttl") {
+		ttl, err := c.duration("leader-ttl")
+		if err != nil {
+			return g, err
+		}
+		g.LeaderTTL = ttl
+	}
+	cacert, cert, key := c.str("etcd-cacert"), c.str("etcd-cert"), c.str("etcd-key")
+	if cacert == "" && cert == "" && key == "" {
+		return g, nil
+	}
+	if (cert == "") != (key == "") {
+		return g, fmt.Errorf("etcd-cert and etcd-key: give both or neither")
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cacert != "" {
+		pem, err := os.ReadFile(cacert)
+		if err != nil {
+			return g, fmt.Errorf("etcd-cacert: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return g, fmt.Errorf("etcd-cacert %s: no PEM certificate in it", cacert)
+		}
+	}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return g, fmt.Errorf("etcd-cert %s, etcd-key %s: %w", cert, key, err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	g.TLS = cfg
+	return g, nil
+}
+
 // mib writes a default size as the flags read it.
 func mib(n int64) string { return fmt.Sprintf("%dMiB", n>>20) }
 
 // runUntilSignalled runs b until SIGTERM or SIGINT, which start its drain;
 // a second one stops it at once. SIGHUP re-reads the CURVE clients and
 // PLAIN users.
-func runUntilSignalled(b *broker.Broker, log *slog.Logger) error {
+func runUntilSignalled(b runner, log *slog.Logger) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/eventmq/emq/broker"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/etcdtest"
 	"github.com/eventmq/emq/store"
 )
 
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, etcdtest.Leftovers...)
 }
 
 // emq runs the emq command with args and stdin; it returns stdout, stderr

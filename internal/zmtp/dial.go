@@ -130,3 +130,14 @@ func connectAny(ctx context.Context, addrs []string, timeout time.Duration) (net
 	}
 	return nil, errors.Join(errs...)
 }
+
+// MaxRedial is how long a peer waits at most between attempts to reach
+// endpoints: 2 s for one broker; 500 ms for several (a replicated group),
+// where an attempt is a refused connect until the next leader binds, and
+// the wait would add to the failover.
+func MaxRedial(endpoints string) time.Duration {
+	if len(SplitEndpoints(endpoints)) > 1 {
+		return 500 * time.Millisecond
+	}
+	return 2 * time.Second
+}
