@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/store"
@@ -53,6 +55,7 @@ func adminFlags(cmd *cobra.Command) {
 	f.String("admin-token", "", "the broker's admin token, or its read-only token (or EMQ_ADMIN_TOKEN)")
 	f.String("admin-ca", "", "with https: trust this CA certificate (PEM) for the broker's")
 	f.String("data-dir", "", "use the journal in this directory directly (the broker must be stopped)")
+	addEtcdFlags(f, "use a group's journal in etcd directly, at these client URLs (comma-separated; no broker of the group may be running)")
 	f.Bool("json", false, "print JSON instead of a table")
 }
 
@@ -62,6 +65,10 @@ func openAdmin(cmd *cobra.Command) (admin, *config, error) {
 	c, err := loadConfig(cmd.Flags(), "")
 	if err != nil {
 		return nil, nil, err
+	}
+	if c.str("etcd-endpoints") != "" {
+		a, err := openOfflineEtcd(c)
+		return a, c, err
 	}
 	if dir := c.str("data-dir"); dir != "" {
 		a, err := openOffline(dir, c.str("admin"))
@@ -247,9 +254,11 @@ func (o *online) ChangeQueue(queue string, c broker.QueueChange) (qi broker.Queu
 
 func (o *online) Close() error { return nil }
 
-// offline works on the journal file of a stopped broker.
+// offline works on the journal of a stopped broker: its file, or a
+// group's journal in etcd.
 type offline struct {
-	j *store.Bolt
+	j       store.Journal
+	release func() // after the journal's Close: ends what opening held
 }
 
 func openOffline(dir, adminAddr string) (*offline, error) {
@@ -266,7 +275,62 @@ func openOffline(dir, adminAddr string) (*offline, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &offline{j}, nil
+	return &offline{j: j}, nil
+}
+
+// openOfflineEtcd opens a group's journal in etcd when no broker of the
+// group leads: it is elected itself for as long as it works, so that its
+// writes are fenced as a broker's are and no broker leads meanwhile.
+func openOfflineEtcd(c *config) (*offline, error) {
+	g, err := groupOptions(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	cli, err := broker.NewGroupClient(g)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*offline, error) { cli.Close(); return nil, err }
+	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout)
+	defer cancel()
+	leader, err := cli.Get(ctx, broker.LeaderPrefix(g.Prefix), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return fail(fmt.Errorf("etcd-endpoints %s: %w", strings.Join(g.Endpoints, ","), err))
+	}
+	if len(leader.Kvs) > 0 {
+		return fail(fmt.Errorf("%s leads the group on etcd %s: manage its journal online with --admin (its admin address), or stop the group's brokers first",
+			leader.Kvs[0].Value, g.Prefix))
+	}
+	session, err := concurrency.NewSession(cli, concurrency.WithTTL(int(g.LeaderTTL/time.Second)))
+	if err != nil {
+		return fail(fmt.Errorf("etcd session: %w", err))
+	}
+	el := concurrency.NewElection(session, broker.LeaderPrefix(g.Prefix))
+	host, _ := os.Hostname()
+	if err := el.Campaign(ctx, fmt.Sprintf("emq admin (%s:%d)", host, os.Getpid())); err != nil {
+		session.Close()
+		return fail(fmt.Errorf("a broker of the group started meanwhile (%w): use --admin", err))
+	}
+	opts := store.DefaultEtcdOptions()
+	opts.Prefix = broker.JournalPrefix(g.Prefix)
+	opts.Guard = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())}
+	opts.CompactEvery = 0
+	release := func() {
+		rctx, rcancel := context.WithTimeout(context.Background(), g.Timeout)
+		defer rcancel()
+		_ = el.Resign(rctx)
+		session.Close()
+		cli.Close()
+	}
+	j, err := store.OpenEtcd(cli, opts)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return &offline{j: j, release: release}, nil
 }
 
 var errNeedsBroker = errors.New("only a running broker knows this: use --admin instead of --data-dir")
@@ -384,7 +448,11 @@ func (o *offline) Purge(queue string) (int, error) {
 }
 
 func (o *offline) Compact() (int64, int64, error) {
-	st, err := o.j.Compact()
+	c, ok := o.j.(store.Compactor)
+	if !ok {
+		return 0, 0, fmt.Errorf("%w: the journal in etcd needs no compaction by emq (the broker compacts etcd's history; defragment etcd with etcdctl defrag)", errors.ErrUnsupported)
+	}
+	st, err := c.Compact()
 	return st.Before, st.After, err
 }
 
@@ -429,4 +497,10 @@ func (o *offline) PauseSchedule(id string, paused bool) error {
 	return err
 }
 
-func (o *offline) Close() error { return o.j.Close() }
+func (o *offline) Close() error {
+	err := o.j.Close()
+	if o.release != nil {
+		o.release()
+	}
+	return err
+}

@@ -72,7 +72,7 @@ start).`,
 	f.String("curve-clients", "", "the CURVE peers allowed: a line each, PUBLICKEY ROLES (client,worker,subscriber); re-read on SIGHUP")
 	f.String("plain-users", "", "PLAIN users allowed: a line each, USER:BCRYPT-HASH:ROLES (emq passwd); re-read on SIGHUP. PLAIN sends passwords in clear: for networks you trust")
 	f.Bool("allow-anonymous", false, "let eMQP endpoints bind non-loopback addresses with neither CURVE nor PLAIN: anyone who reaches them may send and take jobs")
-	addEtcdFlags(f)
+	addEtcdFlags(f, "keep the journal in etcd, at these client URLs (comma-separated): brokers on the same endpoints and prefix form a group, one leader and standbys (instead of --data-dir)")
 	f.Duration("leader-ttl", broker.DefaultGroupOptions().LeaderTTL, "with --etcd-endpoints: the leader's lease, how long a group goes without a leader when it dies (whole seconds)")
 	f.String("etcd-name", "", "with --etcd-endpoints: this broker's name in the group (default host:pid)")
 	f.String("log-level", "info", "debug, info, warn or error")
@@ -122,9 +122,9 @@ type runner interface {
 }
 
 // addEtcdFlags adds the flags that reach a group's etcd.
-func addEtcdFlags(f *pflag.FlagSet) {
+func addEtcdFlags(f *pflag.FlagSet, endpointsHelp string) {
 	d := broker.DefaultGroupOptions()
-	f.String("etcd-endpoints", "", "keep the journal in etcd, at these client URLs (comma-separated): brokers on the same endpoints and prefix form a group, one leader and standbys (instead of --data-dir)")
+	f.String("etcd-endpoints", "", endpointsHelp)
 	f.String("etcd-prefix", d.Prefix, "with --etcd-endpoints: the group's keys in etcd")
 	f.String("etcd-user", "", "with --etcd-endpoints: etcd user (with --etcd-password)")
 	f.String("etcd-password", "", "with --etcd-endpoints: etcd password")

@@ -389,3 +389,49 @@ func TestGroupFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminOnEtcdJournal: with no broker of the group running, the admin
+// commands read and change the journal in etcd as they do a data dir's;
+// while one leads, they refuse and say to use --admin.
+func TestAdminOnEtcdJournal(t *testing.T) {
+	etcd := etcdtest.Start(t, 1)
+	eps := strings.Join(etcd.Endpoints(), ",")
+	a := newGroupBroker(t, etcd.Endpoints(), "a")
+	leaderOf(t, a)
+	c, err := client.New(client.Options{Broker: a.frontend, Logger: bt.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
+		id, err := c.Send(ctx, "stored", []byte("x"))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	c.Close()
+	if _, stderr, err := emq(t, "", "queues", "--etcd-endpoints", eps); err == nil || !strings.Contains(stderr, "a leads the group") {
+		t.Fatalf("emq queues while a broker leads: %v %q", err, stderr)
+	}
+	a.kill()
+	var qs []broker.QueueInfo
+	bt.Eventually(t, "emq queues on etcd once the leader's lease ended", func() bool {
+		out, _, err := emq(t, "", "queues", "--etcd-endpoints", eps, "--json")
+		return err == nil && json.Unmarshal([]byte(out), &qs) == nil
+	})
+	if len(qs) != 1 || qs[0].Name != "stored" || qs[0].Pending != 3 {
+		t.Fatalf("queues: %+v, want stored with 3 pending", qs)
+	}
+	if out, stderr, err := emq(t, "", "jobs", "rm", ids[0], "--etcd-endpoints", eps); err != nil {
+		t.Fatalf("emq jobs rm on etcd: %v %s %s", err, out, stderr)
+	}
+	out, _, err := emq(t, "", "queues", "--etcd-endpoints", eps, "--json")
+	if err != nil || json.Unmarshal([]byte(out), &qs) != nil || qs[0].Pending != 2 {
+		t.Fatalf("queues after a removal: %s %v", out, err)
+	}
+	a.start() // the admin resigned: the broker leads again, with the two jobs
+	leaderOf(t, a)
+}
