@@ -188,12 +188,11 @@ func (j *journal) commit(batch []write) {
 		}
 		return nil
 	})
-	durable := len(batch)
+	durable := func(int) bool { return err == nil }
 	if err != nil {
-		durable = 0
 		var p partial
 		if errors.As(err, &p) {
-			durable, err = p.durable, p.err
+			durable, err = func(i int) bool { return p.ok[i] }, p.err
 		}
 		if !errors.Is(err, ErrFenced) && !errors.Is(err, ErrTooLarge) {
 			err = fmt.Errorf("journal %s: write failed: %w", j.name, err)
@@ -204,10 +203,10 @@ func (j *journal) commit(batch []write) {
 	size := 0
 	for i, w := range batch {
 		size += w.size
-		if i >= durable {
-			w.finish(err)
-		} else {
+		if durable(i) {
 			w.finish(own[i])
+		} else {
+			w.finish(err)
 		}
 	}
 	if j.afterCommit != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -106,7 +107,10 @@ type Etcd struct {
 	compacted   sync.WaitGroup
 }
 
-var _ Journal = (*Etcd)(nil)
+var (
+	_ Journal    = (*Etcd)(nil)
+	_ prefetcher = (*etcdTx)(nil)
+)
 
 // Etcd layout facts.
 const (
@@ -254,42 +258,65 @@ func (k etcdKV) view(fn func(t kvTx) error) error {
 }
 
 // update runs fn on an overlay of the batch's changes, then commits them
-// in as few guarded transactions as the limits allow.
+// in guarded transactions within etcd's limits: in waves, each wave's
+// transactions at once. Writes that touch (read or change) a common key
+// share a transaction, or follow in a later wave, so no write's outcome
+// rests on another that might fail without it.
 func (k etcdKV) update(fn func(t kvTx, mark func() error) error) error {
 	e := k.e
 	if err := e.Fenced(); err != nil {
 		return err
 	}
-	t := &etcdTx{e: e, write: true, over: map[string]overlay{}, cache: map[string][]byte{}}
-	t.chunks = []chunk{{}}
+	t := &etcdTx{e: e, write: true, over: map[string]overlay{}, cache: map[string][]byte{}, touched: map[string]bool{}}
+	t.waves = []wave{{keys: map[string]int{}}}
 	if err := fn(t, t.mark); err != nil {
-		e.seqTop = e.seq // a reservation made in this batch is not stored
 		return err
 	}
-	durable := 0
-	for _, c := range t.chunks {
-		if c.to == c.from {
-			durable += c.writes
-			continue
-		}
-		ctx, cancel := e.ctx()
-		resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(lastOfEach(t.ops[c.from:c.to])...).Commit()
-		cancel()
-		if err == nil && !resp.Succeeded {
-			err = fmt.Errorf("%w: its leadership in etcd is gone", ErrFenced)
-		} else if err != nil {
-			// Whether etcd applied it is unknown: the broker stops, and
-			// whoever leads next loads what etcd holds.
-			err = fmt.Errorf("%w: a write to etcd failed, its outcome unknown: %v", ErrFenced, err)
-		}
-		if err != nil {
+	ok := make([]bool, t.nwrites)
+	for n, w := range t.waves {
+		if err := e.commitWave(w, ok); err != nil {
 			e.fence(err)
-			e.seqTop = e.seq
-			return partial{durable, err}
+			if n == 0 && !slices.Contains(ok, true) {
+				return err
+			}
+			return partial{ok, err}
 		}
-		durable += c.writes
 	}
 	return nil
+}
+
+// commitWave commits a wave's transactions at once, and marks the writes
+// of those that succeed.
+func (e *Etcd) commitWave(w wave, ok []bool) error {
+	errs := make([]error, len(w.chunks))
+	var wg sync.WaitGroup
+	for i, c := range w.chunks {
+		if len(c.ops) == 0 {
+			continue
+		}
+		wg.Go(func() {
+			ctx, cancel := e.ctx()
+			defer cancel()
+			resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(lastOfEach(c.ops)...).Commit()
+			switch {
+			case err != nil:
+				// Whether etcd applied it is unknown: the broker stops,
+				// and whoever leads next loads what etcd holds.
+				errs[i] = fmt.Errorf("%w: a write to etcd failed, its outcome unknown: %v", ErrFenced, err)
+			case !resp.Succeeded:
+				errs[i] = fmt.Errorf("%w: its leadership in etcd is gone", ErrFenced)
+			}
+		})
+	}
+	wg.Wait()
+	for i, c := range w.chunks {
+		if errs[i] == nil {
+			for _, n := range c.writes {
+				ok[n] = true
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // lastOfEach keeps each key's last operation (etcd refuses a transaction
@@ -317,11 +344,18 @@ type overlay struct {
 	del bool
 }
 
-// chunk is a run of a batch's operations committed in one transaction.
+// chunk is the writes of a batch committed in one transaction.
 type chunk struct {
-	from, to int // ops
-	bytes    int
-	writes   int
+	ops    []clientv3.Op
+	bytes  int
+	writes []int // their places in the batch
+}
+
+// wave is chunks that touch no common key, committed at once.
+type wave struct {
+	chunks []chunk
+	keys   map[string]int // key touched -> its chunk
+	wide   bool           // one write that scanned: alone in its wave
 }
 
 // etcdTx is a view (reads at one revision) or a batch being applied
@@ -332,13 +366,19 @@ type etcdTx struct {
 	rev   int64 // a view's revision, once its first read set it
 	first error
 
-	over   map[string]overlay // the batch's changes so far
-	cache  map[string][]byte  // read from etcd this batch (nil: no such key)
-	ops    []clientv3.Op
-	undo   []undo // of the write being applied
-	chunks []chunk
-	mark0  int // where the write being applied starts in ops
-	size   int // its bytes so far
+	over  map[string]overlay // the batch's changes so far
+	cache map[string][]byte  // read from etcd this batch (nil: no such key)
+
+	// The write being applied: its operations, what it touched (read or
+	// changed), whether it scanned, its bytes, and how to take it back.
+	ops     []clientv3.Op
+	touched map[string]bool
+	wide    bool
+	size    int
+	undo    []undo
+
+	waves   []wave
+	nwrites int
 }
 
 type undo struct {
@@ -378,17 +418,38 @@ func (t *etcdTx) get(bucket, key []byte) []byte {
 func (t *etcdTx) gets(bucket []byte, keys [][]byte) [][]byte {
 	out := make([][]byte, len(keys))
 	var want []string
+	seen := make(map[string]bool, len(keys))
 	for _, k := range keys {
 		key := t.e.key(bucket, k)
-		if _, ok := t.known(key); !ok && !slices.Contains(want, key) {
+		if _, ok := t.known(key); !ok && !seen[key] {
+			seen[key] = true
 			want = append(want, key)
 		}
 	}
 	t.fetch(want)
 	for i, k := range keys {
-		out[i], _ = t.known(t.e.key(bucket, k))
+		key := t.e.key(bucket, k)
+		out[i], _ = t.known(key)
+		if t.write {
+			t.touched[key] = true
+		}
 	}
 	return out
+}
+
+// prefetch reads the keys a batch's writes will read, in a few requests
+// at once, before the first write runs.
+func (t *etcdTx) prefetch(keys []bkey) {
+	want := make([]string, 0, len(keys))
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		key := t.e.key(k.bucket, k.key)
+		if !seen[key] {
+			seen[key] = true
+			want = append(want, key)
+		}
+	}
+	t.fetch(want)
 }
 
 // known returns what the batch knows of key: its change, or what was read.
@@ -476,6 +537,7 @@ func (t *etcdTx) change(key string, o overlay, op clientv3.Op, size int) {
 	t.undo = append(t.undo, undo{key, prev, had})
 	t.over[key] = o
 	t.ops = append(t.ops, op)
+	t.touched[key] = true
 	t.size += size
 }
 
@@ -491,13 +553,19 @@ func (t *etcdTx) del(bucket, key []byte) error {
 	return nil
 }
 
-// mark ends the write being applied: its operations join the current
-// chunk, or start the next one when they would not fit. A write that
-// cannot fit in any is taken back and refused.
+// mark ends the write being applied: it joins the chunk of the current
+// wave whose keys it touched, or any with room when it touched none, or
+// starts the next wave. A write that cannot fit in one transaction is
+// taken back and refused.
 func (t *etcdTx) mark() error {
-	n, size := len(t.ops)-t.mark0, t.size
+	n := t.nwrites
+	t.nwrites++
+	defer func() {
+		t.ops, t.wide, t.size, t.undo = nil, false, 0, t.undo[:0]
+		clear(t.touched)
+	}()
 	maxOps, maxBytes := t.e.opts.MaxTxnOps, t.e.opts.MaxRequestBytes-etcdMargin/2
-	if n > maxOps || size > maxBytes {
+	if len(t.ops) > maxOps || t.size > maxBytes {
 		for i := len(t.undo) - 1; i >= 0; i-- {
 			u := t.undo[i]
 			if u.had {
@@ -506,38 +574,69 @@ func (t *etcdTx) mark() error {
 				delete(t.over, u.key)
 			}
 		}
-		t.ops = t.ops[:t.mark0]
-		t.e.seqTop = t.e.seq // a reservation it made is gone with it
-		t.undo, t.size = t.undo[:0], 0
 		return fmt.Errorf("%w: one change of %d etcd operations and %d bytes is over the limit of a request (%d operations, %d bytes)",
-			ErrTooLarge, n, size, maxOps, maxBytes)
+			ErrTooLarge, len(t.ops), t.size, maxOps, maxBytes)
 	}
-	c := &t.chunks[len(t.chunks)-1]
-	if c.to-c.from+n > maxOps || c.bytes+size > maxBytes {
-		t.chunks = append(t.chunks, chunk{from: t.mark0, to: t.mark0})
-		c = &t.chunks[len(t.chunks)-1]
+	w := &t.waves[len(t.waves)-1]
+	target := -1 // the chunk it must join
+	fits := func(c *chunk) bool { return len(c.ops)+len(t.ops) <= maxOps && c.bytes+t.size <= maxBytes }
+	newWave := w.wide || t.wide && len(w.chunks) > 0
+	for k := range t.touched {
+		if c, ok := w.keys[k]; ok && !newWave {
+			if target >= 0 && target != c {
+				newWave = true // it ties two chunks: it waits for both
+			}
+			target = c
+		}
 	}
-	c.to += n
-	c.bytes += size
-	c.writes++
-	t.mark0, t.undo, t.size = len(t.ops), t.undo[:0], 0
+	if !newWave && target >= 0 && !fits(&w.chunks[target]) {
+		newWave = true
+	}
+	if newWave {
+		t.waves = append(t.waves, wave{keys: map[string]int{}})
+		w, target = &t.waves[len(t.waves)-1], -1
+	}
+	if target < 0 {
+		if len(w.chunks) == 0 || !fits(&w.chunks[len(w.chunks)-1]) {
+			w.chunks = append(w.chunks, chunk{})
+		}
+		target = len(w.chunks) - 1
+	}
+	c := &w.chunks[target]
+	c.ops = append(c.ops, t.ops...)
+	c.bytes += t.size
+	c.writes = append(c.writes, n)
+	for k := range t.touched {
+		w.keys[k] = target
+	}
+	w.wide = w.wide || t.wide
 	return nil
 }
 
-// nextSeq hands out sequences from a block reserved in meta/seq, in the
-// same transaction as the write that first uses it: a leader after this
-// one starts above every sequence this one could have stored.
+// nextSeq hands out sequences from a block reserved in meta/seq. The
+// reservation is its own guarded transaction, committed before any
+// sequence of the block is used: a leader after this one starts above
+// every sequence this one could have stored.
 func (t *etcdTx) nextSeq() (uint64, error) {
 	e := t.e
-	e.seq++
-	if e.seq >= e.seqTop {
-		e.seqTop = e.seq + seqBlock
+	if e.seq+1 >= e.seqTop {
+		top := e.seq + 1 + seqBlock
 		var v [8]byte
-		binary.BigEndian.PutUint64(v[:], e.seqTop)
-		if err := t.put(migrations.Meta, seqKey, v[:]); err != nil {
+		binary.BigEndian.PutUint64(v[:], top)
+		ctx, cancel := e.ctx()
+		resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(clientv3.OpPut(e.key(migrations.Meta, seqKey), string(v[:]))).Commit()
+		cancel()
+		switch {
+		case err != nil:
+			return 0, fmt.Errorf("journal on etcd %s: reserving sequences: %w", e.opts.Prefix, err)
+		case !resp.Succeeded:
+			err := fmt.Errorf("%w: its leadership in etcd is gone", ErrFenced)
+			e.fence(err)
 			return 0, err
 		}
+		e.seqTop = top
 	}
+	e.seq++
 	return e.seq, nil
 }
 
@@ -548,6 +647,9 @@ func (t *etcdTx) release([]byte) {}
 func (t *etcdTx) scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) error {
 	if t.first != nil {
 		return t.first
+	}
+	if t.write {
+		t.wide = true // what it read is a range: its write is alone in its wave
 	}
 	start, end := t.e.key(bucket, from), t.e.bucketEnd(bucket)
 	strip := len(t.e.opts.Prefix) + len(bucket) + 1

@@ -32,16 +32,16 @@ type kvStore interface {
 	// update runs fn in one write transaction and makes it durable. A
 	// backend that must split a batch (Etcd) is told by mark where each
 	// write ends; mark refuses (and takes back) a write too large for one
-	// commit. It may fail with a partial error after committing a prefix.
+	// commit. It may fail with a partial error after committing some.
 	update(fn func(t kvTx, mark func() error) error) error
 	view(fn func(t kvTx) error) error
 }
 
-// partial is an update's failure after its first durable writes were
-// committed: those writes are done, the rest failed with err.
+// partial is an update's failure after some of its writes were
+// committed: ok[i] says write i is durable; the others failed with err.
 type partial struct {
-	durable int
-	err     error
+	ok  []bool
+	err error
 }
 
 func (p partial) Error() string { return p.err.Error() }

@@ -148,8 +148,10 @@ type load struct {
 	ackedAt []time.Time
 	ran     map[string]int
 	sendErr error
-	cancel  context.CancelFunc
-	done    sync.WaitGroup
+	cancel  context.CancelFunc // the senders'
+	stopW   context.CancelFunc // the worker's
+	sending sync.WaitGroup
+	working sync.WaitGroup
 }
 
 func startLoad(t *testing.T, senders int, bs ...*groupBroker) *load {
@@ -159,7 +161,8 @@ func startLoad(t *testing.T, senders int, bs ...*groupBroker) *load {
 	}
 	l := &load{ran: map[string]int{}}
 	ctx, cancel := context.WithCancel(context.Background())
-	l.cancel = cancel
+	wctx, wcancel := context.WithCancel(context.Background())
+	l.cancel, l.stopW = cancel, wcancel
 	w, err := worker.New(worker.Options{Broker: strings.Join(backs, ","), Concurrency: 16, Logger: bt.Logger(t),
 		HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: time.Second})
 	if err != nil {
@@ -171,16 +174,16 @@ func startLoad(t *testing.T, senders int, bs ...*groupBroker) *load {
 		l.mu.Unlock()
 		return nil, nil
 	})
-	l.done.Add(1)
-	go func() { defer l.done.Done(); w.Run(ctx) }()
+	l.working.Add(1)
+	go func() { defer l.working.Done(); w.Run(wctx) }()
 	for range senders {
 		c, err := client.New(client.Options{Broker: strings.Join(fronts, ","), ResendAfter: 500 * time.Millisecond, Logger: bt.Logger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		l.done.Add(1)
+		l.sending.Add(1)
 		go func() {
-			defer l.done.Done()
+			defer l.sending.Done()
 			defer c.Close()
 			for ctx.Err() == nil {
 				sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
@@ -198,11 +201,12 @@ func startLoad(t *testing.T, senders int, bs ...*groupBroker) *load {
 			}
 		}()
 	}
-	t.Cleanup(l.stop)
+	t.Cleanup(func() { l.stop(); l.stopW(); l.working.Wait() })
 	return l
 }
 
-func (l *load) stop() { l.cancel(); l.done.Wait() }
+// stop stops the senders; the worker runs on (check stops it).
+func (l *load) stop() { l.cancel(); l.sending.Wait() }
 
 func (l *load) ackedCount() int {
 	l.mu.Lock()
@@ -236,6 +240,8 @@ func (l *load) check(t *testing.T) (acked, again int) {
 		}
 		return true
 	})
+	l.stopW()
+	l.working.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.sendErr != nil {
