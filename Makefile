@@ -8,7 +8,7 @@ BIN       ?= bin/emq
 FUZZTIME  ?= 100000x
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: help run build test vet race memory fuzz fuzz-short bench gobench lint screenshots torture clean
+.PHONY: help run build test vet race memory fuzz fuzz-short bench gobench lint screenshots torture ha-demo clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -52,9 +52,14 @@ lint: ## staticcheck (installed with go install on first use)
 screenshots: ## the dashboard's pictures in docs/ui (needs chromium)
 	EMQ_REQUIRE_BROWSER=1 EMQ_UI_SCREENSHOTS=$(CURDIR)/docs/ui go test ./internal/ui -count=1 -run 'TestPages|TestChartMoves|TestLogin'
 
-torture: ## the reliability suite at full length (100 broker kills, floods, disk full, 4 GiB backlog)
+torture: ## the reliability suite at full length (100 broker kills, 100 group leader kills, floods, disk full, 4 GiB backlog)
 	set -o pipefail; EMQ_TORTURE=1 $(GO) test -v -count=1 -timeout 60m -run 'Crash|Reliab|DiskFull|Hostile|LargerThanMemory|StayWithinTheBudget|LargeJobsAtOnce' ./broker/ ./store/ 2>&1 \
 		| grep -E '^(--- |ok|FAIL|SUMMARY|panic)|_test.go:[0-9]+: '
+	set -o pipefail; EMQ_GROUP_ROUNDS=100 $(GO) test -v -count=1 -timeout 60m -run 'TestGroupLeaderKilledUnderLoad' ./cmd/emq/ 2>&1 \
+		| grep -E '^(--- |ok|FAIL|panic)|_test.go:[0-9]+: '
+
+ha-demo: build ## three etcd members, two brokers, a worker and a sender on this machine; SIGKILL the leader, print the failover and lost=0
+	BIN=$(BIN) ./scripts/ha-demo.sh
 
 clean:
 	rm -rf bin

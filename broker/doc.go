@@ -297,6 +297,25 @@
 // queued messages are written, the journal is closed. Jobs still in flight
 // stay journaled and run again after the next start.
 //
+// # A replicated group (group.go)
+//
+//	            campaign (etcd election, lease of LeaderTTL)
+//	standby ───────────────────────────────────────────────▶ leader: a Broker on
+//	 /healthz 200, /readyz 503,                                store.Etcd, every write
+//	 stats: who leads; no eMQP                                 guarded by its election key
+//	    ▲                                                         │
+//	    └── lease ended, a guarded write refused, etcd unsure ────┘ (Fence: stops at once)
+//	        (ctx ends: drain, then resign, so a standby takes over at once)
+//
+// Group owns the etcd client, the session (lease) and the election; each
+// leadership is a new Broker, which owns everything as a single broker
+// does, on the journal in etcd. The Broker is built only once elected and
+// loads the journal then: what was in flight at the leader before is
+// pending again. A standby holds no job state at all. Fencing lives in
+// the journal: every etcd transaction carries the guard, so a broker that
+// lost its leadership cannot write (ErrFenced), hence cannot ACK; the
+// lease's end (session.Done) fences it even when it writes nothing.
+//
 // # Failures
 //
 //   - Malformed message: ERROR with a code (bad_request,
@@ -314,7 +333,12 @@
 //     get KBYE, Run returns the error.
 //   - A worker whose connection breaks keeps its jobs until the heartbeat
 //     timeout: a reconnecting worker (same routing id) is the same peer.
-//   - SIGKILL: only ACKed jobs matter, and each was fsynced before its ACK.
+//   - SIGKILL: only ACKed jobs matter, and each was fsynced before its ACK
+//     (on etcd: held by a majority of its members).
+//   - Of a group's leader: its lease ends within LeaderTTL and a standby
+//     takes over (above). Etcd without a majority: writes time out, the
+//     leader fences itself (no ACK), and no one is elected until etcd is
+//     back.
 //
 // # Transport
 //

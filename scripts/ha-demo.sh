@@ -73,6 +73,7 @@ bench=$!
 sleep "$KILL_AFTER"
 kill -9 "${bpid[$leader]}"
 killed=$(date +%s.%N)
+wait "${bpid[$leader]}" 2>/dev/null || true
 until curl -fsS "http://${admin[$standby]}/readyz" >/dev/null 2>&1; do sleep 0.02; done
 ready=$(date +%s.%N)
 echo "SIGKILL to $leader; $standby serving after $(echo "$ready - $killed" | bc -l | xargs printf '%.2f') s"

@@ -1,8 +1,10 @@
 // Package store is EMQ's journal: every job the broker has acknowledged,
 // until a worker replies to it, it is dead-lettered, or an admin removes
 // it. The broker and the admin tools use the Journal interface; Bolt is
-// its implementation in one bbolt file. No bbolt type crosses the
-// interface, so a second backend (etcd) can be added beside it.
+// its implementation in one bbolt file, Etcd under a key prefix of an
+// etcd cluster (a replicated group of brokers). Both run the same logic
+// (writes.go, reads.go, schedules.go, queues.go) over buckets of sorted
+// keys (kv.go), and the same committer (core.go).
 //
 // # The contract
 //
@@ -84,6 +86,33 @@
 //     ErrLocked; of a file that is not bbolt, or is damaged, with
 //     ErrCorrupt; of a file newer than this binary, with ErrTooNew. Each
 //     error names the file, and the file is left as it was.
+//
+// # The journal on etcd
+//
+// Etcd keeps each bucket as a key range, PREFIX BUCKET "/" KEY, the
+// same keys and values as the file. A write is durable when etcd has
+// committed it, which is when a majority of its members hold it. The
+// committer applies a batch on an overlay of the batch's own changes,
+// having read first, in a few requests, every key its writes will read.
+// It then commits the batch in transactions of at most MaxTxnOps
+// operations and MaxRequestBytes (etcd's defaults: 128, 1.5 MiB), each
+// guarded by the owner's leadership (Guard): writes that touch a common
+// key share a transaction or wait for a later wave; each wave's
+// transactions go at once. A guard found false, or a transaction whose
+// outcome is unknown (a timeout), fences the journal: that write and
+// every later one fail with ErrFenced, and the broker stops, so that
+// whoever leads next loads what etcd holds. Sequences come from blocks
+// of 65,536 reserved in meta/seq by a guarded transaction of their own.
+// Views read at one revision. Every CompactEvery (10 s) the journal
+// compacts etcd's history to the revision of the period before.
+//
+// Keys a job's life writes: Append puts two (jobs/MSGID, pending/QUEUE
+// SEQ) after reading two (jobs/MSGID and results/MSGID, for duplicates);
+// Complete reads one and deletes the two. So 4 key changes, 3 reads and
+// about a fiftieth of a transaction a job when the broker is busy.
+// Keeping a result (retain-done) puts three more and deletes one. A job
+// is one value: MaxJobSize is at most what one request carries less
+// 16 KiB for the keys beside it.
 //
 // # Cost
 //
