@@ -27,6 +27,9 @@ type journal struct {
 	// bulkLimit, if set, bounds what one write of PurgeQueue or
 	// ExpireResults removes; they go on in more writes.
 	bulkLimit int
+	// loadChunk is how many records Load reads at once: what it holds
+	// at most (a backend whose reads copy the records keeps it small).
+	loadChunk int
 
 	qmu     sync.Mutex
 	queue   []write
@@ -54,6 +57,9 @@ type write struct {
 
 func (j *journal) start(name string, opts Options, kv kvStore) {
 	j.name, j.opts, j.kv = name, opts, kv
+	if j.loadChunk == 0 {
+		j.loadChunk = 256
+	}
 	j.wake, j.stopped = make(chan struct{}, 1), make(chan struct{})
 	go j.commitLoop()
 }

@@ -133,6 +133,7 @@ func OpenEtcd(cli *clientv3.Client, opts EtcdOptions) (*Etcd, error) {
 	}
 	e := &Etcd{cli: cli, opts: opts, stopCompact: make(chan struct{})}
 	e.bulkLimit = opts.MaxTxnOps / 5 // a done job's expiry deletes four keys
+	e.loadChunk = getChunk           // records are copied out of etcd, payloads with them
 	kv := etcdKV{e}
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 	defer cancel()
@@ -366,8 +367,9 @@ type etcdTx struct {
 	rev   int64 // a view's revision, once its first read set it
 	first error
 
-	over  map[string]overlay // the batch's changes so far
-	cache map[string][]byte  // read from etcd this batch (nil: no such key)
+	over   map[string]overlay // the batch's changes so far
+	cache  map[string][]byte  // read from etcd this batch (nil: no such key)
+	cached int                // bytes of values in cache
 
 	// The write being applied: its operations, what it touched (read or
 	// changed), whether it scanned, its bytes, and how to take it back.
@@ -426,10 +428,16 @@ func (t *etcdTx) gets(bucket []byte, keys [][]byte) [][]byte {
 			want = append(want, key)
 		}
 	}
-	t.fetch(want)
+	got := make(map[string][]byte, len(want))
+	for i, v := range t.fetch(want) {
+		got[want[i]] = v
+	}
 	for i, k := range keys {
 		key := t.e.key(bucket, k)
-		out[i], _ = t.known(key)
+		var ok bool
+		if out[i], ok = t.known(key); !ok {
+			out[i] = got[key]
+		}
 		if t.write {
 			t.touched[key] = true
 		}
@@ -464,52 +472,67 @@ func (t *etcdTx) known(key string) ([]byte, bool) {
 	return v, ok
 }
 
-// fetch reads keys into the cache.
-func (t *etcdTx) fetch(keys []string) {
+// fetch reads keys, a few requests at once, and returns their values
+// (nil: no such key). A batch keeps what it read for its later writes,
+// up to cacheBudget bytes of values; a view keeps nothing.
+func (t *etcdTx) fetch(keys []string) [][]byte {
+	out := make([][]byte, len(keys))
 	if len(keys) == 0 || t.first != nil {
-		return
+		return out
 	}
-	if t.cache == nil {
-		t.cache = map[string][]byte{}
+	var mu sync.Mutex
+	keep := func(at int, vals [][]byte, rev int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		t.seen(rev)
+		copy(out[at:], vals)
+		if !t.write {
+			return
+		}
+		for i, v := range vals {
+			if t.cached+len(v) <= cacheBudget {
+				t.cache[keys[at+i]] = v
+				t.cached += len(v)
+			}
+		}
 	}
+	at := 0
 	if !t.write && t.rev == 0 { // pin the view's revision with the first read
 		n := min(len(keys), getChunk)
 		vals, rev, err := t.read(keys[:n])
 		if err != nil {
 			t.fail(err)
-			return
+			return out
 		}
-		t.seen(rev)
-		for i, k := range keys[:n] {
-			t.cache[k] = vals[i]
-		}
-		keys = keys[n:]
+		keep(0, vals, rev)
+		at = n
 	}
-	var mu sync.Mutex
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, 4) // requests at once
-	for len(keys) > 0 {
-		n := min(len(keys), getChunk)
-		part := keys[:n]
-		keys = keys[n:]
+	for at < len(keys) {
+		n := min(len(keys)-at, getChunk)
+		from := at
+		at += n
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			vals, rev, err := t.read(part)
-			mu.Lock()
-			defer mu.Unlock()
+			vals, rev, err := t.read(keys[from : from+n])
 			if err != nil {
+				mu.Lock()
 				t.fail(err)
+				mu.Unlock()
 				return
 			}
-			t.seen(rev)
-			for i, k := range part {
-				t.cache[k] = vals[i]
-			}
+			keep(from, vals, rev)
 		})
 	}
 	wg.Wait()
+	return out
 }
+
+// cacheBudget bounds the values a batch keeps of what it read ahead;
+// beyond it a write reads what it needs again, one key at a time.
+const cacheBudget = 32 << 20
 
 // read gets keys in one transaction.
 func (t *etcdTx) read(keys []string) ([][]byte, int64, error) {

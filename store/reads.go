@@ -32,7 +32,7 @@ func (jn *journal) Load(fn func(*Job) error) error {
 		}
 		err := t.scan(migrations.Pending, nil, func(k, id []byte) (bool, error) {
 			keys, ids = append(keys, k), append(ids, id)
-			if len(ids) < loadChunk {
+			if len(ids) < jn.loadChunk {
 				return true, nil
 			}
 			return true, flush()
@@ -46,9 +46,6 @@ func (jn *journal) Load(fn func(*Job) error) error {
 		return err
 	})
 }
-
-// loadChunk is how many jobs Load reads at once.
-const loadChunk = 256
 
 // indexed returns the job an index entry (k -> id) names, from its
 // record rec.
