@@ -117,7 +117,11 @@ const (
 	etcdFormat = "1"
 	seqBlock   = 1 << 16 // sequences reserved at a time
 	getChunk   = 32      // keys read in one request: a bound on the records held at once
-	scanPage   = 256     // keys a scan reads at once
+	// Keys a scan reads at once: many of an index (small values, and
+	// etcd 3.4 walks the whole range for each page), few of a bucket whose
+	// values may be as large as a job.
+	indexPage = 32768
+	scanPage  = 64
 )
 
 var (
@@ -133,7 +137,7 @@ func OpenEtcd(cli *clientv3.Client, opts EtcdOptions) (*Etcd, error) {
 	}
 	e := &Etcd{cli: cli, opts: opts, stopCompact: make(chan struct{})}
 	e.bulkLimit = opts.MaxTxnOps / 5 // a done job's expiry deletes four keys
-	e.loadChunk = getChunk           // records are copied out of etcd, payloads with them
+	e.loadChunk = 4 * getChunk       // copied out of etcd, payloads with them: 4 requests at once
 	kv := etcdKV{e}
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 	defer cancel()
@@ -245,6 +249,15 @@ func (e *Etcd) compactLoop() {
 			last = resp.Header.Revision
 		}
 	}
+}
+
+// pageOf is how many keys of bucket a scan reads at once.
+func pageOf(bucket []byte) int64 {
+	switch string(bucket) {
+	case string(migrations.Pending), string(migrations.Dead), string(migrations.Done), string(migrations.ResultExp):
+		return indexPage
+	}
+	return scanPage
 }
 
 // etcdKV is an Etcd's storage.
@@ -699,7 +712,7 @@ func (t *etcdTx) scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) e
 	}
 	for {
 		ctx, cancel := t.e.ctx()
-		resp, err := t.e.cli.Get(ctx, start, t.readOpts(clientv3.WithRange(end), clientv3.WithLimit(scanPage))...)
+		resp, err := t.e.cli.Get(ctx, start, t.readOpts(clientv3.WithRange(end), clientv3.WithLimit(pageOf(bucket)))...)
 		cancel()
 		if err != nil {
 			t.fail(err)
