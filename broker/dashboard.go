@@ -121,12 +121,15 @@ func (b *Broker) authNeeded() bool {
 
 // tokenRole is the role token (a Bearer token, or one typed at the login
 // page) gives.
-func (b *Broker) tokenRole(token string) adminRole {
+func (b *Broker) tokenRole(token string) adminRole { return tokenRole(b.opts, token) }
+
+// tokenRole is the role token gives under the tokens of o.
+func tokenRole(o Options, token string) adminRole {
 	got := []byte(token)
 	switch {
-	case b.opts.AdminToken != "" && subtle.ConstantTimeCompare(got, []byte(b.opts.AdminToken)) == 1:
+	case o.AdminToken != "" && subtle.ConstantTimeCompare(got, []byte(o.AdminToken)) == 1:
 		return roleFull
-	case b.opts.AdminReadToken != "" && subtle.ConstantTimeCompare(got, []byte(b.opts.AdminReadToken)) == 1:
+	case o.AdminReadToken != "" && subtle.ConstantTimeCompare(got, []byte(o.AdminReadToken)) == 1:
 		return roleRead
 	}
 	return roleNone

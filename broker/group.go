@@ -313,10 +313,24 @@ func (g *Group) serveStandby(ctx context.Context, opts Options, el *concurrency.
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, apiError{fmt.Sprintf("this broker is a standby; %s leads the group", g.Info().Leader)})
 	})
+	// The standby reads nothing and changes nothing, but what it shows
+	// takes the admin tokens, as the leader's API does.
+	var handler http.Handler = mux
+	if opts.AdminToken != "" || opts.AdminReadToken != "" {
+		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if tokenRole(opts, token) == roleNone {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="emq"`)
+				writeJSON(w, http.StatusUnauthorized, apiError{"missing or wrong admin token (Authorization: Bearer TOKEN)"})
+				return
+			}
+			mux.ServeHTTP(w, r)
+		})
+	}
 	var srv *http.Server
 	var err error
 	for range 50 { // the admin port of a leader that just stopped may take a moment to free
-		if srv, _, err = serveHTTP(opts, mux, g.log); err == nil || octx.Err() != nil {
+		if srv, _, err = serveHTTP(opts, handler, g.log); err == nil || octx.Err() != nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/eventmq/emq/internal/etcdtest"
@@ -132,5 +133,41 @@ func TestEtcdTooLarge(t *testing.T) {
 	opts.MaxJobSize = 2 << 20
 	if _, err := store.OpenEtcd(cli, opts); err == nil || !strings.Contains(err.Error(), "etcd request") {
 		t.Fatalf("open with a 2 MiB job limit: %v", err)
+	}
+}
+
+// TestEtcdCompactsItsHistory: the journal compacts etcd's history to the
+// revision of one period before, so job churn does not pile up in etcd.
+func TestEtcdCompactsItsHistory(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	opts := store.DefaultEtcdOptions()
+	opts.CompactEvery = 50 * time.Millisecond
+	j, err := store.OpenEtcd(cli, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: "a", Queue: "q"}, done) }); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	resp, err := cli.Get(ctx, "/emq/jobs/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := resp.Header.Revision
+	if _, err := store.Wait(func(done func(bool, error)) { j.Complete("a", nil, time.Time{}, nil, done) }); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := cli.Get(ctx, "/emq/jobs/a", clientv3.WithRev(first))
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("revision %d still readable after 10 s (%v): history not compacted", first, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

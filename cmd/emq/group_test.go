@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,18 +32,23 @@ type groupBroker struct {
 	name                     string
 	args                     []string
 	frontend, backend, admin string
+	token                    string // the admin token, if one is set
 	cmd                      *exec.Cmd
 	logs                     *bytes.Buffer
 	mu                       sync.Mutex
 }
 
-func newGroupBroker(t *testing.T, etcd []string, name string) *groupBroker {
+func newGroupBroker(t *testing.T, etcd []string, name string, args ...string) *groupBroker {
 	g := &groupBroker{t: t, name: name, frontend: bt.FreeEndpoint(t), backend: bt.FreeEndpoint(t),
 		admin: strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://")}
 	g.args = []string{"broker", "--etcd-endpoints", strings.Join(etcd, ","), "--etcd-name", name,
 		"--frontend", g.frontend, "--backend", g.backend, "--admin", g.admin,
 		"--publisher-incoming", "", "--publisher-outgoing", "",
 		"--heartbeat-interval", "100ms", "--heartbeat-timeout", "1s", "--log-level", "warn"}
+	g.args = append(g.args, args...)
+	if i := slices.Index(args, "--admin-token"); i >= 0 {
+		g.token = args[i+1]
+	}
 	g.start()
 	t.Cleanup(g.kill)
 	return g
@@ -90,9 +96,21 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// get asks the admin listener for path, with the token if one is set.
+func (g *groupBroker) get(path string) (*http.Response, error) {
+	req, err := http.NewRequest("GET", "http://"+g.admin+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if g.token != "" {
+		req.Header.Set("Authorization", "Bearer "+g.token)
+	}
+	return http.DefaultClient.Do(req)
+}
+
 // ready reports whether /readyz says 200 (it leads and serves).
 func (g *groupBroker) ready() bool {
-	resp, err := http.Get("http://" + g.admin + "/readyz")
+	resp, err := g.get("/readyz")
 	if err != nil {
 		return false
 	}
@@ -100,9 +118,26 @@ func (g *groupBroker) ready() bool {
 	return resp.StatusCode == http.StatusOK
 }
 
+// metric returns the line of /metrics that starts with name.
+func (g *groupBroker) metric(t *testing.T, name string) string {
+	t.Helper()
+	resp, err := g.get("/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if strings.HasPrefix(line, name) {
+			return line
+		}
+	}
+	return ""
+}
+
 // group reads the stats API's "group"; nil when it does not answer.
 func (g *groupBroker) group() *broker.GroupInfo {
-	resp, err := http.Get("http://" + g.admin + "/api/v1/stats")
+	resp, err := g.get("/api/v1/stats")
 	if err != nil {
 		return nil
 	}
@@ -440,4 +475,40 @@ func TestAdminOnEtcdJournal(t *testing.T) {
 	}
 	a.start() // the admin resigned: the broker leads again, with the two jobs
 	leaderOf(t, a)
+}
+
+// TestGroupStandbyShowsWhoLeads: a standby's stats and metrics say who
+// leads and what it is, behind the admin token as the leader's are.
+func TestGroupStandbyShowsWhoLeads(t *testing.T) {
+	etcd := etcdtest.Start(t, 1)
+	a := newGroupBroker(t, etcd.Endpoints(), "a", "--admin-token", "sesame")
+	leaderOf(t, a)
+	b := newGroupBroker(t, etcd.Endpoints(), "b", "--admin-token", "sesame")
+	leader := leaderOf(t, a, b)
+	standby := b
+	if leader == b {
+		standby = a
+	}
+	if info := standby.group(); info.Leader != leader.name || info.Name != standby.name {
+		t.Fatalf("standby's stats: %+v, want %s leading", info, leader.name)
+	}
+	for _, c := range []struct {
+		b    *groupBroker
+		want string
+	}{{leader, `emq_group_role{role="leader"} 1`}, {standby, `emq_group_role{role="standby"} 1`}} {
+		if got := c.b.metric(t, c.want[:len(c.want)-2]); got != c.want {
+			t.Errorf("%s's metrics: %q, want %q", c.b.name, got, c.want)
+		}
+	}
+	if got := leader.metric(t, "emq_group_elections_won_total"); got != "emq_group_elections_won_total 1" {
+		t.Errorf("leader's elections: %q", got)
+	}
+	resp, err := http.Get("http://" + standby.admin + "/api/v1/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("standby's stats without the token: %s, want 401", resp.Status)
+	}
 }
