@@ -157,7 +157,7 @@ func OpenEtcd(cli *clientv3.Client, opts EtcdOptions) (*Etcd, error) {
 	}
 	e.start("on etcd "+opts.Prefix, opts.Options, kv)
 	if len(format) == 0 && !opts.ReadOnly {
-		if err := Wait1(func(done func(error)) {
+		if err := wait1(func(done func(error)) {
 			e.enqueue(write{apply: func(t kvTx) error { return t.put(migrations.Meta, formatKey, []byte(etcdFormat)) },
 				finish: done})
 		}); err != nil {
@@ -172,8 +172,8 @@ func OpenEtcd(cli *clientv3.Client, opts EtcdOptions) (*Etcd, error) {
 	return e, nil
 }
 
-// Wait1 is Wait for a write whose done gets only an error.
-func Wait1(write func(done func(error))) error {
+// wait1 is Wait for a write whose done gets only an error.
+func wait1(write func(done func(error))) error {
 	_, err := Wait(func(done func(struct{}, error)) {
 		write(func(err error) { done(struct{}{}, err) })
 	})

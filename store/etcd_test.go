@@ -44,16 +44,23 @@ func etcdClient(t testing.TB, c *etcdtest.Cluster) *clientv3.Client {
 	return cli
 }
 
+// openEtcd opens the journal, closed at cleanup.
+func openEtcd(t *testing.T, cli *clientv3.Client, opts store.EtcdOptions) *store.Etcd {
+	t.Helper()
+	j, err := store.OpenEtcd(cli, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return j
+}
+
 // TestEtcdSplitsLargeBatches: a thousand appends at once are more than one
 // etcd transaction takes; every one is stored, in order.
 func TestEtcdSplitsLargeBatches(t *testing.T) {
 	cli := etcdClient(t, etcdtest.Start(t, 1))
 	opts := store.DefaultEtcdOptions()
-	j, err := store.OpenEtcd(cli, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
+	j := openEtcd(t, cli, opts)
 	const n = 1000
 	errs := make(chan error, n)
 	for i := range n {
@@ -65,7 +72,7 @@ func TestEtcdSplitsLargeBatches(t *testing.T) {
 		}
 	}
 	i := 0
-	err = j.Load(func(job *store.Job) error {
+	err := j.Load(func(job *store.Job) error {
 		if want := fmt.Sprintf("m%04d", i); job.MsgID != want {
 			return fmt.Errorf("job %d is %s, want %s", i, job.MsgID, want)
 		}
@@ -89,11 +96,7 @@ func TestEtcdGuardFences(t *testing.T) {
 	}
 	opts := store.DefaultEtcdOptions()
 	opts.Guard = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision("/leader"), "=", put.Header.Revision)}
-	j, err := store.OpenEtcd(cli, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
+	j := openEtcd(t, cli, opts)
 	if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: "a", Queue: "q"}, done) }); err != nil {
 		t.Fatalf("append while leading: %v", err)
 	}
@@ -119,12 +122,8 @@ func TestEtcdGuardFences(t *testing.T) {
 func TestEtcdTooLarge(t *testing.T) {
 	cli := etcdClient(t, etcdtest.Start(t, 1))
 	opts := store.DefaultEtcdOptions()
-	j, err := store.OpenEtcd(cli, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
-	_, err = store.Wait(func(done func(bool, error)) {
+	j := openEtcd(t, cli, opts)
+	_, err := store.Wait(func(done func(bool, error)) {
 		j.Append(&store.Job{MsgID: "big", Queue: "q", Payload: make([]byte, opts.MaxJobSize+1)}, done)
 	})
 	if !errors.Is(err, store.ErrTooLarge) || !strings.Contains(err.Error(), strconv.Itoa(opts.MaxJobSize)) {
@@ -142,11 +141,7 @@ func TestEtcdCompactsItsHistory(t *testing.T) {
 	cli := etcdClient(t, etcdtest.Start(t, 1))
 	opts := store.DefaultEtcdOptions()
 	opts.CompactEvery = 50 * time.Millisecond
-	j, err := store.OpenEtcd(cli, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
+	j := openEtcd(t, cli, opts)
 	if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: "a", Queue: "q"}, done) }); err != nil {
 		t.Fatal(err)
 	}
