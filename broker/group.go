@@ -192,7 +192,10 @@ func (g *Group) current() *Broker {
 
 // term is one campaign and, if won, one leadership.
 func (g *Group) term(ctx context.Context, opts Options) error {
-	session, err := concurrency.NewSession(g.cli, concurrency.WithTTL(int(g.opts.LeaderTTL/time.Second)), concurrency.WithContext(ctx))
+	// The lease outlives ctx: a leader told to stop drains while it still
+	// leads, then resigns.
+	session, err := concurrency.NewSession(g.cli, concurrency.WithTTL(int(g.opts.LeaderTTL/time.Second)),
+		concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
 		return fmt.Errorf("etcd session: %w", err)
 	}

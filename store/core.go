@@ -27,6 +27,10 @@ type journal struct {
 	// bulkLimit, if set, bounds what one write of PurgeQueue or
 	// ExpireResults removes; they go on in more writes.
 	bulkLimit int
+	// maxWrite, if set, bounds the bytes one write may store (etcd: one
+	// request): a result too large to keep beside its job is not kept,
+	// and a schedule whose fire would not fit is refused.
+	maxWrite int
 	// loadChunk is how many records Load reads at once: what it holds
 	// at most (a backend whose reads copy the records keeps it small).
 	loadChunk int

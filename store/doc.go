@@ -112,7 +112,11 @@
 // about a fiftieth of a transaction a job when the broker is busy.
 // Keeping a result (retain-done) puts three more and deletes one. A job
 // is one value: MaxJobSize is at most what one request carries less
-// 16 KiB for the keys beside it.
+// 64 KiB, for the keys beside it and what its record gains over its life
+// (reasons, trail). A write must fit in one request: a result too large
+// to keep beside its job is not kept (the job is completed without it),
+// and a schedule whose fire (the schedule and its job) would not fit is
+// refused with ErrTooLarge.
 //
 // # Cost
 //

@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/eventmq/emq/migrations"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -55,9 +57,13 @@ func DefaultEtcdOptions() EtcdOptions {
 // needs room for the keys beside it.
 func EtcdMaxJobSize(maxRequest int) int { return maxRequest - etcdMargin }
 
-// etcdMargin is what a request carries beside one large value: keys,
-// framing, the guard.
-const etcdMargin = 16 << 10
+// etcdMargin is what a request carries beside one large job: keys,
+// framing, the guard, and what a job's record gains over its life
+// (reasons, trail events).
+const etcdMargin = 64 << 10
+
+// etcdOverhead is what a request carries beside its values.
+const etcdOverhead = 8 << 10
 
 // Validate reports the first bad option.
 func (o EtcdOptions) Validate() error {
@@ -99,7 +105,8 @@ type Etcd struct {
 	opts EtcdOptions
 
 	mu     sync.Mutex
-	fenced error // set once: every write fails with it
+	fenced error                // set once: every write fails with it
+	views  map[*etcdTx]struct{} // reading now: compaction keeps their revisions
 
 	seq, seqTop uint64 // the last sequence given, and the top of the block reserved (committer only)
 
@@ -135,9 +142,10 @@ func OpenEtcd(cli *clientv3.Client, opts EtcdOptions) (*Etcd, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Etcd{cli: cli, opts: opts, stopCompact: make(chan struct{})}
+	e := &Etcd{cli: cli, opts: opts, stopCompact: make(chan struct{}), views: map[*etcdTx]struct{}{}}
 	e.bulkLimit = opts.MaxTxnOps / 5 // a done job's expiry deletes four keys
-	e.loadChunk = 4 * getChunk       // copied out of etcd, payloads with them: 4 requests at once
+	e.maxWrite = opts.MaxRequestBytes - etcdOverhead
+	e.loadChunk = 4 * getChunk // copied out of etcd, payloads with them: 4 requests at once
 	kv := etcdKV{e}
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 	defer cancel()
@@ -225,30 +233,49 @@ func (e *Etcd) ctx() (context.Context, context.CancelFunc) {
 }
 
 // compactLoop compacts etcd's history every CompactEvery to the revision
-// seen one period before: the revisions the journal's churn made are
-// freed, and a read that started within the last period still finds its
-// revision.
+// seen one period before, or to the oldest revision a view of this
+// journal still reads at (a Load may take minutes): the revisions the
+// journal's churn made are freed, and no read of its own loses its
+// revision. Compaction is cluster-wide: another user of the cluster that
+// compacts further breaks long reads (one group per cluster).
 func (e *Etcd) compactLoop() {
 	defer e.compacted.Done()
 	tick := time.NewTicker(e.opts.CompactEvery)
 	defer tick.Stop()
-	var last int64
+	var last, done int64
 	for {
 		select {
 		case <-e.stopCompact:
 			return
 		case <-tick.C:
 		}
+		to := min(last, e.oldestView())
 		ctx, cancel := e.ctx()
-		resp, err := e.cli.Get(ctx, e.key(migrations.Meta, formatKey))
-		if err == nil && last > 0 {
-			_, err = e.cli.Compact(ctx, last)
+		if to > done {
+			_, err := e.cli.Compact(ctx, to)
+			if err == nil || errors.Is(err, rpctypes.ErrCompacted) { // compacted further already: fine
+				done = to
+			}
 		}
+		resp, err := e.cli.Get(ctx, e.key(migrations.Meta, formatKey))
 		cancel()
 		if err == nil {
 			last = resp.Header.Revision
 		}
 	}
+}
+
+// oldestView is the oldest revision a view reads at now (max: none).
+func (e *Etcd) oldestView() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	oldest := int64(math.MaxInt64)
+	for t := range e.views {
+		if t.rev > 0 {
+			oldest = min(oldest, t.rev)
+		}
+	}
+	return oldest
 }
 
 // pageOf is how many keys of bucket a scan reads at once.
@@ -265,6 +292,14 @@ type etcdKV struct{ e *Etcd }
 
 func (k etcdKV) view(fn func(t kvTx) error) error {
 	t := &etcdTx{e: k.e}
+	k.e.mu.Lock()
+	k.e.views[t] = struct{}{}
+	k.e.mu.Unlock()
+	defer func() {
+		k.e.mu.Lock()
+		delete(k.e.views, t)
+		k.e.mu.Unlock()
+	}()
 	if err := fn(t); err != nil {
 		return err
 	}
@@ -305,9 +340,12 @@ func (e *Etcd) commitWave(w wave, ok []bool) error {
 	errs := make([]error, len(w.chunks))
 	var wg sync.WaitGroup
 	for i, c := range w.chunks {
-		if len(c.ops) == 0 {
+		if len(c.ops) == 0 && len(e.opts.Guard) == 0 {
 			continue
 		}
+		// A chunk that changes nothing (a duplicate, a job not found)
+		// still asks the guard: an answer that gates an ACK comes only
+		// from the leader.
 		wg.Go(func() {
 			ctx, cancel := e.ctx()
 			defer cancel()
@@ -420,7 +458,9 @@ func (t *etcdTx) readOpts(opts ...clientv3.OpOption) []clientv3.OpOption {
 
 func (t *etcdTx) seen(rev int64) {
 	if !t.write && t.rev == 0 {
+		t.e.mu.Lock() // compactLoop reads it
 		t.rev = rev
+		t.e.mu.Unlock()
 	}
 }
 
@@ -442,7 +482,7 @@ func (t *etcdTx) gets(bucket []byte, keys [][]byte) [][]byte {
 		}
 	}
 	got := make(map[string][]byte, len(want))
-	for i, v := range t.fetch(want) {
+	for i, v := range t.fetch(want, true) {
 		got[want[i]] = v
 	}
 	for i, k := range keys {
@@ -470,7 +510,7 @@ func (t *etcdTx) prefetch(keys []bkey) {
 			want = append(want, key)
 		}
 	}
-	t.fetch(want)
+	t.fetch(want, false)
 }
 
 // known returns what the batch knows of key: its change, or what was read.
@@ -486,10 +526,15 @@ func (t *etcdTx) known(key string) ([]byte, bool) {
 }
 
 // fetch reads keys, a few requests at once, and returns their values
-// (nil: no such key). A batch keeps what it read for its later writes,
-// up to cacheBudget bytes of values; a view keeps nothing.
-func (t *etcdTx) fetch(keys []string) [][]byte {
-	out := make([][]byte, len(keys))
+// (nil: no such key) when collect is set. A batch keeps what it read for
+// its later writes, up to cacheBudget bytes of values; a view keeps
+// nothing. Reading ahead (no collect), it stops once the budget is
+// spent: what it holds is bounded by the budget and the requests out.
+func (t *etcdTx) fetch(keys []string, collect bool) [][]byte {
+	var out [][]byte
+	if collect {
+		out = make([][]byte, len(keys))
+	}
 	if len(keys) == 0 || t.first != nil {
 		return out
 	}
@@ -498,7 +543,9 @@ func (t *etcdTx) fetch(keys []string) [][]byte {
 		mu.Lock()
 		defer mu.Unlock()
 		t.seen(rev)
-		copy(out[at:], vals)
+		if collect {
+			copy(out[at:], vals)
+		}
 		if !t.write {
 			return
 		}
@@ -527,6 +574,13 @@ func (t *etcdTx) fetch(keys []string) [][]byte {
 		from := at
 		at += n
 		slots <- struct{}{}
+		mu.Lock()
+		spent := !collect && t.cached >= cacheBudget
+		mu.Unlock()
+		if spent {
+			<-slots
+			break
+		}
 		wg.Go(func() {
 			defer func() { <-slots }()
 			vals, rev, err := t.read(keys[from : from+n])
@@ -600,7 +654,7 @@ func (t *etcdTx) mark() error {
 		t.ops, t.wide, t.size, t.undo = nil, false, 0, t.undo[:0]
 		clear(t.touched)
 	}()
-	maxOps, maxBytes := t.e.opts.MaxTxnOps, t.e.opts.MaxRequestBytes-etcdMargin/2
+	maxOps, maxBytes := t.e.opts.MaxTxnOps, t.e.opts.MaxRequestBytes-etcdOverhead
 	if len(t.ops) > maxOps || t.size > maxBytes {
 		for i := len(t.undo) - 1; i >= 0; i-- {
 			u := t.undo[i]

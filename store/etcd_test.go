@@ -108,6 +108,11 @@ func TestEtcdGuardFences(t *testing.T) {
 			t.Fatalf("append %s after the leadership went: %v, want ErrFenced", id, err)
 		}
 	}
+	// A duplicate changes nothing, but its answer gates an ACK: it too
+	// asks the guard.
+	if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: "a", Queue: "q"}, done) }); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("append of a stored msgid after the leadership went: %v, want ErrFenced", err)
+	}
 	if !errors.Is(j.Fenced(), store.ErrFenced) {
 		t.Fatalf("Fenced() = %v", j.Fenced())
 	}
@@ -164,5 +169,78 @@ func TestEtcdCompactsItsHistory(t *testing.T) {
 			t.Fatalf("revision %d still readable after 10 s (%v): history not compacted", first, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestEtcdWritesFitOneRequest: a result too large to keep beside its job
+// in one etcd request is not kept, and the job still completes; a
+// schedule whose fire would not fit is refused.
+func TestEtcdWritesFitOneRequest(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	opts := store.DefaultEtcdOptions()
+	j := openEtcd(t, cli, opts)
+	big := make([]byte, opts.MaxJobSize-100)
+	if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: "big", Queue: "q", Payload: big}, done) }); err != nil {
+		t.Fatal(err)
+	}
+	found, err := store.Wait(func(done func(bool, error)) {
+		j.Complete("big", make([]byte, 64<<10), time.Now().Add(time.Hour), nil, done)
+	})
+	if !found || err != nil {
+		t.Fatalf("complete with a result too large to keep: %v %v, want found", found, err)
+	}
+	if _, err := j.Get("big"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the job after its complete: %v, want gone", err)
+	}
+	_, err = store.Wait(func(done func(bool, error)) {
+		j.PutSchedule(&store.Schedule{ID: "s", Queue: "q", Payload: make([]byte, opts.MaxJobSize-1000), Every: time.Minute, Next: time.Now()}, done)
+	})
+	if !errors.Is(err, store.ErrTooLarge) {
+		t.Fatalf("a schedule whose fire would not fit: %v, want ErrTooLarge", err)
+	}
+}
+
+// TestEtcdCompactionSparesLongReads: while a Load reads at its revision,
+// the journal's compaction goes no further than that revision, however
+// much is written meanwhile.
+func TestEtcdCompactionSparesLongReads(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	opts := store.DefaultEtcdOptions()
+	opts.CompactEvery = 20 * time.Millisecond
+	j := openEtcd(t, cli, opts)
+	for i := range 300 { // more than Load reads at once
+		if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: fmt.Sprintf("m%03d", i), Queue: "q"}, done) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	resp, err := cli.Get(ctx, "/emq/meta/format")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin := resp.Header.Revision // what the Load below reads at
+	n := 0
+	err = j.Load(func(*store.Job) error {
+		if n++; n > 1 {
+			return nil
+		}
+		for i := range 20 { // the revision moves on
+			if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: fmt.Sprintf("w%d", i), Queue: "w"}, done) }); err != nil {
+				return err
+			}
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for { // the compactor has run up to the Load's revision
+			if _, err := cli.Get(ctx, "/emq/meta/format", clientv3.WithRev(pin-1)); errors.Is(err, rpctypes.ErrCompacted) {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return errors.New("no compaction within 10 s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	if err != nil || n < 300 {
+		t.Fatalf("Load while compacting: %d jobs, %v", n, err)
 	}
 }

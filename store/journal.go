@@ -39,7 +39,10 @@ type Journal interface {
 	//
 	// The trail arguments of Complete, RecordAttempt, Bury and Revive are
 	// events to add to the job's trail with the change (see Job.Trail);
-	// nil adds none. Complete keeps them only with a keep time.
+	// nil adds none. Complete keeps them only with a keep time. A
+	// backend that bounds one write (etcd: one request) does not keep a
+	// result too large to store beside its job: the job is completed
+	// without it.
 	Complete(msgid string, result []byte, keepUntil time.Time, trail []TrailEvent, done func(found bool, err error))
 	// Remove deletes a job in any state (an admin's action).
 	Remove(msgid string, done func(found bool, err error))
@@ -229,7 +232,7 @@ var (
 
 	// Opening fails.
 	ErrLocked  = errors.New("journal file is locked by another process")
-	ErrCorrupt = errors.New("journal file is not a bbolt file or is damaged")
+	ErrCorrupt = errors.New("journal is damaged (or the file is not a bbolt file)")
 	ErrTooNew  = migrations.ErrTooNew
 )
 

@@ -17,6 +17,8 @@ func (jn *journal) validSchedule(s *Schedule) error {
 		return fmt.Errorf("%w: queue name must be 1 to %d bytes, got %d", ErrBadSchedule, MaxQueueLen, len(s.Queue))
 	case size > jn.opts.MaxJobSize:
 		return fmt.Errorf("%w: schedule %s's jobs would be up to %d bytes, over the journal's limit of %d", ErrTooLarge, s.ID, size, jn.opts.MaxJobSize)
+	case !jn.fits(2 * size): // a fire stores the schedule and its job at once
+		return fmt.Errorf("%w: schedule %s and one of its jobs would be %d bytes, over what one write of the journal stores (%d)", ErrTooLarge, s.ID, 2*size, jn.maxWrite)
 	}
 	return nil
 }

@@ -153,7 +153,7 @@ func (jn *journal) Complete(msgid string, result []byte, keepUntil time.Time, tr
 	var found bool
 	jn.enqueue(write{
 		apply: func(t kvTx) (err error) {
-			if keepUntil.IsZero() {
+			if keepUntil.IsZero() || !jn.fits(len(t.get(migrations.Jobs, id))+len(result)) {
 				found, err = deleteJob(t, id)
 				return err
 			}
@@ -175,6 +175,14 @@ func (jn *journal) Complete(msgid string, result []byte, keepUntil time.Time, tr
 		lazy: true,
 	})
 }
+
+// fits reports whether a write storing n bytes of values fits in one
+// commit of the backend (etcd bounds a request; bbolt does not).
+func (jn *journal) fits(n int) bool { return jn.maxWrite == 0 || n+keepRoom <= jn.maxWrite }
+
+// keepRoom is what a kept job's write stores beside its record and
+// result: keys, the expiry, trail events.
+const keepRoom = 8 << 10
 
 // resultKept reports whether the job msgid is done and its result not yet
 // expired: sent again, it is a duplicate, not a new job.

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -76,6 +77,24 @@ func (g *groupBroker) kill() {
 	if cmd != nil {
 		cmd.Process.Kill()
 		cmd.Wait()
+	}
+}
+
+// stop sends SIGTERM and waits for the process to exit.
+func (g *groupBroker) stop() error {
+	g.mu.Lock()
+	cmd := g.cmd
+	g.cmd = nil
+	g.mu.Unlock()
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(bt.Wait):
+		cmd.Process.Kill()
+		return errors.New("did not stop within 10 s of SIGTERM")
 	}
 }
 
@@ -511,4 +530,32 @@ func TestGroupStandbyShowsWhoLeads(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("standby's stats without the token: %s, want 401", resp.Status)
 	}
+}
+
+// TestGroupLeaderStopsGracefully: SIGTERM makes the leader drain as a
+// single broker does, then resign: it exits cleanly (it was not fenced)
+// and the standby leads, with every ACKed job run.
+func TestGroupLeaderStopsGracefully(t *testing.T) {
+	etcd := etcdtest.Start(t, 3)
+	a, b := newGroupBroker(t, etcd.Endpoints(), "a"), newGroupBroker(t, etcd.Endpoints(), "b")
+	leader := leaderOf(t, a, b)
+	l := startLoad(t, 4, a, b)
+	l.waitAcks(t, 50, "jobs ACKed")
+	if err := leader.stop(); err != nil {
+		t.Fatalf("the leader's exit after SIGTERM: %v\n%s", err, leader.log())
+	}
+	if strings.Contains(leader.log(), "fenced") {
+		t.Errorf("the leader was fenced on its way out:\n%s", leader.log())
+	}
+	next := b
+	if leader == b {
+		next = a
+	}
+	if leaderOf(t, next) != next {
+		t.Fatal("the standby does not lead")
+	}
+	l.waitAcks(t, 50, "jobs ACKed by the next leader")
+	l.stop()
+	acked, again := l.check(t)
+	t.Logf("%d jobs ACKed, every one ran; %d runs beyond the first", acked, again)
 }
