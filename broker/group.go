@@ -181,9 +181,7 @@ func (g *Group) ReloadCredentials() error {
 	return nil
 }
 
-// Broker is the broker running while this one leads; nil otherwise.
-func (g *Group) Broker() *Broker { return g.current() }
-
+// current is the broker running while this one leads; nil otherwise.
 func (g *Group) current() *Broker {
 	g.mu.Lock()
 	defer g.mu.Unlock()
