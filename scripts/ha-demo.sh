@@ -8,13 +8,18 @@
 #   make ha-demo            (BIN=bin/emq; JOBS, RATE, KILL_AFTER to change)
 set -euo pipefail
 BIN=${BIN:-bin/emq}
-JOBS=${JOBS:-20000}
+JOBS=${JOBS:-10000}
 RATE=${RATE:-1000}
-KILL_AFTER=${KILL_AFTER:-5}
+KILL_AFTER=${KILL_AFTER:-3}
 
-if ! command -v etcd >/dev/null; then
-	echo "ha-demo: installing Debian's etcd-server (etcd 3.4)"
-	apt-get update -qq && apt-get install -y -qq etcd-server >/dev/null
+need=()
+command -v etcd >/dev/null || need+=(etcd-server)
+command -v etcdctl >/dev/null || need+=(etcd-client)
+command -v curl >/dev/null || need+=(curl)
+command -v python3 >/dev/null || need+=(python3)
+if [ ${#need[@]} -gt 0 ]; then
+	echo "ha-demo: installing ${need[*]} (Debian's etcd is 3.4)"
+	apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 dir=$(mktemp -d /tmp/emq-ha-demo.XXXXXX)
 pids=()
@@ -68,15 +73,15 @@ echo "brokers: $leader leads, $standby stands by"
 # and what ran.
 echo "sending $JOBS jobs at $RATE a second; killing the leader after ${KILL_AFTER}s"
 "$BIN" bench --frontend tcp://127.0.0.1:24391,tcp://127.0.0.1:24392 --backend tcp://127.0.0.1:24401,tcp://127.0.0.1:24402 \
-	--senders 4 --window 1 --slots 16 --jobs "$JOBS" --rate "$RATE" --quiet --json >"$dir/bench.json" 2>"$dir/bench.log" &
+	--senders 8 --window 1 --slots 16 --jobs "$JOBS" --rate "$RATE" --quiet --json >"$dir/bench.json" 2>"$dir/bench.log" &
 bench=$!
 sleep "$KILL_AFTER"
 kill -9 "${bpid[$leader]}"
-killed=$(date +%s.%N)
+killed=$(date +%s%N)
 wait "${bpid[$leader]}" 2>/dev/null || true
 until curl -fsS "http://${admin[$standby]}/readyz" >/dev/null 2>&1; do sleep 0.02; done
-ready=$(date +%s.%N)
-echo "SIGKILL to $leader; $standby serving after $(echo "$ready - $killed" | bc -l | xargs printf '%.2f') s"
+ready=$(date +%s%N)
+echo "SIGKILL to $leader; $standby serving after $(( (ready - killed) / 1000000 )) ms"
 wait "$bench" || true
 python3 - "$dir/bench.json" <<'PY'
 import json, sys
