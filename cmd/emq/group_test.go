@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -558,4 +560,42 @@ func TestGroupLeaderStopsGracefully(t *testing.T) {
 	l.stop()
 	acked, again := l.check(t)
 	t.Logf("%d jobs ACKed, every one ran; %d runs beyond the first", acked, again)
+}
+
+// TestGroupOnEtcdWithTLSAndAUser: a broker reaches an etcd that takes
+// https only and checks users, with --etcd-cacert, --etcd-user and
+// --etcd-password; a wrong password is refused by name.
+func TestGroupOnEtcdWithTLSAndAUser(t *testing.T) {
+	cert, key := bt.SelfSigned(t, t.TempDir())
+	etcd := etcdtest.StartWith(t, 1, etcdtest.Config{CertFile: cert, KeyFile: key})
+	pem, err := os.ReadFile(cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second,
+		TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx := context.Background()
+	for _, step := range []func() error{
+		func() error { _, err := cli.UserAdd(ctx, "root", "s3cret"); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := cli.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := newGroupBroker(t, etcd.Endpoints(), "a", "--etcd-cacert", cert, "--etcd-user", "root", "--etcd-password", "s3cret")
+	leaderOf(t, a)
+
+	_, stderr, err := emq(t, "", "queues", "--etcd-endpoints", strings.Join(etcd.Endpoints(), ","), "--etcd-cacert", cert,
+		"--etcd-user", "root", "--etcd-password", "wrong")
+	if err == nil || !strings.Contains(stderr, "etcd-endpoints") || !strings.Contains(stderr, "authentication failed") {
+		t.Fatalf("a wrong etcd password: %v, stderr %q", err, stderr)
+	}
 }

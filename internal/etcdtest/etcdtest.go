@@ -26,7 +26,18 @@ type Cluster struct {
 }
 
 // Start runs an etcd cluster of n members; it is stopped at cleanup.
-func Start(t testing.TB, n int) *Cluster {
+func Start(t testing.TB, n int) *Cluster { return StartWith(t, n, Config{}) }
+
+// Config changes what Start runs.
+type Config struct {
+	// CertFile and KeyFile, when set, make the client URLs https with
+	// this certificate (PEM files).
+	CertFile, KeyFile string
+}
+
+// StartWith runs an etcd cluster of n members as cfg says; it is
+// stopped at cleanup.
+func StartWith(t testing.TB, n int, with Config) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, members: make([]*embed.Etcd, n), clients: make([]string, n)}
 	cfgs := make([]*embed.Config, n)
@@ -38,6 +49,10 @@ func Start(t testing.TB, n int) *Cluster {
 		cfg.LogLevel = "error"
 		cfg.LogOutputs = []string{filepath.Join(cfg.Dir, "etcd.log")} // its errors at shutdown are noise
 		peer, client := freeURL(t), freeURL(t)
+		if with.CertFile != "" {
+			client.Scheme = "https"
+			cfg.ClientTLSInfo.CertFile, cfg.ClientTLSInfo.KeyFile = with.CertFile, with.KeyFile
+		}
 		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 		cfg.InitialClusterToken = "emq-test"
