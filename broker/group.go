@@ -190,9 +190,16 @@ func (g *Group) current() *Broker {
 
 // term is one campaign and, if won, one leadership.
 func (g *Group) term(ctx context.Context, opts Options) error {
-	// The lease outlives ctx: a leader told to stop drains while it still
-	// leads, then resigns.
-	session, err := concurrency.NewSession(g.cli, concurrency.WithTTL(int(g.opts.LeaderTTL/time.Second)),
+	// The lease is granted within Timeout (etcd away: say so, and let ctx
+	// end the wait), then outlives ctx: a leader told to stop drains
+	// while it still leads, then resigns.
+	gctx, cancel := context.WithTimeout(ctx, g.opts.Timeout)
+	lease, err := g.cli.Grant(gctx, int64(g.opts.LeaderTTL/time.Second))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("etcd-endpoints %s: cannot get a lease from etcd: %w", strings.Join(g.opts.Endpoints, ","), err)
+	}
+	session, err := concurrency.NewSession(g.cli, concurrency.WithLease(lease.ID),
 		concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
 		return fmt.Errorf("etcd session: %w", err)

@@ -599,3 +599,16 @@ func TestGroupOnEtcdWithTLSAndAUser(t *testing.T) {
 		t.Fatalf("a wrong etcd password: %v, stderr %q", err, stderr)
 	}
 }
+
+// TestGroupWithEtcdAway: a broker whose etcd does not answer says so, by
+// the flag's name, and stops at SIGTERM while it waits.
+func TestGroupWithEtcdAway(t *testing.T) {
+	away := "http://" + strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://")
+	g := newGroupBroker(t, []string{away}, "a")
+	bt.Eventually(t, "a log line saying etcd is away", func() bool {
+		return strings.Contains(g.log(), "etcd-endpoints "+away+": cannot get a lease from etcd")
+	})
+	if err := g.stop(); err != nil {
+		t.Fatalf("exit at SIGTERM: %v\n%s", err, g.log())
+	}
+}
