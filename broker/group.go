@@ -67,6 +67,17 @@ func (g GroupOptions) Validate() error {
 // JournalPrefix is where the group's journal lives under prefix.
 func JournalPrefix(prefix string) string { return prefix + "journal/" }
 
+// JournalOptions are the options of the group's journal for whoever won
+// el: every write guarded by its election key at its revision, so that
+// none lands once another leads.
+func (g GroupOptions) JournalOptions(el *concurrency.Election) store.EtcdOptions {
+	eo := store.DefaultEtcdOptions()
+	eo.Prefix = JournalPrefix(g.Prefix)
+	eo.Guard = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())}
+	eo.Timeout = g.Timeout
+	return eo
+}
+
 // LeaderPrefix is where the group's election runs under prefix.
 func LeaderPrefix(prefix string) string { return prefix + "leader/" }
 
@@ -227,13 +238,9 @@ func (g *Group) term(ctx context.Context, opts Options) error {
 	defer g.setRole("standby")
 	g.log.Info("elected leader of the group: loading the journal from etcd", "name", g.opts.Name)
 
-	guard := clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())
 	opts.OpenJournal = func(onCommit func(int, time.Duration)) (store.Journal, error) {
-		eo := store.DefaultEtcdOptions()
-		eo.Prefix = JournalPrefix(g.opts.Prefix)
-		eo.Guard = []clientv3.Cmp{guard}
+		eo := g.opts.JournalOptions(el)
 		eo.MaxJobSize = opts.MaxJobSize
-		eo.Timeout = g.opts.Timeout
 		eo.OnCommit = onCommit
 		return store.OpenEtcd(g.cli, eo)
 	}

@@ -314,10 +314,8 @@ func openOfflineEtcd(c *config) (*offline, error) {
 		session.Close()
 		return fail(fmt.Errorf("a broker of the group started meanwhile (%w): use --admin", err))
 	}
-	opts := store.DefaultEtcdOptions()
-	opts.Prefix = broker.JournalPrefix(g.Prefix)
-	opts.Guard = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())}
-	opts.CompactEvery = 0
+	opts := g.JournalOptions(el)
+	opts.CompactEvery = 0 // the broker's task
 	release := func() {
 		rctx, rcancel := context.WithTimeout(context.Background(), g.Timeout)
 		defer rcancel()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -37,7 +36,7 @@ type groupBroker struct {
 	frontend, backend, admin string
 	token                    string // the admin token, if one is set
 	cmd                      *exec.Cmd
-	logs                     *bytes.Buffer
+	logs                     *lockedBuffer
 	mu                       sync.Mutex
 }
 
@@ -62,8 +61,8 @@ func (g *groupBroker) start() {
 	defer g.mu.Unlock()
 	cmd := exec.Command(os.Args[0], g.args...)
 	cmd.Env = bt.ChildEnv(mainEnv + "=1")
-	g.logs = new(bytes.Buffer)
-	cmd.Stderr = &lockedWriter{w: g.logs, mu: &g.mu}
+	g.logs = new(lockedBuffer)
+	cmd.Stderr = g.logs
 	if err := cmd.Start(); err != nil {
 		g.t.Fatal(err)
 	}
@@ -104,17 +103,6 @@ func (g *groupBroker) log() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.logs.String()
-}
-
-type lockedWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // get asks the admin listener for path, with the token if one is set.
