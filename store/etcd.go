@@ -324,7 +324,9 @@ func (k etcdKV) update(fn func(t kvTx, mark func() error) error) error {
 	ok := make([]bool, t.nwrites)
 	for n, w := range t.waves {
 		if err := e.commitWave(w, ok); err != nil {
-			e.fence(err)
+			if errors.Is(err, ErrFenced) {
+				e.fence(err)
+			}
 			if n == 0 && !slices.Contains(ok, true) {
 				return err
 			}
@@ -351,6 +353,10 @@ func (e *Etcd) commitWave(w wave, ok []bool) error {
 			defer cancel()
 			resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(lastOfEach(c.ops)...).Commit()
 			switch {
+			case refused(err):
+				// Nothing of it was applied: its writes fail, the broker
+				// answers unavailable and goes on, as on a full disk.
+				errs[i] = fmt.Errorf("etcd refused the write: %w", rpctypes.Error(err))
 			case err != nil:
 				// Whether etcd applied it is unknown: the broker stops,
 				// and whoever leads next loads what etcd holds.
@@ -369,6 +375,19 @@ func (e *Etcd) commitWave(w wave, ok []bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// refused reports whether etcd refused a request outright, so that none
+// of it was applied: its space quota reached, a limit, a permission.
+func refused(err error) bool {
+	err = rpctypes.Error(err)
+	for _, r := range []error{rpctypes.ErrNoSpace, rpctypes.ErrTooManyOps, rpctypes.ErrRequestTooLarge,
+		rpctypes.ErrDuplicateKey, rpctypes.ErrPermissionDenied} {
+		if errors.Is(err, r) {
+			return true
+		}
+	}
+	return false
 }
 
 // lastOfEach keeps each key's last operation (etcd refuses a transaction

@@ -244,3 +244,31 @@ func TestEtcdCompactionSparesLongReads(t *testing.T) {
 		t.Fatalf("Load while compacting: %d jobs, %v", n, err)
 	}
 }
+
+// TestEtcdFullIsNotFenced: etcd at its space quota refuses writes; the
+// journal says so, is not fenced (nothing of the refused write landed),
+// and what was stored before is all there.
+func TestEtcdFullIsNotFenced(t *testing.T) {
+	cli := etcdClient(t, etcdtest.StartWith(t, 1, etcdtest.Config{QuotaBytes: 4 << 20}))
+	j := openEtcd(t, cli, store.DefaultEtcdOptions())
+	stored := 0
+	var err error
+	for i := 0; err == nil && i < 1000; i++ {
+		_, err = store.Wait(func(done func(bool, error)) {
+			j.Append(&store.Job{MsgID: fmt.Sprintf("m%04d", i), Queue: "q", Payload: make([]byte, 64<<10)}, done)
+		})
+		if err == nil {
+			stored++
+		}
+	}
+	if err == nil || errors.Is(err, store.ErrFenced) || !strings.Contains(err.Error(), "space exceeded") {
+		t.Fatalf("append into a full etcd: %v; want a refusal naming its space, not a fence", err)
+	}
+	if j.Fenced() != nil {
+		t.Fatalf("fenced: %v", j.Fenced())
+	}
+	counts, cerr := j.Counts()
+	if cerr != nil || len(counts) != 1 || counts[0].Pending != stored {
+		t.Fatalf("after the refusal: %+v %v, want %d pending", counts, cerr, stored)
+	}
+}

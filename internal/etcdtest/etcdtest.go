@@ -33,6 +33,9 @@ type Config struct {
 	// CertFile and KeyFile, when set, make the client URLs https with
 	// this certificate (PEM files).
 	CertFile, KeyFile string
+	// QuotaBytes, when set, is each member's space quota
+	// (--quota-backend-bytes).
+	QuotaBytes int64
 }
 
 // StartWith runs an etcd cluster of n members as cfg says; it is
@@ -48,6 +51,7 @@ func StartWith(t testing.TB, n int, with Config) *Cluster {
 		cfg.Dir = t.TempDir()
 		cfg.LogLevel = "error"
 		cfg.LogOutputs = []string{filepath.Join(cfg.Dir, "etcd.log")} // its errors at shutdown are noise
+		cfg.QuotaBackendBytes = with.QuotaBytes
 		peer, client := freeURL(t), freeURL(t)
 		if with.CertFile != "" {
 			client.Scheme = "https"
