@@ -20,6 +20,7 @@ import (
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/internal/zmtp"
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
 )
 
 // BenchmarkEndToEnd is the whole durable path: REQUEST → journal (fsync) →
@@ -179,7 +180,7 @@ func BenchmarkDelayedIdle(b *testing.B) {
 	start := time.Now()
 	var firstDue time.Time
 	func() {
-		j, err := store.Open(filepath.Join(dir, broker.JournalFile), store.DefaultOptions())
+		j, err := boltstore.Open(filepath.Join(dir, broker.JournalFile), boltstore.DefaultOptions())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/internal/zmtp"
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
 )
 
 // JournalFile is the journal's file name inside the data directory.
@@ -201,10 +202,10 @@ func (o Options) openBolt(onCommit func(int, time.Duration)) (store.Journal, err
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data-dir: %w", err)
 	}
-	sopts := store.DefaultOptions()
+	sopts := boltstore.DefaultOptions()
 	sopts.OnCommit = onCommit
 	sopts.MaxJobSize = o.MaxJobSize
-	return store.Open(filepath.Join(o.DataDir, JournalFile), sopts)
+	return boltstore.Open(filepath.Join(o.DataDir, JournalFile), sopts)
 }
 
 // journalName names the journal in logs: its String, or its type.

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/etcdstore"
 )
 
 // GroupOptions configure a broker as one of a replicated group: the
@@ -70,8 +71,8 @@ func JournalPrefix(prefix string) string { return prefix + "journal/" }
 // JournalOptions are the options of the group's journal for whoever won
 // el: every write guarded by its election key at its revision, so that
 // none lands once another leads.
-func (g GroupOptions) JournalOptions(el *concurrency.Election) store.EtcdOptions {
-	eo := store.DefaultEtcdOptions()
+func (g GroupOptions) JournalOptions(el *concurrency.Election) etcdstore.Options {
+	eo := etcdstore.DefaultOptions()
 	eo.Prefix = JournalPrefix(g.Prefix)
 	eo.Guard = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())}
 	eo.Timeout = g.Timeout
@@ -123,7 +124,7 @@ func NewGroup(opts Options, g GroupOptions) (*Group, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
-	if most := store.EtcdMaxJobSize(store.DefaultEtcdOptions().MaxRequestBytes); opts.MaxJobSize > most {
+	if most := etcdstore.MaxJobSize(etcdstore.DefaultOptions().MaxRequestBytes); opts.MaxJobSize > most {
 		return nil, fmt.Errorf("max-job-size: %d is over what one etcd request carries (%d bytes; etcd's --max-request-bytes is 1.5 MiB)", opts.MaxJobSize, most)
 	}
 	if g.Name == "" {
@@ -242,7 +243,7 @@ func (g *Group) term(ctx context.Context, opts Options) error {
 		eo := g.opts.JournalOptions(el)
 		eo.MaxJobSize = opts.MaxJobSize
 		eo.OnCommit = onCommit
-		return store.OpenEtcd(g.cli, eo)
+		return etcdstore.Open(g.cli, eo)
 	}
 	b, err := New(opts)
 	if err != nil {

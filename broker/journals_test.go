@@ -9,6 +9,7 @@ import (
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
 )
 
 // Journals for the tests that need one to misbehave: each is the real
@@ -18,9 +19,9 @@ import (
 // dir as the broker does and hands it to wrap.
 func wrapJournal(dir string, wrap func(store.Journal) store.Journal) func(func(int, time.Duration)) (store.Journal, error) {
 	return func(onCommit func(int, time.Duration)) (store.Journal, error) {
-		o := store.DefaultOptions()
+		o := boltstore.DefaultOptions()
 		o.OnCommit = onCommit
-		j, err := store.Open(filepath.Join(dir, broker.JournalFile), o)
+		j, err := boltstore.Open(filepath.Join(dir, broker.JournalFile), o)
 		if err != nil {
 			return nil, err
 		}
@@ -51,7 +52,7 @@ func (h heldJournal) PutSchedule(s *store.Schedule, done func(bool, error)) {
 // holding schedules.
 func journalWith(t *testing.T, dir string, schedules ...*store.Schedule) {
 	t.Helper()
-	j, err := store.Open(filepath.Join(dir, broker.JournalFile), store.DefaultOptions())
+	j, err := boltstore.Open(filepath.Join(dir, broker.JournalFile), boltstore.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

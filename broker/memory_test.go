@@ -15,6 +15,7 @@ import (
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
 )
 
 // The broker's memory tests run it as a child process and read its
@@ -65,7 +66,7 @@ func TestBacklogLargerThanMemory(t *testing.T) {
 		jobs = 4096
 	}
 	dir := t.TempDir()
-	j, err := store.Open(filepath.Join(dir, broker.JournalFile), store.DefaultOptions())
+	j, err := boltstore.Open(filepath.Join(dir, broker.JournalFile), boltstore.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

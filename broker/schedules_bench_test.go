@@ -14,6 +14,7 @@ import (
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
 )
 
 // BenchmarkSchedules is a broker keeping 100,000 schedules (half every
@@ -41,7 +42,7 @@ func BenchmarkSchedules(b *testing.B) {
 	start := time.Now()
 	var dueAt time.Time
 	func() {
-		j, err := store.Open(filepath.Join(dir, broker.JournalFile), store.DefaultOptions())
+		j, err := boltstore.Open(filepath.Join(dir, broker.JournalFile), boltstore.DefaultOptions())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
 )
 
 // clockEnv names a file whose time is a child broker's schedules' clock
@@ -242,9 +243,9 @@ func TestScheduleFiresOnceAcrossCrashes(t *testing.T) {
 		t.Fatalf("the child broker's stop: %v", err)
 	}
 	<-served
-	opts := store.DefaultOptions()
+	opts := boltstore.DefaultOptions()
 	opts.ReadOnly = true
-	j, err := store.Open(filepath.Join(dir, broker.JournalFile), opts)
+	j, err := boltstore.Open(filepath.Join(dir, broker.JournalFile), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

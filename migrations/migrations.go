@@ -14,26 +14,19 @@ package migrations
 
 import (
 	"bytes"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"strconv"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/eventmq/emq/store"
 )
 
-// Bucket names of the journal, as the steps create them.
+// The journal's buckets are store's layout (store.BucketJobs, ...); the
+// steps create them: result_exp since step 2, schedules since 3, queues
+// since 4, done since 5.
 var (
-	Meta      = []byte("meta")       // schema version and other file-wide facts
-	Jobs      = []byte("jobs")       // msgid -> job record
-	Pending   = []byte("pending")    // queue key + seq -> msgid: per-queue FIFO of pending jobs
-	Dead      = []byte("dead")       // queue key + seq -> msgid: dead letters
-	Results   = []byte("results")    // msgid -> expiry (8 bytes, unix ns) + result payload
-	ResultExp = []byte("result_exp") // expiry (8 bytes, unix ns) + msgid -> nothing (since step 2)
-	Schedules = []byte("schedules")  // schedule id -> schedule record (since step 3)
-	Queues    = []byte("queues")     // queue name -> its controls, JSON (since step 4)
-	Done      = []byte("done")       // queue key + seq -> msgid: jobs done, kept with their result (since step 5)
-
+	meta      = store.BucketMeta
 	schemaKey = []byte("schema")
 )
 
@@ -45,12 +38,12 @@ type Step struct {
 }
 
 // ErrTooNew means the file was written by a newer EMQ than this one.
-var ErrTooNew = errors.New("journal schema is newer than this binary knows")
+var ErrTooNew = store.ErrTooNew
 
 // Steps is every step this binary knows, in order.
 var Steps = []Step{
 	{1, "create the journal buckets", func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{Meta, Jobs, Pending, Dead, Results} {
+		for _, b := range [][]byte{store.BucketMeta, store.BucketJobs, store.BucketPending, store.BucketDead, store.BucketResults} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -58,27 +51,27 @@ var Steps = []Step{
 		return nil
 	}},
 	{2, "index results by expiry", func(tx *bolt.Tx) error {
-		idx, err := tx.CreateBucketIfNotExists(ResultExp)
+		idx, err := tx.CreateBucketIfNotExists(store.BucketResultExp)
 		if err != nil {
 			return err
 		}
-		return tx.Bucket(Results).ForEach(func(msgid, v []byte) error {
+		return tx.Bucket(store.BucketResults).ForEach(func(msgid, v []byte) error {
 			if len(v) < 8 {
 				return fmt.Errorf("result %q is %d bytes, too short for its expiry", msgid, len(v))
 			}
-			return idx.Put(ResultExpKey(v[:8], msgid), nil)
+			return idx.Put(store.ResultExpKey(v[:8], msgid), nil)
 		})
 	}},
 	{3, "keep schedules", func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(Schedules)
+		_, err := tx.CreateBucketIfNotExists(store.BucketSchedules)
 		return err
 	}},
 	{4, "keep queue controls", func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(Queues)
+		_, err := tx.CreateBucketIfNotExists(store.BucketQueues)
 		return err
 	}},
 	{5, "keep done jobs", func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(Done)
+		_, err := tx.CreateBucketIfNotExists(store.BucketDone)
 		return err
 	}},
 }
@@ -86,21 +79,9 @@ var Steps = []Step{
 // Latest is the version the last known step brings a file to.
 func Latest() int { return Steps[len(Steps)-1].Version }
 
-// ResultExpKey is the result_exp index key for an expiry (8 bytes, big
-// endian unix ns) and a msgid.
-func ResultExpKey(expiry, msgid []byte) []byte {
-	k := make([]byte, 0, len(expiry)+len(msgid))
-	return append(append(k, expiry...), msgid...)
-}
-
-// ExpiryBytes encodes unix nanoseconds as 8 big-endian bytes.
-func ExpiryBytes(unixNano int64) []byte {
-	return binary.BigEndian.AppendUint64(nil, uint64(unixNano))
-}
-
 // Version returns the schema version of the file; 0 for a new file.
 func Version(tx *bolt.Tx) (int, error) {
-	meta := tx.Bucket(Meta)
+	meta := tx.Bucket(meta)
 	if meta == nil {
 		return 0, nil
 	}
@@ -167,7 +148,7 @@ func ApplySteps(db *bolt.DB, steps []Step) (from, to int, err error) {
 			if err := s.Apply(tx); err != nil {
 				return err
 			}
-			meta, err := tx.CreateBucketIfNotExists(Meta)
+			meta, err := tx.CreateBucketIfNotExists(meta)
 			if err != nil {
 				return err
 			}

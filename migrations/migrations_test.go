@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/eventmq/emq/migrations"
+	"github.com/eventmq/emq/store"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -45,9 +46,9 @@ func TestUpgradeCarriesDataOver(t *testing.T) {
 	if _, to, err := migrations.ApplySteps(db, migrations.Steps[:1]); err != nil || to != 1 {
 		t.Fatalf("making a version 1 file: %d, %v", to, err)
 	}
-	exp := migrations.ExpiryBytes(1234)
+	exp := store.ExpiryBytes(1234)
 	err := db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(migrations.Results).Put([]byte("m1"), append(exp, "result"...))
+		return tx.Bucket(store.BucketResults).Put([]byte("m1"), append(exp, "result"...))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -56,13 +57,13 @@ func TestUpgradeCarriesDataOver(t *testing.T) {
 		t.Fatalf("upgrade: %d, %v", to, err)
 	}
 	err = db.View(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(migrations.ResultExp).Get(migrations.ResultExpKey(exp, []byte("m1"))); v == nil {
+		if v := tx.Bucket(store.BucketResultExp).Get(store.ResultExpKey(exp, []byte("m1"))); v == nil {
 			return errors.New("the result is missing from the expiry index")
 		}
-		if v := tx.Bucket(migrations.Results).Get([]byte("m1")); string(v[8:]) != "result" {
+		if v := tx.Bucket(store.BucketResults).Get([]byte("m1")); string(v[8:]) != "result" {
 			return errors.New("the result itself changed")
 		}
-		if tx.Bucket(migrations.Schedules) == nil {
+		if tx.Bucket(store.BucketSchedules) == nil {
 			return errors.New("no schedules bucket after step 3")
 		}
 		return nil

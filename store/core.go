@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// journal is what every backend shares: the queue of writes, the one
+// Core is what every backend shares: the queue of writes, the one
 // goroutine that commits them (group commit), and the journal's logic
-// over a kvStore. Bolt and Etcd embed it and add their storage.
+// over a KV. A backend (boltstore, etcdstore) makes one with StartCore,
+// embeds it, and adds its storage and Close.
 //
 // One goroutine (the committer) owns every write. Writes queue under qmu;
 // the committer takes all that are queued (up to MaxBatch), applies them in
@@ -17,23 +18,10 @@ import (
 // commit runs the next batch gathers, so concurrent writers share commits
 // without any fixed delay. Reads use their own transactions and never
 // wait for the committer.
-type journal struct {
+type Core struct {
 	name string // names the journal in errors: a file's path, or etcd's prefix
-	opts Options
-	kv   kvStore
-	// afterCommit, if set, runs on the committer after each batch is
-	// reported, with the bytes it stored.
-	afterCommit func(size int)
-	// bulkLimit, if set, bounds what one write of PurgeQueue or
-	// ExpireResults removes; they go on in more writes.
-	bulkLimit int
-	// maxWrite, if set, bounds the bytes one write may store (etcd: one
-	// request): a result too large to keep beside its job is not kept,
-	// and a schedule whose fire would not fit is refused.
-	maxWrite int
-	// loadChunk is how many records Load reads at once: what it holds
-	// at most (a backend whose reads copy the records keeps it small).
-	loadChunk int
+	opts CoreOptions
+	kv   KV
 
 	qmu     sync.Mutex
 	queue   []write
@@ -51,25 +39,73 @@ type journal struct {
 // committer between two transactions (compaction), and gets finish only
 // if it never ran.
 type write struct {
-	apply  func(t kvTx) error
-	reads  []bkey // keys apply will read, fetched ahead where that helps
+	apply  func(t Tx) error
+	reads  []Key // keys apply will read, fetched ahead where that helps
 	alone  func()
 	finish func(commitErr error)
 	lazy   bool // may wait LazyDelay for company (see Options)
 	size   int  // bytes it stores (an Append's record)
 }
 
-func (j *journal) start(name string, opts Options, kv kvStore) {
-	j.name, j.opts, j.kv = name, opts, kv
-	if j.loadChunk == 0 {
-		j.loadChunk = 256
+// CoreOptions are what a backend tells the journal's core: its own
+// Options' share of them, and what its storage needs.
+type CoreOptions struct {
+	// MaxBatch is the most writes one transaction (one commit) takes.
+	MaxBatch int
+	// MaxJobSize bounds a job's stored size; a larger Append fails with
+	// ErrTooLarge.
+	MaxJobSize int
+	// ReadOnly: every write fails with ErrReadOnly.
+	ReadOnly bool
+	// OnCommit, if set, is called after each commit with the number of
+	// writes it held and how long it took (for metrics).
+	OnCommit func(writes int, took time.Duration)
+	// LazyDelay is how long Completes, when nothing else is queued, wait
+	// for a write that cannot wait (an Append) to share its commit.
+	LazyDelay time.Duration
+
+	// AfterCommit, if set, runs on the committer after each batch is
+	// reported, with the bytes it stored.
+	AfterCommit func(size int)
+	// BulkLimit, if set, bounds what one write of PurgeQueue or
+	// ExpireResults removes; they go on in more writes.
+	BulkLimit int
+	// MaxWrite, if set, bounds the bytes one write may store (etcd: one
+	// request): a result too large to keep beside its job is not kept,
+	// and a schedule whose fire would not fit is refused.
+	MaxWrite int
+	// LoadChunk is how many records Load reads at once (0 = 256): what
+	// it holds at most (a backend whose reads copy the records keeps it
+	// small).
+	LoadChunk int
+}
+
+// StartCore starts the committer of a journal named name (in errors: a
+// file's path, or etcd's prefix) over kv.
+func StartCore(name string, kv KV, opts CoreOptions) *Core {
+	if opts.LoadChunk == 0 {
+		opts.LoadChunk = 256
 	}
-	j.wake, j.stopped = make(chan struct{}, 1), make(chan struct{})
+	j := &Core{name: name, opts: opts, kv: kv, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
 	go j.commitLoop()
+	return j
+}
+
+// Write queues a write of the backend's own (not a job's): apply runs in
+// a transaction of the committer, done gets the outcome once durable.
+func (j *Core) Write(apply func(t Tx) error, done func(error)) {
+	j.enqueue(write{apply: apply, finish: done})
+}
+
+// Alone runs fn on the committer between two transactions, when every
+// write queued before it is done (a compaction swaps the storage then);
+// skipped is called instead if the journal closed first.
+func (j *Core) Alone(fn func(), skipped func(error)) {
+	j.enqueue(write{alone: fn, finish: skipped})
 }
 
 // enqueue queues a write for the committer.
-func (j *journal) enqueue(w write) {
+func (j *Core) enqueue(w write) {
 	if j.opts.ReadOnly && w.alone == nil {
 		w.finish(fmt.Errorf("%w: %s", ErrReadOnly, j.name))
 		return
@@ -89,7 +125,7 @@ func (j *journal) enqueue(w write) {
 }
 
 // commitLoop is the committer: it runs until Close and the queue is empty.
-func (j *journal) commitLoop() {
+func (j *Core) commitLoop() {
 	defer close(j.stopped)
 	var batch []write
 	timer := time.NewTimer(time.Hour)
@@ -124,7 +160,7 @@ func (j *journal) commitLoop() {
 }
 
 // take moves queued writes to batch, up to MaxBatch in all.
-func (j *journal) take(batch []write) ([]write, bool) {
+func (j *Core) take(batch []write) ([]write, bool) {
 	j.qmu.Lock()
 	defer j.qmu.Unlock()
 	n := min(len(j.queue), j.opts.MaxBatch-len(batch))
@@ -146,7 +182,7 @@ func allLazy(batch []write) bool {
 
 // commitAll commits a batch, running any write that must be alone
 // between the transactions before and after it.
-func (j *journal) commitAll(batch []write) {
+func (j *Core) commitAll(batch []write) {
 	for len(batch) > 0 {
 		i := 0
 		for i < len(batch) && batch[i].alone == nil {
@@ -170,16 +206,16 @@ type jobError struct{ error }
 func (e jobError) Unwrap() error { return e.error }
 
 // commit applies a batch in one transaction and reports to each write.
-func (j *journal) commit(batch []write) {
+func (j *Core) commit(batch []write) {
 	start := time.Now()
 	own := make([]error, len(batch))
-	err := j.kv.update(func(t kvTx, mark func() error) error {
-		if p, ok := t.(prefetcher); ok {
-			var keys []bkey
+	err := j.kv.Update(func(t Tx, mark func() error) error {
+		if p, ok := t.(Prefetcher); ok {
+			var keys []Key
 			for _, w := range batch {
 				keys = append(keys, w.reads...)
 			}
-			p.prefetch(keys)
+			p.Prefetch(keys)
 		}
 		for i, w := range batch {
 			if err := w.apply(t); err != nil {
@@ -189,7 +225,7 @@ func (j *journal) commit(batch []write) {
 				}
 				own[i] = je.error
 			}
-			if err := t.err(); err != nil {
+			if err := t.Err(); err != nil {
 				return err
 			}
 			if err := mark(); err != nil && own[i] == nil {
@@ -200,9 +236,9 @@ func (j *journal) commit(batch []write) {
 	})
 	durable := func(int) bool { return err == nil }
 	if err != nil {
-		var p partial
+		var p *PartialError
 		if errors.As(err, &p) {
-			durable, err = func(i int) bool { return p.ok[i] }, p.err
+			durable, err = func(i int) bool { return p.OK[i] }, p.Err
 		}
 		if !errors.Is(err, ErrFenced) && !errors.Is(err, ErrTooLarge) {
 			err = fmt.Errorf("journal %s: write failed: %w", j.name, err)
@@ -219,18 +255,18 @@ func (j *journal) commit(batch []write) {
 			w.finish(err)
 		}
 	}
-	if j.afterCommit != nil {
-		j.afterCommit(size)
+	if j.opts.AfterCommit != nil {
+		j.opts.AfterCommit(size)
 	}
 }
 
-// prefetcher is a transaction that reads ahead the keys a batch's writes
-// will read.
-type prefetcher interface{ prefetch(keys []bkey) }
+// Name names the journal in errors and logs.
+func (j *Core) Name() string { return j.name }
 
-// stop finishes the queued writes and stops the committer; it reports
-// whether an earlier call had stopped it already.
-func (j *journal) stop() (already bool) {
+// Stop finishes the queued writes and stops the committer; it reports
+// whether an earlier call had stopped it already. A backend's Close calls
+// it first.
+func (j *Core) Stop() (already bool) {
 	j.qmu.Lock()
 	already = j.closing
 	j.closing = true

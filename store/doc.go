@@ -1,18 +1,22 @@
 // Package store is EMQ's journal: every job the broker has acknowledged,
 // until a worker replies to it, it is dead-lettered, or an admin removes
-// it. The broker and the admin tools use the Journal interface; Bolt is
-// its implementation in one bbolt file, Etcd under a key prefix of an
-// etcd cluster (a replicated group of brokers). Both run the same logic
-// (writes.go, reads.go, schedules.go, queues.go) over buckets of sorted
-// keys (kv.go), and the same committer (core.go).
+// it. The broker and the admin tools use the Journal interface. This
+// package holds that interface, the records, the layout (layout.go) and
+// the journal's logic (writes.go, reads.go, schedules.go, queues.go),
+// written once over buckets of sorted keys (kv.go) with one committer
+// (core.go). The backends are packages of their own, each with its own
+// Options: boltstore in one bbolt file, etcdstore under a key prefix of
+// an etcd cluster (a replicated group of brokers). Nothing here imports
+// bbolt or etcd.
 //
 // # The contract
 //
 // Journal (journal.go) says what every backend does, and package
 // storetest checks it: a backend that passes the conformance suite
-// unchanged can stand in for Bolt. What only some backends do is an
-// optional interface (Compactor); the bbolt schema steps stay in package
-// migrations, which only Bolt uses.
+// unchanged can stand in for boltstore. What only some backends do is an
+// optional interface (Compactor); the bbolt schema steps are package
+// migrations (it creates this layout's buckets), which only boltstore
+// uses.
 //
 // Every refusal is a sentinel error matched with errors.Is: ErrNotFound,
 // ErrWrongState (bury a dead job, revive a pending one), ErrInvalidJob,
@@ -22,9 +26,9 @@
 // ErrLocked, ErrCorrupt and ErrTooNew refuse an Open and name the file.
 // Anything else is the storage failing (I/O, disk full).
 //
-// # Layout of the file
+// # Layout
 //
-//	meta        schema version (package migrations owns the steps)
+//	meta        schema version (package migrations has the steps)
 //	jobs        msgid -> record (queue, headers, payload, client id,
 //	            enqueue time, attempts, last error, not-before, state, seq)
 //	pending     len(queue) queue seq(8, big endian) -> msgid
@@ -89,7 +93,7 @@
 //
 // # The journal on etcd
 //
-// Etcd keeps each bucket as a key range, PREFIX BUCKET "/" KEY, the
+// etcdstore keeps each bucket as a key range, PREFIX BUCKET "/" KEY, the
 // same keys and values as the file. A write is durable when etcd has
 // committed it, which is when a majority of its members hold it. The
 // committer applies a batch on an overlay of the batch's own changes,

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"strings"
 	"time"
-
-	"github.com/eventmq/emq/migrations"
 )
 
 // Journal is the durable store of jobs. The broker writes through it and
@@ -233,7 +231,7 @@ var (
 	// Opening fails.
 	ErrLocked  = errors.New("journal file is locked by another process")
 	ErrCorrupt = errors.New("journal is damaged (or the file is not a bbolt file)")
-	ErrTooNew  = migrations.ErrTooNew
+	ErrTooNew  = errors.New("journal schema is newer than this binary knows")
 )
 
 // kindOf is an error with its own text that errors.Is also matches with

@@ -1,52 +1,58 @@
 package store
 
 // The journal's logic (writes.go, reads.go, schedules.go, queues.go) is
-// written once, against buckets of sorted keys in transactions. Each
-// backend gives it those: Bolt as bbolt buckets in one file, Etcd as
-// keys under a prefix, a bucket's name and a slash before each key.
+// written once, against buckets of sorted keys in transactions (layout.go
+// names them). Each backend gives it those through KV and Tx: boltstore as
+// bbolt buckets in one file, etcdstore as keys under a prefix, a bucket's
+// name and a slash before each key. Core (core.go) runs the logic over a
+// backend; a backend embeds it. Only backends use this file's types.
 
-// kvTx is one transaction of a backend, for reading or for writing.
-type kvTx interface {
-	// get returns the value of key in bucket, nil when there is none. The
+// Tx is one transaction of a backend, for reading or for writing.
+type Tx interface {
+	// Get returns the value of key in bucket, nil when there is none. The
 	// value is valid until the transaction ends.
-	get(bucket, key []byte) []byte
-	// gets returns the values of several keys of one bucket, in order.
-	gets(bucket []byte, keys [][]byte) [][]byte
-	put(bucket, key, val []byte) error
-	del(bucket, key []byte) error
-	// scan calls fn with the bucket's keys from from on (nil: the first),
+	Get(bucket, key []byte) []byte
+	// Gets returns the values of several keys of one bucket, in order.
+	Gets(bucket []byte, keys [][]byte) [][]byte
+	Put(bucket, key, val []byte) error
+	Delete(bucket, key []byte) error
+	// Scan calls fn with the bucket's keys from from on (nil: the first),
 	// in order, until fn returns false or an error.
-	scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) error
-	// nextSeq returns a sequence number greater than any given before.
-	nextSeq() (uint64, error)
-	// release tells the backend a value read will not be read again
-	// (Bolt gives its pages back to the kernel).
-	release(v []byte)
-	// err is the first failure of a read that had no error to return
-	// (get, gets); the transaction fails with it.
-	err() error
+	Scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) error
+	// NextSeq returns a sequence number greater than any given before.
+	NextSeq() (uint64, error)
+	// Release tells the backend a value read will not be read again
+	// (boltstore gives its pages back to the kernel).
+	Release(v []byte)
+	// Err is the first failure of a read that had no error to return
+	// (Get, Gets); the transaction fails with it.
+	Err() error
 }
 
-// kvStore is a backend's storage.
-type kvStore interface {
-	// update runs fn in one write transaction and makes it durable. A
-	// backend that must split a batch (Etcd) is told by mark where each
+// KV is a backend's storage.
+type KV interface {
+	// Update runs fn in one write transaction and makes it durable. A
+	// backend that must split a batch (etcd) is told by mark where each
 	// write ends; mark refuses (and takes back) a write too large for one
-	// commit. It may fail with a partial error after committing some.
-	update(fn func(t kvTx, mark func() error) error) error
-	view(fn func(t kvTx) error) error
+	// commit. It may fail with a *PartialError after committing some.
+	Update(fn func(t Tx, mark func() error) error) error
+	View(fn func(t Tx) error) error
 }
 
-// partial is an update's failure after some of its writes were
-// committed: ok[i] says write i is durable; the others failed with err.
-type partial struct {
-	ok  []bool
-	err error
+// Prefetcher is a Tx that reads ahead the keys a batch's writes will
+// read, in a few requests instead of one each (etcd).
+type Prefetcher interface{ Prefetch(keys []Key) }
+
+// PartialError is an Update's failure after some of its writes were
+// committed: OK[i] says write i is durable; the others failed with Err.
+type PartialError struct {
+	OK  []bool
+	Err error
 }
 
-func (p partial) Error() string { return p.err.Error() }
-func (p partial) Unwrap() error { return p.err }
+func (p *PartialError) Error() string { return p.Err.Error() }
+func (p *PartialError) Unwrap() error { return p.Err }
 
-// bkey names a key of a bucket: a write's reads, fetched before its batch
-// runs (Etcd reads them all in a few requests instead of one each).
-type bkey struct{ bucket, key []byte }
+// Key names a key of a bucket: a write's reads, fetched before its batch
+// runs.
+type Key struct{ Bucket, Key []byte }

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-
-	"github.com/eventmq/emq/migrations"
 )
 
 // QueueSettings are an operator's controls of one queue, kept in the
@@ -48,7 +46,7 @@ func (s QueueSettings) Validate() error {
 }
 
 // PutQueueSettings implements Journal.
-func (jn *journal) PutQueueSettings(queue string, s QueueSettings, done func(error)) {
+func (jn *Core) PutQueueSettings(queue string, s QueueSettings, done func(error)) {
 	err := s.Validate()
 	if err == nil && (queue == "" || len(queue) > MaxQueueLen) {
 		err = fmt.Errorf("%w: queue name must be 1 to %d bytes, got %d", ErrBadSettings, MaxQueueLen, len(queue))
@@ -62,7 +60,7 @@ func (jn *journal) PutQueueSettings(queue string, s QueueSettings, done func(err
 	key := []byte(queue)
 	rec, _ := json.Marshal(s) // plain fields: cannot fail
 	jn.enqueue(write{
-		apply: func(t kvTx) error { return t.put(migrations.Queues, key, rec) },
+		apply: func(t Tx) error { return t.Put(BucketQueues, key, rec) },
 		finish: func(err error) {
 			if done != nil {
 				done(err)
@@ -73,10 +71,10 @@ func (jn *journal) PutQueueSettings(queue string, s QueueSettings, done func(err
 }
 
 // QueueSettings implements Journal.
-func (jn *journal) QueueSettings() (map[string]QueueSettings, error) {
+func (jn *Core) QueueSettings() (map[string]QueueSettings, error) {
 	out := make(map[string]QueueSettings)
-	err := jn.kv.view(func(t kvTx) error {
-		return t.scan(migrations.Queues, nil, func(k, v []byte) (bool, error) {
+	err := jn.kv.View(func(t Tx) error {
+		return t.Scan(BucketQueues, nil, func(k, v []byte) (bool, error) {
 			var s QueueSettings
 			if err := json.Unmarshal(v, &s); err != nil {
 				return false, fmt.Errorf("%w: queue %q's settings: %v", ErrCorrupt, k, err)

@@ -7,18 +7,16 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/eventmq/emq/migrations"
 )
 
 // Load implements Journal. It walks the pending index in one read
 // transaction, reading the jobs of loadChunk entries at a time; each job
 // is decoded (copied) only when fn is called, and its payload not at all.
-func (jn *journal) Load(fn func(*Job) error) error {
-	return jn.kv.view(func(t kvTx) error {
+func (jn *Core) Load(fn func(*Job) error) error {
+	return jn.kv.View(func(t Tx) error {
 		var keys, ids [][]byte
 		flush := func() error {
-			for i, rec := range t.gets(migrations.Jobs, ids) {
+			for i, rec := range t.Gets(BucketJobs, ids) {
 				j, err := jn.indexed(rec, keys[i], ids[i], false)
 				if err != nil {
 					return err
@@ -30,9 +28,9 @@ func (jn *journal) Load(fn func(*Job) error) error {
 			keys, ids = keys[:0], ids[:0]
 			return nil
 		}
-		err := t.scan(migrations.Pending, nil, func(k, id []byte) (bool, error) {
+		err := t.Scan(BucketPending, nil, func(k, id []byte) (bool, error) {
 			keys, ids = append(keys, k), append(ids, id)
-			if len(ids) < jn.loadChunk {
+			if len(ids) < jn.opts.LoadChunk {
 				return true, nil
 			}
 			return true, flush()
@@ -41,7 +39,7 @@ func (jn *journal) Load(fn func(*Job) error) error {
 			err = flush()
 		}
 		if err == nil {
-			err = t.err()
+			err = t.Err()
 		}
 		return err
 	})
@@ -49,7 +47,7 @@ func (jn *journal) Load(fn func(*Job) error) error {
 
 // indexed returns the job an index entry (k -> id) names, from its
 // record rec.
-func (jn *journal) indexed(rec, k, id []byte, withPayload bool) (*Job, error) {
+func (jn *Core) indexed(rec, k, id []byte, withPayload bool) (*Job, error) {
 	if rec == nil {
 		return nil, fmt.Errorf("%w: journal %s: index entry %x names job %q, which is missing", ErrCorrupt, jn.name, k, id)
 	}
@@ -61,11 +59,11 @@ func (jn *journal) indexed(rec, k, id []byte, withPayload bool) (*Job, error) {
 }
 
 // Get implements Journal.
-func (jn *journal) Get(msgid string) (*Job, error) {
+func (jn *Core) Get(msgid string) (*Job, error) {
 	var j *Job
-	err := jn.kv.view(func(t kvTx) error {
-		rec := t.get(migrations.Jobs, []byte(msgid))
-		if err := t.err(); err != nil {
+	err := jn.kv.View(func(t Tx) error {
+		rec := t.Get(BucketJobs, []byte(msgid))
+		if err := t.Err(); err != nil {
 			return err
 		}
 		if rec == nil {
@@ -81,14 +79,14 @@ func (jn *journal) Get(msgid string) (*Job, error) {
 // Payloads implements Journal: one read transaction; each payload is
 // copied out of the record, nothing else of it is decoded, and Bolt
 // gives back the pages a large one lay on (pages_linux.go).
-func (jn *journal) Payloads(msgids []string, fn func(i int, payload []byte, err error)) error {
-	return jn.kv.view(func(t kvTx) error {
+func (jn *Core) Payloads(msgids []string, fn func(i int, payload []byte, err error)) error {
+	return jn.kv.View(func(t Tx) error {
 		ids := make([][]byte, len(msgids))
 		for i, msgid := range msgids {
 			ids[i] = []byte(msgid)
 		}
-		recs := t.gets(migrations.Jobs, ids)
-		if err := t.err(); err != nil {
+		recs := t.Gets(BucketJobs, ids)
+		if err := t.Err(); err != nil {
 			return err
 		}
 		for i, msgid := range msgids {
@@ -102,7 +100,7 @@ func (jn *journal) Payloads(msgids []string, fn func(i int, payload []byte, err 
 				err = fmt.Errorf("journal %s: %w", jn.name, err)
 			}
 			c := clone(p)
-			t.release(p)
+			t.Release(p)
 			fn(i, c, err)
 		}
 		return nil
@@ -110,11 +108,11 @@ func (jn *journal) Payloads(msgids []string, fn func(i int, payload []byte, err 
 }
 
 // Result implements Journal.
-func (jn *journal) Result(msgid string) ([]byte, error) {
+func (jn *Core) Result(msgid string) ([]byte, error) {
 	var out []byte
-	err := jn.kv.view(func(t kvTx) error {
-		v := t.get(migrations.Results, []byte(msgid))
-		if err := t.err(); err != nil {
+	err := jn.kv.View(func(t Tx) error {
+		v := t.Get(BucketResults, []byte(msgid))
+		if err := t.Err(); err != nil {
 			return err
 		}
 		if v != nil && len(v) < 8 {
@@ -132,7 +130,7 @@ func (jn *journal) Result(msgid string) ([]byte, error) {
 // List implements Journal. The cursor names the last job shown, by its
 // state's index and key; a queue's jobs are one exact key prefix (the
 // name's length comes first).
-func (jn *journal) List(opts ListOptions) (Page, error) {
+func (jn *Core) List(opts ListOptions) (Page, error) {
 	if opts.Limit <= 0 {
 		opts.Limit = 100
 	}
@@ -169,7 +167,7 @@ func (jn *journal) List(opts ListOptions) (Page, error) {
 	scanned := 0
 	var k0 []byte // the last key looked at,
 	var k0s State // in this state's index
-	err := jn.kv.view(func(t kvTx) error {
+	err := jn.kv.View(func(t Tx) error {
 		for i, s := range states {
 			from, skip := prefix, []byte(nil)
 			if i == 0 && after != nil {
@@ -180,7 +178,7 @@ func (jn *journal) List(opts ListOptions) (Page, error) {
 			// take looks at the index entries gathered, with their
 			// records read at once; stop when the page is full.
 			take := func() error {
-				recs := t.gets(migrations.Jobs, ids)
+				recs := t.Gets(BucketJobs, ids)
 				for n, k := range keys {
 					id := ids[n]
 					if len(page.Jobs) == opts.Limit { // there is more: this page ends here
@@ -214,9 +212,9 @@ func (jn *journal) List(opts ListOptions) (Page, error) {
 					page.Jobs = append(page.Jobs, j)
 				}
 				keys, ids = keys[:0], ids[:0]
-				return t.err()
+				return t.Err()
 			}
-			err := t.scan(index(s), from, func(k, id []byte) (bool, error) {
+			err := t.Scan(index(s), from, func(k, id []byte) (bool, error) {
 				switch {
 				case skip != nil && bytes.Equal(k, skip):
 					return true, nil
@@ -240,7 +238,7 @@ func (jn *journal) List(opts ListOptions) (Page, error) {
 				return err
 			}
 		}
-		return t.err()
+		return t.Err()
 	})
 	return page, err
 }
@@ -265,15 +263,15 @@ func parseCursor(c string) (State, []byte, error) {
 }
 
 // Counts implements Journal. It reads the index keys only.
-func (jn *journal) Counts(only ...State) ([]Count, error) {
+func (jn *Core) Counts(only ...State) ([]Count, error) {
 	if len(only) == 0 {
 		only = []State{Pending, Dead, Done}
 	}
 	var out []Count
 	at := map[string]int{}
-	err := jn.kv.view(func(t kvTx) error {
+	err := jn.kv.View(func(t Tx) error {
 		for _, s := range only {
-			err := t.scan(index(s), nil, func(k, _ []byte) (bool, error) {
+			err := t.Scan(index(s), nil, func(k, _ []byte) (bool, error) {
 				q, ok := splitQueueKey(k)
 				if !ok {
 					return true, nil

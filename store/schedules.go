@@ -3,13 +3,11 @@ package store
 import (
 	"fmt"
 	"time"
-
-	"github.com/eventmq/emq/migrations"
 )
 
 // validSchedule checks s as validate checks a job: its fires must fit as
 // jobs, whatever their msgids.
-func (jn *journal) validSchedule(s *Schedule) error {
+func (jn *Core) validSchedule(s *Schedule) error {
 	switch size := MaxIDLen + len(s.Queue) + len(s.Headers) + len(s.Payload); {
 	case s.ID == "" || len(s.ID) > MaxIDLen:
 		return fmt.Errorf("%w: schedule id must be 1 to %d bytes, got %d", ErrBadSchedule, MaxIDLen, len(s.ID))
@@ -18,13 +16,13 @@ func (jn *journal) validSchedule(s *Schedule) error {
 	case size > jn.opts.MaxJobSize:
 		return fmt.Errorf("%w: schedule %s's jobs would be up to %d bytes, over the journal's limit of %d", ErrTooLarge, s.ID, size, jn.opts.MaxJobSize)
 	case !jn.fits(2 * size): // a fire stores the schedule and its job at once
-		return fmt.Errorf("%w: schedule %s and one of its jobs would be %d bytes, over what one write of the journal stores (%d)", ErrTooLarge, s.ID, 2*size, jn.maxWrite)
+		return fmt.Errorf("%w: schedule %s and one of its jobs would be %d bytes, over what one write of the journal stores (%d)", ErrTooLarge, s.ID, 2*size, jn.opts.MaxWrite)
 	}
 	return nil
 }
 
 // PutSchedule implements Journal.
-func (jn *journal) PutSchedule(s *Schedule, done func(created bool, err error)) {
+func (jn *Core) PutSchedule(s *Schedule, done func(created bool, err error)) {
 	if err := jn.validSchedule(s); err != nil {
 		if done != nil {
 			done(false, err)
@@ -34,11 +32,11 @@ func (jn *journal) PutSchedule(s *Schedule, done func(created bool, err error)) 
 	id, rec := []byte(s.ID), s.encode()
 	var created bool
 	jn.enqueue(write{
-		apply: func(t kvTx) error {
-			created = t.get(migrations.Schedules, id) == nil
-			return t.put(migrations.Schedules, id, rec)
+		apply: func(t Tx) error {
+			created = t.Get(BucketSchedules, id) == nil
+			return t.Put(BucketSchedules, id, rec)
 		},
-		reads: []bkey{{migrations.Schedules, id}},
+		reads: []Key{{BucketSchedules, id}},
 		finish: func(err error) {
 			if done != nil {
 				done(created && err == nil, err)
@@ -49,17 +47,17 @@ func (jn *journal) PutSchedule(s *Schedule, done func(created bool, err error)) 
 }
 
 // RemoveSchedule implements Journal.
-func (jn *journal) RemoveSchedule(id string, done func(found bool, err error)) {
+func (jn *Core) RemoveSchedule(id string, done func(found bool, err error)) {
 	key := []byte(id)
 	var found bool
 	jn.enqueue(write{
-		apply: func(t kvTx) error {
-			if found = t.get(migrations.Schedules, key) != nil; !found {
+		apply: func(t Tx) error {
+			if found = t.Get(BucketSchedules, key) != nil; !found {
 				return nil
 			}
-			return t.del(migrations.Schedules, key)
+			return t.Delete(BucketSchedules, key)
 		},
-		reads: []bkey{{migrations.Schedules, key}},
+		reads: []Key{{BucketSchedules, key}},
 		finish: func(err error) {
 			if done != nil {
 				done(found && err == nil, err)
@@ -71,13 +69,13 @@ func (jn *journal) RemoveSchedule(id string, done func(found bool, err error)) {
 // changeSchedule reads one schedule, lets fn change it, and writes it back
 // (or deletes it when fn says so). fn refuses with a jobError before it
 // changes anything.
-func (jn *journal) changeSchedule(id string, reads []bkey, fn func(t kvTx, s *Schedule) (remove bool, err error), done func(*Schedule, error)) {
+func (jn *Core) changeSchedule(id string, reads []Key, fn func(t Tx, s *Schedule) (remove bool, err error), done func(*Schedule, error)) {
 	key := []byte(id)
 	var out *Schedule
 	jn.enqueue(write{
-		reads: append(reads, bkey{migrations.Schedules, key}),
-		apply: func(t kvTx) error {
-			rec := t.get(migrations.Schedules, key)
+		reads: append(reads, Key{BucketSchedules, key}),
+		apply: func(t Tx) error {
+			rec := t.Get(BucketSchedules, key)
 			if rec == nil {
 				return jobError{fmt.Errorf("%w: %s", ErrNoSchedule, id)}
 			}
@@ -91,9 +89,9 @@ func (jn *journal) changeSchedule(id string, reads []bkey, fn func(t kvTx, s *Sc
 			}
 			out = s
 			if remove {
-				return t.del(migrations.Schedules, key)
+				return t.Delete(BucketSchedules, key)
 			}
-			return t.put(migrations.Schedules, key, s.encode())
+			return t.Put(BucketSchedules, key, s.encode())
 		},
 		finish: func(err error) {
 			if done == nil {
@@ -108,22 +106,22 @@ func (jn *journal) changeSchedule(id string, reads []bkey, fn func(t kvTx, s *Sc
 }
 
 // PauseSchedule implements Journal.
-func (jn *journal) PauseSchedule(id string, paused bool, done func(*Schedule, error)) {
-	jn.changeSchedule(id, nil, func(_ kvTx, s *Schedule) (bool, error) {
+func (jn *Core) PauseSchedule(id string, paused bool, done func(*Schedule, error)) {
+	jn.changeSchedule(id, nil, func(_ Tx, s *Schedule) (bool, error) {
 		s.Paused = paused
 		return false, nil
 	}, done)
 }
 
 // FireSchedule implements Journal.
-func (jn *journal) FireSchedule(id string, due, next time.Time, msgid string, done func(j *Job, dup bool, err error)) {
+func (jn *Core) FireSchedule(id string, due, next time.Time, msgid string, done func(j *Job, dup bool, err error)) {
 	var job *Job
 	var dup bool
-	var reads []bkey
+	var reads []Key
 	if msgid != "" {
 		reads = takenReads([]byte(msgid))
 	}
-	jn.changeSchedule(id, reads, func(t kvTx, s *Schedule) (bool, error) {
+	jn.changeSchedule(id, reads, func(t Tx, s *Schedule) (bool, error) {
 		if !s.Next.Equal(due) {
 			return false, jobError{fmt.Errorf("%w: schedule %s is due at %s, not %s: that fire was made", ErrWrongState,
 				id, s.Next.UTC().Format(time.RFC3339Nano), due.UTC().Format(time.RFC3339Nano))}
@@ -163,24 +161,24 @@ func (jn *journal) FireSchedule(id string, due, next time.Time, msgid string, do
 
 // store puts a new pending job in tx as Append does, setting its Seq;
 // dup when its msgid is stored (or done with its result kept).
-func (jn *journal) store(t kvTx, j *Job) (dup bool, err error) {
+func (jn *Core) store(t Tx, j *Job) (dup bool, err error) {
 	id := []byte(j.MsgID)
 	if dup, err := taken(t, id); dup || err != nil {
 		return dup, err
 	}
-	if j.Seq, err = t.nextSeq(); err != nil {
+	if j.Seq, err = t.NextSeq(); err != nil {
 		return false, err
 	}
-	if err := t.put(migrations.Jobs, id, j.encode()); err != nil {
+	if err := t.Put(BucketJobs, id, j.encode()); err != nil {
 		return false, err
 	}
-	return false, t.put(migrations.Pending, queueKey(j.Queue, j.Seq), id)
+	return false, t.Put(BucketPending, queueKey(j.Queue, j.Seq), id)
 }
 
 // LoadSchedules implements Journal.
-func (jn *journal) LoadSchedules(fn func(*Schedule) error) error {
-	return jn.kv.view(func(t kvTx) error {
-		return t.scan(migrations.Schedules, nil, func(k, v []byte) (bool, error) {
+func (jn *Core) LoadSchedules(fn func(*Schedule) error) error {
+	return jn.kv.View(func(t Tx) error {
+		return t.Scan(BucketSchedules, nil, func(k, v []byte) (bool, error) {
 			s, err := decodeSchedule(k, v)
 			if err != nil {
 				return false, fmt.Errorf("journal %s: %w", jn.name, err)
@@ -191,18 +189,18 @@ func (jn *journal) LoadSchedules(fn func(*Schedule) error) error {
 }
 
 // ListSchedules implements Journal.
-func (jn *journal) ListSchedules(after string, limit int) ([]*Schedule, string, error) {
+func (jn *Core) ListSchedules(after string, limit int) ([]*Schedule, string, error) {
 	if limit <= 0 {
 		limit = 100
 	}
 	var out []*Schedule
 	next := ""
-	err := jn.kv.view(func(t kvTx) error {
+	err := jn.kv.View(func(t Tx) error {
 		var from []byte
 		if after != "" {
 			from = []byte(after)
 		}
-		return t.scan(migrations.Schedules, from, func(k, v []byte) (bool, error) {
+		return t.Scan(BucketSchedules, from, func(k, v []byte) (bool, error) {
 			switch {
 			case string(k) == after:
 				return true, nil
@@ -222,11 +220,11 @@ func (jn *journal) ListSchedules(after string, limit int) ([]*Schedule, string, 
 }
 
 // GetSchedule implements Journal.
-func (jn *journal) GetSchedule(id string) (*Schedule, error) {
+func (jn *Core) GetSchedule(id string) (*Schedule, error) {
 	var s *Schedule
-	err := jn.kv.view(func(t kvTx) error {
-		rec := t.get(migrations.Schedules, []byte(id))
-		if err := t.err(); err != nil {
+	err := jn.kv.View(func(t Tx) error {
+		rec := t.Get(BucketSchedules, []byte(id))
+		if err := t.Err(); err != nil {
 			return err
 		}
 		if rec == nil {

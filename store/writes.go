@@ -5,22 +5,20 @@ import (
 	"encoding/binary"
 	"fmt"
 	"time"
-
-	"github.com/eventmq/emq/migrations"
 )
 
 // index returns the index bucket of a state.
 func index(s State) []byte {
 	switch s {
 	case Dead:
-		return migrations.Dead
+		return BucketDead
 	case Done:
-		return migrations.Done
+		return BucketDone
 	}
-	return migrations.Pending
+	return BucketPending
 }
 
-func (jn *journal) validate(j *Job) error {
+func (jn *Core) validate(j *Job) error {
 	size := len(j.MsgID) + len(j.Queue) + len(j.Headers) + len(j.Payload) + len(j.ClientID) + len(j.LastError)
 	switch {
 	case size > jn.opts.MaxJobSize:
@@ -35,7 +33,7 @@ func (jn *journal) validate(j *Job) error {
 
 // Append implements Journal. The record is encoded on the caller's
 // goroutine; the committer only sets its sequence.
-func (jn *journal) Append(j *Job, done func(dup bool, err error)) {
+func (jn *Core) Append(j *Job, done func(dup bool, err error)) {
 	if err := jn.validate(j); err != nil {
 		if done != nil {
 			done(false, err)
@@ -53,19 +51,19 @@ func (jn *journal) Append(j *Job, done func(dup bool, err error)) {
 	var dup bool
 	var seq uint64
 	jn.enqueue(write{
-		apply: func(t kvTx) error {
+		apply: func(t Tx) error {
 			var err error
 			if dup, err = taken(t, id); dup || err != nil {
 				return err
 			}
-			if seq, err = t.nextSeq(); err != nil {
+			if seq, err = t.NextSeq(); err != nil {
 				return err
 			}
 			binary.BigEndian.PutUint64(val[recSeq:], seq)
-			if err := t.put(migrations.Jobs, id, val); err != nil {
+			if err := t.Put(BucketJobs, id, val); err != nil {
 				return err
 			}
-			return t.put(migrations.Pending, queueKey(queue, seq), id)
+			return t.Put(BucketPending, queueKey(queue, seq), id)
 		},
 		reads: takenReads(id),
 		finish: func(err error) {
@@ -83,8 +81,8 @@ func (jn *journal) Append(j *Job, done func(dup bool, err error)) {
 // taken reports whether msgid id is stored (pending, dead, or done with
 // its result kept), as Append and a schedule's fire see it; a done job
 // whose time is up (not yet swept) is deleted, its msgid free again.
-func taken(t kvTx, id []byte) (bool, error) {
-	rec := t.get(migrations.Jobs, id)
+func taken(t Tx, id []byte) (bool, error) {
+	rec := t.Get(BucketJobs, id)
 	switch {
 	case rec == nil:
 		return resultKept(t, id), nil
@@ -96,20 +94,14 @@ func taken(t kvTx, id []byte) (bool, error) {
 }
 
 // takenReads are the keys taken reads.
-func takenReads(id []byte) []bkey {
-	return []bkey{{migrations.Jobs, id}, {migrations.Results, id}}
+func takenReads(id []byte) []Key {
+	return []Key{{BucketJobs, id}, {BucketResults, id}}
 }
-
-// appendFill is how full bbolt packs pages split by appends. Index keys
-// (queue + sequence) and time-ordered msgids land at the tail, where
-// bbolt's default of half-full pages would leave half of every page
-// empty for ever; random v4 msgids cost a little more splitting.
-const appendFill = 0.95
 
 // deleteJob removes a job and its index entry; found is false when it
 // was not stored.
-func deleteJob(t kvTx, id []byte) (found bool, err error) {
-	rec := t.get(migrations.Jobs, id)
+func deleteJob(t Tx, id []byte) (found bool, err error) {
+	rec := t.Get(BucketJobs, id)
 	if rec == nil {
 		return false, nil
 	}
@@ -117,16 +109,16 @@ func deleteJob(t kvTx, id []byte) (found bool, err error) {
 	if err != nil {
 		return false, jobError{err}
 	}
-	if err := t.del(index(state), key); err != nil {
+	if err := t.Delete(index(state), key); err != nil {
 		return false, err
 	}
-	return true, t.del(migrations.Jobs, id)
+	return true, t.Delete(BucketJobs, id)
 }
 
 // keepDone makes a stored job done: its state, its finish time and its
 // index entry move; found is false when it was not stored.
-func keepDone(t kvTx, id []byte, now time.Time, trail []TrailEvent) (found bool, err error) {
-	rec := t.get(migrations.Jobs, id)
+func keepDone(t Tx, id []byte, now time.Time, trail []TrailEvent) (found bool, err error) {
+	rec := t.Get(BucketJobs, id)
 	if rec == nil {
 		return false, nil
 	}
@@ -135,38 +127,38 @@ func keepDone(t kvTx, id []byte, now time.Time, trail []TrailEvent) (found bool,
 		return false, jobError{err}
 	}
 	key := queueKey(j.Queue, j.Seq)
-	if err := t.del(index(j.State), key); err != nil {
+	if err := t.Delete(index(j.State), key); err != nil {
 		return false, err
 	}
-	if err := t.put(migrations.Done, key, id); err != nil {
+	if err := t.Put(BucketDone, key, id); err != nil {
 		return false, err
 	}
 	j.State, j.Finished, j.NotBefore = Done, now, time.Time{}
 	j.Trail = withTrail(j.Trail, trail)
-	return true, t.put(migrations.Jobs, id, j.encode())
+	return true, t.Put(BucketJobs, id, j.encode())
 }
 
 // Complete implements Journal.
-func (jn *journal) Complete(msgid string, result []byte, keepUntil time.Time, trail []TrailEvent, done func(found bool, err error)) {
+func (jn *Core) Complete(msgid string, result []byte, keepUntil time.Time, trail []TrailEvent, done func(found bool, err error)) {
 	id := []byte(msgid)
 	now := time.Now()
 	var found bool
 	jn.enqueue(write{
-		apply: func(t kvTx) (err error) {
-			if keepUntil.IsZero() || !jn.fits(len(t.get(migrations.Jobs, id))+len(result)) {
+		apply: func(t Tx) (err error) {
+			if keepUntil.IsZero() || !jn.fits(len(t.Get(BucketJobs, id))+len(result)) {
 				found, err = deleteJob(t, id)
 				return err
 			}
 			if found, err = keepDone(t, id, now, trail); err != nil || !found {
 				return err
 			}
-			exp := migrations.ExpiryBytes(keepUntil.UnixNano())
-			if err := t.put(migrations.Results, id, append(exp, result...)); err != nil {
+			exp := ExpiryBytes(keepUntil.UnixNano())
+			if err := t.Put(BucketResults, id, append(exp, result...)); err != nil {
 				return err
 			}
-			return t.put(migrations.ResultExp, migrations.ResultExpKey(exp, id), nil)
+			return t.Put(BucketResultExp, ResultExpKey(exp, id), nil)
 		},
-		reads: []bkey{{migrations.Jobs, id}},
+		reads: []Key{{BucketJobs, id}},
 		finish: func(err error) {
 			if done != nil {
 				done(found && err == nil, err)
@@ -178,7 +170,7 @@ func (jn *journal) Complete(msgid string, result []byte, keepUntil time.Time, tr
 
 // fits reports whether a write storing n bytes of values fits in one
 // commit of the backend (etcd bounds a request; bbolt does not).
-func (jn *journal) fits(n int) bool { return jn.maxWrite == 0 || n+keepRoom <= jn.maxWrite }
+func (jn *Core) fits(n int) bool { return jn.opts.MaxWrite == 0 || n+keepRoom <= jn.opts.MaxWrite }
 
 // keepRoom is what a kept job's write stores beside its record and
 // result: keys, the expiry, trail events.
@@ -186,24 +178,24 @@ const keepRoom = 8 << 10
 
 // resultKept reports whether the job msgid is done and its result not yet
 // expired: sent again, it is a duplicate, not a new job.
-func resultKept(t kvTx, id []byte) bool {
-	v := t.get(migrations.Results, id)
+func resultKept(t Tx, id []byte) bool {
+	v := t.Get(BucketResults, id)
 	return len(v) >= 8 && int64(binary.BigEndian.Uint64(v[:8])) >= time.Now().UnixNano()
 }
 
 // Remove implements Journal. A done job's kept result goes with it, so
 // its msgid is free again.
-func (jn *journal) Remove(msgid string, done func(found bool, err error)) {
+func (jn *Core) Remove(msgid string, done func(found bool, err error)) {
 	id := []byte(msgid)
 	var found bool
 	jn.enqueue(write{
-		apply: func(t kvTx) (err error) {
+		apply: func(t Tx) (err error) {
 			if found, err = deleteJob(t, id); err != nil || !found {
 				return err
 			}
-			return t.del(migrations.Results, id) // its expiry entry finds nothing to delete
+			return t.Delete(BucketResults, id) // its expiry entry finds nothing to delete
 		},
-		reads: []bkey{{migrations.Jobs, id}},
+		reads: []Key{{BucketJobs, id}},
 		finish: func(err error) {
 			if done != nil {
 				done(found && err == nil, err)
@@ -214,13 +206,13 @@ func (jn *journal) Remove(msgid string, done func(found bool, err error)) {
 
 // change reads one job, lets fn change it (and its index entries), and
 // writes it back. fn refuses with a jobError before it changes anything.
-func (jn *journal) change(msgid string, fn func(t kvTx, j *Job) error, done func(*Job, error)) {
+func (jn *Core) change(msgid string, fn func(t Tx, j *Job) error, done func(*Job, error)) {
 	id := []byte(msgid)
 	var out *Job
 	jn.enqueue(write{
-		reads: []bkey{{migrations.Jobs, id}},
-		apply: func(t kvTx) error {
-			rec := t.get(migrations.Jobs, id)
+		reads: []Key{{BucketJobs, id}},
+		apply: func(t Tx) error {
+			rec := t.Get(BucketJobs, id)
 			if rec == nil {
 				return jobError{fmt.Errorf("%w: %s", ErrNotFound, msgid)}
 			}
@@ -232,7 +224,7 @@ func (jn *journal) change(msgid string, fn func(t kvTx, j *Job) error, done func
 				return err
 			}
 			out = j
-			return t.put(migrations.Jobs, id, j.encode())
+			return t.Put(BucketJobs, id, j.encode())
 		},
 		finish: func(err error) {
 			if done == nil {
@@ -247,8 +239,8 @@ func (jn *journal) change(msgid string, fn func(t kvTx, j *Job) error, done func
 }
 
 // RecordAttempt implements Journal.
-func (jn *journal) RecordAttempt(msgid, reason string, notBefore time.Time, trail []TrailEvent, done func(*Job, error)) {
-	jn.change(msgid, func(_ kvTx, j *Job) error {
+func (jn *Core) RecordAttempt(msgid, reason string, notBefore time.Time, trail []TrailEvent, done func(*Job, error)) {
+	jn.change(msgid, func(_ Tx, j *Job) error {
 		if j.State != Pending {
 			return jobError{fmt.Errorf("%w: job %s is %s, not pending", ErrWrongState, msgid, j.State)}
 		}
@@ -260,38 +252,38 @@ func (jn *journal) RecordAttempt(msgid, reason string, notBefore time.Time, trai
 }
 
 // Bury implements Journal.
-func (jn *journal) Bury(msgid, reason string, trail []TrailEvent, done func(*Job, error)) {
-	jn.change(msgid, func(t kvTx, j *Job) error {
+func (jn *Core) Bury(msgid, reason string, trail []TrailEvent, done func(*Job, error)) {
+	jn.change(msgid, func(t Tx, j *Job) error {
 		if j.State != Pending {
 			return jobError{fmt.Errorf("%w: job %s is %s already", ErrWrongState, msgid, j.State)}
 		}
 		key := queueKey(j.Queue, j.Seq)
-		if err := t.del(migrations.Pending, key); err != nil {
+		if err := t.Delete(BucketPending, key); err != nil {
 			return err
 		}
 		j.Attempts++
 		j.LastError, j.State, j.NotBefore = reason, Dead, time.Time{}
 		j.Trail = withTrail(j.Trail, trail)
-		return t.put(migrations.Dead, key, []byte(msgid))
+		return t.Put(BucketDead, key, []byte(msgid))
 	}, done)
 }
 
 // Revive implements Journal.
-func (jn *journal) Revive(msgid string, trail []TrailEvent, done func(*Job, error)) {
-	jn.change(msgid, func(t kvTx, j *Job) error {
+func (jn *Core) Revive(msgid string, trail []TrailEvent, done func(*Job, error)) {
+	jn.change(msgid, func(t Tx, j *Job) error {
 		if j.State != Dead {
 			return jobError{fmt.Errorf("%w: job %s is not dead (it is %s)", ErrWrongState, msgid, j.State)}
 		}
-		if err := t.del(migrations.Dead, queueKey(j.Queue, j.Seq)); err != nil {
+		if err := t.Delete(BucketDead, queueKey(j.Queue, j.Seq)); err != nil {
 			return err
 		}
-		seq, err := t.nextSeq()
+		seq, err := t.NextSeq()
 		if err != nil {
 			return err
 		}
 		j.Seq, j.State, j.Attempts, j.NotBefore = seq, Pending, 0, time.Time{}
 		j.Trail = withTrail(j.Trail, trail)
-		return t.put(migrations.Pending, queueKey(j.Queue, seq), []byte(msgid))
+		return t.Put(BucketPending, queueKey(j.Queue, seq), []byte(msgid))
 	}, done)
 }
 
@@ -299,10 +291,10 @@ func (jn *journal) Revive(msgid string, trail []TrailEvent, done func(*Job, erro
 // one write, or in passes of at most bulkLimit when the backend sets one
 // (etcd bounds a transaction's operations). apply removes up to limit
 // (0: no bound) and says whether it left more; done gets the total.
-func (jn *journal) bulk(most int, apply func(t kvTx, limit int) (n int, more bool, err error), done func(int, error)) {
+func (jn *Core) bulk(most int, apply func(t Tx, limit int) (n int, more bool, err error), done func(int, error)) {
 	limit := most
-	if jn.bulkLimit > 0 && (limit == 0 || limit > jn.bulkLimit) {
-		limit = jn.bulkLimit
+	if jn.opts.BulkLimit > 0 && (limit == 0 || limit > jn.opts.BulkLimit) {
+		limit = jn.opts.BulkLimit
 	}
 	total := 0
 	var pass func()
@@ -310,7 +302,7 @@ func (jn *journal) bulk(most int, apply func(t kvTx, limit int) (n int, more boo
 		var n int
 		var more bool
 		jn.enqueue(write{
-			apply: func(t kvTx) (err error) {
+			apply: func(t Tx) (err error) {
 				n, more, err = apply(t, limit)
 				return err
 			},
@@ -332,12 +324,12 @@ func (jn *journal) bulk(most int, apply func(t kvTx, limit int) (n int, more boo
 }
 
 // PurgeQueue implements Journal.
-func (jn *journal) PurgeQueue(queue string, done func(removed int, err error)) {
-	jn.bulk(0, func(t kvTx, limit int) (int, bool, error) {
+func (jn *Core) PurgeQueue(queue string, done func(removed int, err error)) {
+	jn.bulk(0, func(t Tx, limit int) (int, bool, error) {
 		prefix := queuePrefix(queue)
 		var keys, ids [][]byte
 		more := false
-		err := t.scan(migrations.Pending, prefix, func(k, v []byte) (bool, error) {
+		err := t.Scan(BucketPending, prefix, func(k, v []byte) (bool, error) {
 			if !bytes.HasPrefix(k, prefix) {
 				return false, nil
 			}
@@ -353,10 +345,10 @@ func (jn *journal) PurgeQueue(queue string, done func(removed int, err error)) {
 			return 0, false, err
 		}
 		for i := range keys {
-			if err := t.del(migrations.Pending, keys[i]); err != nil {
+			if err := t.Delete(BucketPending, keys[i]); err != nil {
 				return 0, false, err
 			}
-			if err := t.del(migrations.Jobs, ids[i]); err != nil {
+			if err := t.Delete(BucketJobs, ids[i]); err != nil {
 				return 0, false, err
 			}
 		}
@@ -368,12 +360,12 @@ func (jn *journal) PurgeQueue(queue string, done func(removed int, err error)) {
 const ExpireBatch = 10000
 
 // ExpireResults implements Journal. One call deletes at most ExpireBatch.
-func (jn *journal) ExpireResults(now time.Time, done func(removed int, err error)) {
-	limit := migrations.ExpiryBytes(now.UnixNano())
-	jn.bulk(ExpireBatch, func(t kvTx, most int) (int, bool, error) {
+func (jn *Core) ExpireResults(now time.Time, done func(removed int, err error)) {
+	limit := ExpiryBytes(now.UnixNano())
+	jn.bulk(ExpireBatch, func(t Tx, most int) (int, bool, error) {
 		var keys [][]byte
 		more := false
-		err := t.scan(migrations.ResultExp, nil, func(k, _ []byte) (bool, error) {
+		err := t.Scan(BucketResultExp, nil, func(k, _ []byte) (bool, error) {
 			if bytes.Compare(k[:8], limit) > 0 {
 				return false, nil
 			}
@@ -388,17 +380,17 @@ func (jn *journal) ExpireResults(now time.Time, done func(removed int, err error
 		}
 		removed := 0
 		for _, k := range keys {
-			if err := t.del(migrations.ResultExp, k); err != nil {
+			if err := t.Delete(BucketResultExp, k); err != nil {
 				return 0, false, err
 			}
 			// Only if the stored result is the one this entry is for (a
 			// msgid can complete again after a re-run, and its new
 			// result is not up): the count is of results, not entries.
-			if v := t.get(migrations.Results, k[8:]); len(v) >= 8 && bytes.Equal(v[:8], k[:8]) {
-				if err := t.del(migrations.Results, k[8:]); err != nil {
+			if v := t.Get(BucketResults, k[8:]); len(v) >= 8 && bytes.Equal(v[:8], k[:8]) {
+				if err := t.Delete(BucketResults, k[8:]); err != nil {
 					return 0, false, err
 				}
-				if rec := t.get(migrations.Jobs, k[8:]); len(rec) > recState && State(rec[recState]) == Done {
+				if rec := t.Get(BucketJobs, k[8:]); len(rec) > recState && State(rec[recState]) == Done {
 					if _, err := deleteJob(t, k[8:]); err != nil { // the done job goes with its result
 						return 0, false, err
 					}

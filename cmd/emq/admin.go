@@ -24,6 +24,8 @@ import (
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
+	"github.com/eventmq/emq/store/etcdstore"
 )
 
 // admin is what the admin commands need, from a running broker's HTTP API
@@ -266,9 +268,9 @@ func openOffline(dir, adminAddr string) (*offline, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("no journal at %s (is --data-dir right?): %w", path, err)
 	}
-	opts := store.DefaultOptions()
+	opts := boltstore.DefaultOptions()
 	opts.LockTimeout = 500 * time.Millisecond
-	j, err := store.Open(path, opts)
+	j, err := boltstore.Open(path, opts)
 	if errors.Is(err, store.ErrLocked) {
 		return nil, fmt.Errorf("the journal %s is in use by a running broker: manage it online with --admin %s (its admin address), or stop the broker first", path, adminAddr)
 	}
@@ -323,7 +325,7 @@ func openOfflineEtcd(c *config) (*offline, error) {
 		session.Close()
 		cli.Close()
 	}
-	j, err := store.OpenEtcd(cli, opts)
+	j, err := etcdstore.Open(cli, opts)
 	if err != nil {
 		release()
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
 )
 
 // brokerWithJobs runs a broker with an admin API and jobs in every state:
@@ -190,7 +191,7 @@ func TestCompactCLI(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, broker.JournalFile)
-	j, err := store.Open(path, store.DefaultOptions())
+	j, err := boltstore.Open(path, boltstore.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,9 +225,9 @@ func TestCompactCLI(t *testing.T) {
 	if after.Size() >= before.Size()/4 {
 		t.Fatalf("file went from %d to %d bytes", before.Size(), after.Size())
 	}
-	opts := store.DefaultOptions()
+	opts := boltstore.DefaultOptions()
 	opts.ReadOnly = true
-	j, err = store.Open(path, opts)
+	j, err = boltstore.Open(path, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/eventmq/emq/broker"
-	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/etcdstore"
 )
 
 func newBrokerCmd() *cobra.Command {
@@ -97,7 +97,7 @@ start).`,
 				return err
 			}
 			if !c.v.IsSet("max-job-size") {
-				opts.MaxJobSize = store.DefaultEtcdOptions().MaxJobSize
+				opts.MaxJobSize = etcdstore.DefaultOptions().MaxJobSize
 			}
 			grp, err := broker.NewGroup(opts, g)
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
 )
 
 func newMigrateCmd() *cobra.Command {
@@ -26,9 +27,9 @@ func newMigrateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			opts := store.DefaultOptions()
+			opts := boltstore.DefaultOptions()
 			opts.ReadOnly = true
-			j, err := store.Open(journalPath(c), opts)
+			j, err := boltstore.Open(journalPath(c), opts)
 			if err != nil {
 				return err
 			}
@@ -67,9 +68,9 @@ func newMigrateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			opts := store.DefaultOptions()
+			opts := boltstore.DefaultOptions()
 			opts.LockTimeout = 500 * time.Millisecond
-			from, to, err := store.Migrate(journalPath(c), opts)
+			from, to, err := boltstore.Migrate(journalPath(c), opts)
 			if errors.Is(err, store.ErrLocked) {
 				return fmt.Errorf("%w (a running broker has migrated it already at its start)", err)
 			}

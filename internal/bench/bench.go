@@ -32,6 +32,7 @@ import (
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/internal/zmtp"
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
 	"github.com/eventmq/emq/worker"
 )
 
@@ -337,7 +338,7 @@ func runBroker(ctx context.Context, edit func(*broker.Options) error) (_ *broker
 
 // preload stores n jobs in a queue nobody serves, so they stay.
 func preload(path string, n, size int, progressTo io.Writer) error {
-	j, err := store.Open(path, store.DefaultOptions())
+	j, err := boltstore.Open(path, boltstore.DefaultOptions())
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ import (
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
-	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
 )
 
 // Wait is how long a test waits for something that should happen.
@@ -371,14 +371,14 @@ func (p *Peer) Gone() bool {
 
 // Journal stops the broker (if the test has not) and opens its journal
 // read-only, closed when the test ends.
-func (b *Broker) Journal(t testing.TB) *store.Bolt {
+func (b *Broker) Journal(t testing.TB) *boltstore.Journal {
 	t.Helper()
 	if err := b.stop(); err != nil && !b.checked.Load() {
 		t.Fatal(err)
 	}
-	opts := store.DefaultOptions()
+	opts := boltstore.DefaultOptions()
 	opts.ReadOnly = true
-	j, err := store.Open(filepath.Join(b.Dir, broker.JournalFile), opts)
+	j, err := boltstore.Open(filepath.Join(b.Dir, broker.JournalFile), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

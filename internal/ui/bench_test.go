@@ -15,6 +15,7 @@ import (
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
 )
 
 // BenchmarkOverviewPage loads the overview in the browser, from the
@@ -65,7 +66,7 @@ func BenchmarkOverviewPage(b *testing.B) {
 
 // fill stores n jobs in queues q000..: a tenth dead, the rest pending.
 func fill(path string, n, queues int) error {
-	j, err := store.Open(path, store.DefaultOptions())
+	j, err := boltstore.Open(path, boltstore.DefaultOptions())
 	if err != nil {
 		return err
 	}

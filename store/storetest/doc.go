@@ -10,9 +10,9 @@
 //
 //	func TestBoltConformance(t *testing.T) {
 //		storetest.Run(t, storetest.Harness{Fresh: func(t *testing.T, o storetest.Options) func() (store.Journal, error) {
-//			path, opts := filepath.Join(t.TempDir(), "journal.db"), store.DefaultOptions()
+//			path, opts := filepath.Join(t.TempDir(), "journal.db"), boltstore.DefaultOptions()
 //			opts.MaxJobSize = cmp.Or(o.MaxJobSize, opts.MaxJobSize)
-//			return func() (store.Journal, error) { return store.Open(path, opts) }
+//			return func() (store.Journal, error) { return boltstore.Open(path, opts) }
 //		}})
 //	}
 //

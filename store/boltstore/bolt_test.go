@@ -1,4 +1,4 @@
-package store_test
+package boltstore_test
 
 import (
 	"cmp"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
 	"github.com/eventmq/emq/store/storetest"
 )
 
@@ -15,9 +16,9 @@ func TestBoltConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, storetest.Harness{
 		Fresh: func(t *testing.T, o storetest.Options) func() (store.Journal, error) {
-			path, opts := filepath.Join(t.TempDir(), "journal.db"), store.DefaultOptions()
+			path, opts := filepath.Join(t.TempDir(), "journal.db"), boltstore.DefaultOptions()
 			opts.MaxJobSize = cmp.Or(o.MaxJobSize, opts.MaxJobSize)
-			return func() (store.Journal, error) { return store.Open(path, opts) }
+			return func() (store.Journal, error) { return boltstore.Open(path, opts) }
 		},
 	})
 }

@@ -1,4 +1,4 @@
-package store
+package boltstore
 
 import (
 	"errors"
@@ -7,34 +7,36 @@ import (
 	"path/filepath"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/eventmq/emq/store"
 )
 
-// Compact implements Compactor. It runs on the committer between two
+// Compact implements store.Compactor. It runs on the committer between two
 // batches, so no write is lost or reordered; writes and reads wait while
 // it copies. The copy is made beside the file, synced, and renamed over
 // it, so a crash at any moment leaves either the old file or the new one.
-func (b *Bolt) Compact() (CompactStats, error) {
+func (b *Journal) Compact() (store.CompactStats, error) {
 	if b.opts.ReadOnly {
-		return CompactStats{}, fmt.Errorf("%w: %s", ErrReadOnly, b.path)
+		return store.CompactStats{}, fmt.Errorf("%w: %s", store.ErrReadOnly, b.path)
 	}
 	type outcome struct {
-		st  CompactStats
+		st  store.CompactStats
 		err error
 	}
 	ch := make(chan outcome, 1)
-	b.enqueue(write{alone: func() {
+	b.Alone(func() {
 		st, err := b.compact()
 		ch <- outcome{st, err}
-	}, finish: func(err error) {
+	}, func(err error) {
 		if err != nil {
 			ch <- outcome{err: err}
 		}
-	}})
+	})
 	o := <-ch
 	return o.st, o.err
 }
 
-func (b *Bolt) compact() (st CompactStats, err error) {
+func (b *Journal) compact() (st store.CompactStats, err error) {
 	b.dbmu.Lock()
 	defer b.dbmu.Unlock()
 	if fi, err := os.Stat(b.path); err == nil {

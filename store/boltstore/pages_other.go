@@ -1,6 +1,6 @@
 //go:build !linux
 
-package store
+package boltstore
 
 // dropPages does nothing where MADV_DONTNEED is not used (see
 // pages_linux.go).

@@ -1,4 +1,4 @@
-package store_test
+package etcdstore_test
 
 import (
 	"cmp"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/eventmq/emq/internal/etcdtest"
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/etcdstore"
 	"github.com/eventmq/emq/store/storetest"
 )
 
@@ -26,10 +27,10 @@ func TestEtcdConformance(t *testing.T) {
 	var n atomic.Int64
 	storetest.Run(t, storetest.Harness{
 		Fresh: func(t *testing.T, o storetest.Options) func() (store.Journal, error) {
-			opts := store.DefaultEtcdOptions()
+			opts := etcdstore.DefaultOptions()
 			opts.Prefix = fmt.Sprintf("/conformance/%d/", n.Add(1))
 			opts.MaxJobSize = cmp.Or(o.MaxJobSize, opts.MaxJobSize)
-			return func() (store.Journal, error) { return store.OpenEtcd(cli, opts) }
+			return func() (store.Journal, error) { return etcdstore.Open(cli, opts) }
 		},
 	})
 }
@@ -45,9 +46,9 @@ func etcdClient(t testing.TB, c *etcdtest.Cluster) *clientv3.Client {
 }
 
 // openEtcd opens the journal, closed at cleanup.
-func openEtcd(t *testing.T, cli *clientv3.Client, opts store.EtcdOptions) *store.Etcd {
+func openEtcd(t *testing.T, cli *clientv3.Client, opts etcdstore.Options) *etcdstore.Journal {
 	t.Helper()
-	j, err := store.OpenEtcd(cli, opts)
+	j, err := etcdstore.Open(cli, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func openEtcd(t *testing.T, cli *clientv3.Client, opts store.EtcdOptions) *store
 // etcd transaction takes; every one is stored, in order.
 func TestEtcdSplitsLargeBatches(t *testing.T) {
 	cli := etcdClient(t, etcdtest.Start(t, 1))
-	opts := store.DefaultEtcdOptions()
+	opts := etcdstore.DefaultOptions()
 	j := openEtcd(t, cli, opts)
 	const n = 1000
 	errs := make(chan error, n)
@@ -94,7 +95,7 @@ func TestEtcdGuardFences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := store.DefaultEtcdOptions()
+	opts := etcdstore.DefaultOptions()
 	opts.Guard = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision("/leader"), "=", put.Header.Revision)}
 	j := openEtcd(t, cli, opts)
 	if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: "a", Queue: "q"}, done) }); err != nil {
@@ -126,7 +127,7 @@ func TestEtcdGuardFences(t *testing.T) {
 // refused by name of the limit; the options refuse a limit over it.
 func TestEtcdTooLarge(t *testing.T) {
 	cli := etcdClient(t, etcdtest.Start(t, 1))
-	opts := store.DefaultEtcdOptions()
+	opts := etcdstore.DefaultOptions()
 	j := openEtcd(t, cli, opts)
 	_, err := store.Wait(func(done func(bool, error)) {
 		j.Append(&store.Job{MsgID: "big", Queue: "q", Payload: make([]byte, opts.MaxJobSize+1)}, done)
@@ -135,7 +136,7 @@ func TestEtcdTooLarge(t *testing.T) {
 		t.Fatalf("append over the limit: %v", err)
 	}
 	opts.MaxJobSize = 2 << 20
-	if _, err := store.OpenEtcd(cli, opts); err == nil || !strings.Contains(err.Error(), "etcd request") {
+	if _, err := etcdstore.Open(cli, opts); err == nil || !strings.Contains(err.Error(), "etcd request") {
 		t.Fatalf("open with a 2 MiB job limit: %v", err)
 	}
 }
@@ -144,7 +145,7 @@ func TestEtcdTooLarge(t *testing.T) {
 // revision of one period before, so job churn does not pile up in etcd.
 func TestEtcdCompactsItsHistory(t *testing.T) {
 	cli := etcdClient(t, etcdtest.Start(t, 1))
-	opts := store.DefaultEtcdOptions()
+	opts := etcdstore.DefaultOptions()
 	opts.CompactEvery = 50 * time.Millisecond
 	j := openEtcd(t, cli, opts)
 	if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: "a", Queue: "q"}, done) }); err != nil {
@@ -177,7 +178,7 @@ func TestEtcdCompactsItsHistory(t *testing.T) {
 // schedule whose fire would not fit is refused.
 func TestEtcdWritesFitOneRequest(t *testing.T) {
 	cli := etcdClient(t, etcdtest.Start(t, 1))
-	opts := store.DefaultEtcdOptions()
+	opts := etcdstore.DefaultOptions()
 	j := openEtcd(t, cli, opts)
 	big := make([]byte, opts.MaxJobSize-100)
 	if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: "big", Queue: "q", Payload: big}, done) }); err != nil {
@@ -205,7 +206,7 @@ func TestEtcdWritesFitOneRequest(t *testing.T) {
 // much is written meanwhile.
 func TestEtcdCompactionSparesLongReads(t *testing.T) {
 	cli := etcdClient(t, etcdtest.Start(t, 1))
-	opts := store.DefaultEtcdOptions()
+	opts := etcdstore.DefaultOptions()
 	opts.CompactEvery = 20 * time.Millisecond
 	j := openEtcd(t, cli, opts)
 	for i := range 300 { // more than Load reads at once
@@ -250,7 +251,7 @@ func TestEtcdCompactionSparesLongReads(t *testing.T) {
 // and what was stored before is all there.
 func TestEtcdFullIsNotFenced(t *testing.T) {
 	cli := etcdClient(t, etcdtest.StartWith(t, 1, etcdtest.Config{QuotaBytes: 4 << 20}))
-	j := openEtcd(t, cli, store.DefaultEtcdOptions())
+	j := openEtcd(t, cli, etcdstore.DefaultOptions())
 	stored := 0
 	var err error
 	for i := 0; err == nil && i < 1000; i++ {

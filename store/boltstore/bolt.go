@@ -1,4 +1,6 @@
-package store
+// Package boltstore is the journal in one bbolt file: the default, a
+// store.Journal on one machine (store/doc.go says what it promises).
+package boltstore
 
 import (
 	"errors"
@@ -8,15 +10,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/eventmq/emq/migrations"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/eventmq/emq/migrations"
+	"github.com/eventmq/emq/store"
 )
 
 // Options configure a bbolt journal.
 type Options struct {
 	// LockTimeout is how long Open waits for another process to let go of
-	// the file before it fails with ErrLocked.
+	// the file before it fails with store.ErrLocked.
 	LockTimeout time.Duration
 	// MaxBatch is the most writes one transaction (one fsync) takes.
 	MaxBatch int
@@ -59,11 +63,12 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// Bolt is the Journal in one bbolt file. Its commits are bbolt
-// transactions, each fsynced; the committer is the journal's (core.go).
-type Bolt struct {
-	journal
+// Journal is the store.Journal in one bbolt file. Its commits are bbolt
+// transactions, each fsynced; the committer is store.Core's.
+type Journal struct {
+	*store.Core
 	path string
+	opts Options
 
 	dbmu    sync.RWMutex // held for reading by every use of db; for writing by a compaction's swap
 	db      *bolt.DB
@@ -71,13 +76,13 @@ type Bolt struct {
 }
 
 var (
-	_ Journal   = (*Bolt)(nil)
-	_ Compactor = (*Bolt)(nil)
+	_ store.Journal   = (*Journal)(nil)
+	_ store.Compactor = (*Journal)(nil)
 )
 
 // Open opens (or creates) the journal file at path, creating its folder
 // and applying migrations. It never rewrites a file it cannot read.
-func Open(path string, opts Options) (*Bolt, error) {
+func Open(path string, opts Options) (*Journal, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -99,12 +104,12 @@ func Open(path string, opts Options) (*Bolt, error) {
 		db.Close()
 		return nil, fmt.Errorf("journal %s: %w", path, err)
 	}
-	b := &Bolt{path: path, db: db}
-	b.afterCommit = b.dropAfterCommit
+	b := &Journal{path: path, db: db, opts: opts}
 	// Opening walks every page of the file (bbolt rebuilds its free list,
 	// NoFreelistSync below): none of them is needed in memory now.
 	b.drop()
-	b.start(path, opts, boltKV{b})
+	b.Core = store.StartCore(path, boltKV{b}, store.CoreOptions{MaxBatch: opts.MaxBatch, MaxJobSize: opts.MaxJobSize,
+		ReadOnly: opts.ReadOnly, OnCommit: opts.OnCommit, LazyDelay: opts.LazyDelay, AfterCommit: b.dropAfterCommit})
 	return b, nil
 }
 
@@ -124,19 +129,19 @@ func openBolt(path string, opts Options) (*bolt.DB, error) {
 	case err == nil:
 		return db, nil
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("%w: %s is held by another process (a running broker? use its admin API, or stop it)", ErrLocked, path)
+		return nil, fmt.Errorf("%w: %s is held by another process (a running broker? use its admin API, or stop it)", store.ErrLocked, path)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch),
 		errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrInvalidMapping):
-		return nil, fmt.Errorf("%w: %s: %v (the file was left as it is)", ErrCorrupt, path, err)
+		return nil, fmt.Errorf("%w: %s: %v (the file was left as it is)", store.ErrCorrupt, path, err)
 	}
 	return nil, fmt.Errorf("journal %s: %w", path, err)
 }
 
 // Path returns the journal file's path.
-func (b *Bolt) Path() string { return b.path }
+func (b *Journal) Path() string { return b.path }
 
 // String names the journal in logs.
-func (b *Bolt) String() string { return "bbolt " + b.path }
+func (b *Journal) String() string { return "bbolt " + b.path }
 
 // A commit storing dropAfter bytes is followed by dropMapping, and any
 // commit dropEvery after the last one: the committer's reads of the file
@@ -146,8 +151,8 @@ const (
 	dropEvery = 250 * time.Millisecond
 )
 
-// dropAfterCommit is the journal's afterCommit.
-func (b *Bolt) dropAfterCommit(size int) {
+// dropAfterCommit is the core's AfterCommit.
+func (b *Journal) dropAfterCommit(size int) {
 	if size >= dropAfter || time.Since(b.dropped) >= dropEvery {
 		// bbolt reads the file's mapping as it writes: it rewrites the
 		// leaves next to what changed, large values included. After the
@@ -158,7 +163,7 @@ func (b *Bolt) dropAfterCommit(size int) {
 }
 
 // drop releases the file's mapping from the process's memory.
-func (b *Bolt) drop() {
+func (b *Journal) drop() {
 	b.dbmu.RLock()
 	defer b.dbmu.RUnlock()
 	_ = b.db.View(func(tx *bolt.Tx) error { dropMapping(tx); return nil })
@@ -173,8 +178,8 @@ func dropMapping(tx *bolt.Tx) {
 
 // Close finishes the queued writes, then closes the file. Writes made
 // after Close fail with ErrClosed.
-func (b *Bolt) Close() error {
-	if b.stop() {
+func (b *Journal) Close() error {
+	if b.Stop() {
 		return nil
 	}
 	b.dbmu.Lock()
@@ -187,21 +192,27 @@ func (b *Bolt) Close() error {
 
 // Load implements Journal, and then gives the pages it read back to the
 // kernel.
-func (b *Bolt) Load(fn func(*Job) error) error {
+func (b *Journal) Load(fn func(*store.Job) error) error {
 	defer b.drop()
-	return b.journal.Load(fn)
+	return b.Core.Load(fn)
 }
 
-// boltKV is a Bolt's storage: buckets of one bbolt file.
-type boltKV struct{ b *Bolt }
+// appendFill is how full bbolt packs pages split by appends. Index keys
+// (queue + sequence) and time-ordered msgids land at the tail, where
+// bbolt's default of half-full pages would leave half of every page
+// empty for ever; random v4 msgids cost a little more splitting.
+const appendFill = 0.95
 
-func (k boltKV) update(fn func(t kvTx, mark func() error) error) error {
+// boltKV is a Journal's storage: buckets of one bbolt file.
+type boltKV struct{ b *Journal }
+
+func (k boltKV) Update(fn func(t store.Tx, mark func() error) error) error {
 	k.b.dbmu.RLock()
 	defer k.b.dbmu.RUnlock()
 	return k.b.db.Update(func(tx *bolt.Tx) error {
 		// Index keys (queue + sequence) and time-ordered msgids land at
 		// the tail.
-		for _, name := range [][]byte{migrations.Jobs, migrations.Pending} {
+		for _, name := range [][]byte{store.BucketJobs, store.BucketPending} {
 			if bkt := tx.Bucket(name); bkt != nil {
 				bkt.FillPercent = appendFill
 			}
@@ -210,7 +221,7 @@ func (k boltKV) update(fn func(t kvTx, mark func() error) error) error {
 	})
 }
 
-func (k boltKV) view(fn func(t kvTx) error) error {
+func (k boltKV) View(fn func(t store.Tx) error) error {
 	k.b.dbmu.RLock()
 	defer k.b.dbmu.RUnlock()
 	return k.b.db.View(func(tx *bolt.Tx) error { return fn(boltTx{tx}) })
@@ -220,25 +231,25 @@ func (k boltKV) view(fn func(t kvTx) error) error {
 // missing (a file of an older schema, open read-only) reads as empty.
 type boltTx struct{ tx *bolt.Tx }
 
-func (t boltTx) get(bucket, key []byte) []byte {
+func (t boltTx) Get(bucket, key []byte) []byte {
 	if bkt := t.tx.Bucket(bucket); bkt != nil {
 		return bkt.Get(key)
 	}
 	return nil
 }
 
-func (t boltTx) gets(bucket []byte, keys [][]byte) [][]byte {
+func (t boltTx) Gets(bucket []byte, keys [][]byte) [][]byte {
 	out := make([][]byte, len(keys))
 	for i, k := range keys {
-		out[i] = t.get(bucket, k)
+		out[i] = t.Get(bucket, k)
 	}
 	return out
 }
 
-func (t boltTx) put(bucket, key, val []byte) error { return t.tx.Bucket(bucket).Put(key, val) }
-func (t boltTx) del(bucket, key []byte) error      { return t.tx.Bucket(bucket).Delete(key) }
+func (t boltTx) Put(bucket, key, val []byte) error { return t.tx.Bucket(bucket).Put(key, val) }
+func (t boltTx) Delete(bucket, key []byte) error   { return t.tx.Bucket(bucket).Delete(key) }
 
-func (t boltTx) scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) error {
+func (t boltTx) Scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) error {
 	bkt := t.tx.Bucket(bucket)
 	if bkt == nil {
 		return nil
@@ -256,12 +267,12 @@ func (t boltTx) scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) er
 	return nil
 }
 
-func (t boltTx) nextSeq() (uint64, error) { return t.tx.Bucket(migrations.Jobs).NextSequence() }
-func (t boltTx) release(v []byte)         { dropPages(v) }
-func (t boltTx) err() error               { return nil }
+func (t boltTx) NextSeq() (uint64, error) { return t.tx.Bucket(store.BucketJobs).NextSequence() }
+func (t boltTx) Release(v []byte)         { dropPages(v) }
+func (t boltTx) Err() error               { return nil }
 
 // Migrations reports the file's schema version and each known step.
-func (b *Bolt) Migrations() (int, []migrations.Status, error) {
+func (b *Journal) Migrations() (int, []migrations.Status, error) {
 	return migrations.Check(b.db)
 }
 

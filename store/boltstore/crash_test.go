@@ -1,4 +1,4 @@
-package store_test
+package boltstore_test
 
 import (
 	"bufio"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
 )
 
 // The child side of TestCrashAppend: append jobs from 16 goroutines and
@@ -22,7 +23,7 @@ func TestCrashChild(t *testing.T) {
 	if path == "" {
 		t.Skip("run by TestCrashAppend")
 	}
-	j, err := store.Open(path, store.DefaultOptions())
+	j, err := boltstore.Open(path, boltstore.DefaultOptions())
 	if err != nil {
 		fmt.Println("open:", err)
 		os.Exit(2)
@@ -94,7 +95,7 @@ func TestCrashAppend(t *testing.T) {
 			t.Fatalf("round %d: child ended without being killed: %v", round, err)
 		}
 
-		j, err := store.Open(path, store.DefaultOptions())
+		j, err := boltstore.Open(path, boltstore.DefaultOptions())
 		if err != nil {
 			t.Fatalf("round %d: reopen after SIGKILL: %v", round, err)
 		}

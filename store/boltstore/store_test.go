@@ -1,4 +1,4 @@
-package store_test
+package boltstore_test
 
 import (
 	"bytes"
@@ -11,14 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eventmq/emq/migrations"
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
 	bolt "go.etcd.io/bbolt"
 )
 
-func openJournal(t testing.TB, path string) *store.Bolt {
+func openJournal(t testing.TB, path string) *boltstore.Journal {
 	t.Helper()
-	j, err := store.Open(path, store.DefaultOptions())
+	j, err := boltstore.Open(path, boltstore.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func openJournal(t testing.TB, path string) *store.Bolt {
 	return j
 }
 
-func tempJournal(t testing.TB) (*store.Bolt, string) {
+func tempJournal(t testing.TB) (*boltstore.Journal, string) {
 	path := filepath.Join(t.TempDir(), "data", "journal.db")
 	return openJournal(t, path), path
 }
@@ -69,15 +69,15 @@ func TestOpenErrors(t *testing.T) {
 	t.Run("locked", func(t *testing.T) {
 		path := filepath.Join(dir, "locked.db")
 		openJournal(t, path)
-		opts := store.DefaultOptions()
+		opts := boltstore.DefaultOptions()
 		opts.LockTimeout = 100 * time.Millisecond
-		_, err := store.Open(path, opts)
+		_, err := boltstore.Open(path, opts)
 		if !errors.Is(err, store.ErrLocked) || !bytes.Contains([]byte(err.Error()), []byte(path)) {
 			t.Fatalf("second open: %v; want ErrLocked naming the file", err)
 		}
 		ro := opts
 		ro.ReadOnly = true
-		if _, err := store.Open(path, ro); !errors.Is(err, store.ErrLocked) {
+		if _, err := boltstore.Open(path, ro); !errors.Is(err, store.ErrLocked) {
 			t.Fatalf("read-only open of a held file: %v; want ErrLocked", err)
 		}
 	})
@@ -87,7 +87,7 @@ func TestOpenErrors(t *testing.T) {
 		if err := os.WriteFile(path, garbage, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, err := store.Open(path, store.DefaultOptions())
+		_, err := boltstore.Open(path, boltstore.DefaultOptions())
 		if !errors.Is(err, store.ErrCorrupt) || !bytes.Contains([]byte(err.Error()), []byte(path)) {
 			t.Fatalf("open of garbage: %v; want ErrCorrupt naming the file", err)
 		}
@@ -103,24 +103,24 @@ func TestOpenErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = db.Update(func(tx *bolt.Tx) error {
-			b, _ := tx.CreateBucketIfNotExists(migrations.Meta)
+			b, _ := tx.CreateBucketIfNotExists(store.BucketMeta)
 			return b.Put([]byte("schema"), []byte("999"))
 		})
 		db.Close()
-		_, err = store.Open(path, store.DefaultOptions())
+		_, err = boltstore.Open(path, boltstore.DefaultOptions())
 		if !errors.Is(err, store.ErrTooNew) {
 			t.Fatalf("open of a newer file: %v; want ErrTooNew", err)
 		}
 	})
 	t.Run("folder in the way", func(t *testing.T) {
-		if _, err := store.Open(dir, store.DefaultOptions()); err == nil {
+		if _, err := boltstore.Open(dir, boltstore.DefaultOptions()); err == nil {
 			t.Fatal("opened a folder as the journal")
 		}
 	})
 	t.Run("MaxJobSize over bbolt's limit", func(t *testing.T) {
-		opts := store.DefaultOptions()
+		opts := boltstore.DefaultOptions()
 		opts.MaxJobSize = 2 << 30
-		if _, err := store.Open(filepath.Join(dir, "huge.db"), opts); err == nil || !strings.Contains(err.Error(), "MaxJobSize") {
+		if _, err := boltstore.Open(filepath.Join(dir, "huge.db"), opts); err == nil || !strings.Contains(err.Error(), "MaxJobSize") {
 			t.Fatalf("MaxJobSize of 2 GiB: %v; want an error naming MaxJobSize", err)
 		}
 	})
@@ -132,9 +132,9 @@ func TestReadOnlyOpen(t *testing.T) {
 	j := openJournal(t, path)
 	mustAppend(t, j, job("a", "q"))
 	j.Close()
-	opts := store.DefaultOptions()
+	opts := boltstore.DefaultOptions()
 	opts.ReadOnly = true
-	ro, err := store.Open(path, opts)
+	ro, err := boltstore.Open(path, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func TestDamagedRecordFailsOnlyItsWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(migrations.Jobs).Put([]byte("bad"), []byte{1, 1, 0})
+		return tx.Bucket(store.BucketJobs).Put([]byte("bad"), []byte{1, 1, 0})
 	})
 	db.Close()
 	j = openJournal(t, path)
@@ -246,10 +246,10 @@ func TestDamagedRecordFailsOnlyItsWrite(t *testing.T) {
 func TestCompleteWaitsForCompany(t *testing.T) {
 	t.Parallel()
 	commits := make(chan int, 16)
-	opts := store.DefaultOptions()
+	opts := boltstore.DefaultOptions()
 	opts.LazyDelay = time.Second // long enough for the Append below to arrive
 	opts.OnCommit = func(writes int, _ time.Duration) { commits <- writes }
-	j, err := store.Open(filepath.Join(t.TempDir(), "j.db"), opts)
+	j, err := boltstore.Open(filepath.Join(t.TempDir(), "j.db"), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package store_test
+package boltstore_test
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
 	"github.com/google/uuid"
 	"go.uber.org/goleak"
 
@@ -154,7 +155,7 @@ func BenchmarkAppendPaced(b *testing.B) {
 // preload fills a journal with n jobs as fast as it can (async appends),
 // and closes it.
 func preload(b *testing.B, path string, n int, newID func() string) {
-	j, err := store.Open(path, store.DefaultOptions())
+	j, err := boltstore.Open(path, boltstore.DefaultOptions())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -246,7 +247,7 @@ func BenchmarkLoad1M(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
-		j, err := store.Open(path, store.DefaultOptions())
+		j, err := boltstore.Open(path, boltstore.DefaultOptions())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,8 @@
-package store
+// Package etcdstore is the journal under a key prefix of an etcd
+// cluster: a store.Journal whose writes are durable once a majority of
+// etcd's members hold them, for a replicated group of brokers (package
+// group). store/doc.go says what each key holds.
+package etcdstore
 
 import (
 	"context"
@@ -11,28 +15,42 @@ import (
 	"sync"
 	"time"
 
-	"github.com/eventmq/emq/migrations"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/eventmq/emq/store"
 )
 
-// EtcdOptions configure a journal on etcd.
-type EtcdOptions struct {
-	// Options: MaxBatch, MaxJobSize, LazyDelay, OnCommit and ReadOnly
-	// mean what they mean for Bolt; LockTimeout is not used.
-	Options
+// Options configure a journal on etcd.
+type Options struct {
+	// MaxBatch is the most writes one batch (one wave of transactions)
+	// takes.
+	MaxBatch int
+	// MaxJobSize bounds a job's stored size (payload, headers, ids and
+	// error text); a larger Append fails with store.ErrTooLarge. A job is one
+	// etcd value: at most EtcdMaxJobSize(MaxRequestBytes).
+	MaxJobSize int
+	// ReadOnly opens the journal for looking only: writes fail with
+	// store.ErrReadOnly, and it never compacts.
+	ReadOnly bool
+	// OnCommit, if set, is called after each commit with the number of
+	// writes it held and how long it took (for metrics).
+	OnCommit func(writes int, took time.Duration)
+	// LazyDelay is how long Completes, when nothing else is queued, wait
+	// for an Append to share its commit. 0 = commit at once.
+	LazyDelay time.Duration
 	// Prefix is where the journal's keys live ("/emq/"): brokers on the
 	// same etcd and prefix share one journal.
 	Prefix string
 	// Guard is the condition every write is made under, in the same etcd
 	// transaction: the broker's leadership (its election key at its
-	// revision). A write that finds it false fails with ErrFenced, and so
+	// revision). A write that finds it false fails with store.ErrFenced, and so
 	// does every write after it. None: writes are unguarded.
 	Guard []clientv3.Cmp
 	// MaxTxnOps and MaxRequestBytes are the etcd server's limits on one
 	// transaction (--max-txn-ops, --max-request-bytes; 128 and 1.5 MiB by
 	// default). A batch is split to stay within them; one change that
-	// cannot fit fails with ErrTooLarge.
+	// cannot fit fails with store.ErrTooLarge.
 	MaxTxnOps       int
 	MaxRequestBytes int
 	// Timeout bounds each request to etcd.
@@ -43,19 +61,19 @@ type EtcdOptions struct {
 	CompactEvery time.Duration
 }
 
-// DefaultEtcdOptions returns the defaults. MaxJobSize leaves room in one
+// DefaultOptions returns the defaults. MaxJobSize leaves room in one
 // request for a job's keys and a kept result's.
-func DefaultEtcdOptions() EtcdOptions {
-	o := EtcdOptions{Options: DefaultOptions(), Prefix: "/emq/", MaxTxnOps: 128, MaxRequestBytes: 1536 << 10,
+func DefaultOptions() Options {
+	o := Options{MaxBatch: 8192, LazyDelay: 2 * time.Millisecond, Prefix: "/emq/", MaxTxnOps: 128, MaxRequestBytes: 1536 << 10,
 		Timeout: 5 * time.Second, CompactEvery: 10 * time.Second}
-	o.MaxJobSize = EtcdMaxJobSize(o.MaxRequestBytes)
+	o.MaxJobSize = MaxJobSize(o.MaxRequestBytes)
 	return o
 }
 
-// EtcdMaxJobSize is the largest job a journal on etcd stores when one
+// MaxJobSize is the largest job a journal on etcd stores when one
 // request may carry maxRequest bytes: a job is one value, and a request
 // needs room for the keys beside it.
-func EtcdMaxJobSize(maxRequest int) int { return maxRequest - etcdMargin }
+func MaxJobSize(maxRequest int) int { return maxRequest - etcdMargin }
 
 // etcdMargin is what a request carries beside one large job: keys,
 // framing, the guard, and what a job's record gains over its life
@@ -66,20 +84,21 @@ const etcdMargin = 64 << 10
 const etcdOverhead = 8 << 10
 
 // Validate reports the first bad option.
-func (o EtcdOptions) Validate() error {
-	opts := o.Options
-	opts.LockTimeout = max(opts.LockTimeout, time.Second)
-	if err := opts.Validate(); err != nil {
-		return err
-	}
+func (o Options) Validate() error {
 	switch {
+	case o.MaxJobSize <= 0:
+		return fmt.Errorf("store: MaxJobSize must be > 0, got %d", o.MaxJobSize)
+	case o.MaxBatch <= 0:
+		return fmt.Errorf("store: MaxBatch must be > 0, got %d", o.MaxBatch)
+	case o.LazyDelay < 0 || o.LazyDelay > time.Second:
+		return fmt.Errorf("store: LazyDelay must be 0 to 1s, got %v", o.LazyDelay)
 	case o.Prefix == "" || !strings.HasSuffix(o.Prefix, "/"):
 		return fmt.Errorf("store: etcd prefix must end with /, got %q", o.Prefix)
 	case o.MaxTxnOps < 8:
 		return fmt.Errorf("store: MaxTxnOps must be at least 8, got %d", o.MaxTxnOps)
-	case o.MaxJobSize > EtcdMaxJobSize(o.MaxRequestBytes):
+	case o.MaxJobSize > MaxJobSize(o.MaxRequestBytes):
 		return fmt.Errorf("store: max job size %d is over what one etcd request of %d bytes carries (%d)",
-			o.MaxJobSize, o.MaxRequestBytes, EtcdMaxJobSize(o.MaxRequestBytes))
+			o.MaxJobSize, o.MaxRequestBytes, MaxJobSize(o.MaxRequestBytes))
 	case o.Timeout <= 0:
 		return fmt.Errorf("store: etcd Timeout must be > 0, got %v", o.Timeout)
 	case o.CompactEvery < 0:
@@ -88,21 +107,21 @@ func (o EtcdOptions) Validate() error {
 	return nil
 }
 
-// Etcd is the Journal under a key prefix of an etcd cluster: a write is
+// Journal is the store.Journal under a key prefix of an etcd cluster: a write is
 // durable once etcd has it, which is once a majority of its members hold
 // it. Each bucket of the layout (doc.go) is a key range, PREFIX BUCKET
 // "/" KEY; meta/format says the layout's version and meta/seq the
 // sequences handed out (a block at a time).
 //
-// The committer is the journal's (core.go); each batch becomes one etcd
+// The committer is store.Core's; each batch becomes one etcd
 // transaction, or a few when it is over MaxTxnOps or MaxRequestBytes, each
 // under the Guard. The keys a batch's writes read are read first, in a few
 // requests. Every read of a view is at one revision, so a listing never
 // sees a job's index without its record.
-type Etcd struct {
-	journal
+type Journal struct {
+	*store.Core
 	cli  *clientv3.Client
-	opts EtcdOptions
+	opts Options
 
 	mu     sync.Mutex
 	fenced error                // set once: every write fails with it
@@ -115,8 +134,8 @@ type Etcd struct {
 }
 
 var (
-	_ Journal    = (*Etcd)(nil)
-	_ prefetcher = (*etcdTx)(nil)
+	_ store.Journal    = (*Journal)(nil)
+	_ store.Prefetcher = (*etcdTx)(nil)
 )
 
 // Etcd layout facts.
@@ -136,38 +155,39 @@ var (
 	seqKey    = []byte("seq")
 )
 
-// OpenEtcd opens the journal under opts.Prefix on cli (which the caller
+// Open opens the journal under opts.Prefix on cli (which the caller
 // closes, after the journal). A journal never written is made.
-func OpenEtcd(cli *clientv3.Client, opts EtcdOptions) (*Etcd, error) {
+func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Etcd{cli: cli, opts: opts, stopCompact: make(chan struct{}), views: map[*etcdTx]struct{}{}}
-	e.bulkLimit = opts.MaxTxnOps / 5 // a done job's expiry deletes four keys
-	e.maxWrite = opts.MaxRequestBytes - etcdOverhead
-	e.loadChunk = 4 * getChunk // copied out of etcd, payloads with them: 4 requests at once
+	e := &Journal{cli: cli, opts: opts, stopCompact: make(chan struct{}), views: map[*etcdTx]struct{}{}}
 	kv := etcdKV{e}
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 	defer cancel()
-	resp, err := cli.Txn(ctx).Then(clientv3.OpGet(e.key(migrations.Meta, formatKey)), clientv3.OpGet(e.key(migrations.Meta, seqKey))).Commit()
+	resp, err := cli.Txn(ctx).Then(clientv3.OpGet(e.key(store.BucketMeta, formatKey)), clientv3.OpGet(e.key(store.BucketMeta, seqKey))).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("journal on etcd %s: %w", opts.Prefix, err)
 	}
 	format, seq := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
 	switch {
 	case len(format) == 1 && string(format[0].Value) != etcdFormat:
-		return nil, fmt.Errorf("%w: journal on etcd %s has format %q; this binary knows %q", ErrTooNew, opts.Prefix, format[0].Value, etcdFormat)
+		return nil, fmt.Errorf("%w: journal on etcd %s has format %q; this binary knows %q", store.ErrTooNew, opts.Prefix, format[0].Value, etcdFormat)
 	case len(seq) == 1 && len(seq[0].Value) != 8:
-		return nil, fmt.Errorf("%w: journal on etcd %s: its sequence is %d bytes, not 8", ErrCorrupt, opts.Prefix, len(seq[0].Value))
+		return nil, fmt.Errorf("%w: journal on etcd %s: its sequence is %d bytes, not 8", store.ErrCorrupt, opts.Prefix, len(seq[0].Value))
 	case len(seq) == 1:
 		e.seq = binary.BigEndian.Uint64(seq[0].Value)
 		e.seqTop = e.seq
 	}
-	e.start("on etcd "+opts.Prefix, opts.Options, kv)
+	e.Core = store.StartCore("on etcd "+opts.Prefix, kv, store.CoreOptions{MaxBatch: opts.MaxBatch, MaxJobSize: opts.MaxJobSize,
+		ReadOnly: opts.ReadOnly, OnCommit: opts.OnCommit, LazyDelay: opts.LazyDelay,
+		BulkLimit: opts.MaxTxnOps / 5,                  // a done job's expiry deletes four keys
+		MaxWrite:  opts.MaxRequestBytes - etcdOverhead, // one request
+		LoadChunk: 4 * getChunk,                        // copied out of etcd, payloads with them: 4 requests at once
+	})
 	if len(format) == 0 && !opts.ReadOnly {
 		if err := wait1(func(done func(error)) {
-			e.enqueue(write{apply: func(t kvTx) error { return t.put(migrations.Meta, formatKey, []byte(etcdFormat)) },
-				finish: done})
+			e.Write(func(t store.Tx) error { return t.Put(store.BucketMeta, formatKey, []byte(etcdFormat)) }, done)
 		}); err != nil {
 			e.Close()
 			return nil, err
@@ -182,18 +202,18 @@ func OpenEtcd(cli *clientv3.Client, opts EtcdOptions) (*Etcd, error) {
 
 // wait1 is Wait for a write whose done gets only an error.
 func wait1(write func(done func(error))) error {
-	_, err := Wait(func(done func(struct{}, error)) {
+	_, err := store.Wait(func(done func(struct{}, error)) {
 		write(func(err error) { done(struct{}{}, err) })
 	})
 	return err
 }
 
 // String names the journal in logs.
-func (e *Etcd) String() string { return "etcd " + e.opts.Prefix }
+func (e *Journal) String() string { return "etcd " + e.opts.Prefix }
 
 // Close finishes the queued writes and stops. The client stays open.
-func (e *Etcd) Close() error {
-	if !e.stop() {
+func (e *Journal) Close() error {
+	if !e.Stop() {
 		close(e.stopCompact)
 		e.compacted.Wait()
 	}
@@ -201,13 +221,13 @@ func (e *Etcd) Close() error {
 }
 
 // Fenced returns the error that stopped the journal's writes, or nil.
-func (e *Etcd) Fenced() error {
+func (e *Journal) Fenced() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.fenced
 }
 
-func (e *Etcd) fence(err error) {
+func (e *Journal) fence(err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.fenced == nil {
@@ -215,7 +235,7 @@ func (e *Etcd) fence(err error) {
 	}
 }
 
-func (e *Etcd) key(bucket, key []byte) string {
+func (e *Journal) key(bucket, key []byte) string {
 	var b strings.Builder
 	b.Grow(len(e.opts.Prefix) + len(bucket) + 1 + len(key))
 	b.WriteString(e.opts.Prefix)
@@ -226,9 +246,9 @@ func (e *Etcd) key(bucket, key []byte) string {
 }
 
 // bucketEnd is the end of a bucket's key range ('0' follows '/').
-func (e *Etcd) bucketEnd(bucket []byte) string { return e.opts.Prefix + string(bucket) + "0" }
+func (e *Journal) bucketEnd(bucket []byte) string { return e.opts.Prefix + string(bucket) + "0" }
 
-func (e *Etcd) ctx() (context.Context, context.CancelFunc) {
+func (e *Journal) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), e.opts.Timeout)
 }
 
@@ -238,7 +258,7 @@ func (e *Etcd) ctx() (context.Context, context.CancelFunc) {
 // journal's churn made are freed, and no read of its own loses its
 // revision. Compaction is cluster-wide: another user of the cluster that
 // compacts further breaks long reads (one group per cluster).
-func (e *Etcd) compactLoop() {
+func (e *Journal) compactLoop() {
 	defer e.compacted.Done()
 	tick := time.NewTicker(e.opts.CompactEvery)
 	defer tick.Stop()
@@ -257,7 +277,7 @@ func (e *Etcd) compactLoop() {
 				done = to
 			}
 		}
-		resp, err := e.cli.Get(ctx, e.key(migrations.Meta, formatKey))
+		resp, err := e.cli.Get(ctx, e.key(store.BucketMeta, formatKey))
 		cancel()
 		if err == nil {
 			last = resp.Header.Revision
@@ -266,7 +286,7 @@ func (e *Etcd) compactLoop() {
 }
 
 // oldestView is the oldest revision a view reads at now (max: none).
-func (e *Etcd) oldestView() int64 {
+func (e *Journal) oldestView() int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	oldest := int64(math.MaxInt64)
@@ -281,16 +301,16 @@ func (e *Etcd) oldestView() int64 {
 // pageOf is how many keys of bucket a scan reads at once.
 func pageOf(bucket []byte) int64 {
 	switch string(bucket) {
-	case string(migrations.Pending), string(migrations.Dead), string(migrations.Done), string(migrations.ResultExp):
+	case string(store.BucketPending), string(store.BucketDead), string(store.BucketDone), string(store.BucketResultExp):
 		return indexPage
 	}
 	return scanPage
 }
 
 // etcdKV is an Etcd's storage.
-type etcdKV struct{ e *Etcd }
+type etcdKV struct{ e *Journal }
 
-func (k etcdKV) view(fn func(t kvTx) error) error {
+func (k etcdKV) View(fn func(t store.Tx) error) error {
 	t := &etcdTx{e: k.e}
 	k.e.mu.Lock()
 	k.e.views[t] = struct{}{}
@@ -303,7 +323,7 @@ func (k etcdKV) view(fn func(t kvTx) error) error {
 	if err := fn(t); err != nil {
 		return err
 	}
-	return t.err()
+	return t.Err()
 }
 
 // update runs fn on an overlay of the batch's changes, then commits them
@@ -311,7 +331,7 @@ func (k etcdKV) view(fn func(t kvTx) error) error {
 // transactions at once. Writes that touch (read or change) a common key
 // share a transaction, or follow in a later wave, so no write's outcome
 // rests on another that might fail without it.
-func (k etcdKV) update(fn func(t kvTx, mark func() error) error) error {
+func (k etcdKV) Update(fn func(t store.Tx, mark func() error) error) error {
 	e := k.e
 	if err := e.Fenced(); err != nil {
 		return err
@@ -324,13 +344,13 @@ func (k etcdKV) update(fn func(t kvTx, mark func() error) error) error {
 	ok := make([]bool, t.nwrites)
 	for n, w := range t.waves {
 		if err := e.commitWave(w, ok); err != nil {
-			if errors.Is(err, ErrFenced) {
+			if errors.Is(err, store.ErrFenced) {
 				e.fence(err)
 			}
 			if n == 0 && !slices.Contains(ok, true) {
 				return err
 			}
-			return partial{ok, err}
+			return &store.PartialError{OK: ok, Err: err}
 		}
 	}
 	return nil
@@ -338,7 +358,7 @@ func (k etcdKV) update(fn func(t kvTx, mark func() error) error) error {
 
 // commitWave commits a wave's transactions at once, and marks the writes
 // of those that succeed.
-func (e *Etcd) commitWave(w wave, ok []bool) error {
+func (e *Journal) commitWave(w wave, ok []bool) error {
 	errs := make([]error, len(w.chunks))
 	var wg sync.WaitGroup
 	for i, c := range w.chunks {
@@ -360,9 +380,9 @@ func (e *Etcd) commitWave(w wave, ok []bool) error {
 			case err != nil:
 				// Whether etcd applied it is unknown: the broker stops,
 				// and whoever leads next loads what etcd holds.
-				errs[i] = fmt.Errorf("%w: a write to etcd failed, its outcome unknown: %v", ErrFenced, err)
+				errs[i] = fmt.Errorf("%w: a write to etcd failed, its outcome unknown: %v", store.ErrFenced, err)
 			case !resp.Succeeded:
-				errs[i] = fmt.Errorf("%w: its leadership in etcd is gone", ErrFenced)
+				errs[i] = fmt.Errorf("%w: its leadership in etcd is gone", store.ErrFenced)
 			}
 		})
 	}
@@ -432,7 +452,7 @@ type wave struct {
 // etcdTx is a view (reads at one revision) or a batch being applied
 // (reads at the latest revision, through the batch's own changes).
 type etcdTx struct {
-	e     *Etcd
+	e     *Journal
 	write bool
 	rev   int64 // a view's revision, once its first read set it
 	first error
@@ -459,7 +479,7 @@ type undo struct {
 	had  bool
 }
 
-func (t *etcdTx) err() error { return t.first }
+func (t *etcdTx) Err() error { return t.first }
 
 func (t *etcdTx) fail(err error) {
 	if t.first == nil {
@@ -483,7 +503,7 @@ func (t *etcdTx) seen(rev int64) {
 	}
 }
 
-func (t *etcdTx) get(bucket, key []byte) []byte {
+func (t *etcdTx) Get(bucket, key []byte) []byte {
 	if t.write { // most of a batch's reads were read ahead: no request, no maps
 		k := t.e.key(bucket, key)
 		if v, ok := t.known(k); ok {
@@ -491,12 +511,12 @@ func (t *etcdTx) get(bucket, key []byte) []byte {
 			return v
 		}
 	}
-	return t.gets(bucket, [][]byte{key})[0]
+	return t.Gets(bucket, [][]byte{key})[0]
 }
 
 // gets reads what the batch has not changed or read already, getChunk
 // keys a request, a few requests at once.
-func (t *etcdTx) gets(bucket []byte, keys [][]byte) [][]byte {
+func (t *etcdTx) Gets(bucket []byte, keys [][]byte) [][]byte {
 	out := make([][]byte, len(keys))
 	var want []string
 	seen := make(map[string]bool, len(keys))
@@ -526,11 +546,11 @@ func (t *etcdTx) gets(bucket []byte, keys [][]byte) [][]byte {
 
 // prefetch reads the keys a batch's writes will read, in a few requests
 // at once, before the first write runs.
-func (t *etcdTx) prefetch(keys []bkey) {
+func (t *etcdTx) Prefetch(keys []store.Key) {
 	want := make([]string, 0, len(keys))
 	seen := make(map[string]bool, len(keys))
 	for _, k := range keys {
-		key := t.e.key(k.bucket, k.key)
+		key := t.e.key(k.Bucket, k.Key)
 		if !seen[key] {
 			seen[key] = true
 			want = append(want, key)
@@ -657,13 +677,13 @@ func (t *etcdTx) change(key string, o overlay, op clientv3.Op, size int) {
 	t.size += size
 }
 
-func (t *etcdTx) put(bucket, key, val []byte) error {
+func (t *etcdTx) Put(bucket, key, val []byte) error {
 	k := t.e.key(bucket, key)
 	t.change(k, overlay{val: val}, clientv3.OpPut(k, string(val)), len(k)+len(val)+16)
 	return nil
 }
 
-func (t *etcdTx) del(bucket, key []byte) error {
+func (t *etcdTx) Delete(bucket, key []byte) error {
 	k := t.e.key(bucket, key)
 	t.change(k, overlay{del: true}, clientv3.OpDelete(k), len(k)+16)
 	return nil
@@ -691,7 +711,7 @@ func (t *etcdTx) mark() error {
 			}
 		}
 		return fmt.Errorf("%w: one change of %d etcd operations and %d bytes is over the limit of a request (%d operations, %d bytes)",
-			ErrTooLarge, len(t.ops), t.size, maxOps, maxBytes)
+			store.ErrTooLarge, len(t.ops), t.size, maxOps, maxBytes)
 	}
 	w := &t.waves[len(t.waves)-1]
 	target := -1 // the chunk it must join
@@ -733,20 +753,20 @@ func (t *etcdTx) mark() error {
 // reservation is its own guarded transaction, committed before any
 // sequence of the block is used: a leader after this one starts above
 // every sequence this one could have stored.
-func (t *etcdTx) nextSeq() (uint64, error) {
+func (t *etcdTx) NextSeq() (uint64, error) {
 	e := t.e
 	if e.seq+1 >= e.seqTop {
 		top := e.seq + 1 + seqBlock
 		var v [8]byte
 		binary.BigEndian.PutUint64(v[:], top)
 		ctx, cancel := e.ctx()
-		resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(clientv3.OpPut(e.key(migrations.Meta, seqKey), string(v[:]))).Commit()
+		resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(clientv3.OpPut(e.key(store.BucketMeta, seqKey), string(v[:]))).Commit()
 		cancel()
 		switch {
 		case err != nil:
 			return 0, fmt.Errorf("journal on etcd %s: reserving sequences: %w", e.opts.Prefix, err)
 		case !resp.Succeeded:
-			err := fmt.Errorf("%w: its leadership in etcd is gone", ErrFenced)
+			err := fmt.Errorf("%w: its leadership in etcd is gone", store.ErrFenced)
 			e.fence(err)
 			return 0, err
 		}
@@ -756,11 +776,11 @@ func (t *etcdTx) nextSeq() (uint64, error) {
 	return e.seq, nil
 }
 
-func (t *etcdTx) release([]byte) {}
+func (t *etcdTx) Release([]byte) {}
 
 // scan reads the bucket's range a page at a time; a batch's own changes
 // are merged in.
-func (t *etcdTx) scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) error {
+func (t *etcdTx) Scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) error {
 	if t.first != nil {
 		return t.first
 	}
