@@ -42,7 +42,7 @@ func TestEveryRequestGetsOneAnswer(t *testing.T) {
 		dir := t.TempDir()
 		b := bt.Start(t, dir, func(o *broker.Options) {
 			fast(o)
-			o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { return heldJournal{j, release} })
+			o.OpenJournal = bt.WrapJournal(dir, func(j store.Journal) store.Journal { return heldJournal{j, release} })
 		})
 		a, other := bt.Dial(t, b.Frontend(), "a"), bt.Dial(t, b.Frontend(), "b")
 		req := &emqp.Request{MsgID: emqp.NewID(), Queue: "q", Payload: []byte("once")}

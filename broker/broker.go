@@ -2,12 +2,9 @@ package broker
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -46,12 +43,11 @@ type inbound struct {
 // Broker is a running broker. New opens the journal; Run replays it, binds
 // the sockets and serves until its context ends.
 type Broker struct {
-	opts      Options
-	log       *slog.Logger
-	journal   store.Journal
-	stats     Stats
-	metrics   *metrics
-	adminAddr string
+	opts    Options
+	log     *slog.Logger
+	journal store.Journal
+	stats   Stats
+	observe Observer // never nil (Options.Observer, or one that ignores all)
 
 	routers [2]*zmtp.Router
 	pub     atomic.Pointer[zmtp.Pub]    // pub/sub's PUB endpoint (pubsub.go); nil when off
@@ -60,63 +56,62 @@ type Broker struct {
 	budget  *zmtp.Budget // of received messages, shared by both endpoints
 	inbox   chan inbound
 	stopped chan struct{} // closed when the loop stops reading the inbox
+	done    chan struct{} // closed when Run has returned (the journal closed)
 	ready   chan struct{} // closed once replay is done and sockets are bound
-	isReady atomic.Bool   // /readyz: ready, and not stopping
+	serving atomic.Bool   // ready, and not stopping (Serving)
 
 	creds       atomic.Pointer[credentials] // the peers CURVE and PLAIN allow (security.go)
 	curveSecret zmtp.Key
 	forbidLog   lockedLimiter
-	loginLog    lockedLimiter // the dashboard's refused logins
-	guesses     guesses       // wrong PLAIN passwords by address
-	overviews   overviewCache
+	guesses     guesses // wrong PLAIN passwords by address
 
-	sessions        sessions      // the dashboard's logins (dashboard.go)
-	overviewStreams atomic.Int64  // open /api/v1/overview/stream
-	running         atomic.Bool   // the loop answers onLoop
-	hurry           chan struct{} // closed by Shutdown
-	hurried         sync.Once
+	running  atomic.Bool   // the loop answers query and change (api.go)
+	started  atomic.Bool   // Run was called
+	draining chan struct{} // closed by Shutdown: drain and stop
+	hurry    chan struct{} // closed by Close, or a Shutdown whose ctx ended
+	drained  sync.Once
+	hurried  sync.Once
 
 	postMu sync.Mutex
 	posted []func()
 	wake   chan struct{}
 
 	// Owned by the loop.
-	phase         phase
-	jobs          map[string]*job
-	clientIDs     map[string]string  // see intern
-	resent        map[*job][]peerKey // REQUESTs to answer when a job's write lands
-	queues        map[string]*queue
-	peers         map[peerKey]*peer    // workers and schedulers: the one peer table
-	scheds        map[string]*schedule // the schedules, by id (schedules.go)
-	schedWriting  map[string]int       // schedule writes under way, by id
-	schedGen      uint64               // schedule writes landed
-	schedulers    []*peer              // the order SCHEDULEs go round in
-	timers        deadlines            // every deadline (deadlines.go)
-	epoch         time.Time            // deadlines count from it (see at)
-	clock         *time.Timer          // rings at the earliest deadline
-	armed         bool                 // the clock is set, to ring at armedAt
-	armedAt       int64
-	beat          alarm // HEARTBEAT to every peer
-	sweep         alarm // delete expired results
-	drainEnd      alarm // the end of a drain
-	readLater     alarm // payloads wait for the send queues (payloads.go)
-	inFlight      int   // jobs held by workers
-	cached        int64 // bytes of payloads held (payloads.go)
-	toRead        []readReq
-	readBusy      bool                        // a read of payloads is under way
-	idle          []*peer                     // workers given a slot back this turn (payloads.go)
-	conns         *zmtp.ConnLimit             // every eMQP and pub/sub endpoint's connections together
-	toFill        []*queue                    // queues whose concurrency freed a place this turn (controls.go)
-	listeners     []*listener                 // of the event stream (events.go)
-	trails        map[*job][]store.TrailEvent // events of jobs not yet written to their trail (events.go)
-	listenerCount atomic.Int64
-	controls      map[string]store.QueueSettings // the operator's queue controls that apply (controls.go)
-	controlsNext  map[string]pendingControls     // written, not yet durable (controls.go)
-	journaling    int                            // appends not yet done
-	fenced        error                          // the journal's ErrFenced: stop serving
-	out           outbox
-	useSeq        uint64 // for least-recently-used workers
-	errLog        logLimiter
+	phase        phase
+	jobs         map[string]*job
+	clientIDs    map[string]string  // see intern
+	resent       map[*job][]peerKey // REQUESTs to answer when a job's write lands
+	queues       map[string]*queue
+	peers        map[peerKey]*peer    // workers and schedulers: the one peer table
+	scheds       map[string]*schedule // the schedules, by id (schedules.go)
+	schedWriting map[string]int       // schedule writes under way, by id
+	schedGen     uint64               // schedule writes landed
+	schedulers   []*peer              // the order SCHEDULEs go round in
+	timers       deadlines            // every deadline (deadlines.go)
+	epoch        time.Time            // deadlines count from it (see at)
+	clock        *time.Timer          // rings at the earliest deadline
+	armed        bool                 // the clock is set, to ring at armedAt
+	armedAt      int64
+	beat         alarm // HEARTBEAT to every peer
+	sweep        alarm // delete expired results
+	drainEnd     alarm // the end of a drain
+	readLater    alarm // payloads wait for the send queues (payloads.go)
+	inFlight     int   // jobs held by workers
+	cached       int64 // bytes of payloads held (payloads.go)
+	toRead       []readReq
+	readBusy     bool                           // a read of payloads is under way
+	idle         []*peer                        // workers given a slot back this turn (payloads.go)
+	conns        *zmtp.ConnLimit                // every eMQP and pub/sub endpoint's connections together
+	toFill       []*queue                       // queues whose concurrency freed a place this turn (controls.go)
+	listeners    []*listener                    // of the event stream (events.go)
+	trails       map[*job][]store.TrailEvent    // events of jobs not yet written to their trail (events.go)
+	controls     map[string]store.QueueSettings // the operator's queue controls that apply (controls.go)
+	controlsNext map[string]pendingControls     // written, not yet durable (controls.go)
+	journaling   int                            // appends not yet done
+	fenced       error                          // the journal's ErrFenced: stop serving
+	out          outbox
+	useSeq       uint64 // for least-recently-used workers
+	errLog       logLimiter
 }
 
 // phase is where the broker is in its life: serving, then draining (no
@@ -144,7 +139,9 @@ func New(opts Options) (*Broker, error) {
 		log:          opts.Logger,
 		inbox:        make(chan inbound, 4096),
 		stopped:      make(chan struct{}),
+		done:         make(chan struct{}),
 		ready:        make(chan struct{}),
+		draining:     make(chan struct{}),
 		hurry:        make(chan struct{}),
 		wake:         make(chan struct{}, 1),
 		jobs:         make(map[string]*job),
@@ -177,19 +174,15 @@ func New(opts Options) (*Broker, error) {
 	b.sweep.fire = b.expireResults
 	b.drainEnd.fire = b.drainTimeout
 	b.readLater.fire = func(time.Time) {} // only wakes the loop: the end of its turn reads
-	b.metrics = newMetrics(b)
+	b.observe = opts.Observer
+	if b.observe == nil {
+		b.observe = ignore{}
+	}
 	open := opts.OpenJournal
 	if open == nil {
 		open = opts.openBolt
 	}
-	onCommit := b.metrics.observeCommit
-	if opts.OnCommit != nil {
-		onCommit = func(writes int, took time.Duration) {
-			b.metrics.observeCommit(writes, took)
-			opts.OnCommit(writes, took)
-		}
-	}
-	j, err := open(onCommit)
+	j, err := open(b.observe.Committed)
 	if err != nil {
 		return nil, err
 	}
@@ -245,17 +238,39 @@ func (b *Broker) Backend() string { return b.routers[backend].Endpoint() }
 // Stats returns the broker's counters.
 func (b *Broker) Stats() *Stats { return &b.stats }
 
-// Run replays the journal, binds the endpoints and serves until ctx ends.
-// Then it stops taking work and drains: REQUESTs get ERROR unavailable,
-// nothing more is dispatched, and the REPLYs of jobs in flight are awaited
-// up to DrainTimeout (Shutdown cuts the wait short). Then it says goodbye
-// to its peers, lets the journal writes in progress land and closes the
+// Stopped is closed when the broker stops serving: its loop has ended
+// (Run is closing the journal, or has returned).
+func (b *Broker) Stopped() <-chan struct{} { return b.stopped }
+
+// Serving reports whether the broker is ready and not stopping (an admin
+// API's /readyz).
+func (b *Broker) Serving() bool { return b.serving.Load() }
+
+// Journal names the journal the broker writes (a file, an etcd prefix).
+func (b *Broker) Journal() string { return journalName(b.journal) }
+
+// Run replays the journal, binds the endpoints and serves until ctx ends
+// or Shutdown or Close is called. When ctx ends it shuts down as
+// Shutdown does: it stops taking work and drains (REQUESTs get ERROR
+// unavailable, nothing more is dispatched, and the REPLYs of jobs in
+// flight are awaited up to DrainTimeout). Then it says goodbye to its
+// peers, lets the journal writes in progress land and closes the
 // journal. It returns nil after a clean shutdown, and an error wrapping
-// store.ErrFenced when the journal fenced it off.
+// store.ErrFenced when the journal fenced it off. Run is called once.
 func (b *Broker) Run(ctx context.Context) (err error) {
+	if b.started.Swap(true) {
+		return errors.New("broker: Run called twice")
+	}
+	defer close(b.done)
 	defer func() {
 		if cerr := b.journal.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("closing the journal: %w", cerr)
+		}
+		// What the journal's last reports posted runs now, on this
+		// goroutine as on the loop: an admin change waiting for its
+		// outcome gets it.
+		for range 3 {
+			b.runPosted()
 		}
 	}()
 	start := time.Now()
@@ -267,7 +282,7 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 		return err
 	}
 	debug.FreeOSMemory() // what decoding the journal left behind
-	b.metrics.replay.Set(time.Since(start).Seconds())
+	b.observe.Replayed(time.Since(start))
 	ns, err := b.replaySchedules()
 	if err != nil {
 		return fmt.Errorf("replaying the journal's schedules: %w", err)
@@ -287,12 +302,7 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 		b.closeRouters()
 		return err
 	}
-	admin, err := b.serveAdmin()
-	if err != nil {
-		b.closeRouters()
-		return err
-	}
-	b.log.Info("broker listening", "frontend", b.Frontend(), "backend", b.Backend(), "admin", b.adminAddr,
+	b.log.Info("broker listening", "frontend", b.Frontend(), "backend", b.Backend(),
 		"publisher_incoming", b.PublisherIncoming(), "publisher_outgoing", b.PublisherOutgoing())
 	if b.opts.secured() {
 		c := b.creds.Load()
@@ -305,36 +315,56 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 			b.log.Warn("PLAIN sends passwords in clear: use it only on networks you trust, CURVE elsewhere")
 		}
 	}
-	if b.adminAddr != "" {
-		scheme := "http"
-		if b.opts.AdminTLSCert != "" {
-			scheme = "https"
-		}
-		b.log.Info("dashboard", "url", scheme+"://"+b.adminAddr+"/ui/")
-	}
 	b.timers.set(&b.sweep, b.at(time.Now()))
 	b.running.Store(true)
-	b.isReady.Store(true)
+	b.serving.Store(true)
 	close(b.ready)
 
 	b.loop(ctx)
 
-	if admin != nil {
-		admin.Close()
-	}
 	if b.fenced != nil {
 		return fmt.Errorf("broker stopped serving: %w", b.fenced)
 	}
 	return nil
 }
 
-// Shutdown ends a drain at once (as a second SIGTERM does): what is still
-// in flight stays journaled and runs again after the next start. Called
-// before Run's context ends, it stops the broker without a drain. It
-// returns at once and may be called from any goroutine, more than once.
-func (b *Broker) Shutdown() {
-	b.hurried.Do(func() { close(b.hurry) })
+// Shutdown stops the broker gracefully, as net/http's Server.Shutdown
+// does a server: it stops taking work and drains (see Run), and returns
+// once Run has returned. If ctx ends first, the drain is cut short as by
+// Close (what is still in flight stays journaled and runs again after
+// the next start), and Shutdown returns ctx's error once Run has. It may
+// be called from any goroutine, more than once; before Run, it only
+// marks the broker to stop at once when Run starts.
+func (b *Broker) Shutdown(ctx context.Context) error {
+	b.drained.Do(func() { close(b.draining) })
+	if !b.started.Load() {
+		return nil
+	}
+	select {
+	case <-b.done:
+		return nil
+	case <-ctx.Done():
+		b.hurryUp()
+		<-b.done
+		return ctx.Err()
+	}
 }
+
+// Close stops the broker at once, without a drain (a second SIGTERM):
+// what is in flight stays journaled and runs again after the next start.
+// It returns once Run has returned; a broker never run closes its
+// journal. It may be called from any goroutine, more than once.
+func (b *Broker) Close() error {
+	b.hurryUp()
+	if b.started.Swap(true) { // Run was called: it closes the journal
+		<-b.done
+		return nil
+	}
+	defer close(b.done)
+	return b.journal.Close()
+}
+
+func (b *Broker) hurryUp() { b.hurried.Do(func() { close(b.hurry) }) }
 
 func (b *Broker) routerOptions(ep int) zmtp.Options {
 	return zmtp.Options{
@@ -411,7 +441,7 @@ func (b *Broker) runPosted() {
 // loop is the one goroutine that owns the broker's state. It sleeps until
 // a message, a posted closure or the earliest deadline.
 func (b *Broker) loop(ctx context.Context) {
-	stop, hurry := ctx.Done(), b.hurry
+	stop, shutdown, hurry := ctx.Done(), b.draining, b.hurry
 	for {
 		b.arm()
 		select {
@@ -424,7 +454,10 @@ func (b *Broker) loop(ctx context.Context) {
 			b.armed = false
 			b.fireDue(time.Now())
 		case <-stop:
-			stop = nil
+			stop, shutdown = nil, nil
+			b.drain(time.Now())
+		case <-shutdown:
+			stop, shutdown = nil, nil
 			b.drain(time.Now())
 		case <-hurry:
 			hurry = nil
@@ -452,7 +485,7 @@ func (b *Broker) loop(ctx context.Context) {
 // /readyz says no; REPLYs of the jobs in flight complete them as usual,
 // for up to DrainTimeout.
 func (b *Broker) drain(now time.Time) {
-	b.isReady.Store(false)
+	b.serving.Store(false)
 	if b.opts.DrainTimeout == 0 {
 		b.phase = closing
 		return
@@ -470,6 +503,11 @@ func (b *Broker) drainTimeout(time.Time) {
 	b.phase = closing
 }
 
+// Fence stops the broker at once, from any goroutine, as a journal
+// that says err (wrapping store.ErrFenced) does: nothing more is ACKed
+// or dispatched, and Run returns err.
+func (b *Broker) Fence(err error) { b.post(func() { b.fence(err) }) }
+
 // fence stops the broker for good: the journal says another owner writes
 // it now. From this moment nothing is ACKed or dispatched; at the end of
 // the loop's turn the peers are told goodbye and Run returns err.
@@ -479,7 +517,7 @@ func (b *Broker) fence(err error) {
 		b.log.Error("the journal fenced this broker off; it stops serving", "err", err)
 	}
 	b.phase = closing
-	b.isReady.Store(false)
+	b.serving.Store(false)
 }
 
 // at is t on the deadlines' clock: nanoseconds since epoch, read on the
@@ -567,7 +605,7 @@ func (b *Broker) shutdown() {
 	}
 	b.log.Info("broker stopping", "journal_writes_in_progress", b.journaling, "in_flight", b.inFlight)
 	b.phase = closing
-	b.isReady.Store(false)
+	b.serving.Store(false)
 	for key := range b.peers {
 		b.send(key, &emqp.Kbye{MsgID: emqp.NewID()})
 	}
@@ -746,44 +784,3 @@ func peerName(k peerKey) string {
 func endpointName(ep int) string { return [2]string{"frontend", "backend"}[ep] }
 
 func printableID(id string) string { return zmtp.PrintableID(id) }
-
-// serveAdmin starts the admin API (admin.go) on the admin address.
-func (b *Broker) serveAdmin() (*http.Server, error) {
-	if b.opts.Admin == "" {
-		return nil, nil
-	}
-	srv, addr, err := serveHTTP(b.opts, b.adminHandler(), b.log)
-	b.adminAddr = addr
-	return srv, err
-}
-
-// serveHTTP serves handler on the admin address of o, over TLS when o
-// has a certificate, and returns the bound host:port.
-func serveHTTP(o Options, handler http.Handler, log *slog.Logger) (*http.Server, string, error) {
-	ln, err := net.Listen("tcp", o.Admin)
-	if err != nil {
-		return nil, "", fmt.Errorf("admin: %w", err)
-	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
-	if o.AdminTLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(o.AdminTLSCert, o.AdminTLSKey)
-		if err != nil {
-			ln.Close()
-			return nil, "", fmt.Errorf("admin-tls-cert %s, admin-tls-key %s: %w", o.AdminTLSCert, o.AdminTLSKey, err)
-		}
-		// ServeTLS offers HTTP/2 too: one connection carries every
-		// dashboard tab's event streams.
-		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-		go func() {
-			if err := srv.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
-				log.Error("admin: HTTPS stopped", "err", err)
-			}
-		}()
-		return srv, ln.Addr().String(), nil
-	}
-	go srv.Serve(ln)
-	return srv, ln.Addr().String(), nil
-}
-
-// AdminAddr is the admin API's bound host:port (after Ready; "" = none).
-func (b *Broker) AdminAddr() string { return b.adminAddr }

@@ -1,10 +1,7 @@
 package broker
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/eventmq/emq/store"
@@ -60,51 +57,35 @@ func (c QueueChange) Apply(s store.QueueSettings) store.QueueSettings {
 	return s
 }
 
-// ChangeQueue changes a queue's controls, and returns them once the
-// journal has them. Bad settings wrap store.ErrBadSettings.
-func (b *Broker) ChangeQueue(ctx context.Context, name string, c QueueChange) (store.QueueSettings, error) {
-	type outcome struct {
-		s   store.QueueSettings
-		err error
+// changeQueue applies c to the queue's latest controls and writes them;
+// reply gets them once the journal has them, or the refusal.
+func (b *Broker) changeQueue(name string, c QueueChange, reply func(store.QueueSettings, error)) {
+	p, ok := b.controlsNext[name]
+	if !ok {
+		p.next = b.controls[name]
 	}
-	result := make(chan outcome, 1)
-	err := b.onLoop(ctx, func() {
-		p, ok := b.controlsNext[name]
-		if !ok {
-			p.next = b.controls[name]
-		}
-		next := c.Apply(p.next)
-		if err := next.Validate(); err != nil {
-			result <- outcome{err: err}
-			return
-		}
-		b.controlsNext[name] = pendingControls{next, p.writes + 1}
-		b.journal.PutQueueSettings(name, next, func(err error) {
-			b.post(func() {
-				if p := b.controlsNext[name]; p.writes > 1 {
-					b.controlsNext[name] = pendingControls{p.next, p.writes - 1}
-				} else {
-					delete(b.controlsNext, name)
-				}
-				if err != nil {
-					b.noticeFence(err)
-					result <- outcome{err: err}
-					return
-				}
-				b.applyControls(name, next)
-				result <- outcome{s: next}
-			})
+	next := c.Apply(p.next)
+	if err := next.Validate(); err != nil {
+		reply(store.QueueSettings{}, err)
+		return
+	}
+	b.controlsNext[name] = pendingControls{next, p.writes + 1}
+	b.journal.PutQueueSettings(name, next, func(err error) {
+		b.post(func() {
+			if p := b.controlsNext[name]; p.writes > 1 {
+				b.controlsNext[name] = pendingControls{p.next, p.writes - 1}
+			} else {
+				delete(b.controlsNext, name)
+			}
+			if err != nil {
+				b.noticeFence(err)
+				reply(store.QueueSettings{}, err)
+				return
+			}
+			b.applyControls(name, next)
+			reply(next, nil)
 		})
 	})
-	if err != nil {
-		return store.QueueSettings{}, err
-	}
-	select {
-	case o := <-result:
-		return o.s, o.err
-	case <-ctx.Done():
-		return store.QueueSettings{}, ctx.Err()
-	}
 }
 
 // loadControls reads the stored controls over the configured defaults.
@@ -200,30 +181,4 @@ func (b *Broker) fillFreed() {
 		}
 	}
 	b.toFill = nil
-}
-
-// controlRoutes serve the queue controls: pause, resume, and settings
-// (a JSON QueueChange). Each answers with the queue's controls once stored.
-func (b *Broker) controlRoutes(mux *http.ServeMux) {
-	change := func(w http.ResponseWriter, r *http.Request, c QueueChange) {
-		s, err := b.ChangeQueue(r.Context(), r.PathValue("queue"), c)
-		reply(w, QueueInfo{Name: r.PathValue("queue")}.WithControls(s), err)
-	}
-	paused, resumed := true, false
-	mux.HandleFunc("POST /api/v1/queues/{queue}/pause", func(w http.ResponseWriter, r *http.Request) {
-		change(w, r, QueueChange{Paused: &paused})
-	})
-	mux.HandleFunc("POST /api/v1/queues/{queue}/resume", func(w http.ResponseWriter, r *http.Request) {
-		change(w, r, QueueChange{Paused: &resumed})
-	})
-	mux.HandleFunc("POST /api/v1/queues/{queue}/settings", func(w http.ResponseWriter, r *http.Request) {
-		var c QueueChange
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&c); err != nil {
-			writeJSON(w, http.StatusBadRequest, apiError{"queue settings: want a JSON object of paused, concurrency, rate, burst: " + err.Error()})
-			return
-		}
-		change(w, r, c)
-	})
 }

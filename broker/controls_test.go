@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
@@ -32,21 +33,6 @@ func change(t *testing.T, b *bt.Broker, queue string, c broker.QueueChange) stor
 func ptr[T any](v T) *T { return &v }
 
 // queueInfo returns what the broker says of one queue.
-func queueInfo(t *testing.T, b *bt.Broker, name string) broker.QueueInfo {
-	t.Helper()
-	qs, err := b.Queues(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range qs {
-		if q.Name == name {
-			return q
-		}
-	}
-	t.Fatalf("no queue %s in %+v", name, qs)
-	return broker.QueueInfo{}
-}
-
 // recvJob takes the next REQUEST a worker gets.
 func recvJob(t *testing.T, w *bt.Peer) *emqp.Request {
 	t.Helper()
@@ -75,7 +61,7 @@ func TestPausedQueueStoresAndResumesInOrder(t *testing.T) {
 	if j := recvJob(t, worker); j.MsgID != marker {
 		t.Fatalf("the worker got %s of queue %s before the marker: a paused queue dispatched", j.MsgID, j.Queue)
 	}
-	if q := queueInfo(t, b, "q"); !q.Paused || q.Pending != 5 || q.InFlight != 0 {
+	if q := bt.QueueInfo(t, b, "q"); !q.Paused || q.Pending != 5 || q.InFlight != 0 {
 		t.Fatalf("paused queue: %+v", q)
 	}
 
@@ -84,7 +70,7 @@ func TestPausedQueueStoresAndResumesInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	b = bt.Start(t, b.Dir, fast)
-	if q := queueInfo(t, b, "q"); !q.Paused || q.Pending != 5 {
+	if q := bt.QueueInfo(t, b, "q"); !q.Paused || q.Pending != 5 {
 		t.Fatalf("after a restart: %+v", q)
 	}
 	worker = bt.Worker(t, b.Backend(), "w2", "q")
@@ -154,7 +140,7 @@ func TestConcurrencyLimitHoldsAcrossWorkers(t *testing.T) {
 	// In flight: always as many as the limit lets, never more.
 	for done := 0; done < 8; done++ {
 		want := min(2, 8-done)
-		bt.Eventually(t, "the queue's places used", func() bool { return queueInfo(t, b, "q").InFlight == want })
+		bt.Eventually(t, "the queue's places used", func() bool { return bt.QueueInfo(t, b, "q").InFlight == want })
 		take(want)
 		if len(held) != want {
 			t.Fatalf("%d jobs held with %d of 8 done, want %d (limit 2)", len(held), done, want)
@@ -166,8 +152,8 @@ func TestConcurrencyLimitHoldsAcrossWorkers(t *testing.T) {
 			break
 		}
 	}
-	bt.Eventually(t, "every job done", func() bool { return queueInfo(t, b, "q").InFlight == 0 })
-	if q := queueInfo(t, b, "q"); q.Concurrency != 2 || q.Pending != 0 {
+	bt.Eventually(t, "every job done", func() bool { return bt.QueueInfo(t, b, "q").InFlight == 0 })
+	if q := bt.QueueInfo(t, b, "q"); q.Concurrency != 2 || q.Pending != 0 {
 		t.Fatalf("queue at the end: %+v", q)
 	}
 }
@@ -221,7 +207,7 @@ func TestQueueDefaultsAndStoredControls(t *testing.T) {
 		o.Queues = map[string]store.QueueSettings{"a": {Concurrency: 3}, "b": {Rate: 5, Burst: 2}}
 	}
 	b := bt.Start(t, "", withDefaults)
-	if q := queueInfo(t, b, "a"); q.Concurrency != 3 {
+	if q := bt.QueueInfo(t, b, "a"); q.Concurrency != 3 {
 		t.Fatalf("default of a: %+v", q)
 	}
 	if s := change(t, b, "a", broker.QueueChange{Concurrency: ptr(0)}); s.Concurrency != 0 {
@@ -252,11 +238,11 @@ func TestQueueDefaultsAndStoredControls(t *testing.T) {
 // them.
 func TestQueueControlsAPI(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", withAdmin(""))
+	b := bt.StartAdmin(t, "", fast, nil)
 	post := func(path, body string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest("POST", "http://"+b.AdminAddr()+path, bytes.NewBufferString(body))
-		req.Header.Set(broker.AdminHeader, "test")
+		req.Header.Set(admin.Header, "test")
 		resp, err := (&http.Client{Timeout: bt.Wait}).Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -287,10 +273,10 @@ func TestQueueControlsAPI(t *testing.T) {
 			t.Errorf("settings %s: %d %s, want 400 naming %s", body, code, out, want)
 		}
 	}
-	if q := queueInfo(t, b, "mail"); q.Paused || q.Concurrency != 4 || q.Rate != 2.5 {
+	if q := bt.QueueInfo(t, b, "mail"); q.Paused || q.Concurrency != 4 || q.Rate != 2.5 {
 		t.Fatalf("after the refusals: %+v", q)
 	}
-	families := scrapeMetrics(t, b)
+	families := bt.ScrapeMetrics(t, b)
 	for name, want := range map[string]float64{"emq_queue_paused": 0, "emq_queue_concurrency_limit": 4, "emq_queue_rate_limit": 2.5} {
 		f := families[name]
 		if f == nil || len(f.Metric) != 1 || f.Metric[0].GetGauge().GetValue() != want {
@@ -305,13 +291,13 @@ func TestControlsSurviveSIGKILL(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	frontend, backend := bt.FreeEndpoint(t), bt.FreeEndpoint(t)
-	admin := strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://")
-	c := startChild(t, dir, frontend, backend, "EMQ_TEST_ADMIN="+admin)
+	adminAddr := strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://")
+	c := startChild(t, dir, frontend, backend, "EMQ_TEST_ADMIN="+adminAddr)
 	client := bt.Dial(t, frontend, "c")
 	post := func(path, body string) {
 		t.Helper()
-		req, _ := http.NewRequest("POST", "http://"+admin+path, bytes.NewBufferString(body))
-		req.Header.Set(broker.AdminHeader, "test")
+		req, _ := http.NewRequest("POST", "http://"+adminAddr+path, bytes.NewBufferString(body))
+		req.Header.Set(admin.Header, "test")
 		resp, err := (&http.Client{Timeout: bt.Wait}).Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -327,10 +313,10 @@ func TestControlsSurviveSIGKILL(t *testing.T) {
 	c.kill()
 
 	b := bt.Start(t, dir, fast)
-	if q := queueInfo(t, b, "q"); !q.Paused || q.Pending != 1 {
+	if q := bt.QueueInfo(t, b, "q"); !q.Paused || q.Pending != 1 {
 		t.Fatalf("q after SIGKILL: %+v", q)
 	}
-	if q := queueInfo(t, b, "limited"); q.Concurrency != 2 || q.Rate != 7.5 || q.Burst != 4 {
+	if q := bt.QueueInfo(t, b, "limited"); q.Concurrency != 2 || q.Rate != 7.5 || q.Burst != 4 {
 		t.Fatalf("limited after SIGKILL: %+v", q)
 	}
 	worker := bt.Worker(t, b.Backend(), "w", "q")

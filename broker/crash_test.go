@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
@@ -29,10 +30,17 @@ const childEnv = "EMQ_TEST_BROKER_CHILD"
 func runChild() {
 	opts := broker.DefaultOptions()
 	opts.DataDir = os.Getenv(childEnv)
-	opts.Frontend, opts.Backend, opts.Admin = os.Getenv("EMQ_TEST_FRONTEND"), os.Getenv("EMQ_TEST_BACKEND"), ""
+	opts.Frontend, opts.Backend = os.Getenv("EMQ_TEST_FRONTEND"), os.Getenv("EMQ_TEST_BACKEND")
 	opts.PublisherIncoming, opts.PublisherOutgoing = "", ""
 	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	opts.Admin = os.Getenv("EMQ_TEST_ADMIN")
+	aopts := admin.DefaultOptions()
+	aopts.Addr, aopts.Logger = os.Getenv("EMQ_TEST_ADMIN"), opts.Logger
+	srv, err := admin.New(aopts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	opts.Observer = srv.Observer()
 	if v := os.Getenv("EMQ_TEST_MAX_PENDING"); v != "" {
 		opts.MaxPending, _ = strconv.Atoi(v)
 	}
@@ -56,6 +64,12 @@ func runChild() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	srv.Serve(b)
+	if err := srv.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer srv.Close()
 	if clock != nil {
 		go clock.follow(b)
 	}

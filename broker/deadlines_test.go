@@ -83,12 +83,12 @@ func TestDeadlinesNotDueStayPut(t *testing.T) {
 func TestPeerDeadlineMovesPastNow(t *testing.T) {
 	t.Parallel()
 	opts := DefaultOptions()
-	opts.DataDir, opts.Admin = t.TempDir(), ""
+	opts.DataDir = t.TempDir()
 	b, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.journal.Close()
+	defer b.Close()
 	now := time.Now()
 	p := &peer{key: peerKey{backend, "w"}, role: roleWorker, lastSeen: now.Add(-opts.HeartbeatTimeout / 2)}
 	b.peers[p.key] = p

@@ -16,11 +16,10 @@ import (
 // asked for the REPLY) and one more job pending behind it.
 func drainFixture(t *testing.T, drainTimeout time.Duration) (b *bt.Broker, client, slow *bt.Peer, inflight, pending string) {
 	t.Helper()
-	b = bt.Start(t, "", func(o *broker.Options) {
+	b = bt.StartAdmin(t, "", func(o *broker.Options) {
 		fast(o)
-		o.Admin = "127.0.0.1:0"
 		o.DrainTimeout = drainTimeout
-	})
+	}, nil)
 	client = bt.Dial(t, b.Frontend(), "c")
 	slow = bt.Worker(t, b.Backend(), "slow", "q")
 	slow.Ready(1)
@@ -45,7 +44,7 @@ func TestDrainWaitsForJobsInFlight(t *testing.T) {
 	t.Parallel()
 	b, client, slow, inflight, pending := drainFixture(t, time.Hour)
 	done := stopped(b)
-	bt.Eventually(t, "/readyz says not ready", func() bool { return api(t, b, "GET", "/readyz", "", nil) == http.StatusServiceUnavailable })
+	bt.Eventually(t, "/readyz says not ready", func() bool { return bt.API(t, b, "GET", "/readyz", "", nil) == http.StatusServiceUnavailable })
 
 	id := emqp.NewID()
 	client.Send(&emqp.Request{MsgID: id, Queue: "q"})
@@ -54,7 +53,7 @@ func TestDrainWaitsForJobsInFlight(t *testing.T) {
 	}
 	slow.Ready(1)
 	slow.Sync() // the answer to SYNC comes first: the free slot got no job
-	if code := api(t, b, "GET", "/api/v1/workers", "", nil); code != http.StatusOK {
+	if code := bt.API(t, b, "GET", "/api/v1/workers", "", nil); code != http.StatusOK {
 		t.Fatalf("admin API while draining: %d", code)
 	}
 	select {
@@ -100,9 +99,9 @@ func TestDrainEnds(t *testing.T) {
 			t.Parallel()
 			b, _, slow, inflight, _ := drainFixture(t, c.timeout)
 			done := stopped(b)
-			bt.Eventually(t, "draining", func() bool { return api(t, b, "GET", "/readyz", "", nil) == http.StatusServiceUnavailable })
+			bt.Eventually(t, "draining", func() bool { return bt.API(t, b, "GET", "/readyz", "", nil) == http.StatusServiceUnavailable })
 			if c.cut {
-				b.Shutdown()
+				go b.Close()
 			}
 			select {
 			case err := <-done:
@@ -131,7 +130,7 @@ func TestFencedJournalStopsTheBroker(t *testing.T) {
 			dir, fence := t.TempDir(), make(chan struct{})
 			b := bt.Start(t, dir, func(o *broker.Options) {
 				fast(o)
-				o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { return fencingJournal{j, fence} })
+				o.OpenJournal = bt.WrapJournal(dir, func(j store.Journal) store.Journal { return fencingJournal{j, fence} })
 			})
 			client := bt.Dial(t, b.Frontend(), "c")
 			worker := bt.Worker(t, b.Backend(), "w", "q")

@@ -2,10 +2,8 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -14,7 +12,8 @@ import (
 )
 
 // The event stream: what happens to jobs, workers and queues, as it
-// happens, for whoever listens (GET /api/v1/events, emq tail). The loop
+// happens, for whoever listens (Listen: admin's GET /api/v1/events, emq
+// tail). The loop
 // emits; with no listener an emit costs one length check. Each listener
 // has a buffer of at most Options.EventBuffer events that the loop
 // appends to and its reader takes whole, woken at most once per batch:
@@ -76,42 +75,23 @@ type Events struct {
 	l *listener
 }
 
-// startSSE answers 200 with a Server-Sent Events stream and returns
-// what writes to it: each text goes out at once (flushed) within 10 s,
-// or send reports false and the stream is over.
-func startSSE(w http.ResponseWriter) (send func(text []byte) bool) {
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	return func(text []byte) bool {
-		// A deadline for this write alone: over HTTP/2 one left set
-		// resets the stream when it passes, written to or not.
-		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		defer rc.SetWriteDeadline(time.Time{})
-		if _, err := w.Write(text); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
-}
-
 // Listen adds a listener of the events of queue and msgid ("" = every
 // one). It ends when it falls Options.EventBuffer events behind
 // (ErrDropped), when the broker stops (ErrStopped), or on Close.
 func (b *Broker) Listen(ctx context.Context, queue, msgid string) (*Events, error) {
 	l := &listener{queue: queue, msgid: msgid, wake: make(chan struct{}, 1)}
-	var full bool
-	if err := b.onLoop(ctx, func() {
-		if full = len(b.listeners) >= b.opts.MaxEventListeners; !full {
-			b.listeners = append(b.listeners, l)
-			b.listenerCount.Store(int64(len(b.listeners)))
+	added, err := query(ctx, b, func() bool {
+		if len(b.listeners) >= b.opts.MaxEventListeners {
+			return false
 		}
-	}); err != nil {
-		b.post(func() { b.unlisten(l, ErrStopped) }) // in case fn ran after all
+		b.listeners = append(b.listeners, l)
+		return true
+	})
+	if err != nil {
+		b.post(func() { b.unlisten(l, ErrStopped) }) // in case it was added after all
 		return nil, err
 	}
+	full := !added
 	if full && b.opts.MaxEventListeners == 0 {
 		return nil, fmt.Errorf("%w: the event stream is off (max-event-listeners 0)", ErrTooManyListeners)
 	}
@@ -158,7 +138,6 @@ func (b *Broker) unlisten(l *listener, why error) {
 		return
 	}
 	b.listeners = slices.Delete(b.listeners, i, i+1)
-	b.listenerCount.Store(int64(len(b.listeners)))
 	l.mu.Lock()
 	l.end = why
 	l.mu.Unlock()
@@ -238,50 +217,4 @@ func (b *Broker) takeTrail(j *job) []store.TrailEvent {
 	t := b.trails[j]
 	delete(b.trails, j)
 	return t
-}
-
-// serveEvents streams events as Server-Sent Events: one "event: KIND" and
-// one "data: JSON" line each, a comment every 15 s while quiet, and a
-// last "event: dropped" if the broker dropped this listener. Each write
-// must be taken by the client within 10 s.
-func (b *Broker) serveEvents(w http.ResponseWriter, r *http.Request) {
-	events, err := b.Listen(r.Context(), r.URL.Query().Get("queue"), r.URL.Query().Get("msgid"))
-	if errors.Is(err, ErrTooManyListeners) {
-		writeJSON(w, http.StatusServiceUnavailable, apiError{err.Error()})
-		return
-	}
-	if err != nil {
-		reply(w, nil, err)
-		return
-	}
-	defer events.Close()
-	send := startSSE(w)
-	if !send([]byte(": listening\n\n")) {
-		return
-	}
-	var text []byte
-	for {
-		ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
-		batch, err := events.Next(ctx)
-		cancel()
-		switch {
-		case err == nil:
-			text = text[:0]
-			for _, e := range batch { // what came goes in one write
-				js, _ := json.Marshal(e)
-				text = fmt.Appendf(text, "event: %s\ndata: %s\n\n", e.Kind, js)
-			}
-		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
-			text = append(text[:0], ": quiet\n\n"...)
-		case errors.Is(err, ErrDropped), errors.Is(err, ErrStopped):
-			js, _ := json.Marshal(map[string]string{"reason": err.Error()})
-			send(fmt.Appendf(nil, "event: dropped\ndata: %s\n\n", js))
-			return
-		default: // the client went away
-			return
-		}
-		if !send(text) {
-			return
-		}
-	}
 }

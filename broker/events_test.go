@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
@@ -62,7 +63,7 @@ func openEvents(t *testing.T, b *bt.Broker, query string) *sseReader {
 
 // listeners reads emq_event_listeners.
 func listeners(t *testing.T, b *bt.Broker) float64 {
-	f := scrapeMetrics(t, b)["emq_event_listeners"]
+	f := bt.ScrapeMetrics(t, b)["emq_event_listeners"]
 	if f == nil || len(f.Metric) == 0 {
 		return 0
 	}
@@ -87,7 +88,7 @@ func (r *sseReader) next() broker.Event {
 // and nothing of other queues.
 func TestEventStream(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", withAdmin(""))
+	b := bt.StartAdmin(t, "", fast, nil)
 	events := openEvents(t, b, "queue=q")
 	client := bt.Dial(t, b.Frontend(), "c")
 	client.Request("other", "", nil)
@@ -170,8 +171,8 @@ func TestTrailSurvivesSIGKILL(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	frontend, backend := bt.FreeEndpoint(t), bt.FreeEndpoint(t)
-	admin := strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://")
-	c := startChild(t, dir, frontend, backend, "EMQ_TEST_ADMIN="+admin)
+	adminAddr := strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://")
+	c := startChild(t, dir, frontend, backend, "EMQ_TEST_ADMIN="+adminAddr)
 	client := bt.Dial(t, frontend, "c")
 	worker := bt.Worker(t, backend, "w", "q")
 	id := client.Request("q", "retry-count:1", nil)
@@ -183,19 +184,19 @@ func TestTrailSurvivesSIGKILL(t *testing.T) {
 	hc := &http.Client{Timeout: bt.Wait}
 	t.Cleanup(hc.CloseIdleConnections)
 	bt.Eventually(t, "buried in the journal", func() bool { // the API reads what the journal has
-		resp, err := hc.Get("http://" + admin + "/api/v1/jobs/" + id)
+		resp, err := hc.Get("http://" + adminAddr + "/api/v1/jobs/" + id)
 		if err != nil {
 			return false
 		}
 		defer resp.Body.Close()
-		var ji broker.JobInfo
+		var ji admin.JobInfo
 		return json.NewDecoder(resp.Body).Decode(&ji) == nil && ji.State == "dead"
 	})
 	c.kill()
 
-	b := bt.Start(t, dir, withAdmin(""))
-	var ji broker.JobInfo
-	if code := api(t, b, "GET", "/api/v1/jobs/"+id, "", &ji); code != 200 {
+	b := bt.StartAdmin(t, dir, fast, nil)
+	var ji admin.JobInfo
+	if code := bt.API(t, b, "GET", "/api/v1/jobs/"+id, "", &ji); code != 200 {
 		t.Fatalf("GET job: %d", code)
 	}
 	for _, e := range ji.Trail {
@@ -206,7 +207,7 @@ func TestTrailSurvivesSIGKILL(t *testing.T) {
 			t.Errorf("failed without its reason: %+v", e)
 		}
 	}
-	if got, want := trailKinds(ji.Trail), "received dispatched#1 failed retry dispatched#2 failed buried"; got != want {
+	if got, want := bt.TrailKinds(ji.Trail), "received dispatched#1 failed retry dispatched#2 failed buried"; got != want {
 		t.Fatalf("trail %q, want %q", got, want)
 	}
 }

@@ -27,16 +27,15 @@ func Example() {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	opts := broker.DefaultOptions()
-	opts.Frontend, opts.Backend, opts.Admin = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", "" // free ports, no admin API
-	opts.PublisherIncoming, opts.PublisherOutgoing = "", ""                                // no pub/sub
+	opts.Frontend, opts.Backend = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0" // free ports
+	opts.PublisherIncoming, opts.PublisherOutgoing = "", ""                // no pub/sub
 	opts.DataDir, opts.Logger = dir, quiet
 	b, err := broker.New(opts)
 	if err != nil {
 		log.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
 	brokerDone := make(chan error, 1)
-	go func() { brokerDone <- b.Run(ctx) }()
+	go func() { brokerDone <- b.Run(context.Background()) }()
 	<-b.Ready()
 
 	w, err := worker.New(worker.Options{Broker: b.Backend(), Logger: quiet})
@@ -71,7 +70,9 @@ func Example() {
 	if err := <-workerDone; err != nil {
 		log.Fatal(err)
 	}
-	stop()
+	if err := b.Shutdown(context.Background()); err != nil {
+		log.Fatal(err)
+	}
 	if err := <-brokerDone; err != nil {
 		log.Fatal(err)
 	}

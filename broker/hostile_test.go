@@ -144,11 +144,10 @@ func TestHostilePeers(t *testing.T) {
 // the flood ends.
 func TestConnectionFloodIsBounded(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", func(o *broker.Options) {
+	b := bt.StartAdmin(t, "", func(o *broker.Options) {
 		fast(o)
-		o.Admin = "127.0.0.1:0"
 		o.MaxConnections = 30
-	})
+	}, nil)
 	client := bt.Dial(t, b.Frontend(), "c")
 	worker := bt.Worker(t, b.Backend(), "w", "q")
 	var flood []net.Conn
@@ -161,7 +160,7 @@ func TestConnectionFloodIsBounded(t *testing.T) {
 		flood = append(flood, nc)
 	}
 	metric := func(name string) float64 {
-		f := scrapeMetrics(t, b)[name]
+		f := bt.ScrapeMetrics(t, b)[name]
 		if f == nil || len(f.Metric) == 0 {
 			return -1
 		}

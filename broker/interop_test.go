@@ -47,7 +47,7 @@ func pythonZMQ(t *testing.T) string {
 func TestInteropLibzmqSchedules(t *testing.T) {
 	t.Parallel()
 	python := pythonZMQ(t)
-	b := bt.Start(t, "", func(o *broker.Options) { o.Admin = "127.0.0.1:0" })
+	b := bt.StartAdmin(t, "", func(o *broker.Options) {}, nil)
 	out, err := exec.Command(python, "testdata/interop_schedules.py", b.Frontend(), b.Backend(), b.AdminAddr()).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "ok" {
 		t.Fatalf("interop_schedules.py: %v\n%s", err, out)

@@ -94,7 +94,7 @@ func (b *Broker) request(from peerKey, m *emqp.Request, held zmtp.Held) {
 		}
 	}()
 	if b.phase != serving {
-		b.refuse(from, m.MsgID, emqp.CodeUnavailable, errDraining.Error())
+		b.refuse(from, m.MsgID, emqp.CodeUnavailable, ErrDraining.Error())
 		return
 	}
 	if j := b.jobs[m.MsgID]; j != nil {

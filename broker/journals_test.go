@@ -3,7 +3,6 @@ package broker_test
 import (
 	"fmt"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,20 +13,6 @@ import (
 
 // Journals for the tests that need one to misbehave: each is the real
 // bbolt journal the broker would open, with a fault or a delay around it.
-
-// wrapJournal is an Options.OpenJournal that opens the bbolt journal in
-// dir as the broker does and hands it to wrap.
-func wrapJournal(dir string, wrap func(store.Journal) store.Journal) func(func(int, time.Duration)) (store.Journal, error) {
-	return func(onCommit func(int, time.Duration)) (store.Journal, error) {
-		o := boltstore.DefaultOptions()
-		o.OnCommit = onCommit
-		j, err := boltstore.Open(filepath.Join(dir, broker.JournalFile), o)
-		if err != nil {
-			return nil, err
-		}
-		return wrap(j), nil
-	}
-}
 
 // heldJournal's Append and PutSchedule outcomes wait until release is
 // closed, so a test sees a write in progress for as long as it needs.
@@ -96,14 +81,3 @@ func (f fencingJournal) Complete(msgid string, result []byte, keepUntil time.Tim
 	}
 	f.Journal.Complete(msgid, result, keepUntil, trail, done)
 }
-
-// brokenReads' reads fail as a failing disk makes them fail; it does not
-// compact (no store.Compactor).
-type brokenReads struct{ store.Journal }
-
-var errDisk = fmt.Errorf("journal: read failed: %w", syscall.EIO)
-
-func (brokenReads) Get(string) (*store.Job, error)               { return nil, errDisk }
-func (brokenReads) List(store.ListOptions) (store.Page, error)   { return store.Page{}, errDisk }
-func (brokenReads) Counts(...store.State) ([]store.Count, error) { return nil, errDisk }
-func (brokenReads) Result(string) ([]byte, error)                { return nil, errDisk }

@@ -4,35 +4,18 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"strings"
 	"time"
 
+	"github.com/eventmq/emq/internal/addr"
 	"github.com/eventmq/emq/store"
 )
 
 // Options configure a Broker. Start from DefaultOptions.
 type Options struct {
-	Frontend   string // ROUTER endpoint for clients, tcp://host:port
-	Backend    string // ROUTER endpoint for workers, tcp://host:port
-	Admin      string // HTTP host:port of the admin API (admin.go); "" = none
-	AdminToken string // required as a Bearer token when set; needed for a non-loopback Admin
-	// AdminReadToken, when set, is a second Bearer token that may read
-	// everything the admin API shows and change nothing (403): for
-	// dashboards and monitoring.
-	AdminReadToken string
-	// AdminTLSCert and AdminTLSKey (PEM files, both or neither) make the
-	// admin listener serve HTTPS.
-	AdminTLSCert, AdminTLSKey string
-	// AdminAllowedHosts are names, besides loopback and the listener's own
-	// address, that requests may give as their Host (a name the admin API
-	// is reached by, through DNS or a proxy). Others get 421.
-	AdminAllowedHosts []string
-	// AdminAllowedOrigins are origins (scheme://host[:port]), besides the
-	// listener's own, whose pages may change things through the admin API
-	// (a proxy that serves it under another name).
-	AdminAllowedOrigins []string
-	DataDir             string // holds the journal file, emq.db (when OpenJournal is nil)
+	Frontend string // ROUTER endpoint for clients, tcp://host:port
+	Backend  string // ROUTER endpoint for workers, tcp://host:port
+	DataDir  string // holds the journal file, emq.db (when OpenJournal is nil)
 
 	// Who may use the eMQP endpoints (security.go). CurveSecretKeyFile
 	// holds the broker's CURVE secret key (one Z85 line, emq keygen) and
@@ -46,29 +29,23 @@ type Options struct {
 
 	// OpenJournal opens the journal the broker writes to; nil opens (or
 	// creates) the bbolt file JournalFile in DataDir with MaxJobSize. New
-	// calls it once and Run closes what it returned. onCommit feeds the
-	// broker's metrics: the journal calls it after each commit with the
-	// writes it held and how long the commit took.
+	// calls it once and Run (or Close) closes what it returned. The
+	// journal calls onCommit after each commit with the writes it held and
+	// how long the commit took (Observer.Committed).
 	OpenJournal func(onCommit func(writes int, took time.Duration)) (store.Journal, error)
-	// Group, when set, is the replicated group this broker leads
-	// (group.go): the stats API and the dashboard say so, and /metrics
-	// adds the group's figures. RunGroup sets it.
-	Group *Group
+	// Observer, if set, is told figures as they happen (package admin's
+	// metrics implement it).
+	Observer Observer
 	// EventBuffer is how many events a listener of the event stream may
 	// fall behind before it is dropped; MaxEventListeners how many may
-	// listen at once (events.go), and how many overview streams may run
-	// besides them (dashboard.go). Each buffer holds EventBuffer events
-	// of about 200 bytes.
+	// listen at once (events.go). Each buffer holds EventBuffer events of
+	// about 200 bytes.
 	EventBuffer       int
 	MaxEventListeners int
 
 	// Queues are the default controls of queues, by name: what applies to
 	// a queue until an operator stores its own (ChangeQueue, emq queues).
 	Queues map[string]store.QueueSettings
-
-	// OnCommit, if set, also gets each commit's writes and time (emq bench
-	// reports them). It runs on the journal's committer: keep it short.
-	OnCommit func(writes int, took time.Duration)
 
 	HeartbeatInterval time.Duration // HEARTBEAT to each peer (worker, scheduler) this often
 	HeartbeatTimeout  time.Duration // a peer silent this long is lost
@@ -133,7 +110,6 @@ func DefaultOptions() Options {
 	return Options{
 		Frontend:          "tcp://127.0.0.1:47290",
 		Backend:           "tcp://127.0.0.1:47291",
-		Admin:             "127.0.0.1:47293",
 		DataDir:           "./emq-data",
 		HeartbeatInterval: time.Second,
 		HeartbeatTimeout:  5 * time.Second,
@@ -213,7 +189,7 @@ func (o Options) Validate() error {
 	if !o.secured() && !o.AllowAnonymous {
 		for _, ep := range []struct{ name, v string }{{"frontend", o.Frontend}, {"backend", o.Backend},
 			{"publisher-incoming", o.PublisherIncoming}, {"publisher-outgoing", o.PublisherOutgoing}} {
-			if ep.v != "" && !endpointLoopback(ep.v) {
+			if ep.v != "" && !addr.Loopback(ep.v) {
 				return fmt.Errorf("%s: %s is not a loopback address and anyone who reaches it could send jobs or take them: "+
 					"set curve-secret-key-file with curve-clients, or plain-users, or allow-anonymous to accept that", ep.name, ep.v)
 			}
@@ -221,31 +197,6 @@ func (o Options) Validate() error {
 	}
 	if o.PublisherIncoming != "" && o.PublisherOutgoing == "" {
 		return fmt.Errorf("publisher-incoming: %q is set but publisher-outgoing is empty: PUBLISH would reach no one; empty both to turn pub/sub off", o.PublisherIncoming)
-	}
-	if o.Admin != "" {
-		if _, _, err := net.SplitHostPort(o.Admin); err != nil {
-			return fmt.Errorf("admin: %q is not host:port: %w", o.Admin, err)
-		}
-		if !isLoopback(o.Admin) && o.AdminToken == "" && o.AdminReadToken == "" {
-			return fmt.Errorf("admin: %s is not a loopback address; set admin-token so that requests need it", o.Admin)
-		}
-	}
-	if (o.AdminTLSCert == "") != (o.AdminTLSKey == "") {
-		return fmt.Errorf("admin-tls-cert and admin-tls-key go together: set both, or neither")
-	}
-	if o.AdminToken != "" && o.AdminToken == o.AdminReadToken {
-		return fmt.Errorf("admin-read-token: the same as admin-token; a read-only token must differ")
-	}
-	for _, h := range o.AdminAllowedHosts {
-		if h == "" || net.ParseIP(strings.Trim(h, "[]")) == nil && strings.ContainsAny(h, "/: ") {
-			return fmt.Errorf("admin-allowed-hosts: %q is not a host name (no scheme, port or path)", h)
-		}
-	}
-	cop := http.NewCrossOriginProtection()
-	for _, origin := range o.AdminAllowedOrigins {
-		if err := cop.AddTrustedOrigin(origin); err != nil {
-			return fmt.Errorf("admin-allowed-origins: %q: want scheme://host[:port]: %w", origin, err)
-		}
 	}
 	switch {
 	case o.DataDir == "" && o.OpenJournal == nil:
@@ -298,3 +249,22 @@ func checkEndpoint(ep string) error {
 	}
 	return nil
 }
+
+// Observer is told figures as they happen. Its methods run on the
+// journal's committer or on the loop: they must be quick, and must not
+// call the broker.
+type Observer interface {
+	// Committed: a journal commit of writes writes took took.
+	Committed(writes int, took time.Duration)
+	// Replayed: loading the journal at start-up took took.
+	Replayed(took time.Duration)
+	// Fired: a schedule's fire was made late after its due time.
+	Fired(late time.Duration)
+}
+
+// ignore is the Observer of a broker that has none.
+type ignore struct{}
+
+func (ignore) Committed(int, time.Duration) {}
+func (ignore) Replayed(time.Duration)       {}
+func (ignore) Fired(time.Duration)          {}

@@ -91,7 +91,7 @@ func TestPayloadReadFailureLosesNothing(t *testing.T) {
 	b := bt.Start(t, dir, func(o *broker.Options) {
 		fast(o)
 		o.PayloadCache = 0
-		o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { fr.Journal = j; return fr })
+		o.OpenJournal = bt.WrapJournal(dir, func(j store.Journal) store.Journal { fr.Journal = j; return fr })
 	})
 	client := bt.Dial(t, b.Frontend(), "c")
 	first := client.Request("q", "", []byte("first"))
@@ -129,7 +129,7 @@ func TestDamagedRecordIsLeftInTheJournal(t *testing.T) {
 	b := bt.Start(t, dir, func(o *broker.Options) {
 		fast(o)
 		o.PayloadCache = 0
-		o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { fr.Journal = j; return fr })
+		o.OpenJournal = bt.WrapJournal(dir, func(j store.Journal) store.Journal { fr.Journal = j; return fr })
 	})
 	client := bt.Dial(t, b.Frontend(), "c")
 	fr.msgid = client.Request("q", "", []byte("damaged"))
@@ -157,7 +157,7 @@ func TestDamagedRecordIsLeftInTheJournal(t *testing.T) {
 func TestPayloadCacheStaysWithinItsBound(t *testing.T) {
 	t.Parallel()
 	const cache = 64 << 10 // a payload of 4 KiB at most
-	b := bt.Start(t, "", func(o *broker.Options) { withAdmin("")(o); o.PayloadCache = cache })
+	b := bt.StartAdmin(t, "", func(o *broker.Options) { fast(o); o.PayloadCache = cache }, nil)
 	client := bt.Dial(t, b.Frontend(), "c")
 	p := bytes.Repeat([]byte{'x'}, 4000)
 	for range 40 { // 16 cached, 24 not
@@ -170,13 +170,13 @@ func TestPayloadCacheStaysWithinItsBound(t *testing.T) {
 		w.Reply(r.MsgID, nil)
 	}
 	w.Sync()
-	if got := metricValue(t, scrapeMetrics(t, b), "emq_payload_cache_bytes", ""); got != 0 {
+	if got := bt.MetricValue(t, bt.ScrapeMetrics(t, b), "emq_payload_cache_bytes", ""); got != 0 {
 		t.Fatalf("payload cache holds %v bytes after every job was dispatched", got)
 	}
 	for range 40 {
 		client.Request("idle", "", p)
 	}
-	if got := metricValue(t, scrapeMetrics(t, b), "emq_payload_cache_bytes", ""); got != 16*4000 {
+	if got := bt.MetricValue(t, bt.ScrapeMetrics(t, b), "emq_payload_cache_bytes", ""); got != 16*4000 {
 		t.Fatalf("payload cache holds %v bytes for 40 jobs of 4,000 bytes; want 16 of them, %d", got, 16*4000)
 	}
 }
@@ -202,17 +202,17 @@ func TestSlotComesBackWhenAJobIsTakenBackUnsent(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			dir, open := t.TempDir(), make(chan struct{})
-			b := bt.Start(t, dir, func(o *broker.Options) {
+			b := bt.StartAdmin(t, dir, func(o *broker.Options) {
 				fast(o)
-				o.Admin, o.PayloadCache = "127.0.0.1:0", 0
-				o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { return gatedReads{j, open} })
-			})
+				o.PayloadCache = 0
+				o.OpenJournal = bt.WrapJournal(dir, func(j store.Journal) store.Journal { return gatedReads{j, open} })
+			}, nil)
 			client := bt.Dial(t, b.Frontend(), "c")
 			first := client.Request("q", "", []byte("first"))
 			w := bt.Worker(t, b.Backend(), "w", "q")
 			w.Ready(1)
 			bt.Eventually(t, "the job given out", func() bool {
-				return metricValue(t, scrapeMetrics(t, b), "emq_queue_inflight_jobs", "q") == 1
+				return bt.MetricValue(t, bt.ScrapeMetrics(t, b), "emq_queue_inflight_jobs", "q") == 1
 			})
 			var err error
 			if how == "remove" {

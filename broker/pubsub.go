@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/internal/zmtp"
 )
@@ -153,12 +151,15 @@ func protocolCode(err error) (code, ref string) {
 
 // PubSubStats are pub/sub's counters (all zero when it is off).
 type PubSubStats struct {
+	On            bool   `json:"on"`
 	Published     uint64 `json:"published"`
 	Delivered     uint64 `json:"delivered"`
 	Dropped       uint64 `json:"dropped"`
+	Refused       uint64 `json:"refused"` // subscriber connections closed at once: max-subscribers
 	Subscribers   int    `json:"subscribers"`
 	Subscriptions int64  `json:"subscriptions"`
 	QueuedBytes   int64  `json:"queued_bytes"`
+	LastValues    int    `json:"last_values"` // topics in the last-value cache
 }
 
 // PubSub returns pub/sub's counters.
@@ -168,42 +169,6 @@ func (b *Broker) PubSub() PubSubStats {
 		return PubSubStats{}
 	}
 	s := p.Stats()
-	return PubSubStats{Published: s.Published, Delivered: s.Delivered, Dropped: s.Dropped,
-		Subscribers: s.Subscribers, Subscriptions: s.Subscriptions, QueuedBytes: s.QueuedBytes}
-}
-
-// pubCollector reports the PUB endpoint's counters.
-type pubCollector struct{ b *Broker }
-
-var (
-	descPublished = prometheus.NewDesc("emq_pubsub_published_total", "PUBLISH messages fanned out.", nil, nil)
-	descDelivered = prometheus.NewDesc("emq_pubsub_delivered_total", "Published messages written to subscribers.", nil, nil)
-	descDropped   = prometheus.NewDesc("emq_pubsub_dropped_total",
-		"Published messages a subscriber missed: its queue was full (subscriber-hwm, publisher-buffer), or it went away first.", nil, nil)
-	descSubRefused = prometheus.NewDesc("emq_pubsub_refused_connections_total", "Subscriber connections closed at once: max-subscribers reached.", nil, nil)
-	descSubs       = prometheus.NewDesc("emq_pubsub_subscribers", "Subscriber connections.", nil, nil)
-	descSubPrefix  = prometheus.NewDesc("emq_pubsub_subscriptions", "Topic prefixes subscribed to, every subscriber together.", nil, nil)
-	descPubQueued  = prometheus.NewDesc("emq_pubsub_queued_bytes", "Bytes waiting for subscribers (a message counts once per subscriber).", nil, nil)
-	descLastValues = prometheus.NewDesc("emq_pubsub_last_value_topics", "Topics in the last-value cache.", nil, nil)
-)
-
-func (c pubCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPublished, descDelivered, descDropped, descSubRefused, descSubs, descSubPrefix, descPubQueued, descLastValues} {
-		ch <- d
-	}
-}
-
-func (c pubCollector) Collect(ch chan<- prometheus.Metric) {
-	var s zmtp.PubStats
-	if p := c.b.pub.Load(); p != nil {
-		s = p.Stats()
-	}
-	ch <- prometheus.MustNewConstMetric(descPublished, prometheus.CounterValue, float64(s.Published))
-	ch <- prometheus.MustNewConstMetric(descDelivered, prometheus.CounterValue, float64(s.Delivered))
-	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(s.Dropped))
-	ch <- prometheus.MustNewConstMetric(descSubRefused, prometheus.CounterValue, float64(s.Refused))
-	ch <- prometheus.MustNewConstMetric(descSubs, prometheus.GaugeValue, float64(s.Subscribers))
-	ch <- prometheus.MustNewConstMetric(descSubPrefix, prometheus.GaugeValue, float64(s.Subscriptions))
-	ch <- prometheus.MustNewConstMetric(descPubQueued, prometheus.GaugeValue, float64(s.QueuedBytes))
-	ch <- prometheus.MustNewConstMetric(descLastValues, prometheus.GaugeValue, float64(s.LastValues))
+	return PubSubStats{On: true, Published: s.Published, Delivered: s.Delivered, Dropped: s.Dropped, Refused: s.Refused,
+		Subscribers: s.Subscribers, Subscriptions: s.Subscriptions, QueuedBytes: s.QueuedBytes, LastValues: s.LastValues}
 }

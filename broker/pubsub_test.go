@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
@@ -251,14 +252,14 @@ func TestPublisherLastValue(t *testing.T) {
 // The stats API has pub/sub's counters when it is on.
 func TestPubSubInStats(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", withAdmin(""))
+	b := bt.StartAdmin(t, "", fast, nil)
 	s := subscribe(t, b, "")
 	front := bt.Dial(t, b.Frontend(), "")
 	waitSubscribed(t, s, func(topic string, payload []byte) {
 		front.Send(&emqp.Publish{MsgID: emqp.NewID(), Topic: topic, Message: payload})
 	}, "x")
-	var si broker.StatsInfo
-	if code := api(t, b, "GET", "/api/v1/stats", "", &si); code != 200 {
+	var si admin.StatsInfo
+	if code := bt.API(t, b, "GET", "/api/v1/stats", "", &si); code != 200 {
 		t.Fatalf("stats: %d", code)
 	}
 	if si.Get("pubsub_published") < 1 || si.Get("pubsub_delivered") < 1 || si.Get("pubsub_subscribers") != 1 {

@@ -24,7 +24,7 @@ func TestRemoveWhileBeingWritten(t *testing.T) {
 			release, dir := make(chan struct{}), t.TempDir()
 			b := bt.Start(t, dir, func(o *broker.Options) {
 				fast(o)
-				o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { return heldJournal{j, release} })
+				o.OpenJournal = bt.WrapJournal(dir, func(j store.Journal) store.Journal { return heldJournal{j, release} })
 			})
 			client := bt.Dial(t, b.Frontend(), "c")
 			id := emqp.NewID()
@@ -95,7 +95,7 @@ func TestRetryRacingAResend(t *testing.T) {
 	rj := &reviveFirst{revived: make(chan struct{}), sent: make(chan struct{}), reported: make(chan struct{})}
 	b := bt.Start(t, dir, func(o *broker.Options) {
 		fast(o)
-		o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { rj.Journal = j; return rj })
+		o.OpenJournal = bt.WrapJournal(dir, func(j store.Journal) store.Journal { rj.Journal = j; return rj })
 	})
 	client := bt.Dial(t, b.Frontend(), "c")
 	w := bt.Worker(t, b.Backend(), "w", "q")
@@ -136,7 +136,7 @@ func TestRetryDeadReturnsAfterTheStop(t *testing.T) {
 	hr := heldRevive{called: make(chan struct{}), release: make(chan struct{})}
 	b := bt.Start(t, dir, func(o *broker.Options) {
 		fast(o)
-		o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { hr.Journal = j; return hr })
+		o.OpenJournal = bt.WrapJournal(dir, func(j store.Journal) store.Journal { hr.Journal = j; return hr })
 	})
 	client := bt.Dial(t, b.Frontend(), "c")
 	w := bt.Worker(t, b.Backend(), "w", "q")

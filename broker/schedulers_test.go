@@ -11,16 +11,6 @@ import (
 	bt "github.com/eventmq/emq/internal/brokertest"
 )
 
-// informScheduler makes p an EventMQ scheduler and waits for its ACK.
-func informScheduler(t *testing.T, p *bt.Peer) {
-	t.Helper()
-	id := emqp.NewID()
-	p.SendFrames([]byte(""), []byte("eMQP/1.0"), []byte("INFORM"), []byte(id), []byte(""), []byte("scheduler"))
-	if ack := bt.Expect[*emqp.Ack](p); ack.AckedID != id {
-		t.Fatalf("ACK for %s, want the INFORM's %s", ack.AckedID, id)
-	}
-}
-
 // sendSchedule sends a SCHEDULE as EventMQ's Python client does.
 func sendSchedule(p *bt.Peer, cmd, interval, cron string) string {
 	id := emqp.NewID()
@@ -49,7 +39,7 @@ func TestSchedulesGoToSchedulers(t *testing.T) {
 	s1 := bt.Dial(t, b.Frontend(), "s1")
 	s2 := bt.Dial(t, b.Backend(), "s2")
 	for _, s := range []*bt.Peer{s1, s2} {
-		informScheduler(t, s)
+		s.InformScheduler()
 		s.RecvHeartbeat()
 		s.KeepAlive(50 * time.Millisecond)
 	}
@@ -123,7 +113,7 @@ func TestSilentSchedulerIsForgotten(t *testing.T) {
 	b := bt.Start(t, "", forwarding)
 	client := bt.Dial(t, b.Frontend(), "client")
 	s := bt.Dial(t, b.Frontend(), "quiet")
-	informScheduler(t, s)
+	s.InformScheduler()
 	// Until then SCHEDULEs go to it and the client hears nothing.
 	bt.Eventually(t, "the silent scheduler forgotten", func() bool {
 		sendSchedule(client, "SCHEDULE", "60", "")
@@ -144,7 +134,7 @@ func TestSchedulerConnectionLost(t *testing.T) {
 	b := bt.Start(t, "", func(o *broker.Options) { forwarding(o); o.HeartbeatTimeout = time.Minute })
 	client := bt.Dial(t, b.Frontend(), "client")
 	gone := bt.Dial(t, b.Frontend(), "gone")
-	informScheduler(t, gone)
+	gone.InformScheduler()
 	gone.Close()
 	bt.Eventually(t, "SCHEDULE refused once the only scheduler's connection is gone", func() bool {
 		id := sendSchedule(client, "SCHEDULE", "60", "")
@@ -157,7 +147,7 @@ func TestSchedulerConnectionLost(t *testing.T) {
 		t.Fatalf("UNSCHEDULE with no scheduler connected: %+v", e)
 	}
 	live := bt.Dial(t, b.Frontend(), "live")
-	informScheduler(t, live)
+	live.InformScheduler()
 	for range 3 {
 		id := sendSchedule(client, "SCHEDULE", "60", "")
 		if sc := bt.Expect[*emqp.Schedule](live); sc.MsgID != id {
@@ -173,7 +163,7 @@ func TestSchedulerPeerWhileTheBrokerKeepsSchedules(t *testing.T) {
 	t.Parallel()
 	b := bt.Start(t, "", fast)
 	s := bt.Dial(t, b.Frontend(), "s")
-	informScheduler(t, s)
+	s.InformScheduler()
 	s.KeepAlive(50 * time.Millisecond)
 	worker := bt.Worker(t, b.Backend(), "w", "default")
 	worker.Ready(10)

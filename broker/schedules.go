@@ -325,7 +325,7 @@ func (b *Broker) fired(s *schedule, due, next time.Time, sj *store.Job, dup bool
 			s.left--
 		}
 		b.stats.SchedulesFired.Add(1)
-		b.metrics.fireLateness.Observe(b.now().Sub(due).Seconds())
+		b.observe.Fired(b.now().Sub(due))
 		if !dup {
 			b.holdFire(sj)
 		}
@@ -398,7 +398,7 @@ func (b *Broker) putSchedule(from peerKey, m *emqp.Schedule) {
 			b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
 		case errors.Is(err, store.ErrTooLarge):
 			b.refuse(from, m.MsgID, emqp.CodeTooLarge, err.Error())
-		case errors.Is(err, errDraining):
+		case errors.Is(err, ErrDraining):
 			b.refuse(from, m.MsgID, emqp.CodeUnavailable, err.Error())
 		default:
 			b.refuse(from, m.MsgID, emqp.CodeUnavailable, "the journal could not store the schedule: "+err.Error())
@@ -406,18 +406,18 @@ func (b *Broker) putSchedule(from peerKey, m *emqp.Schedule) {
 	})
 }
 
-// errDraining refuses new work while the broker stops.
-var errDraining = errors.New("the broker is shutting down; send again later")
+// ErrDraining refuses new work while the broker stops.
+var ErrDraining = errors.New("the broker is shutting down; send again later")
 
 // keepSchedule makes the schedule that a SCHEDULE's parts describe and
 // stores it, unless it is the one kept already (then it goes on as it
 // was). done gets its id and what was written (nil: nothing), or the
-// refusal: ErrBadSchedule saying what is wrong, errDraining, or the
+// refusal: ErrBadSchedule saying what is wrong, ErrDraining, or the
 // journal's.
 func (b *Broker) keepSchedule(queue string, h emqp.Headers, interval int, expr string, payload []byte,
 	done func(id string, stored *store.Schedule, err error)) {
 	if b.phase != serving {
-		done("", nil, errDraining)
+		done("", nil, ErrDraining)
 		return
 	}
 	ss, s, err := b.newSchedule(queue, h, interval, expr, payload)
@@ -441,7 +441,7 @@ func (b *Broker) kept(s *schedule) bool {
 // newSchedule makes a schedule from a SCHEDULE's parts on the broker's
 // clock: in the journal's terms, and as the loop holds it.
 func (b *Broker) newSchedule(queue string, h emqp.Headers, interval int, expr string, payload []byte) (*store.Schedule, *schedule, error) {
-	ss, err := makeSchedule(queue, h, interval, expr, payload, b.now())
+	ss, err := MakeSchedule(queue, h, interval, expr, payload, b.now())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -451,7 +451,7 @@ func (b *Broker) newSchedule(queue string, h emqp.Headers, interval int, expr st
 
 // makeSchedule checks a schedule's parts and makes it, due first at now
 // (or, with nohaste, at its first due time after now).
-func makeSchedule(queue string, h emqp.Headers, interval int, expr string, payload []byte, now time.Time) (*store.Schedule, error) {
+func MakeSchedule(queue string, h emqp.Headers, interval int, expr string, payload []byte, now time.Time) (*store.Schedule, error) {
 	if queue == "" || len(queue) > emqp.MaxQueueLen {
 		return nil, fmt.Errorf("queue name must be 1 to %d bytes", emqp.MaxQueueLen)
 	}

@@ -22,7 +22,7 @@ func FuzzMakeSchedule(f *testing.F) {
 		if err != nil {
 			return
 		}
-		ss, err := makeSchedule(queue, h, interval, cron, payload, now)
+		ss, err := MakeSchedule(queue, h, interval, cron, payload, now)
 		if err != nil {
 			return
 		}

@@ -61,7 +61,7 @@ func expectAck(t *testing.T, p *bt.Peer, msgid string) {
 // cron) removes it.
 func TestKeptScheduleFiresUntilUnscheduled(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.Admin = "127.0.0.1:0" })
+	b := bt.StartAdmin(t, "", func(o *broker.Options) { fast(o) }, nil)
 	client := bt.Dial(t, b.Frontend(), "c")
 	worker := bt.Worker(t, b.Backend(), "w", "ticks")
 	worker.Ready(10)
@@ -98,14 +98,14 @@ func metricCount(t *testing.T, b *bt.Broker, name, label string) float64 {
 	if b.AdminAddr() == "" {
 		t.Fatal("the broker has no admin API")
 	}
-	return metricValue(t, scrapeMetrics(t, b), name, label)
+	return bt.MetricValue(t, bt.ScrapeMetrics(t, b), name, label)
 }
 
 // Bad schedules are refused with bad_request naming the problem, and
 // nothing is stored.
 func TestBadSchedulesAreRefused(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.Admin = "127.0.0.1:0" })
+	b := bt.StartAdmin(t, "", func(o *broker.Options) { fast(o) }, nil)
 	client := bt.Dial(t, b.Frontend(), "c")
 	for _, c := range []struct{ headers, interval, cron, says string }{
 		{"", "0", "", "interval_secs 0"},
@@ -136,7 +136,7 @@ func TestBadSchedulesAreRefused(t *testing.T) {
 func TestScheduleTimes(t *testing.T) {
 	t.Parallel()
 	c := &clock{now: time.Date(2026, 3, 2, 11, 59, 30, 0, time.UTC)}
-	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.Admin = "127.0.0.1:0"; o.Now = c.Now })
+	b := bt.StartAdmin(t, "", func(o *broker.Options) { fast(o); o.Now = c.Now }, nil)
 	client := bt.Dial(t, b.Frontend(), "c")
 	worker := bt.Worker(t, b.Backend(), "w", "noon,ny,thrice")
 	worker.Ready(100)
@@ -270,7 +270,7 @@ func TestSameScheduleDuringAChangeIsStoredAgain(t *testing.T) {
 	b = bt.Start(t, dir, func(o *broker.Options) {
 		fast(o)
 		o.Now = c.Now
-		o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { return heldJournal{j, release} })
+		o.OpenJournal = bt.WrapJournal(dir, func(j store.Journal) store.Journal { return heldJournal{j, release} })
 	})
 	client = bt.Dial(t, b.Frontend(), "c")
 	toB := scheduleFrames(client, "SCHEDULE", "q", "nohaste,schedule-id:x", "60", "B", "")
@@ -295,7 +295,7 @@ func TestSameScheduleDuringAChangeIsStoredAgain(t *testing.T) {
 func TestScheduleFiresWaitForRoomInTheirQueue(t *testing.T) {
 	t.Parallel()
 	c := &clock{now: time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)}
-	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.Now = c.Now; o.MaxPending = 1; o.Admin = "127.0.0.1:0" })
+	b := bt.StartAdmin(t, "", func(o *broker.Options) { fast(o); o.Now = c.Now; o.MaxPending = 1 }, nil)
 	client := bt.Dial(t, b.Frontend(), "c")
 	expectAck(t, client, scheduleFrames(client, "SCHEDULE", "q", "schedule-id:x", "60", "x", ""))
 	start := c.Now()
@@ -328,8 +328,8 @@ func TestScheduleThatCannotFireIsPaused(t *testing.T) {
 	journalWith(t, dir, &store.Schedule{ID: "big", Queue: "q", Payload: make([]byte, 8000), Every: time.Hour, Next: now, Left: -1, Created: now})
 	b := bt.Start(t, dir, func(o *broker.Options) { fast(o); o.MaxJobSize = 4096 })
 	bt.Eventually(t, "the schedule paused", func() bool {
-		p, err := b.Schedules("", 0)
-		return err == nil && len(p.Schedules) == 1 && p.Schedules[0].Paused && p.Schedules[0].Fires == 0
+		ss, _, err := b.Schedules("", 0)
+		return err == nil && len(ss) == 1 && ss[0].Paused && ss[0].Fires == 0
 	})
 }
 

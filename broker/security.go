@@ -410,14 +410,3 @@ func (b *Broker) checkRoles(ep int) func(id string, a *zmtp.Auth, frames [][]byt
 			Text: fmt.Sprintf("%s may not send %s (its roles: %s)", a.Name, cmd, RoleString(a.Roles))})
 	}
 }
-
-// endpointLoopback reports whether a tcp:// endpoint only listens on
-// loopback.
-func endpointLoopback(endpoint string) bool {
-	hostport := strings.TrimPrefix(endpoint, "tcp://")
-	host, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return false
-	}
-	return isLoopback(net.JoinHostPort(host, "0"))
-}

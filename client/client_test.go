@@ -164,8 +164,8 @@ func TestScheduleAndUnschedule(t *testing.T) {
 	if err := c.Unschedule(ctx, "ticks", []byte("tick"), client.ScheduleID("tick")); err != nil {
 		t.Fatal(err)
 	}
-	p, err := b.Schedules("", 0)
-	if err != nil || len(p.Schedules) != 0 {
-		t.Fatalf("after Unschedule: %+v %v", p, err)
+	ss, _, err := b.Schedules("", 0)
+	if err != nil || len(ss) != 0 {
+		t.Fatalf("after Unschedule: %+v %v", ss, err)
 	}
 }

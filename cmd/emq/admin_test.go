@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
@@ -20,10 +21,7 @@ import (
 // one dead, one in flight, one pending, on queue q.
 func brokerWithJobs(t *testing.T, token string) (b *bt.Broker, dead, inflight, pending string) {
 	t.Helper()
-	b = bt.Start(t, "", func(o *broker.Options) {
-		fastBroker(o)
-		o.Admin, o.AdminToken = "127.0.0.1:0", token
-	})
+	b = bt.StartAdmin(t, "", fastBroker, bt.Token(token))
 	client := bt.Dial(t, b.Frontend(), "c")
 	worker := bt.Worker(t, b.Backend(), "w", "q")
 	dead = client.Request("q", "retry-count:0", []byte("doomed"))
@@ -67,7 +65,7 @@ func TestAdminCLIOnline(t *testing.T) {
 	for _, c := range broker.Counters {
 		want = append(want, c.Name)
 	}
-	want = append(want, broker.PubSubCounters...) // its broker has pub/sub on
+	want = append(want, admin.PubSubCounters...) // its broker has pub/sub on
 	for _, code := range broker.ErrorCodes {
 		want = append(want, broker.ErrorsName+" "+code)
 	}
@@ -82,7 +80,7 @@ func TestAdminCLIOnline(t *testing.T) {
 		}
 	}
 	for state, id := range map[string]string{"dead": dead, "inflight": inflight, "pending": pending} {
-		var page broker.JobPage
+		var page admin.JobPage
 		json.Unmarshal([]byte(mustEmq(t, append([]string{"jobs", "ls", "--state", state, "--json"}, on...)...)), &page)
 		ids := []string{}
 		for _, j := range page.Jobs {
@@ -165,7 +163,7 @@ func TestAdminCLIOffline(t *testing.T) {
 	if _, stderr, err := emq(t, "", append([]string{"jobs", "rm", pending}, off...)...); err == nil || !strings.Contains(stderr, "no such job") {
 		t.Fatalf("rm twice: %v %s", err, stderr)
 	}
-	var page broker.JobPage
+	var page admin.JobPage
 	json.Unmarshal([]byte(mustEmq(t, append([]string{"jobs", "ls", "--json"}, off...)...)), &page)
 	if len(page.Jobs) != 2 || page.Jobs[0].State != "pending" || page.Jobs[1].State != "pending" {
 		t.Fatalf("after retry and rm: %+v", page.Jobs)

@@ -13,7 +13,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/group"
 	"github.com/eventmq/emq/store/etcdstore"
 )
 
@@ -36,7 +38,7 @@ start).`,
 	f.String("config", "", "config file (.yaml, .yml or .toml)")
 	f.String("frontend", d.Frontend, "ZeroMQ endpoint for clients")
 	f.String("backend", d.Backend, "ZeroMQ endpoint for workers")
-	f.String("admin", d.Admin, `HTTP address of the admin API, /metrics, /healthz and /readyz ("" = none)`)
+	f.String("admin", admin.DefaultOptions().Addr, `HTTP address of the admin API, /metrics, /healthz and /readyz ("" = none)`)
 	f.String("admin-token", "", "require this Bearer token on every admin request (needed for a non-loopback --admin)")
 	f.String("admin-read-token", "", "a second Bearer token that may read everything and change nothing (dashboards, monitoring)")
 	f.String("admin-tls-cert", "", "serve the admin API over HTTPS with this certificate (PEM; with --admin-tls-key)")
@@ -73,7 +75,7 @@ start).`,
 	f.String("plain-users", "", "PLAIN users allowed: a line each, USER:BCRYPT-HASH:ROLES (emq passwd); re-read on SIGHUP. PLAIN sends passwords in clear: for networks you trust")
 	f.Bool("allow-anonymous", false, "let eMQP endpoints bind non-loopback addresses with neither CURVE nor PLAIN: anyone who reaches them may send and take jobs")
 	addEtcdFlags(f, "keep the journal in etcd, at these client URLs (comma-separated): brokers on the same endpoints and prefix form a group, one leader and standbys (instead of --data-dir)")
-	f.Duration("leader-ttl", broker.DefaultGroupOptions().LeaderTTL, "with --etcd-endpoints: the leader's lease, how long a group goes without a leader when it dies (whole seconds)")
+	f.Duration("leader-ttl", group.DefaultOptions().LeaderTTL, "with --etcd-endpoints: the leader's lease, how long a group goes without a leader when it dies (whole seconds)")
 	f.String("etcd-name", "", "with --etcd-endpoints: this broker's name in the group (default host:pid)")
 	f.String("log-level", "info", "debug, info, warn or error")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -91,6 +93,10 @@ start).`,
 			return fmt.Errorf("log-level: %q is not debug, info, warn or error", c.str("log-level"))
 		}
 		opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+		aopts, err := adminOptions(c, opts)
+		if err != nil {
+			return err
+		}
 		if c.str("etcd-endpoints") != "" {
 			g, err := groupOptions(c)
 			if err != nil {
@@ -99,16 +105,27 @@ start).`,
 			if !c.v.IsSet("max-job-size") {
 				opts.MaxJobSize = etcdstore.DefaultOptions().MaxJobSize
 			}
-			grp, err := broker.NewGroup(opts, g)
+			grp, err := group.New(opts, aopts, g)
 			if err != nil {
 				return err
 			}
 			return runUntilSignalled(grp, opts.Logger)
 		}
+		srv, err := admin.New(aopts)
+		if err != nil {
+			return err
+		}
+		opts.Observer = srv.Observer()
 		b, err := broker.New(opts)
 		if err != nil {
 			return err
 		}
+		srv.Serve(b)
+		if err := srv.Start(); err != nil {
+			b.Close()
+			return err
+		}
+		defer srv.Close()
 		return runUntilSignalled(b, opts.Logger)
 	}
 	return cmd
@@ -117,13 +134,13 @@ start).`,
 // runner is a Broker, or a Group of brokers.
 type runner interface {
 	Run(ctx context.Context) error
-	Shutdown()
+	Shutdown(ctx context.Context) error
 	ReloadCredentials() error
 }
 
 // addEtcdFlags adds the flags that reach a group's etcd.
 func addEtcdFlags(f *pflag.FlagSet, endpointsHelp string) {
-	d := broker.DefaultGroupOptions()
+	d := group.DefaultOptions()
 	f.String("etcd-endpoints", "", endpointsHelp)
 	f.String("etcd-prefix", d.Prefix, "with --etcd-endpoints: the group's keys in etcd")
 	f.String("etcd-user", "", "with --etcd-endpoints: etcd user (with --etcd-password)")
@@ -134,8 +151,8 @@ func addEtcdFlags(f *pflag.FlagSet, endpointsHelp string) {
 }
 
 // groupOptions reads the etcd flags; errors name the key.
-func groupOptions(c *config) (broker.GroupOptions, error) {
-	g := broker.DefaultGroupOptions()
+func groupOptions(c *config) (group.Options, error) {
+	g := group.DefaultOptions()
 	if c.v.IsSet("data-dir") {
 		return g, fmt.Errorf("data-dir and etcd-endpoints: the journal is in one or the other; give one")
 	}
@@ -197,34 +214,42 @@ func runUntilSignalled(b runner, log *slog.Logger) error {
 			}
 		}
 	}()
-	ctx, drain := context.WithCancel(context.Background())
-	defer drain()
+	hurry, cut := context.WithCancel(context.Background())
+	defer cut()
 	ran := make(chan struct{})
 	defer close(ran)
 	go func() {
 		select {
 		case sig := <-sigs:
 			log.Info("signal received: draining; send it again to stop at once", "signal", sig.String())
-			drain()
+			go b.Shutdown(hurry)
 		case <-ran:
 			return
 		}
 		select {
 		case <-sigs:
-			b.Shutdown()
+			cut()
 		case <-ran:
 		}
 	}()
-	return b.Run(ctx)
+	return b.Run(context.Background())
+}
+
+// adminOptions reads the admin listener's options from c, with the
+// limits o shares with it; errors name the key.
+func adminOptions(c *config, o broker.Options) (admin.Options, error) {
+	a := admin.DefaultOptions()
+	a.Addr, a.Token, a.ReadToken = c.str("admin"), c.str("admin-token"), c.str("admin-read-token")
+	a.TLSCert, a.TLSKey = c.str("admin-tls-cert"), c.str("admin-tls-key")
+	a.AllowedHosts, a.AllowedOrigins = c.list("admin-allowed-hosts"), c.list("admin-allowed-origins")
+	a.MaxStreams, a.MaxBodyBytes, a.Logger = o.MaxEventListeners, 2*int64(o.MaxJobSize), o.Logger
+	return a, a.Validate()
 }
 
 // brokerOptions reads the broker's options from c; errors name the key.
 func brokerOptions(c *config) (broker.Options, error) {
 	o := broker.DefaultOptions()
-	o.Frontend, o.Backend, o.Admin, o.DataDir = c.str("frontend"), c.str("backend"), c.str("admin"), c.str("data-dir")
-	o.AdminToken, o.AdminReadToken = c.str("admin-token"), c.str("admin-read-token")
-	o.AdminTLSCert, o.AdminTLSKey = c.str("admin-tls-cert"), c.str("admin-tls-key")
-	o.AdminAllowedHosts, o.AdminAllowedOrigins = c.list("admin-allowed-hosts"), c.list("admin-allowed-origins")
+	o.Frontend, o.Backend, o.DataDir = c.str("frontend"), c.str("backend"), c.str("data-dir")
 	o.CurveSecretKeyFile, o.CurveClients, o.PlainUsers = c.str("curve-secret-key-file"), c.str("curve-clients"), c.str("plain-users")
 	var err error
 	if o.AllowAnonymous, err = c.boolean("allow-anonymous"); err != nil {

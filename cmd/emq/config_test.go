@@ -25,6 +25,9 @@ func brokerConfig(t *testing.T, args ...string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if _, err := adminOptions(c, o); err != nil {
+		return "", err
+	}
 	return fmt.Sprintf("%s %s %v %v %d %d forward=%v", o.Frontend, o.DataDir, o.HeartbeatTimeout,
 		o.ResultTTL, o.MaxFrameSize, o.MaxPending, o.ForwardSchedules), nil
 }
@@ -131,7 +134,11 @@ func TestConfigLists(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := fmt.Sprint(o.AdminAllowedHosts); got != c.want {
+		a, err := adminOptions(cfg, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(a.AllowedHosts); got != c.want {
 			t.Errorf("%v %q: %s, want %s", c.args, c.env, got, c.want)
 		}
 	}

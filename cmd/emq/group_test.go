@@ -21,8 +21,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/client"
+	"github.com/eventmq/emq/group"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/internal/etcdtest"
 	"github.com/eventmq/emq/worker"
@@ -145,13 +147,13 @@ func (g *groupBroker) metric(t *testing.T, name string) string {
 }
 
 // group reads the stats API's "group"; nil when it does not answer.
-func (g *groupBroker) group() *broker.GroupInfo {
+func (g *groupBroker) group() *admin.GroupInfo {
 	resp, err := g.get("/api/v1/stats")
 	if err != nil {
 		return nil
 	}
 	defer resp.Body.Close()
-	var si broker.StatsInfo
+	var si admin.StatsInfo
 	if json.NewDecoder(resp.Body).Decode(&si) != nil {
 		return nil
 	}
@@ -170,12 +172,12 @@ func leaderOf(t *testing.T, bs ...*groupBroker) *groupBroker {
 			switch {
 			case info == nil:
 				return false
-			case info.Role == "leader" && b.ready():
+			case info.State == "leader" && b.ready():
 				if leader != nil {
 					return false
 				}
 				leader = b
-			case info.Role != "standby" || b.ready():
+			case info.State != "standby" || b.ready():
 				return false
 			}
 		}
@@ -360,7 +362,7 @@ func TestGroupLeaderFencedWhenItsLeaseEnds(t *testing.T) {
 	}
 	defer cli.Close()
 	ctx := context.Background()
-	resp, err := cli.Get(ctx, broker.LeaderPrefix("/emq/"), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	resp, err := cli.Get(ctx, group.LeaderPrefix("/emq/"), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil || len(resp.Kvs) == 0 {
 		t.Fatalf("leader key: %v %v", resp, err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 )
 
@@ -20,7 +21,7 @@ func newJobsCmd() *cobra.Command {
 	cmd.AddCommand(listCmd("ls", "List jobs", ""), showCmd(), removeCmd())
 
 	purge := adminCmd("purge --queue Q --yes", "Delete every pending job of a queue", cobra.NoArgs,
-		func(cmd *cobra.Command, a admin, c *config, _ []string) error {
+		func(cmd *cobra.Command, a admin.API, c *config, _ []string) error {
 			q := c.str("queue")
 			if q == "" {
 				return errors.New("queue: name the queue to purge with --queue")
@@ -28,7 +29,7 @@ func newJobsCmd() *cobra.Command {
 			if !c.v.GetBool("yes") {
 				return fmt.Errorf("purging deletes every pending job of queue %q; add --yes to do it", q)
 			}
-			n, err := a.Purge(q)
+			n, err := a.PurgeQueue(cmd.Context(), q)
 			if err != nil {
 				return err
 			}
@@ -56,21 +57,21 @@ func bulkCmd(remove bool) *cobra.Command {
 		use, short, did, verb = "rm MSGID | --all | FILTERS", "Delete dead jobs", "removed", "remove"
 	}
 	cmd := adminCmd(use, short, cobra.MaximumNArgs(1),
-		func(cmd *cobra.Command, a admin, c *config, args []string) error {
+		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
 			f, err := filterFlags(c, "dead")
 			if err != nil {
 				return err
 			}
-			bulk := c.v.GetBool("all") || f != (broker.JobFilter{State: "dead"})
+			bulk := c.v.GetBool("all") || f != (admin.JobFilter{State: "dead"})
 			if bulk == (len(args) == 1) {
 				return errors.New("name one MSGID, or --all, or filters (--queue, --error, --header, --msgid-prefix, --older-than, --newer-than)")
 			}
 			out := cmd.OutOrStdout()
 			if !bulk {
 				if remove {
-					err = a.Remove(args[0])
+					err = a.RemoveJob(cmd.Context(), args[0])
 				} else {
-					err = a.Retry(args[0])
+					err = a.RetryJob(cmd.Context(), args[0])
 				}
 				if err == nil {
 					fmt.Fprintln(out, did, args[0])
@@ -78,7 +79,7 @@ func bulkCmd(remove bool) *cobra.Command {
 				return err
 			}
 			yes := c.v.GetBool("yes")
-			res, err := a.BulkDead(f, remove, yes)
+			res, err := a.BulkDead(cmd.Context(), f, remove, yes)
 			switch {
 			case err != nil && res.Done > 0:
 				return fmt.Errorf("%w (%s %d of %d matching dead jobs before it)", err, did, res.Done, res.Matched)
@@ -112,7 +113,7 @@ func addFilterFlags(cmd *cobra.Command) {
 
 // filterFlags reads the filter flags and state (a --state flag's, when
 // state is ""), through the API's own parser.
-func filterFlags(c *config, state string) (broker.JobFilter, error) {
+func filterFlags(c *config, state string) (admin.JobFilter, error) {
 	if state == "" {
 		state = c.str("state")
 	}
@@ -123,7 +124,7 @@ func filterFlags(c *config, state string) (broker.JobFilter, error) {
 			q.Set(param, v)
 		}
 	}
-	f, err := broker.ParseJobFilter(q)
+	f, err := admin.ParseJobFilter(q)
 	if err != nil {
 		return f, fmt.Errorf("%s (flags --state, --older-than, --newer-than)", err)
 	}
@@ -131,7 +132,7 @@ func filterFlags(c *config, state string) (broker.JobFilter, error) {
 }
 
 func listCmd(use, short, state string) *cobra.Command {
-	cmd := adminCmd(use, short, cobra.NoArgs, func(cmd *cobra.Command, a admin, c *config, _ []string) error {
+	cmd := adminCmd(use, short, cobra.NoArgs, func(cmd *cobra.Command, a admin.API, c *config, _ []string) error {
 		f, err := filterFlags(c, state)
 		if err != nil {
 			return err
@@ -140,7 +141,7 @@ func listCmd(use, short, state string) *cobra.Command {
 			return err
 		}
 		f.After = c.str("after")
-		p, err := a.Jobs(f)
+		p, err := a.Jobs(cmd.Context(), f)
 		if err != nil {
 			return err
 		}
@@ -167,9 +168,9 @@ func listCmd(use, short, state string) *cobra.Command {
 
 func showCmd() *cobra.Command {
 	cmd := adminCmd("show MSGID", "Show one job", cobra.ExactArgs(1),
-		func(cmd *cobra.Command, a admin, c *config, args []string) error {
+		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
 			withPayload := c.v.GetBool("payload")
-			j, err := a.Job(args[0], withPayload)
+			j, err := a.Job(cmd.Context(), args[0], withPayload)
 			if err != nil {
 				return err
 			}
@@ -185,7 +186,7 @@ func showCmd() *cobra.Command {
 	return cmd
 }
 
-func printJob(w io.Writer, j broker.JobInfo) {
+func printJob(w io.Writer, j admin.JobInfo) {
 	fmt.Fprintf(w, "msgid\t%s\nqueue\t%s\nstate\t%s\n", j.MsgID, j.Queue, j.State)
 	if j.Worker != "" {
 		fmt.Fprintf(w, "worker\t%s\n", j.Worker)
@@ -216,8 +217,8 @@ func printJob(w io.Writer, j broker.JobInfo) {
 
 func removeCmd() *cobra.Command {
 	return adminCmd("rm MSGID", "Delete a job", cobra.ExactArgs(1),
-		func(cmd *cobra.Command, a admin, _ *config, args []string) error {
-			if err := a.Remove(args[0]); err != nil {
+		func(cmd *cobra.Command, a admin.API, _ *config, args []string) error {
+			if err := a.RemoveJob(cmd.Context(), args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "removed", args[0])

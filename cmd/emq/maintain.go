@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/store/boltstore"
@@ -93,13 +94,13 @@ func journalPath(c *config) string { return filepath.Join(c.str("data-dir"), bro
 
 func newCompactCmd() *cobra.Command {
 	cmd := adminCmd("compact", "Rewrite the journal file without its free space", cobra.NoArgs,
-		func(cmd *cobra.Command, a admin, c *config, _ []string) error {
-			before, after, err := a.Compact()
+		func(cmd *cobra.Command, a admin.API, c *config, _ []string) error {
+			st, err := a.Compact(cmd.Context())
 			if err != nil {
 				return err
 			}
-			return output(cmd, c, map[string]int64{"size_before": before, "size_after": after}, func(w io.Writer) {
-				fmt.Fprintf(w, "journal compacted: %d bytes before, %d after\n", before, after)
+			return output(cmd, c, map[string]int64{"size_before": st.Before, "size_after": st.After}, func(w io.Writer) {
+				fmt.Fprintf(w, "journal compacted: %d bytes before, %d after\n", st.Before, st.After)
 			})
 		})
 	adminFlags(cmd)

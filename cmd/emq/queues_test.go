@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
@@ -21,10 +22,9 @@ import (
 // and, with the broker stopped, its journal's; emq queues shows them.
 func TestQueueControlsCLI(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", func(o *broker.Options) {
+	b := bt.StartAdmin(t, "", func(o *broker.Options) {
 		fastBroker(o)
-		o.Admin = "127.0.0.1:0"
-	})
+	}, nil)
 	on := []string{"--admin", b.AdminAddr()}
 	if out := mustEmq(t, append([]string{"queues", "pause", "mail"}, on...)...); out != "paused mail\n" {
 		t.Fatalf("pause: %q", out)
@@ -121,10 +121,9 @@ func TestConfigQueueDefaults(t *testing.T) {
 // --json prints them as the API sends them.
 func TestTail(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", func(o *broker.Options) {
+	b := bt.StartAdmin(t, "", func(o *broker.Options) {
 		fastBroker(o)
-		o.Admin = "127.0.0.1:0"
-	})
+	}, nil)
 	type result struct {
 		out, stderr string
 		err         error
@@ -179,10 +178,9 @@ func httpGet(t *testing.T, url string) string {
 // offline.
 func TestSearchAndBulkCLI(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", func(o *broker.Options) {
+	b := bt.StartAdmin(t, "", func(o *broker.Options) {
 		fastBroker(o)
-		o.Admin = "127.0.0.1:0"
-	})
+	}, nil)
 	client := bt.Dial(t, b.Frontend(), "c")
 	worker := bt.Worker(t, b.Backend(), "w", "q")
 	var smtp, timeout []string
@@ -204,9 +202,9 @@ func TestSearchAndBulkCLI(t *testing.T) {
 	}
 	bt.Eventually(t, "all dead", func() bool { return b.Stats().DeadLettered.Load() == 12 })
 	on := []string{"--admin", b.AdminAddr()}
-	list := func(args ...string) broker.JobPage {
+	list := func(args ...string) admin.JobPage {
 		t.Helper()
-		var p broker.JobPage
+		var p admin.JobPage
 		if err := json.Unmarshal([]byte(mustEmq(t, append(append([]string{"jobs", "ls", "--json"}, args...), on...)...)), &p); err != nil {
 			t.Fatal(err)
 		}
@@ -276,10 +274,9 @@ func TestAdminCLIOverTLSWithReadToken(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cert, key := bt.SelfSigned(t, dir)
-	b := bt.Start(t, "", func(o *broker.Options) {
-		fastBroker(o)
-		o.Admin, o.AdminToken, o.AdminReadToken = "127.0.0.1:0", "full", "look"
-		o.AdminTLSCert, o.AdminTLSKey = cert, key
+	b := bt.StartAdmin(t, "", fastBroker, func(o *admin.Options) {
+		o.Token, o.ReadToken = "full", "look"
+		o.TLSCert, o.TLSKey = cert, key
 	})
 	tlsArgs := []string{"--admin", "https://" + b.AdminAddr(), "--admin-ca", cert}
 	if out := mustEmq(t, append([]string{"queues", "--admin-token", "look"}, tlsArgs...)...); !strings.Contains(out, "QUEUE") {

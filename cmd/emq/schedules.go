@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/emqp"
 )
 
@@ -22,12 +22,12 @@ func newSchedulesCmd() *cobra.Command {
 		Short:   "List, show, add, remove, pause and resume the schedules the broker keeps",
 	}
 	adminFlags(cmd)
-	ls := adminCmd("ls", "List schedules, by id", cobra.NoArgs, func(cmd *cobra.Command, a admin, c *config, _ []string) error {
+	ls := adminCmd("ls", "List schedules, by id", cobra.NoArgs, func(cmd *cobra.Command, a admin.API, c *config, _ []string) error {
 		limit, err := c.integer("limit")
 		if err != nil {
 			return err
 		}
-		p, err := a.Schedules(c.str("after"), limit)
+		p, err := a.Schedules(cmd.Context(), c.str("after"), limit)
 		if err != nil {
 			return err
 		}
@@ -44,9 +44,9 @@ func newSchedulesCmd() *cobra.Command {
 	})
 	ls.Flags().Int("limit", 100, "schedules to show")
 	ls.Flags().String("after", "", "continue a listing (the id it printed)")
-	show := adminCmd("show ID", "Show one schedule", cobra.ExactArgs(1), func(cmd *cobra.Command, a admin, c *config, args []string) error {
+	show := adminCmd("show ID", "Show one schedule", cobra.ExactArgs(1), func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
 		withPayload := c.v.GetBool("payload")
-		s, err := a.Schedule(args[0], withPayload)
+		s, err := a.Schedule(cmd.Context(), args[0], withPayload)
 		if err != nil {
 			return err
 		}
@@ -65,8 +65,8 @@ func newSchedulesCmd() *cobra.Command {
 	})
 	show.Flags().Bool("payload", false, "include the whole payload")
 	rm := adminCmd("rm ID", "Remove a schedule (its jobs already made stay)", cobra.ExactArgs(1),
-		func(cmd *cobra.Command, a admin, _ *config, args []string) error {
-			if err := a.RemoveSchedule(args[0]); err != nil {
+		func(cmd *cobra.Command, a admin.API, _ *config, args []string) error {
+			if err := a.RemoveSchedule(cmd.Context(), args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "removed", args[0])
@@ -81,8 +81,8 @@ func pauseCmd(paused bool) *cobra.Command {
 	if paused {
 		use, short, done = "pause ID", "Pause a schedule: no fires until it is resumed", "paused"
 	}
-	return adminCmd(use, short, cobra.ExactArgs(1), func(cmd *cobra.Command, a admin, _ *config, args []string) error {
-		if err := a.PauseSchedule(args[0], paused); err != nil {
+	return adminCmd(use, short, cobra.ExactArgs(1), func(cmd *cobra.Command, a admin.API, _ *config, args []string) error {
+		if err := a.PauseSchedule(cmd.Context(), args[0], paused); err != nil {
 			return err
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), done, args[0])
@@ -92,12 +92,12 @@ func pauseCmd(paused bool) *cobra.Command {
 
 func addScheduleCmd() *cobra.Command {
 	cmd := adminCmd("add --queue Q (--every 30s | --cron EXPR) [PAYLOAD | -]", "Add a schedule", cobra.MaximumNArgs(1),
-		func(cmd *cobra.Command, a admin, c *config, args []string) error {
+		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
 			payload, err := readPayload(cmd.InOrStdin(), args)
 			if err != nil {
 				return err
 			}
-			sp := broker.ScheduleSpec{Queue: c.str("queue"), Cron: c.str("cron"), PayloadBase64: base64.StdEncoding.EncodeToString(payload)}
+			sp := admin.ScheduleSpec{Queue: c.str("queue"), Cron: c.str("cron"), PayloadBase64: base64.StdEncoding.EncodeToString(payload)}
 			if every, err := c.duration("every"); err != nil {
 				return err
 			} else if every != 0 {
@@ -106,7 +106,7 @@ func addScheduleCmd() *cobra.Command {
 			if sp.Headers, err = scheduleFlags(cmd, c); err != nil {
 				return err
 			}
-			s, err := a.AddSchedule(sp)
+			s, err := a.AddSchedule(cmd.Context(), sp)
 			if err != nil {
 				return err
 			}
@@ -169,21 +169,21 @@ func scheduleFlags(cmd *cobra.Command, c *config) (string, error) {
 	return strings.Join(items, ","), nil
 }
 
-func when(s broker.ScheduleInfo) string {
+func when(s admin.ScheduleInfo) string {
 	if s.Cron != "" {
 		return "cron " + s.Cron
 	}
 	return "every " + s.Every
 }
 
-func left(s broker.ScheduleInfo) string {
+func left(s admin.ScheduleInfo) string {
 	if s.Left < 0 {
 		return "-"
 	}
 	return strconv.Itoa(s.Left)
 }
 
-func state(s broker.ScheduleInfo) string {
+func state(s admin.ScheduleInfo) string {
 	if s.Paused {
 		return "paused"
 	}

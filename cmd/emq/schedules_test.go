@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	bt "github.com/eventmq/emq/internal/brokertest"
 )
@@ -13,14 +14,14 @@ import (
 // broker and offline on its journal; what one side stores the other sees.
 func TestSchedulesCLI(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", func(o *broker.Options) { fastBroker(o); o.Admin = "127.0.0.1:0" })
+	b := bt.StartAdmin(t, "", func(o *broker.Options) { fastBroker(o) }, nil)
 	on := []string{"--admin", b.AdminAddr()}
 	add := []string{"schedule", "add", "--queue", "reports", "--every", "1h", "--id", "hourly", "--nohaste", "--run-count", "3"}
 	out := mustEmq(t, append(append(add, on...), "hello")...)
 	if !strings.Contains(out, "schedule hourly: queue reports, every 1h0m0s") {
 		t.Fatalf("add: %s", out)
 	}
-	var first, again broker.ScheduleInfo
+	var first, again admin.ScheduleInfo
 	json.Unmarshal([]byte(mustEmq(t, append(append(add, on...), "--json", "hello")...)), &first)
 	json.Unmarshal([]byte(mustEmq(t, append(append(add, on...), "--json", "hello")...)), &again)
 	if again.ID != "hourly" || !again.Created.Equal(first.Created) {
@@ -40,7 +41,7 @@ func TestSchedulesCLI(t *testing.T) {
 			t.Errorf("add %v: %v %s, want an error naming %q", c.args, err, stderr, c.says)
 		}
 	}
-	var p broker.SchedulePage
+	var p admin.SchedulePage
 	json.Unmarshal([]byte(mustEmq(t, append([]string{"schedules", "ls", "--json"}, on...)...)), &p)
 	if ss := p.Schedules; len(ss) != 1 || ss[0].ID != "hourly" || ss[0].Left != 3 || ss[0].Headers != "schedule-id:hourly,nohaste,run_count:3" {
 		t.Fatalf("ls: %+v", ss)
@@ -68,9 +69,9 @@ func TestSchedulesCLI(t *testing.T) {
 		t.Fatalf("rm twice: %v %s", err, stderr)
 	}
 
-	b2 := bt.Start(t, b.Dir, func(o *broker.Options) { fastBroker(o); o.Admin = "127.0.0.1:0" })
+	b2 := bt.StartAdmin(t, b.Dir, func(o *broker.Options) { fastBroker(o) }, nil)
 	on = []string{"--admin", b2.AdminAddr()}
-	p = broker.SchedulePage{}
+	p = admin.SchedulePage{}
 	json.Unmarshal([]byte(mustEmq(t, append([]string{"schedules", "ls", "--json"}, on...)...)), &p)
 	if ss := p.Schedules; len(ss) != 2 || ss[0].ID != "daily" || ss[0].Cron != "@daily" || ss[0].Paused || ss[1].ID != "weekly" {
 		t.Fatalf("what the broker keeps after the offline changes: %+v", ss)

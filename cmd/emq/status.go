@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/store"
 )
@@ -31,7 +32,7 @@ func output(cmd *cobra.Command, c *config, v any, table func(w io.Writer)) error
 
 // adminCmd makes a command that opens the admin (online or offline) and
 // runs fn with it.
-func adminCmd(use, short string, args cobra.PositionalArgs, fn func(cmd *cobra.Command, a admin, c *config, args []string) error) *cobra.Command {
+func adminCmd(use, short string, args cobra.PositionalArgs, fn func(cmd *cobra.Command, a admin.API, c *config, args []string) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -49,8 +50,15 @@ func adminCmd(use, short string, args cobra.PositionalArgs, fn func(cmd *cobra.C
 
 func newStatsCmd() *cobra.Command {
 	cmd := adminCmd("stats", "Counters of a running broker, and jobs per queue", cobra.NoArgs,
-		func(cmd *cobra.Command, a admin, c *config, _ []string) error {
-			s, qs, err := a.Stats()
+		func(cmd *cobra.Command, a admin.API, c *config, _ []string) error {
+			var s *admin.StatsInfo // nil offline: no counters
+			switch st, err := a.Stats(cmd.Context()); {
+			case err == nil:
+				s = &st
+			case !errors.Is(err, admin.ErrNeedsBroker):
+				return err
+			}
+			qs, err := a.Queues(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -76,8 +84,8 @@ func newStatsCmd() *cobra.Command {
 
 func newQueuesCmd() *cobra.Command {
 	cmd := adminCmd("queues", "Queues: jobs waiting, in flight, dead, workers, oldest job, controls", cobra.NoArgs,
-		func(cmd *cobra.Command, a admin, c *config, _ []string) error {
-			qs, err := a.Queues()
+		func(cmd *cobra.Command, a admin.API, c *config, _ []string) error {
+			qs, err := a.Queues(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -117,8 +125,8 @@ func pauseQueueCmd(paused bool) *cobra.Command {
 	if paused {
 		use, short, done = "pause QUEUE", "Pause a queue: it still takes and stores jobs, and dispatches none", "paused"
 	}
-	return adminCmd(use, short, cobra.ExactArgs(1), func(cmd *cobra.Command, a admin, _ *config, args []string) error {
-		if _, err := a.ChangeQueue(args[0], broker.QueueChange{Paused: &paused}); err != nil {
+	return adminCmd(use, short, cobra.ExactArgs(1), func(cmd *cobra.Command, a admin.API, _ *config, args []string) error {
+		if _, err := a.ChangeQueue(cmd.Context(), args[0], broker.QueueChange{Paused: &paused}); err != nil {
 			return err
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), done, args[0])
@@ -129,7 +137,7 @@ func pauseQueueCmd(paused bool) *cobra.Command {
 func setQueueCmd() *cobra.Command {
 	cmd := adminCmd("set QUEUE [--concurrency N] [--rate R] [--burst B]",
 		"Limit a queue: jobs in flight across every worker, dispatches a second (0 = no limit)", cobra.ExactArgs(1),
-		func(cmd *cobra.Command, a admin, c *config, args []string) error {
+		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
 			var ch broker.QueueChange
 			f := cmd.Flags()
 			if f.Changed("concurrency") {
@@ -159,7 +167,7 @@ func setQueueCmd() *cobra.Command {
 			if err := ch.Apply(store.QueueSettings{}).Validate(); err != nil { // before it travels as JSON (NaN cannot)
 				return err
 			}
-			q, err := a.ChangeQueue(args[0], ch)
+			q, err := a.ChangeQueue(cmd.Context(), args[0], ch)
 			if err != nil {
 				return err
 			}
@@ -173,8 +181,8 @@ func setQueueCmd() *cobra.Command {
 
 func newWorkersCmd() *cobra.Command {
 	cmd := adminCmd("workers", "Workers of a running broker", cobra.NoArgs,
-		func(cmd *cobra.Command, a admin, c *config, _ []string) error {
-			ws, err := a.Workers()
+		func(cmd *cobra.Command, a admin.API, c *config, _ []string) error {
+			ws, err := a.Workers(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -1,18 +1,16 @@
 package main
 
 import (
-	"bufio"
+	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 )
 
@@ -28,30 +26,16 @@ func newTailCmd() *cobra.Command {
 				return err
 			}
 			defer a.Close()
-			o, ok := a.(*online)
-			if !ok {
-				return errNeedsBroker
-			}
 			count, err := c.integer("count")
 			if err != nil {
 				return err
 			}
-			q := url.Values{}
-			for _, k := range []string{"queue", "msgid"} {
-				if v := c.str(k); v != "" {
-					q.Set(k, v)
-				}
-			}
-			req, err := http.NewRequestWithContext(cmd.Context(), "GET", o.base+"/api/v1/events?"+q.Encode(), nil)
+			events, err := a.Events(cmd.Context(), c.str("queue"), c.str("msgid"))
 			if err != nil {
 				return err
 			}
-			resp, err := o.do(&http.Client{Transport: o.http.Transport}, req) // no timeout: it follows
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			return printEvents(cmd.OutOrStdout(), resp.Body, c.v.GetBool("json"), count)
+			defer events.Close()
+			return printEvents(cmd.Context(), cmd.OutOrStdout(), events, c.v.GetBool("json"), count)
 		},
 	}
 	adminFlags(cmd)
@@ -61,47 +45,26 @@ func newTailCmd() *cobra.Command {
 	return cmd
 }
 
-// printEvents prints the events of an SSE stream, a line each, until it
-// ends, or after count (if not 0). A stream that ends with "dropped" is
-// an error.
-func printEvents(w io.Writer, stream io.Reader, asJSON bool, count int) error {
-	sc := bufio.NewScanner(stream)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	kind := ""
-	for n := 0; sc.Scan(); {
-		line := sc.Text()
-		if k, ok := strings.CutPrefix(line, "event: "); ok {
-			kind = k
-			continue
+// printEvents prints the events of a stream, a line each, until it
+// ends, or after count (if not 0). A stream that ends is an error.
+func printEvents(ctx context.Context, w io.Writer, events admin.Events, asJSON bool, count int) error {
+	for n := 0; ; {
+		batch, err := events.Next(ctx)
+		if err != nil {
+			return err
 		}
-		data, ok := strings.CutPrefix(line, "data: ")
-		if !ok {
-			continue
-		}
-		if kind == "dropped" {
-			var d struct{ Reason string }
-			if json.Unmarshal([]byte(data), &d) != nil || d.Reason == "" {
-				d.Reason = data
+		for _, e := range batch {
+			if asJSON {
+				js, _ := json.Marshal(e)
+				fmt.Fprintln(w, string(js))
+			} else {
+				fmt.Fprintln(w, eventLine(e))
 			}
-			return fmt.Errorf("the event stream ended: %s", d.Reason)
-		}
-		if asJSON {
-			fmt.Fprintln(w, data)
-		} else {
-			var e broker.Event
-			if err := json.Unmarshal([]byte(data), &e); err != nil {
-				return fmt.Errorf("event %q: %w", data, err)
+			if n++; count > 0 && n >= count {
+				return nil
 			}
-			fmt.Fprintln(w, eventLine(e))
-		}
-		if n++; count > 0 && n >= count {
-			return nil
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	return errors.New("the event stream ended")
 }
 
 // eventLine is an event in one line: time, kind, then what it has.

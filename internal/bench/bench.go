@@ -254,11 +254,15 @@ type commitCount struct {
 	n, writes, nanos atomic.Int64
 }
 
-func (c *commitCount) add(writes int, took time.Duration) {
+// Committed implements broker.Observer; the others ignore what they see.
+func (c *commitCount) Committed(writes int, took time.Duration) {
 	c.n.Add(1)
 	c.writes.Add(int64(writes))
 	c.nanos.Add(int64(took))
 }
+
+func (c *commitCount) Replayed(time.Duration) {}
+func (c *commitCount) Fired(time.Duration)    {}
 
 func (c *commitCount) reset() { c.n.Store(0); c.writes.Store(0); c.nanos.Store(0) }
 
@@ -274,7 +278,7 @@ func startBroker(ctx context.Context, o *Options, commits *commitCount) (stop fu
 	b, stop, err := runBroker(ctx, func(opts *broker.Options) error {
 		opts.MaxPending = 0
 		opts.Logger = o.Logger
-		opts.OnCommit = commits.add
+		opts.Observer = commits
 		if o.Curve {
 			sec, err := curveFiles(opts)
 			if err != nil {
@@ -306,7 +310,7 @@ func runBroker(ctx context.Context, edit func(*broker.Options) error) (_ *broker
 		return nil, nil, err
 	}
 	opts := broker.DefaultOptions()
-	opts.Frontend, opts.Backend, opts.Admin, opts.DataDir = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", "", dir
+	opts.Frontend, opts.Backend, opts.DataDir = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", dir
 	opts.PublisherIncoming, opts.PublisherOutgoing = "", ""
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if err := edit(&opts); err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/store/boltstore"
@@ -27,9 +28,11 @@ import (
 // Wait is how long a test waits for something that should happen.
 const Wait = 10 * time.Second
 
-// Broker is a broker running in the test process.
+// Broker is a broker running in the test process, with its admin
+// listener when StartAdmin started it.
 type Broker struct {
 	*broker.Broker
+	Admin        *admin.Server // nil: none
 	Dir          string
 	drainTimeout time.Duration
 	cancel       context.CancelFunc
@@ -43,23 +46,58 @@ type Broker struct {
 // t.TempDir()); edit changes the options first. It is stopped at cleanup.
 func Start(t testing.TB, dir string, edit func(*broker.Options)) *Broker {
 	t.Helper()
+	return start(t, dir, edit, nil)
+}
+
+// StartAdmin is Start with an admin listener on a free 127.0.0.1 port
+// (AdminAddr); editAdmin, if not nil, changes its options first.
+func StartAdmin(t testing.TB, dir string, edit func(*broker.Options), editAdmin func(*admin.Options)) *Broker {
+	t.Helper()
+	aopts := admin.DefaultOptions()
+	aopts.Addr = "127.0.0.1:0"
+	if editAdmin != nil {
+		editAdmin(&aopts)
+	}
+	return start(t, dir, edit, &aopts)
+}
+
+func start(t testing.TB, dir string, edit func(*broker.Options), aopts *admin.Options) *Broker {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
 	opts := broker.DefaultOptions()
-	opts.Frontend, opts.Backend, opts.Admin = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", ""
+	opts.Frontend, opts.Backend = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
 	opts.PublisherIncoming, opts.PublisherOutgoing = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
 	opts.DataDir = dir
 	opts.Logger = Logger(t)
 	if edit != nil {
 		edit(&opts)
 	}
+	var srv *admin.Server
+	if aopts != nil {
+		aopts.Logger = opts.Logger
+		aopts.MaxStreams = opts.MaxEventListeners
+		var err error
+		if srv, err = admin.New(*aopts); err != nil {
+			t.Fatal(err)
+		}
+		opts.Observer = srv.Observer()
+	}
 	b, err := broker.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if srv != nil {
+		srv.Serve(b)
+		if err := srv.Start(); err != nil {
+			b.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	tb := &Broker{Broker: b, Dir: dir, drainTimeout: opts.DrainTimeout, cancel: cancel, done: make(chan error, 1)}
+	tb := &Broker{Broker: b, Admin: srv, Dir: dir, drainTimeout: opts.DrainTimeout, cancel: cancel, done: make(chan error, 1)}
 	go func() { tb.done <- b.Run(ctx) }()
 	select {
 	case <-b.Ready():
@@ -85,8 +123,16 @@ func (b *Broker) Stop() error {
 }
 
 func (b *Broker) stop() error {
-	b.Shutdown()
+	go b.Close() // wait, below, gives up after a while; Close would not
 	return b.wait()
+}
+
+// AdminAddr is the admin listener's host:port ("" without StartAdmin).
+func (b *Broker) AdminAddr() string {
+	if b.Admin == nil {
+		return ""
+	}
+	return b.Admin.Addr()
 }
 
 // Drain stops the broker as a first SIGTERM does: it refuses new jobs and

@@ -39,7 +39,7 @@ func BenchmarkOverviewPage(b *testing.B) {
 	}
 	b.Logf("stored %d jobs in %.1f s", n, time.Since(start).Seconds())
 	start = time.Now()
-	br := bt.Start(b, dir, func(o *broker.Options) { o.Admin = "127.0.0.1:0" })
+	br := bt.StartAdmin(b, dir, func(o *broker.Options) {}, nil)
 	b.Logf("broker ready in %.1f s", time.Since(start).Seconds())
 
 	var api time.Duration

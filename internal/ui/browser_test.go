@@ -16,7 +16,7 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
-	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/admin"
 	bt "github.com/eventmq/emq/internal/brokertest"
 )
 
@@ -197,7 +197,7 @@ func adminAPI(t testing.TB, b *bt.Broker, method, path, token string, out any) i
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(broker.AdminHeader, "test")
+	req.Header.Set(admin.Header, "test")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

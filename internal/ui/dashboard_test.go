@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
@@ -35,11 +36,10 @@ type stored struct {
 
 func start(t *testing.T, token, readToken string) *stored {
 	t.Helper()
-	b := bt.Start(t, "", func(o *broker.Options) {
-		o.Admin, o.AdminToken, o.AdminReadToken = "127.0.0.1:0", token, readToken
+	b := bt.StartAdmin(t, "", func(o *broker.Options) {
 		o.HeartbeatInterval, o.HeartbeatTimeout = 50*time.Millisecond, 2*time.Second
 		o.RetryBackoff, o.ResultTTL = 10*time.Millisecond, time.Hour
-	})
+	}, func(o *admin.Options) { o.Token, o.ReadToken = token, readToken })
 	s := &stored{b: b, token: token}
 	s.client = bt.Dial(t, b.Frontend(), "c")
 	s.worker = bt.Worker(t, b.Backend(), "w", `[[10,"emails"],[5,"reports"]]`)
@@ -88,7 +88,7 @@ func (s *stored) bury(t *testing.T, queue, reason string) string {
 
 // state is a job's state by the API ("" = no such job).
 func (s *stored) state(t *testing.T, msgid string) string {
-	var ji broker.JobInfo
+	var ji admin.JobInfo
 	if adminAPI(t, s.b, "GET", "/api/v1/jobs/"+msgid, s.token, &ji) != 200 {
 		return ""
 	}
@@ -353,7 +353,7 @@ func TestActions(t *testing.T) {
 
 // schedulePaused is 1 when the schedule is paused, 0 when not, -1 gone.
 func (s *stored) schedulePaused(t *testing.T) int {
-	var si broker.ScheduleInfo
+	var si admin.ScheduleInfo
 	switch adminAPI(t, s.b, "GET", "/api/v1/schedules/"+s.schedule, s.token, &si) {
 	case 200:
 		if si.Paused {
@@ -394,7 +394,7 @@ func TestLogin(t *testing.T) {
 	}
 	var session *network.Cookie
 	for _, c := range cookies.Cookies {
-		if c.Name == broker.SessionCookie {
+		if c.Name == admin.SessionCookie {
 			session = c
 		}
 	}
@@ -425,7 +425,7 @@ func TestLogin(t *testing.T) {
 	tb.takeErrors()
 	// The old cookie is dead on the server too.
 	req, _ := http.NewRequest("GET", base(s.b)+"/api/v1/queues", nil)
-	req.AddCookie(&http.Cookie{Name: broker.SessionCookie, Value: session.Value})
+	req.AddCookie(&http.Cookie{Name: admin.SessionCookie, Value: session.Value})
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package broker_test
+package admin_test
 
 import (
 	"crypto/tls"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/admin"
 	bt "github.com/eventmq/emq/internal/brokertest"
 )
 
@@ -17,10 +17,9 @@ import (
 func TestAdminTLSAndReadOnlyToken(t *testing.T) {
 	t.Parallel()
 	cert, key := bt.SelfSigned(t, t.TempDir())
-	b := bt.Start(t, "", func(o *broker.Options) {
-		fast(o)
-		o.Admin, o.AdminToken, o.AdminReadToken = "127.0.0.1:0", "full", "look"
-		o.AdminTLSCert, o.AdminTLSKey = cert, key
+	b := bt.StartAdmin(t, "", bt.Fast, func(o *admin.Options) {
+		o.Token, o.ReadToken = "full", "look"
+		o.TLSCert, o.TLSKey = cert, key
 	})
 	pemBytes, _ := os.ReadFile(cert)
 	pool := x509.NewCertPool()
@@ -31,7 +30,7 @@ func TestAdminTLSAndReadOnlyToken(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequest(method, "https://"+b.AdminAddr()+path, nil)
 		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set(broker.AdminHeader, "test")
+		req.Header.Set(admin.Header, "test")
 		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -55,17 +54,16 @@ func TestAdminTLSAndReadOnlyToken(t *testing.T) {
 			t.Errorf("%s %s with %q: %d, want %d", c.method, c.path, c.token, got, c.want)
 		}
 	}
-	if q := queueInfo(t, b, "q"); !q.Paused {
+	if q := bt.QueueInfo(t, b, "q"); !q.Paused {
 		t.Fatalf("the full token's pause did not land: %+v", q)
 	}
-	o := broker.DefaultOptions()
-	o.DataDir = t.TempDir()
+	o := admin.DefaultOptions()
 	for _, c := range []struct {
-		edit func(*broker.Options)
+		edit func(*admin.Options)
 		want string
 	}{
-		{func(o *broker.Options) { o.AdminTLSCert = cert }, "admin-tls-key"},
-		{func(o *broker.Options) { o.AdminToken, o.AdminReadToken = "same", "same" }, "admin-read-token"},
+		{func(o *admin.Options) { o.TLSCert = cert }, "admin-tls-key"},
+		{func(o *admin.Options) { o.Token, o.ReadToken = "same", "same" }, "admin-read-token"},
 	} {
 		oc := o
 		c.edit(&oc)
@@ -73,15 +71,15 @@ func TestAdminTLSAndReadOnlyToken(t *testing.T) {
 			t.Errorf("options: %v, want an error naming %s", err, c.want)
 		}
 	}
-	bad := broker.DefaultOptions()
-	bad.DataDir, bad.Admin = t.TempDir(), "127.0.0.1:0"
-	bad.Frontend, bad.Backend, bad.PublisherIncoming, bad.PublisherOutgoing = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", "", ""
-	bad.AdminTLSCert, bad.AdminTLSKey = key, cert // swapped
-	nb, err := broker.New(bad)
+	bad := admin.DefaultOptions()
+	bad.Addr = "127.0.0.1:0"
+	bad.TLSCert, bad.TLSKey = key, cert // swapped
+	srv, err := admin.New(bad)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := nb.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "admin-tls-cert") {
+	if err := srv.Start(); err == nil || !strings.Contains(err.Error(), "admin-tls-cert") {
+		srv.Close()
 		t.Fatalf("a bad certificate: %v, want an error naming admin-tls-cert", err)
 	}
 }

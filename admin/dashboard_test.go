@@ -1,4 +1,4 @@
-package broker_test
+package admin_test
 
 import (
 	"bufio"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	bt "github.com/eventmq/emq/internal/brokertest"
 )
@@ -25,10 +26,10 @@ func httpClient(t *testing.T) *http.Client {
 func TestDashboardFilesAndOverview(t *testing.T) {
 	t.Parallel()
 	hc := httpClient(t)
-	b := bt.Start(t, "", func(o *broker.Options) {
-		withAdmin("")(o)
+	b := bt.StartAdmin(t, "", func(o *broker.Options) {
+		bt.Fast(o)
 		o.ResultTTL = time.Hour
-	})
+	}, nil)
 	pending, inflight, _, dead, worker := jobsInEveryState(t, b)
 
 	resp, err := hc.Get("http://" + b.AdminAddr() + "/ui/")
@@ -54,11 +55,11 @@ func TestDashboardFilesAndOverview(t *testing.T) {
 		}
 	}
 
-	var o broker.Overview
-	if code := api(t, b, "GET", "/api/v1/overview", "", &o); code != 200 {
+	var o admin.Overview
+	if code := bt.API(t, b, "GET", "/api/v1/overview", "", &o); code != 200 {
 		t.Fatalf("overview: %d", code)
 	}
-	if len(o.Queues) != 1 || o.Workers != 1 || o.Role != "single" || !o.Ready || o.Stats.Get("acked") != 4 {
+	if len(o.Queues) != 1 || o.Workers != 1 || o.Mode != "single" || !o.Ready || o.Stats.Get("acked") != 4 {
 		t.Fatalf("overview %+v", o)
 	}
 	if q := o.Queues[0]; q.Pending != 1 || q.Delayed != 1 || q.InFlight != 1 || q.Dead != 1 || q.Acked != 4 || q.Failed != 1 {
@@ -78,8 +79,8 @@ func TestDashboardFilesAndOverview(t *testing.T) {
 	// A done job's result.
 	worker.Reply(inflight, []byte("the result"))
 	bt.Eventually(t, "done", func() bool {
-		var ji broker.JobInfo
-		return api(t, b, "GET", "/api/v1/jobs/"+inflight, "", &ji) == 200 && ji.State == "done"
+		var ji admin.JobInfo
+		return bt.API(t, b, "GET", "/api/v1/jobs/"+inflight, "", &ji) == 200 && ji.State == "done"
 	})
 	resp, err = hc.Get("http://" + b.AdminAddr() + "/api/v1/jobs/" + inflight + "/result")
 	if err != nil {
@@ -93,23 +94,23 @@ func TestDashboardFilesAndOverview(t *testing.T) {
 
 	// Bulk remove: a dry run counts, a confirmed one deletes; only pending,
 	// dead or done.
-	var res broker.BulkResult
-	if api(t, b, "POST", "/api/v1/jobs/remove?state=pending&queue=q", "", &res) != 200 || res.Matched != 2 || res.Done != 0 || !res.DryRun {
+	var res admin.BulkResult
+	if bt.API(t, b, "POST", "/api/v1/jobs/remove?state=pending&queue=q", "", &res) != 200 || res.Matched != 2 || res.Done != 0 || !res.DryRun {
 		t.Fatalf("dry run %+v", res)
 	}
-	if api(t, b, "POST", "/api/v1/jobs/remove?state=pending&queue=q&msgid_prefix="+pending+"&confirm=yes", "", &res) != 200 || res.Done != 1 {
+	if bt.API(t, b, "POST", "/api/v1/jobs/remove?state=pending&queue=q&msgid_prefix="+pending+"&confirm=yes", "", &res) != 200 || res.Done != 1 {
 		t.Fatalf("remove %+v", res)
 	}
-	if api(t, b, "GET", "/api/v1/jobs/"+pending, "", nil) != 404 {
+	if bt.API(t, b, "GET", "/api/v1/jobs/"+pending, "", nil) != 404 {
 		t.Fatal("the removed job is still there")
 	}
-	if api(t, b, "POST", "/api/v1/jobs/remove?state=done&confirm=yes", "", &res) != 200 || res.Done != 1 {
+	if bt.API(t, b, "POST", "/api/v1/jobs/remove?state=done&confirm=yes", "", &res) != 200 || res.Done != 1 {
 		t.Fatalf("remove done %+v", res)
 	}
-	if api(t, b, "POST", "/api/v1/jobs/remove?state=dead&confirm=yes", "", &res) != 200 || res.Done != 1 || api(t, b, "GET", "/api/v1/jobs/"+dead, "", nil) != 404 {
+	if bt.API(t, b, "POST", "/api/v1/jobs/remove?state=dead&confirm=yes", "", &res) != 200 || res.Done != 1 || bt.API(t, b, "GET", "/api/v1/jobs/"+dead, "", nil) != 404 {
 		t.Fatalf("remove dead %+v", res)
 	}
-	if code := api(t, b, "POST", "/api/v1/jobs/remove?state=inflight&confirm=yes", "", nil); code != 400 {
+	if code := bt.API(t, b, "POST", "/api/v1/jobs/remove?state=inflight&confirm=yes", "", nil); code != 400 {
 		t.Fatalf("bulk remove of jobs in flight: %d, want 400", code)
 	}
 }
@@ -117,13 +118,13 @@ func TestDashboardFilesAndOverview(t *testing.T) {
 func TestDashboardOverviewStream(t *testing.T) {
 	t.Parallel()
 	hc := httpClient(t)
-	b := bt.Start(t, "", func(o *broker.Options) {
-		withAdmin("")(o)
+	b := bt.StartAdmin(t, "", func(o *broker.Options) {
+		bt.Fast(o)
 		o.MaxEventListeners = 1
-	})
+	}, nil)
 	c := bt.Dial(t, b.Frontend(), "c")
 	c.Request("q", "", []byte("x"))
-	if code := api(t, b, "GET", "/api/v1/overview/stream?every=10ms", "", nil); code != 400 {
+	if code := bt.API(t, b, "GET", "/api/v1/overview/stream?every=10ms", "", nil); code != 400 {
 		t.Errorf("every=10ms: %d, want 400", code)
 	}
 	resp, err := hc.Get("http://" + b.AdminAddr() + "/api/v1/overview/stream")
@@ -131,19 +132,19 @@ func TestDashboardOverviewStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if code := api(t, b, "GET", "/api/v1/overview/stream", "", nil); code != 503 {
+	if code := bt.API(t, b, "GET", "/api/v1/overview/stream", "", nil); code != 503 {
 		t.Errorf("a second stream over max-event-listeners: %d, want 503", code)
 	}
 	// Overviews come, one a second, until one shows the second job.
 	r := bufio.NewReader(resp.Body)
-	var got []broker.Overview
+	var got []admin.Overview
 	for len(got) == 0 || got[len(got)-1].Queues[0].Pending != 2 {
 		line, err := r.ReadString('\n')
 		if err != nil {
 			t.Fatal(err)
 		}
 		if data, ok := strings.CutPrefix(line, "data: "); ok {
-			var o broker.Overview
+			var o admin.Overview
 			if err := json.Unmarshal([]byte(data), &o); err != nil {
 				t.Fatal(err)
 			}
@@ -168,10 +169,7 @@ func TestDashboardSessions(t *testing.T) {
 	t.Parallel()
 	hc := httpClient(t)
 	const full, read = "full-token", "read-token"
-	b := bt.Start(t, "", func(o *broker.Options) {
-		withAdmin(full)(o)
-		o.AdminReadToken = read
-	})
+	b := bt.StartAdmin(t, "", bt.Fast, func(o *admin.Options) { o.Token, o.ReadToken = full, read })
 	base := "http://" + b.AdminAddr()
 	post := func(path, body string, cookie *http.Cookie) *http.Response {
 		req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
@@ -211,7 +209,7 @@ func TestDashboardSessions(t *testing.T) {
 			t.Fatalf("login: %d %v", resp.StatusCode, resp.Cookies())
 		}
 		c := resp.Cookies()[0]
-		if c.Name != broker.SessionCookie || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" {
+		if c.Name != admin.SessionCookie || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" {
 			t.Fatalf("session cookie %+v", c)
 		}
 		return c
@@ -242,13 +240,13 @@ func TestDashboardSessions(t *testing.T) {
 	if get("/api/v1/overview", fullSession) != 401 {
 		t.Fatal("the session outlives its logout")
 	}
-	forged := &http.Cookie{Name: broker.SessionCookie, Value: strings.Repeat("ab", 32)}
+	forged := &http.Cookie{Name: admin.SessionCookie, Value: strings.Repeat("ab", 32)}
 	if get("/api/v1/overview", forged) != 401 {
 		t.Fatal("a made-up session is accepted")
 	}
 	// At most MaxSessions: the oldest goes first.
 	keep, first := login(full), login(read)
-	for range broker.MaxSessions {
+	for range admin.MaxSessions {
 		login(read)
 	}
 	if get("/api/v1/overview", first) != 401 {

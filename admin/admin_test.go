@@ -1,4 +1,4 @@
-package broker_test
+package admin_test
 
 import (
 	"encoding/json"
@@ -11,46 +11,13 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/store"
 )
-
-func withAdmin(token string) func(*broker.Options) {
-	return func(o *broker.Options) {
-		fast(o)
-		o.Admin, o.AdminToken = "127.0.0.1:0", token
-	}
-}
-
-// api calls the admin API and decodes the JSON answer into out (if not nil).
-func api(t *testing.T, b *bt.Broker, method, path, token string, out any) int {
-	t.Helper()
-	req, err := http.NewRequest(method, "http://"+b.AdminAddr()+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	req.Header.Set(broker.AdminHeader, "test") // as a program does
-	resp, err := (&http.Client{Timeout: bt.Wait}).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if out != nil && resp.StatusCode == http.StatusOK {
-		if err := json.Unmarshal(body, out); err != nil {
-			t.Fatalf("%s %s: %v in %s", method, path, err, body)
-		}
-	}
-	return resp.StatusCode
-}
 
 // jobsInEveryState makes a pending, an in-flight, a delayed and a dead job.
 func jobsInEveryState(t *testing.T, b *bt.Broker) (pending, inflight, delayed, dead string, worker *bt.Peer) {
@@ -74,25 +41,25 @@ func jobsInEveryState(t *testing.T, b *bt.Broker) (pending, inflight, delayed, d
 
 func TestAdminAPI(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", withAdmin(""))
+	b := bt.StartAdmin(t, "", bt.Fast, nil)
 	pending, inflight, delayed, dead, worker := jobsInEveryState(t, b)
 
 	var queues []broker.QueueInfo
-	if api(t, b, "GET", "/api/v1/queues", "", &queues) != 200 || len(queues) != 1 {
+	if bt.API(t, b, "GET", "/api/v1/queues", "", &queues) != 200 || len(queues) != 1 {
 		t.Fatalf("queues: %+v", queues)
 	}
 	if q := queues[0]; q.Name != "q" || q.Pending != 1 || q.InFlight != 1 || q.Delayed != 1 || q.Workers != 1 || q.OldestAge <= 0 {
 		t.Fatalf("queue: %+v", q)
 	}
 	var workers []broker.WorkerInfo
-	api(t, b, "GET", "/api/v1/workers", "", &workers)
+	bt.API(t, b, "GET", "/api/v1/workers", "", &workers)
 	if len(workers) != 1 || workers[0].ID != "w" || workers[0].InFlight != 1 || workers[0].Queues[0] != "q" {
 		t.Fatalf("workers: %+v", workers)
 	}
 
 	states := map[string]string{}
-	var page broker.JobPage
-	api(t, b, "GET", "/api/v1/jobs?queue=q", "", &page)
+	var page admin.JobPage
+	bt.API(t, b, "GET", "/api/v1/jobs?queue=q", "", &page)
 	for _, j := range page.Jobs {
 		states[j.MsgID] = j.State
 	}
@@ -100,15 +67,15 @@ func TestAdminAPI(t *testing.T) {
 	if fmt.Sprint(states) != fmt.Sprint(want) {
 		t.Fatalf("states %v, want %v", states, want)
 	}
-	api(t, b, "GET", "/api/v1/jobs?state=inflight", "", &page)
+	bt.API(t, b, "GET", "/api/v1/jobs?state=inflight", "", &page)
 	if len(page.Jobs) != 1 || page.Jobs[0].MsgID != inflight || page.Jobs[0].Worker != "w" {
 		t.Fatalf("inflight: %+v", page.Jobs)
 	}
 	// Paging: one job a page, all four reached.
 	seen, after := 0, ""
 	for i := 0; i < 10; i++ {
-		page = broker.JobPage{}
-		api(t, b, "GET", "/api/v1/jobs?limit=1&after="+url.QueryEscape(after), "", &page)
+		page = admin.JobPage{}
+		bt.API(t, b, "GET", "/api/v1/jobs?limit=1&after="+url.QueryEscape(after), "", &page)
 		seen += len(page.Jobs)
 		if after = page.Next; after == "" {
 			break
@@ -118,38 +85,38 @@ func TestAdminAPI(t *testing.T) {
 		t.Fatalf("paged through %d jobs, want 4", seen)
 	}
 
-	var ji broker.JobInfo
-	if api(t, b, "GET", "/api/v1/jobs/"+pending+"?payload=1", "", &ji) != 200 {
+	var ji admin.JobInfo
+	if bt.API(t, b, "GET", "/api/v1/jobs/"+pending+"?payload=1", "", &ji) != 200 {
 		t.Fatal("job not found")
 	}
 	if ji.PayloadSize != 9 || ji.Preview != "waiting.\ufffd" || ji.Payload != "d2FpdGluZwD/" {
 		t.Fatalf("job %+v", ji)
 	}
 	for _, method := range []string{"GET", "DELETE"} {
-		if code := api(t, b, method, "/api/v1/jobs/nope", "", nil); code != 404 {
+		if code := bt.API(t, b, method, "/api/v1/jobs/nope", "", nil); code != 404 {
 			t.Fatalf("%s of an unknown msgid: %d, want 404", method, code)
 		}
 	}
 
 	// Retry the dead job: it is dispatched again.
-	if code := api(t, b, "POST", "/api/v1/jobs/"+dead+"/retry", "", nil); code != 200 {
+	if code := bt.API(t, b, "POST", "/api/v1/jobs/"+dead+"/retry", "", nil); code != 200 {
 		t.Fatalf("retry: %d", code)
 	}
-	if code := api(t, b, "POST", "/api/v1/jobs/"+pending+"/retry", "", nil); code != 409 {
+	if code := bt.API(t, b, "POST", "/api/v1/jobs/"+pending+"/retry", "", nil); code != 409 {
 		t.Fatalf("retry of a pending job: %d, want 409", code)
 	}
 	// Delete the pending job; purge needs its confirmation.
-	if code := api(t, b, "DELETE", "/api/v1/jobs/"+pending, "", nil); code != 200 {
+	if code := bt.API(t, b, "DELETE", "/api/v1/jobs/"+pending, "", nil); code != 200 {
 		t.Fatalf("delete: %d", code)
 	}
-	if code := api(t, b, "POST", "/api/v1/queues/q/purge", "", nil); code != 400 {
+	if code := bt.API(t, b, "POST", "/api/v1/queues/q/purge", "", nil); code != 400 {
 		t.Fatalf("purge without confirm: %d, want 400", code)
 	}
 	var purged map[string]int
-	if api(t, b, "POST", "/api/v1/queues/q/purge?confirm=q", "", &purged) != 200 || purged["removed"] != 3 {
+	if bt.API(t, b, "POST", "/api/v1/queues/q/purge?confirm=q", "", &purged) != 200 || purged["removed"] != 3 {
 		t.Fatalf("purge: %v (want the in-flight, the delayed and the retried job)", purged)
 	}
-	api(t, b, "GET", "/api/v1/queues", "", &queues)
+	bt.API(t, b, "GET", "/api/v1/queues", "", &queues)
 	if len(queues) != 1 || queues[0].Pending+queues[0].InFlight+queues[0].Delayed != 0 {
 		t.Fatalf("after purge: %+v", queues)
 	}
@@ -163,84 +130,43 @@ func TestAdminAPI(t *testing.T) {
 
 func TestAdminToken(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", withAdmin("s3cret"))
+	b := bt.StartAdmin(t, "", bt.Fast, bt.Token("s3cret"))
 	for _, path := range []string{"/api/v1/queues", "/metrics", "/readyz"} {
-		if code := api(t, b, "GET", path, "", nil); code != 401 {
+		if code := bt.API(t, b, "GET", path, "", nil); code != 401 {
 			t.Errorf("%s without token: %d, want 401", path, code)
 		}
-		if code := api(t, b, "GET", path, "wrong", nil); code != 401 {
+		if code := bt.API(t, b, "GET", path, "wrong", nil); code != 401 {
 			t.Errorf("%s with a wrong token: %d, want 401", path, code)
 		}
-		if code := api(t, b, "GET", path, "s3cret", nil); code != 200 {
+		if code := bt.API(t, b, "GET", path, "s3cret", nil); code != 200 {
 			t.Errorf("%s with the token: %d", path, code)
 		}
 	}
 	client := bt.Dial(t, b.Frontend(), "c")
 	id := client.Request("q", "", nil)
-	if code := api(t, b, "DELETE", "/api/v1/jobs/"+id, "wrong", nil); code != 401 {
+	if code := bt.API(t, b, "DELETE", "/api/v1/jobs/"+id, "wrong", nil); code != 401 {
 		t.Fatalf("delete with a wrong token: %d", code)
 	}
-	var ji broker.JobInfo
-	if api(t, b, "GET", "/api/v1/jobs/"+id, "s3cret", &ji) != 200 || ji.MsgID != id {
+	var ji admin.JobInfo
+	if bt.API(t, b, "GET", "/api/v1/jobs/"+id, "s3cret", &ji) != 200 || ji.MsgID != id {
 		t.Fatal("the job was changed by a refused request")
 	}
 
-	opts := broker.DefaultOptions()
-	opts.Admin, opts.DataDir = "0.0.0.0:0", t.TempDir()
+	opts := admin.DefaultOptions()
+	opts.Addr = "0.0.0.0:0"
 	if err := opts.Validate(); err == nil || !strings.Contains(err.Error(), "admin-token") {
 		t.Fatalf("non-loopback admin without a token: %v", err)
 	}
 }
 
-// scrapeMetrics reads the broker's /metrics.
-func scrapeMetrics(t *testing.T, b *bt.Broker) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get("http://" + b.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mf, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mf
-}
-
-// metricValue is one metric's value (of the series whose first label is
-// label, when given).
-func metricValue(t *testing.T, mf map[string]*dto.MetricFamily, name, label string) float64 {
-	t.Helper()
-	f := mf[name]
-	if f == nil {
-		t.Fatalf("no metric %s", name)
-	}
-	for _, m := range f.Metric {
-		if label != "" && (len(m.Label) == 0 || m.Label[0].GetValue() != label) {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			return m.Counter.GetValue()
-		case m.Gauge != nil:
-			return m.Gauge.GetValue()
-		case m.Histogram != nil:
-			return float64(m.Histogram.GetSampleCount())
-		}
-	}
-	t.Fatalf("%s{%s} not found", name, label)
-	return 0
-}
-
 // /metrics parses as Prometheus text, and its counters move with jobs.
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", withAdmin(""))
-	scrape := func() map[string]*dto.MetricFamily { return scrapeMetrics(t, b) }
+	b := bt.StartAdmin(t, "", bt.Fast, nil)
+	scrape := func() map[string]*dto.MetricFamily { return bt.ScrapeMetrics(t, b) }
 	value := func(mf map[string]*dto.MetricFamily, name, label string) float64 {
 		t.Helper()
-		return metricValue(t, mf, name, label)
+		return bt.MetricValue(t, mf, name, label)
 	}
 	before := scrape()
 	if value(before, "emq_jobs_acked_total", "") != 0 {
@@ -251,7 +177,7 @@ func TestMetrics(t *testing.T) {
 	bad.SendFrames([]byte("x"))
 	bt.Expect[*emqp.Error](bad)
 	sched := bt.Dial(t, b.Frontend(), "sched")
-	informScheduler(t, sched)
+	sched.InformScheduler()
 	sched.KeepAlive(50 * time.Millisecond)
 
 	after := scrape()
@@ -289,13 +215,13 @@ func TestMetrics(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	var si broker.StatsInfo
+	var si admin.StatsInfo
 	if err := json.Unmarshal(raw, &si); err != nil {
 		t.Fatalf("%v in %s", err, raw)
 	}
-	if len(si.Counters) != len(broker.Counters)+len(broker.PubSubCounters) || len(si.Errors) != len(broker.ErrorCodes) {
+	if len(si.Counters) != len(broker.Counters)+len(admin.PubSubCounters) || len(si.Errors) != len(broker.ErrorCodes) {
 		t.Fatalf("stats API: %d counters and %d error codes, want %d and %d:\n%s",
-			len(si.Counters), len(si.Errors), len(broker.Counters)+len(broker.PubSubCounters), len(broker.ErrorCodes), raw)
+			len(si.Counters), len(si.Errors), len(broker.Counters)+len(admin.PubSubCounters), len(broker.ErrorCodes), raw)
 	}
 	for i, c := range broker.Counters {
 		if got := si.Counters[i]; got.Name != c.Name || float64(got.Value) != value(after, c.Metric, "") {
@@ -314,7 +240,7 @@ func TestMetrics(t *testing.T) {
 // failed, or cannot do it). An I/O error is never a 400 or a 409.
 func TestAdminErrorStatus(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", withAdmin(""))
+	b := bt.StartAdmin(t, "", bt.Fast, nil)
 	_, _, _, dead, _ := jobsInEveryState(t, b)
 	expectStatus(t, b, []wantStatus{
 		{"GET", "/api/v1/jobs/nope", 404},
@@ -327,10 +253,10 @@ func TestAdminErrorStatus(t *testing.T) {
 		{"GET", "/api/v1/jobs?limit=0", 400},
 	})
 	dir := t.TempDir()
-	broken := bt.Start(t, dir, func(o *broker.Options) {
-		withAdmin("")(o)
-		o.OpenJournal = wrapJournal(dir, func(j store.Journal) store.Journal { return brokenReads{j} })
-	})
+	broken := bt.StartAdmin(t, dir, func(o *broker.Options) {
+		bt.Fast(o)
+		o.OpenJournal = bt.WrapJournal(dir, func(j store.Journal) store.Journal { return bt.BrokenReads{Journal: j} })
+	}, nil)
 	expectStatus(t, broken, []wantStatus{
 		{"GET", "/api/v1/jobs/x", 500},
 		{"GET", "/api/v1/jobs", 500},
@@ -347,7 +273,7 @@ type wantStatus struct {
 func expectStatus(t *testing.T, b *bt.Broker, cases []wantStatus) {
 	t.Helper()
 	for _, c := range cases {
-		if code := api(t, b, c.method, c.path, "", nil); code != c.want {
+		if code := bt.API(t, b, c.method, c.path, "", nil); code != c.want {
 			t.Errorf("%s %s: %d, want %d", c.method, c.path, code, c.want)
 		}
 	}

@@ -1,4 +1,4 @@
-package broker
+package admin
 
 import (
 	"fmt"
@@ -25,30 +25,30 @@ import (
 //     origin or one of AdminAllowedOrigins (Sec-Fetch-Site and Origin,
 //     checked by net/http's CrossOriginProtection); otherwise 403.
 
-// AdminHeader is the header a program sets on the admin API's changing
+// Header is the header a program sets on the admin API's changing
 // requests (any value): a web page of another site cannot send it.
-const AdminHeader = "X-EMQ-Admin"
+const Header = "X-EMQ-Admin"
 
-// guardAdmin wraps the admin API with the checks above.
-func (b *Broker) guardAdmin(next http.Handler) http.Handler {
+// guard wraps the admin API with the checks above.
+func (s *Server) guard(next http.Handler) http.Handler {
 	cop := http.NewCrossOriginProtection()
-	for _, o := range b.opts.AdminAllowedOrigins {
+	for _, o := range s.opts.AllowedOrigins {
 		_ = cop.AddTrustedOrigin(o) // checked by Validate
 	}
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusForbidden, apiError{fmt.Sprintf("cross-site request refused: origin %q is not this admin API's; "+
-			"a page elsewhere must be listed in admin-allowed-origins", r.Header.Get("Origin"))})
+		refuse(w, http.StatusForbidden, "cross_site", fmt.Sprintf("cross-site request refused: origin %q is not this admin API's; "+
+			"a page elsewhere must be listed in admin-allowed-origins", r.Header.Get("Origin")))
 	}))
 	next = cop.Handler(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !b.hostAllowed(r) {
-			writeJSON(w, http.StatusMisdirectedRequest, apiError{fmt.Sprintf("host %q is not this admin API's "+
-				"(a loopback name or address, the address it listens on, or one in admin-allowed-hosts)", r.Host)})
+		if !s.hostAllowed(r) {
+			refuse(w, http.StatusMisdirectedRequest, "foreign_host", fmt.Sprintf("host %q is not this admin API's "+
+				"(a loopback name or address, the address it listens on, or one in admin-allowed-hosts)", r.Host))
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && !fromProgram(r) {
-			writeJSON(w, http.StatusForbidden, apiError{"a request that changes something needs the header " +
-				AdminHeader + " or a JSON body (Content-Type: application/json), which no HTML form can send"})
+			refuse(w, http.StatusForbidden, "cross_site", "a request that changes something needs the header "+
+				Header+" or a JSON body (Content-Type: application/json), which no HTML form can send")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -58,7 +58,7 @@ func (b *Broker) guardAdmin(next http.Handler) http.Handler {
 // fromProgram reports whether r carries what a plain HTML form cannot
 // send: the admin header, or a JSON content type.
 func fromProgram(r *http.Request) bool {
-	if r.Header.Get(AdminHeader) != "" {
+	if r.Header.Get(Header) != "" {
 		return true
 	}
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -67,7 +67,7 @@ func fromProgram(r *http.Request) bool {
 
 // hostAllowed reports whether r's Host names this listener. A request
 // without one (HTTP/1.0) is no browser's.
-func (b *Broker) hostAllowed(r *http.Request) bool {
+func (s *Server) hostAllowed(r *http.Request) bool {
 	if r.Host == "" {
 		return true
 	}
@@ -89,7 +89,7 @@ func (b *Broker) hostAllowed(r *http.Request) bool {
 			}
 		}
 	}
-	for _, allowed := range b.opts.AdminAllowedHosts {
+	for _, allowed := range s.opts.AllowedHosts {
 		if strings.EqualFold(strings.TrimSuffix(strings.Trim(allowed, "[]"), "."), host) {
 			return true
 		}

@@ -1,10 +1,8 @@
-package broker
+package admin
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -76,6 +74,18 @@ func ParseJobFilter(q url.Values) (JobFilter, error) {
 	return f, nil
 }
 
+// parseLimit reads a listing's limit: 100 when v is empty, at most 10,000.
+func parseLimit(v string) (int, error) {
+	if v == "" {
+		return 100, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 10000 {
+		return 0, fmt.Errorf("%w: limit %q: want 1 to 10000", store.ErrBadFilter, v)
+	}
+	return n, nil
+}
+
 // ListOptions is f for the journal, ages counted from now (not State
 // inflight, which the journal does not know).
 func (f JobFilter) ListOptions(now time.Time) store.ListOptions {
@@ -90,37 +100,23 @@ func (f JobFilter) ListOptions(now time.Time) store.ListOptions {
 	return o
 }
 
-// BulkResult is what a bulk action on dead jobs did.
+// BulkResult is what a bulk action did.
 type BulkResult struct {
 	Matched int  `json:"matched"` // jobs that match the filter
 	Done    int  `json:"done"`    // retried or removed (0 when not confirmed)
 	DryRun  bool `json:"dry_run,omitempty"`
 }
 
-// BulkDead retries (or, with remove, deletes) every dead job that matches
-// f, a page of the journal at a time, its writes sharing commits. Not
-// confirmed, it only counts them.
-func (b *Broker) BulkDead(ctx context.Context, f JobFilter, remove, confirmed bool) (BulkResult, error) {
-	var act func([]*store.Job) (int, error)
-	if confirmed {
-		act = func(jobs []*store.Job) (int, error) { return b.deadMany(ctx, jobs, remove) }
-	}
-	return DeadPages(b.journal, f, act)
-}
+// ErrNeedState is BulkRemove's answer to a filter without a stored state.
+var ErrNeedState = fmt.Errorf("%w: state: bulk remove wants pending, dead or done", store.ErrBadFilter)
 
-// DeadPages goes through the dead jobs f matches in journal, 1,000 at a
-// time, and gives each page to act, which returns how many it retried or
-// removed; with a nil act it only counts them (a dry run).
-func DeadPages(journal store.Journal, f JobFilter, act func([]*store.Job) (int, error)) (BulkResult, error) {
-	return JobPages(context.Background(), journal, f, store.Dead, nil, act)
-}
-
-// JobPages goes through the jobs in state that f matches in journal (from
-// the start: f.After is a listing's, not a bulk action's), 1,000 at a
-// time, leaving out those keep refuses (nil: none), and gives each page
-// to act, which returns how many it changed; with a nil act it only
-// counts them (a dry run). It stops when ctx ends.
-func JobPages(ctx context.Context, journal store.Journal, f JobFilter, state store.State,
+// bulk goes through the jobs in state that f matches (from the start:
+// f.After is a listing's, not a bulk action's), 1,000 at a time, as list
+// pages them, leaving out those keep refuses (nil: none), and gives each
+// page to act, which returns how many it changed; with a nil act it only
+// counts them (a dry run). It stops when ctx ends. Every implementation
+// of the API runs its bulk actions through it.
+func bulk(ctx context.Context, list func(store.ListOptions) (store.Page, error), f JobFilter, state store.State,
 	keep func(*store.Job) bool, act func([]*store.Job) (int, error)) (BulkResult, error) {
 	opts := f.ListOptions(time.Now())
 	opts.State, opts.Limit, opts.After, opts.NoPayloads = state, 1000, "", true
@@ -129,7 +125,7 @@ func JobPages(ctx context.Context, journal store.Journal, f JobFilter, state sto
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		p, err := journal.List(opts)
+		p, err := list(opts)
 		if err != nil {
 			return res, err
 		}
@@ -152,69 +148,11 @@ func JobPages(ctx context.Context, journal store.Journal, f JobFilter, state sto
 	}
 }
 
-// deadMany revives or removes jobs, their writes queued at once.
-func (b *Broker) deadMany(ctx context.Context, jobs []*store.Job, remove bool) (int, error) {
-	results := make(chan error, len(jobs))
-	err := b.onLoop(ctx, func() {
-		for _, j := range jobs {
-			if remove {
-				if b.jobs[j.MsgID] != nil { // revived since it was listed: no longer dead
-					results <- errGone
-					continue
-				}
-				b.journal.Remove(j.MsgID, func(found bool, err error) {
-					b.adminWriteFailed(err, "journal could not remove a dead job", j.MsgID)
-					if err == nil && !found {
-						err = errGone
-					}
-					results <- err
-				})
-				continue
-			}
-			b.revive(j.MsgID, func(err error) { results <- err })
-		}
-	})
-	if err != nil {
-		return 0, err
+// msgids are the jobs' msgids.
+func msgids(jobs []*store.Job) []string {
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.MsgID
 	}
-	n := 0
-	var first error
-	for range jobs {
-		select {
-		case err := <-results:
-			switch {
-			case err == nil:
-				n++
-			case first == nil && !isGone(err): // one retried or removed meanwhile is not a failure
-				first = err
-			}
-		case <-ctx.Done():
-			return n, ctx.Err()
-		}
-	}
-	return n, first
-}
-
-// errGone: a listed dead job was removed or revived meanwhile.
-var errGone = fmt.Errorf("%w: no longer dead", store.ErrWrongState)
-
-// isGone: the job is not there, or no longer dead.
-func isGone(err error) bool {
-	return errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrWrongState)
-}
-
-// bulkRoutes serve POST /api/v1/dead/retry and /api/v1/dead/remove with a
-// filter's parameters; without confirm=yes they only count.
-func (b *Broker) bulkRoutes(mux *http.ServeMux) {
-	for action, remove := range map[string]bool{"retry": false, "remove": true} {
-		mux.HandleFunc("POST /api/v1/dead/"+action, func(w http.ResponseWriter, r *http.Request) {
-			f, err := ParseJobFilter(r.URL.Query())
-			if err != nil {
-				reply(w, nil, err)
-				return
-			}
-			res, err := b.BulkDead(r.Context(), f, remove, r.URL.Query().Get("confirm") == "yes")
-			reply(w, res, err)
-		})
-	}
+	return ids
 }

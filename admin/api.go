@@ -1,0 +1,73 @@
+package admin
+
+import (
+	"context"
+	"errors"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/store"
+)
+
+// API is what an operator may see and do: emq's admin commands, the
+// HTTP routes and the dashboard all go through it. It has three
+// implementations, which one shared test table checks:
+//
+//   - Live, in process, on a running broker (through its named API);
+//   - Client, over HTTP, on a broker's admin listener (the CLI's);
+//   - Offline, on a journal no broker holds (a stopped broker's file,
+//     or a group's journal in etcd while no broker leads).
+//
+// Offline answers what only a running broker knows (workers, jobs in
+// flight, counters, events) with ErrNeedsBroker.
+type API interface {
+	// Stats are the broker's counters, and what it is in a group.
+	Stats(ctx context.Context) (StatsInfo, error)
+	Queues(ctx context.Context) ([]broker.QueueInfo, error)
+	Workers(ctx context.Context) ([]broker.WorkerInfo, error)
+	// Overview is the dashboard's first page.
+	Overview(ctx context.Context) (Overview, error)
+
+	// Jobs lists a page of jobs; Job shows one, with its trail and, with
+	// payload, its payload and a done job's result.
+	Jobs(ctx context.Context, f JobFilter) (JobPage, error)
+	Job(ctx context.Context, msgid string, payload bool) (JobInfo, error)
+	Payload(ctx context.Context, msgid string) ([]byte, error)
+	Result(ctx context.Context, msgid string) ([]byte, error)
+	RemoveJob(ctx context.Context, msgid string) error
+	RetryJob(ctx context.Context, msgid string) error
+	// BulkDead retries (or, with remove, deletes) every dead job f
+	// matches; not confirmed, it only counts them. BulkRemove deletes
+	// every pending (not held), dead or done job f matches (f.State says
+	// which), or counts them.
+	BulkDead(ctx context.Context, f JobFilter, remove, confirmed bool) (BulkResult, error)
+	BulkRemove(ctx context.Context, f JobFilter, confirmed bool) (BulkResult, error)
+	PurgeQueue(ctx context.Context, queue string) (int, error)
+	ChangeQueue(ctx context.Context, queue string, c broker.QueueChange) (broker.QueueInfo, error)
+	Compact(ctx context.Context) (store.CompactStats, error)
+
+	Schedules(ctx context.Context, after string, limit int) (SchedulePage, error)
+	Schedule(ctx context.Context, id string, payload bool) (ScheduleInfo, error)
+	AddSchedule(ctx context.Context, sp ScheduleSpec) (ScheduleInfo, error)
+	RemoveSchedule(ctx context.Context, id string) error
+	PauseSchedule(ctx context.Context, id string, paused bool) error
+
+	// Events follows what happens to the jobs of queue and msgid ("" =
+	// all) until the stream is closed, falls behind, or the broker stops.
+	Events(ctx context.Context, queue, msgid string) (Events, error)
+
+	// Close lets go of what the API holds (an offline journal).
+	Close() error
+}
+
+// Events is a stream of events (broker.Events in process, Server-Sent
+// Events over HTTP).
+type Events interface {
+	// Next returns the events that came since the last call, waiting for
+	// one if none has; after the last, why the stream ended
+	// (broker.ErrDropped, broker.ErrStopped).
+	Next(ctx context.Context) ([]broker.Event, error)
+	Close()
+}
+
+// ErrNeedsBroker answers, offline, what only a running broker knows.
+var ErrNeedsBroker = errors.New("only a running broker knows this: use --admin instead of --data-dir")

@@ -1,0 +1,189 @@
+package admin
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/eventmq/emq/broker"
+)
+
+// Metrics are the admin listener's Prometheus metrics (GET /metrics), in
+// a registry of their own: what the broker served holds and counts, read
+// at scrape time through its named API, and the figures it observes as
+// they happen (Metrics is its broker.Observer).
+type Metrics struct {
+	reg          *prometheus.Registry
+	commitTime   prometheus.Histogram
+	commitBatch  prometheus.Histogram
+	replay       prometheus.Gauge
+	fireLateness prometheus.Histogram
+}
+
+var _ broker.Observer = (*Metrics)(nil)
+
+func newMetrics(s *Server) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		commitTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "emq_journal_commit_duration_seconds",
+			Help:    "Time of one journal commit (group of writes), fsync included.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "emq_journal_commit_writes",
+			Help:    "Writes (appends, deletes, ...) in one journal commit.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}),
+		replay: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "emq_replay_duration_seconds",
+			Help: "Time the last start-up took to load the journal.",
+		}),
+		fireLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "emq_schedule_fire_lateness_seconds",
+			Help:    "How long after its due time a schedule's fire was made (catch-up fires included).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 20),
+		}),
+	}
+	m.reg.MustRegister(m.commitTime, m.commitBatch, m.replay, m.fireLateness, brokerCollector{s},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(s.opts.Collectors...)
+	return m
+}
+
+// Committed implements broker.Observer.
+func (m *Metrics) Committed(writes int, took time.Duration) {
+	m.commitTime.Observe(took.Seconds())
+	m.commitBatch.Observe(float64(writes))
+}
+
+// Replayed implements broker.Observer.
+func (m *Metrics) Replayed(took time.Duration) { m.replay.Set(took.Seconds()) }
+
+// Fired implements broker.Observer.
+func (m *Metrics) Fired(late time.Duration) { m.fireLateness.Observe(late.Seconds()) }
+
+// brokerCollector reports the broker served: its counters, the ERRORs it
+// sent by code, what its loop holds (one State at scrape time) and
+// pub/sub's figures. With no broker served it reports none of them.
+type brokerCollector struct{ s *Server }
+
+var (
+	descPending   = prometheus.NewDesc("emq_queue_pending_jobs", "Jobs waiting for a worker.", []string{"queue"}, nil)
+	descDelayed   = prometheus.NewDesc("emq_queue_delayed_jobs", "Jobs waiting for their time (delay, retry backoff).", []string{"queue"}, nil)
+	descInFlight  = prometheus.NewDesc("emq_queue_inflight_jobs", "Jobs held by workers.", []string{"queue"}, nil)
+	descOldest    = prometheus.NewDesc("emq_queue_oldest_job_age_seconds", "Age of the oldest job not done.", []string{"queue"}, nil)
+	descQWorkers  = prometheus.NewDesc("emq_queue_workers", "Workers serving the queue.", []string{"queue"}, nil)
+	descQPaused   = prometheus.NewDesc("emq_queue_paused", "1 when an operator paused the queue: it stores jobs, dispatches none.", []string{"queue"}, nil)
+	descQConc     = prometheus.NewDesc("emq_queue_concurrency_limit", "Most jobs of the queue in flight at once; 0 = no limit.", []string{"queue"}, nil)
+	descConns     = prometheus.NewDesc("emq_connections", "Connections of every eMQP and pub/sub endpoint, handshakes included (max-connections).", nil, nil)
+	descRefused   = prometheus.NewDesc("emq_connections_refused_total", "Connections closed at once: max-connections or max-connections-per-ip reached.", nil, nil)
+	descHandshake = prometheus.NewDesc("emq_handshakes_failed_total", "Connections that ended in their ZMTP handshake: timed out, closed, not ZMTP.", nil, nil)
+	descListeners = prometheus.NewDesc("emq_event_listeners", "Listeners of the event stream (/api/v1/events).", nil, nil)
+	descQRate     = prometheus.NewDesc("emq_queue_rate_limit", "Most dispatches of the queue a second; 0 = no limit.", []string{"queue"}, nil)
+	descWorkers   = prometheus.NewDesc("emq_workers", "Connected workers.", nil, nil)
+	descScheds    = prometheus.NewDesc("emq_schedulers", "Connected schedulers (peers that SCHEDULEs are passed to).", nil, nil)
+	descFreeSlots = prometheus.NewDesc("emq_worker_free_slots", "Slots offered by workers (READY) and not used.", nil, nil)
+	descErrors    = prometheus.NewDesc("emq_"+broker.ErrorsName+"_total", "ERRORs sent to peers, by code.", []string{"code"}, nil)
+	descCache     = prometheus.NewDesc("emq_payload_cache_bytes", "Bytes of payloads held in memory for dispatch (payload-cache).", nil, nil)
+	descReceived  = prometheus.NewDesc("emq_receive_buffer_bytes", "Bytes of received messages held (max-receive-buffer).", nil, nil)
+	descSending   = prometheus.NewDesc("emq_send_queue_bytes", "Bytes queued for sending, all connections together (max-send-buffer).", nil, nil)
+	descSchedules = prometheus.NewDesc("emq_schedules", "Schedules the broker keeps, by state.", []string{"state"}, nil)
+)
+
+var (
+	descPublished = prometheus.NewDesc("emq_pubsub_published_total", "PUBLISH messages fanned out.", nil, nil)
+	descDelivered = prometheus.NewDesc("emq_pubsub_delivered_total", "Published messages written to subscribers.", nil, nil)
+	descDropped   = prometheus.NewDesc("emq_pubsub_dropped_total",
+		"Published messages a subscriber missed: its queue was full (subscriber-hwm, publisher-buffer), or it went away first.", nil, nil)
+	descSubRefused = prometheus.NewDesc("emq_pubsub_refused_connections_total", "Subscriber connections closed at once: max-subscribers reached.", nil, nil)
+	descSubs       = prometheus.NewDesc("emq_pubsub_subscribers", "Subscriber connections.", nil, nil)
+	descSubPrefix  = prometheus.NewDesc("emq_pubsub_subscriptions", "Topic prefixes subscribed to, every subscriber together.", nil, nil)
+	descPubQueued  = prometheus.NewDesc("emq_pubsub_queued_bytes", "Bytes waiting for subscribers (a message counts once per subscriber).", nil, nil)
+	descLastValues = prometheus.NewDesc("emq_pubsub_last_value_topics", "Topics in the last-value cache.", nil, nil)
+)
+
+// counterDescs are the broker's counters, as broker.Counters names them.
+var counterDescs = func() []*prometheus.Desc {
+	ds := make([]*prometheus.Desc, len(broker.Counters))
+	for i, c := range broker.Counters {
+		ds[i] = prometheus.NewDesc(c.Metric, c.Help, nil, nil)
+	}
+	return ds
+}()
+
+func (c brokerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range counterDescs {
+		ch <- d
+	}
+	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descQPaused, descQConc, descQRate,
+		descListeners, descConns, descRefused, descHandshake, descWorkers, descScheds, descFreeSlots, descErrors, descCache, descReceived,
+		descSending, descSchedules, descPublished, descDelivered, descDropped, descSubRefused, descSubs, descSubPrefix, descPubQueued, descLastValues} {
+		ch <- d
+	}
+}
+
+func (c brokerCollector) Collect(ch chan<- prometheus.Metric) {
+	t := c.s.current()
+	if t == nil {
+		return
+	}
+	b := t.b
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	st := b.Stats()
+	for i, cn := range broker.Counters {
+		counter(counterDescs[i], float64(cn.Value(st)))
+	}
+	for _, code := range broker.ErrorCodes {
+		counter(descErrors, float64(st.Errors(code)), code)
+	}
+	ps := b.PubSub()
+	counter(descPublished, float64(ps.Published))
+	counter(descDelivered, float64(ps.Delivered))
+	counter(descDropped, float64(ps.Dropped))
+	counter(descSubRefused, float64(ps.Refused))
+	gauge(descSubs, float64(ps.Subscribers))
+	gauge(descSubPrefix, float64(ps.Subscriptions))
+	gauge(descPubQueued, float64(ps.QueuedBytes))
+	gauge(descLastValues, float64(ps.LastValues))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := b.State(ctx)
+	if err != nil { // stopping: what it counted is above
+		return
+	}
+	for _, q := range s.Queues {
+		gauge(descPending, float64(q.Pending), q.Name)
+		gauge(descDelayed, float64(q.Delayed), q.Name)
+		gauge(descInFlight, float64(q.InFlight), q.Name)
+		gauge(descOldest, q.OldestAge, q.Name)
+		gauge(descQWorkers, float64(q.Workers), q.Name)
+		paused := 0.0
+		if q.Paused {
+			paused = 1
+		}
+		gauge(descQPaused, paused, q.Name)
+		gauge(descQConc, float64(q.Concurrency), q.Name)
+		gauge(descQRate, q.Rate, q.Name)
+	}
+	gauge(descListeners, float64(s.Listeners))
+	gauge(descConns, float64(s.Connections))
+	counter(descRefused, float64(s.Refused))
+	counter(descHandshake, float64(s.HandshakesFailed))
+	gauge(descWorkers, float64(s.Workers))
+	gauge(descFreeSlots, float64(s.FreeSlots))
+	gauge(descScheds, float64(s.Schedulers))
+	gauge(descSchedules, float64(s.SchedulesActive), "active")
+	gauge(descSchedules, float64(s.SchedulesPaused), "paused")
+	gauge(descCache, float64(s.CachedBytes))
+	gauge(descSending, float64(s.SendQueueBytes))
+	gauge(descReceived, float64(s.ReceivedBytes))
+}

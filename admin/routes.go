@@ -1,0 +1,239 @@
+package admin
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/store"
+)
+
+// Handler is the admin API, behind its guard (guard.go): the routes of
+// doc.go, each answered through the API of the broker served now (a
+// Live, so through the broker's named API alone).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /api/v1/stats", func(w http.ResponseWriter, r *http.Request) {
+		if s.current() == nil && s.opts.Group != nil { // a standby: who leads
+			info := s.opts.Group()
+			writeJSON(w, http.StatusOK, StatsInfo{Group: &info})
+			return
+		}
+		s.with(w, func(a API) { st, err := a.Stats(r.Context()); reply(w, st, err) })
+	})
+	mux.HandleFunc("GET /api/v1/queues", func(w http.ResponseWriter, r *http.Request) {
+		s.with(w, func(a API) { qs, err := a.Queues(r.Context()); reply(w, qs, err) })
+	})
+	mux.HandleFunc("GET /api/v1/workers", func(w http.ResponseWriter, r *http.Request) {
+		s.with(w, func(a API) { ws, err := a.Workers(r.Context()); reply(w, ws, err) })
+	})
+	mux.HandleFunc("GET /api/v1/jobs", func(w http.ResponseWriter, r *http.Request) {
+		f, err := ParseJobFilter(r.URL.Query())
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		s.with(w, func(a API) { p, err := a.Jobs(r.Context(), f); reply(w, p, err) })
+	})
+	mux.HandleFunc("GET /api/v1/jobs/{msgid}", func(w http.ResponseWriter, r *http.Request) {
+		withPayload, _ := strconv.ParseBool(r.URL.Query().Get("payload"))
+		s.with(w, func(a API) { ji, err := a.Job(r.Context(), r.PathValue("msgid"), withPayload); reply(w, ji, err) })
+	})
+	mux.HandleFunc("DELETE /api/v1/jobs/{msgid}", func(w http.ResponseWriter, r *http.Request) {
+		s.with(w, func(a API) {
+			err := a.RemoveJob(r.Context(), r.PathValue("msgid"))
+			reply(w, map[string]bool{"removed": err == nil}, err)
+		})
+	})
+	mux.HandleFunc("POST /api/v1/jobs/{msgid}/retry", func(w http.ResponseWriter, r *http.Request) {
+		s.with(w, func(a API) {
+			err := a.RetryJob(r.Context(), r.PathValue("msgid"))
+			reply(w, map[string]bool{"retried": err == nil}, err)
+		})
+	})
+	download := func(w http.ResponseWriter, name string, data []byte) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name))
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+		_, _ = w.Write(data)
+	}
+	mux.HandleFunc("GET /api/v1/jobs/{msgid}/payload", func(w http.ResponseWriter, r *http.Request) {
+		s.with(w, func(a API) {
+			p, err := a.Payload(r.Context(), r.PathValue("msgid"))
+			if err != nil {
+				fail(w, err)
+				return
+			}
+			download(w, r.PathValue("msgid")+".payload", p)
+		})
+	})
+	mux.HandleFunc("GET /api/v1/jobs/{msgid}/result", func(w http.ResponseWriter, r *http.Request) {
+		s.with(w, func(a API) {
+			res, err := a.Result(r.Context(), r.PathValue("msgid"))
+			if err != nil {
+				fail(w, err)
+				return
+			}
+			download(w, r.PathValue("msgid")+".result", res)
+		})
+	})
+	mux.HandleFunc("POST /api/v1/jobs/remove", func(w http.ResponseWriter, r *http.Request) {
+		f, err := ParseJobFilter(r.URL.Query())
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		s.with(w, func(a API) {
+			res, err := a.BulkRemove(r.Context(), f, r.URL.Query().Get("confirm") == "yes")
+			reply(w, res, err)
+		})
+	})
+	for action, remove := range map[string]bool{"retry": false, "remove": true} {
+		mux.HandleFunc("POST /api/v1/dead/"+action, func(w http.ResponseWriter, r *http.Request) {
+			f, err := ParseJobFilter(r.URL.Query())
+			if err != nil {
+				fail(w, err)
+				return
+			}
+			s.with(w, func(a API) {
+				res, err := a.BulkDead(r.Context(), f, remove, r.URL.Query().Get("confirm") == "yes")
+				reply(w, res, err)
+			})
+		})
+	}
+	mux.HandleFunc("POST /api/v1/queues/{queue}/purge", func(w http.ResponseWriter, r *http.Request) {
+		q := r.PathValue("queue")
+		if r.URL.Query().Get("confirm") != q {
+			refuse(w, http.StatusBadRequest, "confirm", "purging deletes every pending job of the queue: "+
+				"repeat its name as ?confirm="+q)
+			return
+		}
+		s.with(w, func(a API) {
+			n, err := a.PurgeQueue(r.Context(), q)
+			reply(w, map[string]int{"removed": n}, err)
+		})
+	})
+	s.controlRoutes(mux)
+	mux.HandleFunc("GET /api/v1/events", s.serveEvents)
+	s.scheduleRoutes(mux)
+	mux.HandleFunc("POST /api/v1/compact", func(w http.ResponseWriter, r *http.Request) {
+		s.with(w, func(a API) {
+			st, err := a.Compact(r.Context())
+			reply(w, map[string]int64{"size_before": st.Before, "size_after": st.After}, err)
+		})
+	})
+	mux.HandleFunc("GET /api/v1/overview", func(w http.ResponseWriter, r *http.Request) {
+		s.with(w, func(a API) { o, err := a.Overview(r.Context()); reply(w, o, err) })
+	})
+	mux.HandleFunc("GET /api/v1/overview/stream", s.serveOverview)
+	s.dashboardRoutes(mux)
+	return s.guard(s.authorize(mux))
+}
+
+// with runs fn with the API of the broker served now, or answers that
+// there is none.
+func (s *Server) with(w http.ResponseWriter, fn func(API)) {
+	t := s.current()
+	if t == nil {
+		s.noBroker(w)
+		return
+	}
+	fn(t.api)
+}
+
+// noBroker answers a request for a broker's API when none is served: a
+// standby names who leads.
+func (s *Server) noBroker(w http.ResponseWriter) {
+	if s.opts.Group != nil {
+		refuse(w, http.StatusServiceUnavailable, "standby", fmt.Sprintf("this broker is a standby; %s leads the group", s.opts.Group().Leader))
+		return
+	}
+	fail(w, broker.ErrStopped)
+}
+
+// readyz: 200 while the broker served is ready and not stopping.
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	t := s.current()
+	switch {
+	case t != nil && t.b.Serving():
+		fmt.Fprintln(w, "ready")
+	case t == nil && s.opts.Group != nil:
+		http.Error(w, "standby: "+s.opts.Group().Leader+" leads", http.StatusServiceUnavailable)
+	default:
+		http.Error(w, "not ready", http.StatusServiceUnavailable)
+	}
+}
+
+// controlRoutes serve the queue controls: pause, resume, and settings
+// (a JSON QueueChange). Each answers with the queue's controls once stored.
+func (s *Server) controlRoutes(mux *http.ServeMux) {
+	change := func(w http.ResponseWriter, r *http.Request, c broker.QueueChange) {
+		s.with(w, func(a API) { qi, err := a.ChangeQueue(r.Context(), r.PathValue("queue"), c); reply(w, qi, err) })
+	}
+	paused, resumed := true, false
+	mux.HandleFunc("POST /api/v1/queues/{queue}/pause", func(w http.ResponseWriter, r *http.Request) {
+		change(w, r, broker.QueueChange{Paused: &paused})
+	})
+	mux.HandleFunc("POST /api/v1/queues/{queue}/resume", func(w http.ResponseWriter, r *http.Request) {
+		change(w, r, broker.QueueChange{Paused: &resumed})
+	})
+	mux.HandleFunc("POST /api/v1/queues/{queue}/settings", func(w http.ResponseWriter, r *http.Request) {
+		var c broker.QueueChange
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			refuse(w, http.StatusBadRequest, "invalid", "queue settings: want a JSON object of paused, concurrency, rate, burst: "+err.Error())
+			return
+		}
+		change(w, r, c)
+	})
+}
+
+func (s *Server) scheduleRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /api/v1/schedules", func(w http.ResponseWriter, r *http.Request) {
+		limit, err := parseLimit(r.URL.Query().Get("limit"))
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		s.with(w, func(a API) {
+			page, err := a.Schedules(r.Context(), r.URL.Query().Get("after"), limit)
+			reply(w, page, err)
+		})
+	})
+	mux.HandleFunc("POST /api/v1/schedules", func(w http.ResponseWriter, r *http.Request) {
+		var sp ScheduleSpec
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)).Decode(&sp); err != nil {
+			fail(w, fmt.Errorf("%w: the body is not a schedule in JSON: %v", store.ErrBadSchedule, err))
+			return
+		}
+		s.with(w, func(a API) { si, err := a.AddSchedule(r.Context(), sp); reply(w, si, err) })
+	})
+	mux.HandleFunc("GET /api/v1/schedules/{id}", func(w http.ResponseWriter, r *http.Request) {
+		withPayload, _ := strconv.ParseBool(r.URL.Query().Get("payload"))
+		s.with(w, func(a API) { si, err := a.Schedule(r.Context(), r.PathValue("id"), withPayload); reply(w, si, err) })
+	})
+	mux.HandleFunc("DELETE /api/v1/schedules/{id}", func(w http.ResponseWriter, r *http.Request) {
+		s.with(w, func(a API) {
+			err := a.RemoveSchedule(r.Context(), r.PathValue("id"))
+			reply(w, map[string]bool{"removed": err == nil}, err)
+		})
+	})
+	for _, action := range []string{"pause", "resume"} {
+		mux.HandleFunc("POST /api/v1/schedules/{id}/"+action, func(w http.ResponseWriter, r *http.Request) {
+			s.with(w, func(a API) {
+				err := a.PauseSchedule(r.Context(), r.PathValue("id"), action == "pause")
+				reply(w, map[string]bool{"paused": action == "pause" && err == nil}, err)
+			})
+		})
+	}
+}

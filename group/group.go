@@ -1,0 +1,472 @@
+// Package group runs a broker as one of a replicated group: brokers on
+// the same etcd endpoints and prefix, one of which leads (serves eMQP on
+// the journal in etcd) while the others stand by.
+//
+//	            campaign (etcd election, lease of LeaderTTL)
+//	standby ───────────────────────────────────────────────▶ leader: a Broker on
+//	 /healthz 200, /readyz 503,                                etcdstore, every write
+//	 stats: who leads; no eMQP                                 guarded by its election key
+//	    ▲                                                         │
+//	    └── lease ended, a guarded write refused, etcd unsure ────┘ (Fence: stops at once)
+//	        (Shutdown, or Run's ctx ends: drain, then resign, so a standby takes over at once)
+//
+// A Group owns the etcd client, the session (lease) and the election,
+// and one admin listener for its whole life (package admin), which
+// serves the leading broker's API, or answers as a standby. Each
+// leadership is a new broker.Broker, built once elected: it loads the
+// journal then, so what was in flight at the leader before is pending
+// again, and a standby holds no job state at all. Fencing lives in the
+// journal: every etcd transaction carries the guard (Options.JournalOptions),
+// so a broker that lost its leadership cannot write (store.ErrFenced),
+// hence cannot ACK; the lease's end fences it even when it writes
+// nothing. OpenJournal gives the admin tools the same fenced journal
+// while no broker leads. Package group uses the broker's exported API
+// only.
+package group
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/eventmq/emq/admin"
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/etcdstore"
+)
+
+// Options configure a broker as one of a replicated group: the brokers
+// on the same etcd endpoints and prefix.
+type Options struct {
+	Endpoints []string      // etcd client URLs
+	Prefix    string        // the group's keys: PREFIX "journal/" and PREFIX "leader/" ("/emq/")
+	TLS       *tls.Config   // to etcd; nil: plain
+	Username  string        // etcd user ("" = none)
+	Password  string        // and password
+	LeaderTTL time.Duration // the leader's lease: how long a dead leader leads (2 s)
+	Name      string        // this broker in the election ("" = host:pid)
+	// Timeout bounds each request to etcd (5 s); DialTimeout the first
+	// connection (5 s).
+	Timeout, DialTimeout time.Duration
+}
+
+// DefaultOptions returns the defaults.
+func DefaultOptions() Options {
+	return Options{Prefix: "/emq/", LeaderTTL: 2 * time.Second, Timeout: 5 * time.Second, DialTimeout: 5 * time.Second}
+}
+
+// Validate reports the first bad option, named as its flag.
+func (g Options) Validate() error {
+	switch {
+	case len(g.Endpoints) == 0:
+		return fmt.Errorf("etcd-endpoints: at least one is needed")
+	case !strings.HasPrefix(g.Prefix, "/") || !strings.HasSuffix(g.Prefix, "/"):
+		return fmt.Errorf("etcd-prefix: must start and end with /, got %q", g.Prefix)
+	case g.LeaderTTL < time.Second || g.LeaderTTL%time.Second != 0:
+		return fmt.Errorf("leader-ttl: must be whole seconds, at least 1 s (etcd leases count seconds), got %v", g.LeaderTTL)
+	case g.Timeout <= 0 || g.DialTimeout <= 0:
+		return fmt.Errorf("etcd timeouts must be positive")
+	case (g.Username == "") != (g.Password == ""):
+		return fmt.Errorf("etcd-user and etcd-password: give both or neither")
+	}
+	for _, ep := range g.Endpoints {
+		if !strings.HasPrefix(ep, "http://") && !strings.HasPrefix(ep, "https://") {
+			return fmt.Errorf("etcd-endpoints: %q: want http://host:port or https://host:port", ep)
+		}
+	}
+	return nil
+}
+
+// JournalPrefix is where the group's journal lives under prefix.
+func JournalPrefix(prefix string) string { return prefix + "journal/" }
+
+// LeaderPrefix is where the group's election runs under prefix.
+func LeaderPrefix(prefix string) string { return prefix + "leader/" }
+
+// JournalOptions are the options of the group's journal for whoever won
+// el: every write guarded by its election key at its revision, so that
+// none lands once another leads.
+func (g Options) JournalOptions(el *concurrency.Election) etcdstore.Options {
+	eo := etcdstore.DefaultOptions()
+	eo.Prefix = JournalPrefix(g.Prefix)
+	eo.Guard = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())}
+	eo.Timeout = g.Timeout
+	return eo
+}
+
+// NewClient connects to etcd as g says.
+func NewClient(g Options) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: g.Endpoints, DialTimeout: g.DialTimeout, TLS: g.TLS,
+		Username: g.Username, Password: g.Password, Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd-endpoints %s: %w", strings.Join(g.Endpoints, ","), err)
+	}
+	return cli, nil
+}
+
+// Group is a broker's place in a replicated group. One broker leads: it
+// won the election, a key under LeaderPrefix held by its lease. It runs
+// as a broker.Broker on the journal in etcd, every write guarded by that
+// key (fencing). The others are standbys: they campaign, serve /healthz
+// (200), /readyz (503), /metrics and the stats API (who leads), and
+// listen on no eMQP endpoint.
+type Group struct {
+	opts   Options
+	bopts  broker.Options
+	log    *slog.Logger
+	cli    *clientv3.Client
+	server *admin.Server
+
+	mu      sync.Mutex
+	state   string // "standby", "leader"
+	leader  string
+	elected int64
+	broker  *broker.Broker // while leading
+	cancel  context.CancelFunc
+	started bool
+	closing bool // Close: a broker elected from now on stops at once
+	done    chan struct{}
+
+	elections  prometheus.Counter
+	changes    prometheus.Counter
+	stateGauge *prometheus.GaugeVec
+}
+
+// New makes a broker of a replicated group, with opts for the broker it
+// runs while it leads (their DataDir and OpenJournal are not used: the
+// journal is in etcd) and aopts for its admin listener.
+func New(opts broker.Options, aopts admin.Options, g Options) (*Group, error) {
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	if most := etcdstore.MaxJobSize(etcdstore.DefaultOptions().MaxRequestBytes); opts.MaxJobSize > most {
+		return nil, fmt.Errorf("max-job-size: %d is over what one etcd request carries (%d bytes; etcd's --max-request-bytes is 1.5 MiB)", opts.MaxJobSize, most)
+	}
+	if g.Name == "" {
+		host, _ := os.Hostname()
+		g.Name = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	opts.OpenJournal = func(func(int, time.Duration)) (store.Journal, error) { return nil, errors.New("set per term") }
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	grp := &Group{opts: g, bopts: opts, log: opts.Logger, state: "standby", done: make(chan struct{}),
+		elections: prometheus.NewCounter(prometheus.CounterOpts{Name: "emq_group_elections_won_total",
+			Help: "Elections this broker won (it became the group's leader)."}),
+		changes: prometheus.NewCounter(prometheus.CounterOpts{Name: "emq_group_leader_changes_total",
+			Help: "Changes of the group's leader this broker saw (failovers, and its own elections)."}),
+		stateGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "emq_group_role",
+			Help: "1 for this broker's role in the group: leader or standby."}, []string{"role"}),
+	}
+	grp.setState("standby")
+	aopts.Group = grp.Info
+	aopts.Collectors = append(aopts.Collectors, grp.elections, grp.changes, grp.stateGauge)
+	if aopts.Logger == nil {
+		aopts.Logger = opts.Logger
+	}
+	var err error
+	if grp.server, err = admin.New(aopts); err != nil {
+		return nil, err
+	}
+	grp.bopts.Observer = grp.server.Observer()
+	if grp.cli, err = NewClient(g); err != nil {
+		return nil, err
+	}
+	return grp, nil
+}
+
+// AdminAddr is the admin listener's bound host:port (once Run has bound
+// it; "" = none).
+func (g *Group) AdminAddr() string { return g.server.Addr() }
+
+// Run binds the admin listener, campaigns, serves as standby meanwhile,
+// and once elected runs a broker on the journal in etcd until ctx ends
+// or Shutdown is called (then it drains as a broker does and resigns, so
+// a standby takes over at once) or it loses its leadership (its lease
+// ended, or a write found another leader): then it campaigns again. What
+// was in flight at a leader that stopped is pending again for the next.
+// It returns nil when stopped, or the admin listener's error.
+func (g *Group) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	g.mu.Lock()
+	g.started, g.cancel = true, cancel
+	g.mu.Unlock()
+	defer close(g.done)
+	defer cancel()
+	defer g.cli.Close()
+	if err := g.server.Start(); err != nil {
+		return err
+	}
+	defer g.server.Close()
+	for ctx.Err() == nil {
+		err := g.term(ctx, g.bopts)
+		if ctx.Err() != nil {
+			return nil
+		}
+		g.log.Warn("not leading; campaigning again", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond): // etcd away: do not spin
+		}
+	}
+	return nil
+}
+
+// Shutdown stops the group's broker gracefully: the leader drains and
+// resigns, a standby stops campaigning; it returns once Run has. If ctx
+// ends first, the leader's drain is cut short (as Close).
+func (g *Group) Shutdown(ctx context.Context) error {
+	if !g.stopRun() {
+		return nil
+	}
+	select {
+	case <-g.done:
+		return nil
+	case <-ctx.Done():
+		g.Close()
+		return ctx.Err()
+	}
+}
+
+// Close stops at once: a leader's jobs in flight stay journaled and run
+// again under the next leader. It returns once Run has.
+func (g *Group) Close() error {
+	g.mu.Lock()
+	g.closing = true
+	g.mu.Unlock()
+	if b := g.current(); b != nil {
+		b.Close()
+	}
+	if g.stopRun() {
+		<-g.done
+	}
+	return nil
+}
+
+// stopRun ends Run's context; false when Run never started.
+func (g *Group) stopRun() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cancel != nil {
+		g.cancel()
+	}
+	return g.started
+}
+
+// ReloadCredentials re-reads the CURVE clients and PLAIN users of the
+// broker leading (a standby reads them when it is elected).
+func (g *Group) ReloadCredentials() error {
+	if b := g.current(); b != nil {
+		return b.ReloadCredentials()
+	}
+	return nil
+}
+
+// current is the broker running while this one leads; nil otherwise.
+func (g *Group) current() *broker.Broker {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.broker
+}
+
+// newSession makes a session on a lease of LeaderTTL, granted within
+// Timeout (etcd away: say so). The session outlives ctx: a leader told
+// to stop drains while it still leads, then resigns.
+func newSession(ctx context.Context, cli *clientv3.Client, g Options) (*concurrency.Session, error) {
+	gctx, cancel := context.WithTimeout(ctx, g.Timeout)
+	lease, err := cli.Grant(gctx, int64(g.LeaderTTL/time.Second))
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("etcd-endpoints %s: cannot get a lease from etcd: %w", strings.Join(g.Endpoints, ","), err)
+	}
+	session, err := concurrency.NewSession(cli, concurrency.WithLease(lease.ID), concurrency.WithContext(context.WithoutCancel(ctx)))
+	if err != nil {
+		return nil, fmt.Errorf("etcd session: %w", err)
+	}
+	return session, nil
+}
+
+// term is one campaign and, if won, one leadership.
+func (g *Group) term(ctx context.Context, opts broker.Options) error {
+	session, err := newSession(ctx, g.cli, g.opts)
+	if err != nil {
+		return err
+	}
+	defer session.Close() // revokes the lease: a standby need not wait for it
+	el := concurrency.NewElection(session, LeaderPrefix(g.opts.Prefix))
+	octx, stopFollowing := context.WithCancel(ctx)
+	go g.follow(octx, el)
+	g.log.Info("standby: campaigning for the group's leadership", "name", g.opts.Name, "etcd", strings.Join(g.opts.Endpoints, ","))
+	err = el.Campaign(ctx, g.opts.Name)
+	stopFollowing()
+	if err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	start := time.Now()
+	g.mu.Lock()
+	g.elected++
+	g.leader = g.opts.Name
+	g.mu.Unlock()
+	g.elections.Inc()
+	g.setState("leader")
+	defer g.setState("standby")
+	g.log.Info("elected leader of the group: loading the journal from etcd", "name", g.opts.Name)
+
+	opts.OpenJournal = func(onCommit func(int, time.Duration)) (store.Journal, error) {
+		eo := g.opts.JournalOptions(el)
+		eo.MaxJobSize = opts.MaxJobSize
+		eo.OnCommit = onCommit
+		return etcdstore.Open(g.cli, eo)
+	}
+	b, err := broker.New(opts)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.broker = b
+	closing := g.closing
+	g.mu.Unlock()
+	if closing {
+		b.Close()
+	}
+	g.server.Serve(b)
+	defer func() {
+		g.server.Serve(nil)
+		g.mu.Lock()
+		g.broker = nil
+		g.mu.Unlock()
+	}()
+	lost := make(chan struct{})
+	go func() {
+		select {
+		case <-session.Done():
+			b.Fence(fmt.Errorf("%w: the leader's etcd lease ended", store.ErrFenced))
+		case <-lost:
+		}
+	}()
+	go func() {
+		select {
+		case <-b.Ready():
+			g.log.Info("leading: serving", "took", time.Since(start).Round(time.Millisecond))
+		case <-lost:
+		}
+	}()
+	err = b.Run(ctx)
+	close(lost)
+	if ctx.Err() != nil && err == nil {
+		rctx, cancel := context.WithTimeout(context.Background(), g.opts.Timeout)
+		_ = el.Resign(rctx)
+		cancel()
+	}
+	if err == nil {
+		err = errors.New("the broker stopped")
+	}
+	return err
+}
+
+// follow keeps who leads the group up to date while this broker
+// campaigns in el, until ctx ends.
+func (g *Group) follow(ctx context.Context, el *concurrency.Election) {
+	for resp := range el.Observe(ctx) {
+		if len(resp.Kvs) == 0 {
+			continue
+		}
+		name := string(resp.Kvs[0].Value)
+		g.mu.Lock()
+		changed := g.leader != name
+		g.leader = name
+		g.mu.Unlock()
+		if changed {
+			g.changes.Inc()
+			g.log.Info("the group's leader", "leader", name)
+		}
+	}
+}
+
+// Info says what this broker is in the group and who leads.
+func (g *Group) Info() admin.GroupInfo {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return admin.GroupInfo{State: g.state, Name: g.opts.Name, Leader: g.leader, Elections: g.elected}
+}
+
+func (g *Group) setState(state string) {
+	g.mu.Lock()
+	g.state = state
+	g.mu.Unlock()
+	for _, s := range []string{"leader", "standby"} {
+		v := 0.0
+		if s == state {
+			v = 1
+		}
+		g.stateGauge.WithLabelValues(s).Set(v)
+	}
+}
+
+// OpenJournal opens the group's journal in etcd while no broker of the
+// group leads (for the admin tools): it campaigns itself, as an "emq
+// admin" of this host and process, for as long as the journal is open,
+// so that its writes are fenced as a leader's are and no broker leads
+// meanwhile. release, after the journal's Close, resigns and lets go of
+// the etcd client.
+func OpenJournal(g Options) (j store.Journal, release func(), err error) {
+	if err := g.Validate(); err != nil {
+		return nil, nil, err
+	}
+	cli, err := NewClient(g)
+	if err != nil {
+		return nil, nil, err
+	}
+	fail := func(err error) (store.Journal, func(), error) { cli.Close(); return nil, nil, err }
+	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout)
+	defer cancel()
+	leader, err := cli.Get(ctx, LeaderPrefix(g.Prefix), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return fail(fmt.Errorf("etcd-endpoints %s: %w", strings.Join(g.Endpoints, ","), err))
+	}
+	if len(leader.Kvs) > 0 {
+		return fail(fmt.Errorf("%s leads the group on etcd %s: manage its journal online with --admin (its admin address), or stop the group's brokers first",
+			leader.Kvs[0].Value, g.Prefix))
+	}
+	session, err := newSession(ctx, cli, g)
+	if err != nil {
+		return fail(err)
+	}
+	el := concurrency.NewElection(session, LeaderPrefix(g.Prefix))
+	host, _ := os.Hostname()
+	if err := el.Campaign(ctx, fmt.Sprintf("emq admin (%s:%d)", host, os.Getpid())); err != nil {
+		session.Close()
+		return fail(fmt.Errorf("a broker of the group started meanwhile (%w): use --admin", err))
+	}
+	release = func() {
+		rctx, rcancel := context.WithTimeout(context.Background(), g.Timeout)
+		defer rcancel()
+		_ = el.Resign(rctx)
+		session.Close()
+		cli.Close()
+	}
+	eo := g.JournalOptions(el)
+	eo.CompactEvery = 0 // the broker's task
+	ej, err := etcdstore.Open(cli, eo)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return ej, release, nil
+}
