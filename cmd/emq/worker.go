@@ -106,12 +106,12 @@ func parseQueues(s string) ([]worker.Queue, error) {
 	return qs, nil
 }
 
-// execHandler runs command for each job, in its own process group.
+// execHandler runs command for each job; a cancel kills it (on unix with
+// what it started: see killGroupOnCancel).
 func execHandler(command string) worker.Handler {
 	return func(ctx context.Context, job *worker.Job) ([]byte, error) {
 		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		killGroupOnCancel(cmd)
 		cmd.WaitDelay = time.Second // grandchildren holding the pipes do not hold us
 		cmd.Stdin = bytes.NewReader(job.Payload)
 		var stdout bytes.Buffer

@@ -1,0 +1,12 @@
+//go:build !unix
+
+package main
+
+import "os/exec"
+
+// killGroupOnCancel makes cmd's cancel kill the shell. There are no
+// process groups here to end what the shell started; cmd.WaitDelay keeps
+// those from holding the job once the shell is gone.
+func killGroupOnCancel(cmd *exec.Cmd) {
+	cmd.Cancel = func() error { return cmd.Process.Kill() }
+}
