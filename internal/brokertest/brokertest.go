@@ -22,11 +22,12 @@ import (
 	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/store/boltstore"
 )
 
 // Wait is how long a test waits for something that should happen.
-const Wait = 10 * time.Second
+const Wait = testutil.Wait
 
 // Broker is a broker running in the test process, with its admin
 // listener when StartAdmin started it.
@@ -337,16 +338,11 @@ func (p *Peer) Reply(jobID string, payload []byte) {
 	p.Send(&emqp.Reply{MsgID: emqp.NewID(), Payload: payload, OrigMsgID: jobID})
 }
 
-// Eventually polls cond until it holds or Wait passes.
+// Eventually polls cond until it holds or Wait passes: it is
+// testutil.Eventually, here for the tests that have brokertest at hand.
 func Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(Wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, Wait)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, what, cond)
 }
 
 // Sync returns once the broker has handled everything p sent before: it

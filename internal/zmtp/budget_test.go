@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/eventmq/emq/internal/testutil"
 )
 
 // heldInbox keeps every message's frames, and its hold on the budget,
@@ -166,19 +168,13 @@ func TestBudgetWaitWhileHoldingEnds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for deadline := time.Now().Add(5 * time.Second); budget.Used() != 800_000; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("budget used %d, want both first frames' 800,000", budget.Used())
-		}
-	}
+	testutil.Eventually(t, "both first frames' 800,000 bytes in the budget", func() bool { return budget.Used() == 800_000 })
 	for _, nc := range ncs {
 		go nc.Write(frame(false, 200_000)) // does not fit beside the other's
 	}
-	for deadline := time.Now().Add(minGrace + 5*time.Second); budget.Used() != 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("budget still holds %d bytes %v after the readers began to wait for each other", budget.Used(), minGrace+5*time.Second)
-		}
-	}
+	testutil.EventuallyWithin(t, minGrace+5*time.Second, "the budget empty once the readers wait for each other", func() bool {
+		return budget.Used() == 0
+	})
 	var nr *NoRoomError // the refusal names the message: its first frame
 	if err := <-refused; !errors.As(err, &nr) || !errors.Is(err, ErrNoRoom) || len(nr.Frames) != 1 {
 		t.Fatalf("refused with %v, want ErrNoRoom with the frame read before", err)

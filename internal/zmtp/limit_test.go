@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/eventmq/emq/internal/testutil"
 )
 
 // lockedBuffer collects log lines from several goroutines.
@@ -27,17 +29,6 @@ func (l *lockedBuffer) lines() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return strings.Count(l.b.String(), "\n")
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // Connections beyond the limit are closed at once and counted; those
@@ -64,7 +55,7 @@ func TestConnLimit(t *testing.T) {
 		silent = append(silent, nc)
 		t.Cleanup(func() { nc.Close() })
 	}
-	eventually(t, "37 refused", func() bool { return limit.Refused() == 37 })
+	testutil.Eventually(t, "37 refused", func() bool { return limit.Refused() == 37 })
 	if n := limit.Connections(); n != 3 {
 		t.Fatalf("%d connections hold a place, want 3", n)
 	}
@@ -78,7 +69,7 @@ func TestConnLimit(t *testing.T) {
 	if closed < 37 {
 		t.Fatalf("%d of the refused connections were closed, want 37", closed)
 	}
-	eventually(t, "the silent handshakes timed out", func() bool { return limit.HandshakesFailed() == 3 && limit.Connections() == 0 })
+	testutil.Eventually(t, "the silent handshakes timed out", func() bool { return limit.HandshakesFailed() == 3 && limit.Connections() == 0 })
 	c := dial(t, r, "legit") // their places are free again
 	waitConnected(t, r, "legit")
 	if err := c.WriteMsgs(frames("hello")); err != nil {
@@ -102,7 +93,7 @@ func TestConnLimitPerIP(t *testing.T) {
 		}
 		t.Cleanup(func() { nc.Close() })
 	}
-	eventually(t, "3 refused", func() bool { return limit.Refused() == 3 })
+	testutil.Eventually(t, "3 refused", func() bool { return limit.Refused() == 3 })
 	if n := limit.Connections(); n != 2 {
 		t.Fatalf("%d connections from one address, want 2", n)
 	}

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/eventmq/emq/internal/testutil"
 )
 
 func listenPub(t *testing.T, opts PubOptions) *Pub {
@@ -40,19 +42,8 @@ func dialSub(t *testing.T, p *Pub, prefixes ...string) *Conn {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, func() bool { return p.Stats().Subscriptions >= before+int64(len(prefixes)) }, "the subscriptions to arrive")
+	testutil.Eventually(t, "the subscriptions arrived", func() bool { return p.Stats().Subscriptions >= before+int64(len(prefixes)) })
 	return c
-}
-
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // recvTopics reads n messages and returns them as "topic=message".
@@ -107,7 +98,7 @@ func TestSubscriptionsAreASet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, func() bool { return p.Stats().Subscriptions == 3 }, "subscriptions b, c and d")
+	testutil.Eventually(t, "subscriptions b, c and d", func() bool { return p.Stats().Subscriptions == 3 })
 	p.Publish([]byte("a1"), []byte("x"))
 	p.Publish([]byte("c1"), []byte("x"))
 	if got := recvTopics(t, c, 1); got[0] != "c1=x" {
@@ -127,7 +118,7 @@ func TestSubscriptionBytes(t *testing.T) {
 	if _, err := c.ReadMsg(); err == nil {
 		t.Fatal("a subscription past MaxSubscriptionBytes should disconnect")
 	}
-	waitFor(t, func() bool { s := p.Stats(); return s.Subscribers == 0 && s.Subscriptions == 0 }, "the subscriber to be gone")
+	testutil.Eventually(t, "the subscriber gone", func() bool { s := p.Stats(); return s.Subscribers == 0 && s.Subscriptions == 0 })
 }
 
 // ZMTP 3.1 subscribes with commands, not messages.
@@ -141,11 +132,11 @@ func TestSubscribeAndCancelCommands(t *testing.T) {
 	if err := c.writeCommand("SUBSCRIBE", []byte("y")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return p.Stats().Subscriptions == 2 }, "two SUBSCRIBEs")
+	testutil.Eventually(t, "two SUBSCRIBEs", func() bool { return p.Stats().Subscriptions == 2 })
 	if err := c.writeCommand("CANCEL", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return p.Stats().Subscriptions == 1 }, "a CANCEL")
+	testutil.Eventually(t, "a CANCEL", func() bool { return p.Stats().Subscriptions == 1 })
 	p.Publish([]byte("x1"), []byte("no"))
 	p.Publish([]byte("y1"), []byte("yes"))
 	if got := recvTopics(t, c, 1); got[0] != "y1=yes" {
@@ -178,7 +169,7 @@ func TestStuckSubscriberIsContained(t *testing.T) {
 	for i := range n {
 		p.Publish([]byte("t"), payload)
 		if i%50 == 49 { // within the fast reader's HWM: it misses nothing
-			waitFor(t, func() bool { return got.Load() == int64(i+1) }, "the reading subscriber")
+			testutil.Eventually(t, "the reading subscriber caught up", func() bool { return got.Load() == int64(i+1) })
 		}
 	}
 	<-done
@@ -241,7 +232,7 @@ func TestSubscribersComeAndGo(t *testing.T) {
 		for _, c := range conns {
 			c.Close()
 		}
-		waitFor(t, func() bool { s := p.Stats(); return s.Subscribers == 0 && s.QueuedBytes == 0 }, "the subscribers to be gone")
+		testutil.Eventually(t, "the subscribers gone", func() bool { s := p.Stats(); return s.Subscribers == 0 && s.QueuedBytes == 0 })
 	}
 	if s := p.Stats(); s.QueuedBytes != 0 || s.Subscriptions != 0 {
 		t.Fatalf("left behind: %+v", s)
@@ -270,7 +261,7 @@ func TestTooManySubscriptionsDisconnect(t *testing.T) {
 	if _, err := c.ReadMsg(); err == nil {
 		t.Fatal("a subscriber over the subscription limit is disconnected")
 	}
-	waitFor(t, func() bool { return p.Stats().Subscribers == 0 && p.Stats().Subscriptions == 0 }, "the subscriber to be gone")
+	testutil.Eventually(t, "the subscriber gone", func() bool { return p.Stats().Subscribers == 0 && p.Stats().Subscriptions == 0 })
 }
 
 func BenchmarkPublishFanOut16(b *testing.B) {
@@ -348,7 +339,7 @@ func TestPubCloseEndsHandshakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	waitFor(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.pending) == 1 }, "the handshake to start")
+	testutil.Eventually(t, "the handshake started", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.pending) == 1 })
 	closed := make(chan struct{})
 	go func() { p.Close(); close(closed) }()
 	select {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventmq/emq/internal/testutil"
 	"github.com/go-zeromq/zmq4"
 	"go.uber.org/goleak"
 )
@@ -97,13 +98,7 @@ func dial(t *testing.T, r *Router, id string) *Conn {
 // handshake may end after the dialer's.
 func waitConnected(t *testing.T, r *Router, id string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !r.Connected(id) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never connected", id)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Eventually(t, id+" connected", func() bool { return r.Connected(id) })
 }
 
 func frames(s ...string) [][]byte {
