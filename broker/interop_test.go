@@ -1,13 +1,13 @@
 package broker_test
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/eventmq/emq/broker"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/testutil"
 )
 
 // A libzmq peer (Debian's python3-zmq) is client, worker and EventMQ-style
@@ -30,14 +30,7 @@ func TestInteropLibzmq(t *testing.T) {
 // under EMQ_REQUIRE_INTEROP, fails).
 func pythonZMQ(t *testing.T) string {
 	t.Helper()
-	python := "/usr/bin/python3"
-	if err := exec.Command(python, "-c", "import zmq").Run(); err != nil {
-		if os.Getenv("EMQ_REQUIRE_INTEROP") != "" {
-			t.Fatalf("python3-zmq is required: %v", err)
-		}
-		t.Skip("python3-zmq is not installed (apt-get install -y python3-zmq)")
-	}
-	return python
+	return testutil.Python(t, false)
 }
 
 // EventMQ's client SCHEDULE and UNSCHEDULE frames from a libzmq peer,

@@ -18,6 +18,7 @@ import (
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/internal/zmtp"
 	"github.com/eventmq/emq/worker"
 )
@@ -447,14 +448,7 @@ func TestCurveSubscribers(t *testing.T) {
 // (a failure with EMQ_REQUIRE_INTEROP).
 func pythonCurve(t *testing.T) string {
 	t.Helper()
-	python := "/usr/bin/python3"
-	if err := exec.Command(python, "-c", "import zmq; assert zmq.has('curve')").Run(); err != nil {
-		if os.Getenv("EMQ_REQUIRE_INTEROP") != "" {
-			t.Fatalf("python3-zmq with CURVE is required: %v", err)
-		}
-		t.Skip("python3-zmq with CURVE is not installed")
-	}
-	return python
+	return testutil.Python(t, true)
 }
 
 func TestAnonymousNeedsSaying(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/worker"
 )
 
@@ -293,13 +293,7 @@ func TestBrokerRestart(t *testing.T) {
 // registered for its ["run", {...}] payload.
 func TestEventMQPayloadFromPython(t *testing.T) {
 	t.Parallel()
-	python := "/usr/bin/python3"
-	if err := exec.Command(python, "-c", "import zmq").Run(); err != nil {
-		if os.Getenv("EMQ_REQUIRE_INTEROP") != "" {
-			t.Fatalf("python3-zmq is required: %v", err)
-		}
-		t.Skip("python3-zmq is not installed")
-	}
+	python := testutil.Python(t, false)
 	b := bt.Start(t, "", fast)
 	var calls worker.Callables
 	calls.Register("mathjobs:add", func(_ context.Context, args []json.RawMessage, kwargs map[string]json.RawMessage) (any, error) {

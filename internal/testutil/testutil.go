@@ -5,6 +5,8 @@
 package testutil
 
 import (
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 )
@@ -33,4 +35,24 @@ func EventuallyWithin(t testing.TB, within time.Duration, what string, cond func
 		time.Sleep(pause)
 		pause = min(2*pause, 5*time.Millisecond)
 	}
+}
+
+// Python returns the path of a python3 that imports zmq (Debian's
+// python3-zmq, on libzmq), with CURVE when curve is set. Without one the
+// test is skipped, or fails when EMQ_REQUIRE_INTEROP is set, as it is in
+// CI, where a test that did not run must not pass.
+func Python(t testing.TB, curve bool) string {
+	t.Helper()
+	const python = "/usr/bin/python3"
+	probe, want := "import zmq", "python3-zmq"
+	if curve {
+		probe, want = "import zmq; assert zmq.has('curve')", "python3-zmq with CURVE"
+	}
+	if err := exec.Command(python, "-c", probe).Run(); err != nil {
+		if os.Getenv("EMQ_REQUIRE_INTEROP") != "" {
+			t.Fatalf("%s is required: %v", want, err)
+		}
+		t.Skipf("%s is not installed (apt-get install -y python3-zmq)", want)
+	}
+	return python
 }

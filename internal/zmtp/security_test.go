@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -154,13 +153,7 @@ func TestPlain(t *testing.T) {
 // and password, talk to a router that offers both; a wrong password or
 // an unlisted key gets nothing through.
 func TestLibzmqPeers(t *testing.T) {
-	python := "/usr/bin/python3"
-	if err := exec.Command(python, "-c", "import zmq; assert zmq.has('curve')").Run(); err != nil {
-		if os.Getenv("EMQ_REQUIRE_INTEROP") != "" {
-			t.Fatalf("python3-zmq with CURVE is required: %v", err)
-		}
-		t.Skip("python3-zmq with CURVE is not installed")
-	}
+	python := testutil.Python(t, true)
 	cpub, csec, _ := NewKeyPair()
 	other, osec, _ := NewKeyPair()
 	spub, ssec, _ := NewKeyPair()
