@@ -7,7 +7,8 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"time"
+
+	"github.com/eventmq/emq/internal/lograte"
 )
 
 // ConnLimit bounds the connections of the endpoints that share it: in all
@@ -24,13 +25,13 @@ type ConnLimit struct {
 	byIP  map[string]int
 
 	refused, failed atomic.Int64
-	logs            rateLog
+	logs            *lograte.Limiter
 }
 
 // NewConnLimit makes a limit of max connections in all and perIP from one
 // address (0 = no bound).
 func NewConnLimit(max, perIP int) *ConnLimit {
-	return &ConnLimit{max: max, perIP: perIP, byIP: make(map[string]int)}
+	return &ConnLimit{max: max, perIP: perIP, byIP: make(map[string]int), logs: newLogRate()}
 }
 
 // admit takes a place for a connection from addr: release gives it back
@@ -93,15 +94,23 @@ func (l *ConnLimit) HandshakesFailed() int64 {
 	return l.failed.Load()
 }
 
+// logBurst is how many refused connections and failed handshakes are
+// logged a second; the rest are counted in one line.
+const logBurst = 5
+
+func newLogRate() *lograte.Limiter {
+	return lograte.New(logBurst, "zmtp: refused connections and failed handshakes not logged in the last second")
+}
+
 // unlimited is the log rate of a nil *ConnLimit: it counts nothing,
 // but what it is told is still logged, within the rate.
-var unlimited rateLog
+var unlimited = newLogRate()
 
-func (l *ConnLimit) rate() *rateLog {
+func (l *ConnLimit) rate() *lograte.Limiter {
 	if l == nil {
-		return &unlimited
+		return unlimited
 	}
-	return &l.logs
+	return l.logs
 }
 
 // noteRefused counts a refused connection and logs it, within the rate.
@@ -109,9 +118,9 @@ func (l *ConnLimit) noteRefused(log *slog.Logger, nc net.Conn, why string) {
 	if l != nil {
 		l.refused.Add(1)
 	}
-	if more, ok := l.rate().allow(); ok {
+	if l.rate().Allow(log) {
 		log.Warn("zmtp: connection refused: "+why+" reached", "remote", nc.RemoteAddr().String(),
-			"connections", l.Connections(), "not_logged_before", more)
+			"connections", l.Connections())
 	}
 }
 
@@ -124,35 +133,7 @@ func (l *ConnLimit) noteFailed(log *slog.Logger, nc net.Conn, err error) {
 	if errors.Is(err, io.EOF) {
 		return
 	}
-	if more, ok := l.rate().allow(); ok {
-		log.Info("zmtp: handshake failed", "remote", nc.RemoteAddr().String(), "err", err, "not_logged_before", more)
+	if l.rate().Allow(log) {
+		log.Info("zmtp: handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
 	}
-}
-
-// rateLog lets logLines lines a second through and counts the rest.
-type rateLog struct {
-	mu     sync.Mutex
-	second time.Time
-	lines  int
-	held   int64 // not logged since the last line
-}
-
-const logLines = 5
-
-// allow reports whether a line may be logged now, and how many were not
-// logged before it.
-func (r *rateLog) allow() (held int64, ok bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := time.Now()
-	if now.Sub(r.second) >= time.Second {
-		r.second, r.lines = now, 0
-	}
-	if r.lines >= logLines {
-		r.held++
-		return 0, false
-	}
-	r.lines++
-	held, r.held = r.held, 0
-	return held, true
 }

@@ -76,7 +76,7 @@ func TestConnLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.wait(t, "hello")
-	if n := logs.lines(); n == 0 || n > 2*logLines {
+	if n := logs.lines(); n == 0 || n > 2*logBurst {
 		t.Fatalf("40 refused or failed connections wrote %d log lines, want a few:\n%s", n, logs.b.String())
 	}
 }
