@@ -36,6 +36,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/redial"
 	"github.com/eventmq/emq/internal/zmtp"
 )
 
@@ -465,7 +466,7 @@ func (c *Client) writeLoop() {
 // run keeps a connection, reads from it, and resends what is not ACKed.
 func (c *Client) run() {
 	defer c.wg.Done()
-	backoff := 50 * time.Millisecond
+	backoff := redial.New(zmtp.MaxRedial(c.opts.Broker))
 	for {
 		conn, err := zmtp.DialAny(context.Background(), c.opts.Broker, zmtp.DialOptions{
 			Identity: []byte(c.opts.Identity), Timeout: c.opts.DialTimeout, Security: c.sec,
@@ -480,15 +481,12 @@ func (c *Client) run() {
 			c.log.Debug("client: cannot connect to the broker", "broker", c.opts.Broker, "err", err)
 		}
 		if err != nil {
-			select {
-			case <-time.After(backoff):
-				backoff = min(2*backoff, zmtp.MaxRedial(c.opts.Broker))
-				continue
-			case <-c.done:
+			if !redial.Wait(backoff.Next(), c.done) {
 				return
 			}
+			continue
 		}
-		backoff = 50 * time.Millisecond
+		backoff.Reset()
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
@@ -507,9 +505,7 @@ func (c *Client) run() {
 		c.mu.Lock()
 		c.conn = nil
 		c.mu.Unlock()
-		select { // a broker that said KBYE may still accept for a moment
-		case <-time.After(backoff):
-		case <-c.done:
+		if !redial.Wait(backoff.Delay(), c.done) { // a broker that said KBYE may still accept for a moment
 			return
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/redial"
 	"github.com/eventmq/emq/internal/zmtp"
 )
 
@@ -173,7 +174,7 @@ func (s *Subscriber) Close() error {
 // run keeps a connection and reads from it.
 func (s *Subscriber) run(ctx context.Context) {
 	defer s.wg.Done()
-	backoff := 50 * time.Millisecond
+	backoff := redial.New(2 * time.Second)
 	for {
 		conn, err := zmtp.DialAny(ctx, s.opts.Endpoint, zmtp.DialOptions{
 			Sub: true, Timeout: s.opts.DialTimeout, MaxFrameSize: 1 << 30, Security: s.sec,
@@ -200,7 +201,7 @@ func (s *Subscriber) run(ctx context.Context) {
 				began := time.Now()
 				err = s.read(conn)
 				if time.Since(began) > 5*time.Second { // it was not refused at once
-					backoff = 50 * time.Millisecond
+					backoff.Reset()
 				}
 			}
 			conn.Close()
@@ -208,11 +209,9 @@ func (s *Subscriber) run(ctx context.Context) {
 			s.conn = nil
 			s.mu.Unlock()
 		}
-		s.log.Info("client: subscriber connection lost; reconnecting", "endpoint", s.opts.Endpoint, "err", err, "in", backoff)
-		select {
-		case <-time.After(backoff):
-			backoff = min(2*backoff, 2*time.Second)
-		case <-s.done:
+		in := backoff.Next()
+		s.log.Info("client: subscriber connection lost; reconnecting", "endpoint", s.opts.Endpoint, "err", err, "in", in)
+		if !redial.Wait(in, s.done) {
 			return
 		}
 	}

@@ -38,6 +38,7 @@ import (
 
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/redial"
 	"github.com/eventmq/emq/internal/zmtp"
 )
 
@@ -193,9 +194,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	tick := time.NewTicker(w.opts.HeartbeatInterval)
 	defer tick.Stop()
-	redial := time.NewTimer(0)
-	defer redial.Stop()
-	backoff := 50 * time.Millisecond
+	dialTimer := time.NewTimer(0)
+	defer dialTimer.Stop()
+	backoff := redial.New(zmtp.MaxRedial(w.opts.Broker))
 	stop := ctx.Done()
 	var grace, giveUp <-chan time.Time
 	stopping := false
@@ -206,21 +207,20 @@ func (w *Worker) Run(ctx context.Context) error {
 			msgs = r.sess.msgs
 		}
 		select {
-		case <-redial.C:
+		case <-dialTimer.C:
 			if r.sess != nil {
 				continue
 			}
 			if err := r.connect(stopping); err != nil {
 				w.log.Warn("worker: cannot reach the broker", "broker", w.opts.Broker, "err", err)
-				redial.Reset(backoff)
-				backoff = min(2*backoff, zmtp.MaxRedial(w.opts.Broker))
+				dialTimer.Reset(backoff.Next())
 				continue
 			}
-			backoff = 50 * time.Millisecond
+			backoff.Reset()
 		case m, ok := <-msgs:
 			if !ok {
 				w.log.Warn("worker: connection to the broker lost; reconnecting", "broker", w.opts.Broker)
-				r.disconnect(redial, backoff)
+				r.disconnect(dialTimer, backoff.Delay())
 				continue
 			}
 			r.lastSeen = time.Now()
@@ -232,7 +232,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				r.start(m)
 			case *emqp.Kbye, *emqp.Disconnect:
 				w.log.Info("worker: the broker said goodbye; reconnecting", "broker", w.opts.Broker)
-				r.disconnect(redial, backoff)
+				r.disconnect(dialTimer, backoff.Delay())
 			}
 		case res := <-r.results:
 			// Every finished job's answer goes in one write; yield first so
@@ -255,7 +255,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			if now.Sub(r.lastSeen) > w.opts.HeartbeatTimeout {
 				w.log.Warn("worker: the broker is silent; reconnecting", "broker", w.opts.Broker,
 					"silent_for", now.Sub(r.lastSeen).Round(time.Millisecond))
-				r.disconnect(redial, 0)
+				r.disconnect(dialTimer, 0)
 				continue
 			}
 			r.send(&emqp.Heartbeat{MsgID: emqp.NewID(), Time: strconv.FormatInt(now.Unix(), 10)})
@@ -342,13 +342,13 @@ func queueNames(qs []emqp.Queue) string {
 	return strings.Join(names, ",")
 }
 
-// disconnect drops the session and schedules a new connection.
-func (r *run) disconnect(redial *time.Timer, after time.Duration) {
+// disconnect drops the session and sets dialTimer for a new connection.
+func (r *run) disconnect(dialTimer *time.Timer, after time.Duration) {
 	r.sess.conn.Close()
 	for range r.sess.msgs { // the reader ends with the connection
 	}
 	r.sess = nil
-	redial.Reset(after)
+	dialTimer.Reset(after)
 }
 
 // send writes one message on the session, if there is one.
