@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/lograte"
 	"github.com/eventmq/emq/internal/zmtp"
 	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/store/boltstore"
@@ -52,8 +53,8 @@ type Broker struct {
 	routers [2]*zmtp.Router
 	pub     atomic.Pointer[zmtp.Pub]    // pub/sub's PUB endpoint (pubsub.go); nil when off
 	pubIn   atomic.Pointer[zmtp.Router] // PUBLISH only, EventMQ's emq-pubsub address
-	pubLog  lockedLimiter
-	budget  *zmtp.Budget // of received messages, shared by both endpoints
+	pubLog  *lograte.Limiter            // PUBLISH refused on the publisher endpoint
+	budget  *zmtp.Budget                // of received messages, shared by both endpoints
 	inbox   chan inbound
 	stopped chan struct{} // closed when the loop stops reading the inbox
 	done    chan struct{} // closed when Run has returned (the journal closed)
@@ -62,8 +63,8 @@ type Broker struct {
 
 	creds       atomic.Pointer[credentials] // the peers CURVE and PLAIN allow (security.go)
 	curveSecret zmtp.Key
-	forbidLog   lockedLimiter
-	guesses     guesses // wrong PLAIN passwords by address
+	forbidLog   *lograte.Limiter // messages their sender's roles do not allow
+	guesses     guesses          // wrong PLAIN passwords by address
 
 	running  atomic.Bool   // the loop answers query and change (api.go)
 	started  atomic.Bool   // Run was called
@@ -110,8 +111,9 @@ type Broker struct {
 	journaling   int                            // appends not yet done
 	fenced       error                          // the journal's ErrFenced: stop serving
 	out          outbox
-	useSeq       uint64 // for least-recently-used workers
-	errLog       logLimiter
+	useSeq       uint64           // for least-recently-used workers
+	errLog       *lograte.Limiter // protocol errors
+	readLog      *lograte.Limiter // payloads the journal could not read
 }
 
 // phase is where the broker is in its life: serving, then draining (no
@@ -158,6 +160,10 @@ func New(opts Options) (*Broker, error) {
 		clock:        time.NewTimer(time.Hour),
 	}
 	b.clock.Stop()
+	b.errLog = lograte.New(logBurst, "protocol errors not logged in the last second")
+	b.readLog = lograte.New(logBurst, "payload reads that failed and were not logged in the last second")
+	b.pubLog = lograte.New(logBurst, "PUBLISH refusals not logged in the last second")
+	b.forbidLog = lograte.New(logBurst, "forbidden messages not logged in the last second")
 	creds, err := loadCredentials(&b.opts)
 	if err != nil {
 		return nil, err
@@ -774,7 +780,7 @@ func (b *Broker) refuse(key peerKey, ref, code, text string) {
 func (b *Broker) protocolError(from peerKey, err error) {
 	code, ref := protocolCode(err)
 	b.refuse(from, ref, code, err.Error())
-	b.errLog.log(b.log, "protocol error", "code", code, "peer", peerName(from), "err", err)
+	b.errLog.Warn(b.log, "protocol error", "code", code, "peer", peerName(from), "err", err)
 }
 
 func peerName(k peerKey) string {

@@ -147,7 +147,7 @@ func (b *Broker) payloadsRead(batch []readReq, payloads [][]byte, errs []error) 
 			b.release(j)
 			b.forget(j)
 		default:
-			b.errLog.log(b.log, "journal could not read a payload; the job stays pending and is tried again",
+			b.readLog.Warn(b.log, "journal could not read a payload; the job stays pending and is tried again",
 				"msgid", j.id, "retry_in", readRetry, "err", err)
 			b.release(j)
 			j.state, j.front = delayed, true // back to the head of its queue when due

@@ -3,8 +3,6 @@ package broker
 import (
 	"errors"
 	"fmt"
-	"log/slog"
-	"sync"
 
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/internal/zmtp"
@@ -84,7 +82,7 @@ func (b *Broker) publisherReceive(id string, frames [][]byte, held zmtp.Held) {
 			err = fmt.Errorf("%s: the publisher endpoint takes PUBLISH only; send it to the frontend %s", m.Command(), b.Frontend())
 		}
 		b.pubRefuse(id, ref, code, err.Error())
-		b.pubLog.log(b.log, "protocol error", "code", code, "peer", "publisher/"+printableID(id), "err", err)
+		b.pubLog.Warn(b.log, "protocol error", "code", code, "peer", "publisher/"+printableID(id), "err", err)
 	}
 }
 
@@ -118,19 +116,6 @@ func (b *Broker) pubRefuse(id, ref, code, text string) {
 	if r := b.pubIn.Load(); r != nil { // nil only before Listen has returned
 		_ = r.Send(id, emqp.Encode(&emqp.Error{MsgID: emqp.NewID(), RefMsgID: ref, Code: code, Text: text}))
 	}
-}
-
-// lockedLimiter is a logLimiter for many goroutines (readers, handshakes,
-// HTTP handlers).
-type lockedLimiter struct {
-	mu sync.Mutex
-	l  logLimiter
-}
-
-func (l *lockedLimiter) log(log *slog.Logger, msg string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.l.log(log, msg, args...)
 }
 
 // protocolCode is the ERROR code and ref msgid for a decoder's refusal.

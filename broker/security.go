@@ -405,7 +405,7 @@ func (b *Broker) checkRoles(ep int) func(id string, a *zmtp.Auth, frames [][]byt
 			ref = string(frames[3])
 		}
 		b.stats.countError(emqp.CodeForbidden)
-		b.forbidLog.log(b.log, "forbidden", "peer", peerName(peerKey{ep, id}), "who", a.Name, "command", cmd, "roles", RoleString(a.Roles))
+		b.forbidLog.Warn(b.log, "forbidden", "peer", peerName(peerKey{ep, id}), "who", a.Name, "command", cmd, "roles", RoleString(a.Roles))
 		return emqp.Encode(&emqp.Error{MsgID: emqp.NewID(), RefMsgID: ref, Code: emqp.CodeForbidden,
 			Text: fmt.Sprintf("%s may not send %s (its roles: %s)", a.Name, cmd, RoleString(a.Roles))})
 	}

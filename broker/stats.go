@@ -1,10 +1,8 @@
 package broker
 
 import (
-	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/eventmq/emq/emqp"
 )
@@ -93,27 +91,6 @@ var ErrorCodes = []string{
 	emqp.CodeTooLarge, emqp.CodeQueueFull, emqp.CodeUnavailable, emqp.CodeForbidden,
 }
 
-// logLimiter keeps a flood of bad messages from flooding the log: at most
-// logBurst lines a second, then one line with the count of the rest.
-type logLimiter struct {
-	second     time.Time
-	n, dropped int
-}
-
+// logBurst is how many lines a second each kind of refusal may log
+// (internal/lograte); the rest are counted in one line.
 const logBurst = 50
-
-func (l *logLimiter) log(log *slog.Logger, msg string, args ...any) {
-	now := time.Now()
-	if now.Sub(l.second) >= time.Second {
-		if l.dropped > 0 {
-			log.Warn("protocol errors not logged in the last second", "count", l.dropped)
-		}
-		l.second, l.n, l.dropped = now, 0, 0
-	}
-	if l.n >= logBurst {
-		l.dropped++
-		return
-	}
-	l.n++
-	log.Warn(msg, args...)
-}
