@@ -292,8 +292,12 @@ var apiCases = []apiCase{
 		}
 		return nil
 	}},
-	{name: "Remove the schedule", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) { return nil, a.RemoveSchedule(ctx, "hourly") }},
-	{name: "The removed schedule", err: store.ErrNotFound, call: func(ctx context.Context, a admin.API, _ fixture) (any, error) { return a.Schedule(ctx, "hourly", false) }},
+	{name: "Remove the schedule", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		return nil, a.RemoveSchedule(ctx, "hourly")
+	}},
+	{name: "The removed schedule", err: store.ErrNotFound, call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		return a.Schedule(ctx, "hourly", false)
+	}},
 	{name: "Retry the dead job", call: func(ctx context.Context, a admin.API, f fixture) (any, error) {
 		if err := a.RetryJob(ctx, f.dead); err != nil {
 			return nil, err
@@ -305,8 +309,12 @@ var apiCases = []apiCase{
 		}
 		return nil
 	}},
-	{name: "Remove a job", call: func(ctx context.Context, a admin.API, f fixture) (any, error) { return nil, a.RemoveJob(ctx, f.pending) }},
-	{name: "Remove it again", err: store.ErrNotFound, call: func(ctx context.Context, a admin.API, f fixture) (any, error) { return nil, a.RemoveJob(ctx, f.pending) }},
+	{name: "Remove a job", call: func(ctx context.Context, a admin.API, f fixture) (any, error) {
+		return nil, a.RemoveJob(ctx, f.pending)
+	}},
+	{name: "Remove it again", err: store.ErrNotFound, call: func(ctx context.Context, a admin.API, f fixture) (any, error) {
+		return nil, a.RemoveJob(ctx, f.pending)
+	}},
 	{name: "Bulk remove the done", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
 		return a.BulkRemove(ctx, admin.JobFilter{State: "done"}, true)
 	}, check: func(got any, _ fixture, _ bool) error {
