@@ -90,7 +90,7 @@ func TestPeerDeadlineMovesPastNow(t *testing.T) {
 	}
 	defer b.Close()
 	now := time.Now()
-	p := &peer{key: peerKey{backend, "w"}, role: roleWorker, lastSeen: now.Add(-opts.HeartbeatTimeout / 2)}
+	p := &peer{key: peerKey{backend, "w"}, role: peerWorker, lastSeen: now.Add(-opts.HeartbeatTimeout / 2)}
 	b.peers[p.key] = p
 	b.peerDue(p, now)
 	if b.peers[p.key] == nil {

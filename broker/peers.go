@@ -11,23 +11,24 @@ import (
 	"github.com/eventmq/emq/emqp"
 )
 
-// role is what a peer INFORMed as. Clients are not peers: a job keeps its
-// client's routing id, and nothing else is known of clients.
-type role uint8
+// peerRole is what a peer INFORMed as. Clients are not peers: a job
+// keeps its client's routing id, and nothing else is known of clients.
+// (What a peer may send is its Roles, security.go.)
+type peerRole uint8
 
 const (
-	roleWorker    role = iota + 1 // takes jobs: INFORM with type worker (or none)
-	roleScheduler                 // EventMQ's emq-scheduler: INFORM with type scheduler
+	peerWorker    peerRole = iota + 1 // takes jobs: INFORM with type worker (or none)
+	peerScheduler                     // EventMQ's emq-scheduler: INFORM with type scheduler
 )
 
-func (r role) String() string {
+func (r peerRole) String() string {
 	switch r {
-	case roleWorker:
+	case peerWorker:
 		return "worker"
-	case roleScheduler:
+	case peerScheduler:
 		return "scheduler"
 	}
-	return "role(" + strconv.Itoa(int(r)) + ")"
+	return "peerRole(" + strconv.Itoa(int(r)) + ")"
 }
 
 // peer is one entry of the peer table, b.peers, keyed by (endpoint,
@@ -36,7 +37,7 @@ func (r role) String() string {
 type peer struct {
 	key      peerKey
 	name     string // peerName(key), for events and trails
-	role     role
+	role     peerRole
 	lastSeen time.Time
 	due      deadline // HeartbeatTimeout after lastSeen (deadlines.go)
 
@@ -48,7 +49,7 @@ type peer struct {
 	lastUsed uint64 // when it last got a job, in dispatch order
 }
 
-func (p *peer) isWorker() bool { return p != nil && p.role == roleWorker }
+func (p *peer) isWorker() bool { return p != nil && p.role == peerWorker }
 
 type served struct {
 	q      *queue
@@ -67,9 +68,9 @@ func (p *peer) weight(q *queue) int {
 // inform registers a peer, or renews a known one. A known peer that
 // INFORMs as the other role is lost in its old role first.
 func (b *Broker) inform(p *peer, from peerKey, m *emqp.Inform) {
-	r := roleWorker
+	r := peerWorker
 	if m.PeerType == emqp.PeerScheduler {
-		r = roleScheduler
+		r = peerScheduler
 	}
 	if p != nil && p.role != r {
 		b.lose(p, "the peer INFORMed again as a "+r.String())
@@ -79,7 +80,7 @@ func (b *Broker) inform(p *peer, from peerKey, m *emqp.Inform) {
 	if p == nil {
 		p = &peer{key: from, role: r, name: peerName(from)}
 		b.peers[from] = p
-		if r == roleScheduler {
+		if r == peerScheduler {
 			b.schedulers = append(b.schedulers, p)
 		}
 		if len(b.peers) == 1 {
@@ -88,11 +89,11 @@ func (b *Broker) inform(p *peer, from peerKey, m *emqp.Inform) {
 	}
 	p.lastSeen = now
 	b.timers.set(p, b.after(now, b.opts.HeartbeatTimeout))
-	if r == roleWorker {
+	if r == peerWorker {
 		b.serve(p, m.Queues)
 	}
 	b.log.Info(r.String()+" joined", "peer", p.name, "queues", queueNames(p.queues), "type", m.PeerType)
-	if r == roleWorker {
+	if r == peerWorker {
 		b.emit(Event{Kind: EventWorkerJoined, Worker: p.name, Reason: strings.Join(queueNames(p.queues), ",")})
 	}
 	b.ack(from, m.MsgID)
@@ -151,12 +152,12 @@ func queueWeights(s []served) []int {
 // the head of their queues, each with one more attempt.
 func (b *Broker) lose(p *peer, reason string) {
 	b.log.Info(p.role.String()+" lost", "peer", p.name, "reason", reason, "jobs", len(p.held))
-	if p.role == roleWorker {
+	if p.role == peerWorker {
 		b.emit(Event{Kind: EventWorkerLeft, Worker: p.name, Reason: reason})
 	}
 	delete(b.peers, p.key)
 	b.timers.stop(p)
-	if p.role == roleScheduler {
+	if p.role == peerScheduler {
 		b.schedulers = slices.DeleteFunc(b.schedulers, func(x *peer) bool { return x == p })
 		return
 	}

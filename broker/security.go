@@ -42,17 +42,21 @@ import (
 //   - An eMQP endpoint on a non-loopback address needs CURVE or PLAIN,
 //     or AllowAnonymous.
 
-// Roles of a peer.
+// Roles are what a CURVE key or a PLAIN user may do: a set of the roles
+// below. (What a peer INFORMed as is its peerRole, peers.go.)
+type Roles uint32
+
+// The roles.
 const (
-	RoleClient uint32 = 1 << iota
+	RoleClient Roles = 1 << iota
 	RoleWorker
 	RoleSubscriber
 )
 
-var roleNames = map[string]uint32{"client": RoleClient, "worker": RoleWorker, "subscriber": RoleSubscriber}
+var roleNames = map[string]Roles{"client": RoleClient, "worker": RoleWorker, "subscriber": RoleSubscriber}
 
 // commandRole is the role each command needs (0 = anyone's).
-var commandRole = map[string]uint32{
+var commandRole = map[string]Roles{
 	string(emqp.CmdRequest): RoleClient, string(emqp.CmdSchedule): RoleClient,
 	string(emqp.CmdUnschedule): RoleClient, string(emqp.CmdPublish): RoleClient,
 	string(emqp.CmdInform): RoleWorker, string(emqp.CmdReady): RoleWorker,
@@ -60,8 +64,8 @@ var commandRole = map[string]uint32{
 }
 
 // ParseRoles reads roles written comma-separated (client,worker,subscriber).
-func ParseRoles(s string) (uint32, error) {
-	var roles uint32
+func ParseRoles(s string) (Roles, error) {
+	var roles Roles
 	for r := range strings.SplitSeq(s, ",") {
 		r = strings.TrimSpace(r)
 		role, ok := roleNames[r]
@@ -75,8 +79,8 @@ func ParseRoles(s string) (uint32, error) {
 
 // credentials are the peers the files allow.
 type credentials struct {
-	keys  map[string]uint32 // CURVE public key (Z85) -> roles
-	users map[string]user   // PLAIN user -> its hash and roles
+	keys  map[string]Roles // CURVE public key (Z85) -> roles
+	users map[string]user  // PLAIN user -> its hash and roles
 	// dummy is compared against when a PLAIN user is unknown, at the
 	// highest cost of the file's hashes, so that a refusal takes as long
 	// whether or not the user exists.
@@ -85,12 +89,12 @@ type credentials struct {
 
 type user struct {
 	hash  []byte
-	roles uint32
+	roles Roles
 }
 
 // loadCredentials reads o's CurveClients and PlainUsers files.
 func loadCredentials(o *Options) (*credentials, error) {
-	c := &credentials{keys: map[string]uint32{}, users: map[string]user{}}
+	c := &credentials{keys: map[string]Roles{}, users: map[string]user{}}
 	if o.CurveClients != "" {
 		err := eachLine(o.CurveClients, func(line string) error {
 			fields := strings.Fields(line)
@@ -184,10 +188,10 @@ func (b *Broker) ReloadCredentials() error {
 		switch a.Mechanism {
 		case zmtp.Curve:
 			roles, ok := c.keys[a.Name]
-			return ok && roles == a.Roles
+			return ok && uint32(roles) == a.Roles
 		case zmtp.Plain: // a new password ends the old one's connections too
 			u, ok := c.users[a.Name]
-			return ok && u.roles == a.Roles && string(u.hash) == a.Proof
+			return ok && uint32(u.roles) == a.Roles && string(u.hash) == a.Proof
 		}
 		return false
 	}
@@ -218,7 +222,7 @@ func (o *Options) secured() bool { return o.CurveSecretKeyFile != "" || o.PlainU
 
 // serverSecurity is the mechanisms of an endpoint whose peers need the
 // role need to be admitted (0 = any listed peer); nil = NULL.
-func (b *Broker) serverSecurity(need uint32) *zmtp.ServerSecurity {
+func (b *Broker) serverSecurity(need Roles) *zmtp.ServerSecurity {
 	if !b.opts.secured() {
 		return nil
 	}
@@ -226,8 +230,8 @@ func (b *Broker) serverSecurity(need uint32) *zmtp.ServerSecurity {
 		if err := b.admit(a, password); err != nil {
 			return err
 		}
-		if need != 0 && a.Roles&need == 0 {
-			return fmt.Errorf("%s may not use this endpoint (its roles: %s)", a.Name, RoleString(a.Roles))
+		if need != 0 && Roles(a.Roles)&need == 0 {
+			return fmt.Errorf("%s may not use this endpoint (its roles: %s)", a.Name, Roles(a.Roles).String())
 		}
 		return nil
 	}}
@@ -251,7 +255,7 @@ func (b *Broker) admit(a *zmtp.Auth, password string) error {
 		if !ok {
 			return errors.New("client key not listed in curve-clients")
 		}
-		a.Roles = roles
+		a.Roles = uint32(roles)
 		return nil
 	case zmtp.Plain:
 		from := guessKey(a.Remote)
@@ -263,7 +267,7 @@ func (b *Broker) admit(a *zmtp.Auth, password string) error {
 			return errors.New("wrong user or password")
 		}
 		b.guesses.takeBack(from)
-		a.Roles, a.Proof = u.roles, string(u.hash)
+		a.Roles, a.Proof = uint32(u.roles), string(u.hash)
 		return nil
 	}
 	return fmt.Errorf("mechanism %s", a.Mechanism)
@@ -369,8 +373,8 @@ func guessKey(a net.Addr) string {
 	return tcp.IP.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
-// RoleString writes roles as ParseRoles reads them.
-func RoleString(roles uint32) string {
+// String writes roles as ParseRoles reads them.
+func (roles Roles) String() string {
 	var names []string
 	for _, n := range []string{"client", "worker", "subscriber"} {
 		if roles&roleNames[n] != 0 {
@@ -397,7 +401,7 @@ func (b *Broker) checkRoles(ep int) func(id string, a *zmtp.Auth, frames [][]byt
 		}
 		cmd := string(frames[2])
 		need := commandRole[cmd]
-		if need == 0 || a.Roles&need != 0 {
+		if need == 0 || Roles(a.Roles)&need != 0 {
 			return nil
 		}
 		var ref string
@@ -405,8 +409,8 @@ func (b *Broker) checkRoles(ep int) func(id string, a *zmtp.Auth, frames [][]byt
 			ref = string(frames[3])
 		}
 		b.stats.countError(emqp.CodeForbidden)
-		b.forbidLog.Warn(b.log, "forbidden", "peer", peerName(peerKey{ep, id}), "who", a.Name, "command", cmd, "roles", RoleString(a.Roles))
+		b.forbidLog.Warn(b.log, "forbidden", "peer", peerName(peerKey{ep, id}), "who", a.Name, "command", cmd, "roles", Roles(a.Roles).String())
 		return emqp.Encode(&emqp.Error{MsgID: emqp.NewID(), RefMsgID: ref, Code: emqp.CodeForbidden,
-			Text: fmt.Sprintf("%s may not send %s (its roles: %s)", a.Name, cmd, RoleString(a.Roles))})
+			Text: fmt.Sprintf("%s may not send %s (its roles: %s)", a.Name, cmd, Roles(a.Roles).String())})
 	}
 }
