@@ -113,15 +113,14 @@ func (b *Broker) applyControls(name string, s store.QueueSettings) {
 		return
 	}
 	q.set = s
-	q.tokens = min(q.tokens, burst(s))
+	q.rate.tokens = min(q.rate.tokens, burst(s))
 	b.fill(q)
 }
 
 // newQueue makes a live queue with its controls.
 func (b *Broker) newQueue(name string) *queue {
 	q := &queue{name: name, set: b.controls[name]}
-	q.tokens = burst(q.set)
-	q.filled = b.at(time.Now())
+	q.rate = bucket{tokens: burst(q.set), filled: b.at(time.Now())}
 	q.refill.fire = func(time.Time) { b.fill(q) }
 	return q
 }
@@ -140,22 +139,36 @@ func (b *Broker) canDispatch(q *queue) bool {
 		return true
 	}
 	t := time.Now()
-	now := b.at(t)
-	q.tokens = min(burst(*s), q.tokens+s.Rate*float64(now-q.filled)/float64(time.Second))
-	q.filled = now
-	if q.tokens >= 1 {
-		return true
+	ok, wait := q.rate.ready(*s, b.at(t))
+	if !ok {
+		b.timers.set(&q.refill, b.after(t, wait))
 	}
-	wait := time.Duration((1-q.tokens)/s.Rate*float64(time.Second)) + 1 // Validate keeps Rate where this fits
-	b.timers.set(&q.refill, b.after(t, wait))
-	return false
+	return ok
+}
+
+// bucket is a queue's rate as a token bucket: it fills at Rate tokens a
+// second up to the burst, and each dispatch takes one.
+type bucket struct {
+	tokens float64
+	filled int64 // when tokens was last topped up, on the deadlines' clock (Broker.at)
+}
+
+// ready tops the bucket up to now and reports whether it holds a token;
+// if not, wait is how long until it does.
+func (k *bucket) ready(s store.QueueSettings, now int64) (ok bool, wait time.Duration) {
+	k.tokens = min(burst(s), k.tokens+s.Rate*float64(now-k.filled)/float64(time.Second))
+	k.filled = now
+	if k.tokens >= 1 {
+		return true, 0
+	}
+	return false, time.Duration((1-k.tokens)/s.Rate*float64(time.Second)) + 1 // Validate keeps Rate where this fits
 }
 
 // dispatched counts a job of q given to a worker against its controls.
 func (q *queue) dispatched() {
 	q.running++
 	if q.set.Rate > 0 {
-		q.tokens--
+		q.rate.tokens--
 	}
 }
 

@@ -158,46 +158,6 @@ func TestConcurrencyLimitHoldsAcrossWorkers(t *testing.T) {
 	}
 }
 
-// The rate limit holds over 10 s within 5 %: a token bucket of burst 2
-// lets 2 + rate × seconds jobs go (the second token absorbs a late turn
-// of a busy loop).
-func TestRateLimitHoldsOverTenSeconds(t *testing.T) {
-	if testing.Short() {
-		t.Skip("10 s")
-	}
-	t.Parallel()
-	const rate, window = 20.0, 10 * time.Second
-	b := bt.Start(t, "", fast)
-	change(t, b, "q", broker.QueueChange{Rate: ptr(rate), Burst: ptr(2)})
-	client := bt.Dial(t, b.Frontend(), "c")
-	for range 260 {
-		client.Request("q", "", nil)
-	}
-	worker := bt.Worker(t, b.Backend(), "w", "q")
-	worker.Ready(300)
-	var first time.Time
-	n := 0
-	for {
-		m, ok := worker.TryRecv(bt.Wait)
-		if !ok {
-			t.Fatal("the queue stopped dispatching")
-		}
-		now := time.Now()
-		if first.IsZero() {
-			first = now
-		}
-		if now.Sub(first) > window {
-			break
-		}
-		n++
-		worker.Reply(m.(*emqp.Request).MsgID, nil)
-	}
-	want := 2 + rate*window.Seconds()
-	if float64(n) < want*0.95 || float64(n) > want*1.05 {
-		t.Fatalf("%d jobs dispatched in %v at %g a second: want %.0f ± 5 %%", n, window, rate, want)
-	}
-}
-
 // Config defaults apply to queues with nothing stored; a stored change
 // wins over them, also after a restart; bad defaults name their key.
 func TestQueueDefaultsAndStoredControls(t *testing.T) {

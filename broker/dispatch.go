@@ -13,9 +13,8 @@ type queue struct {
 	// The operator's controls (controls.go).
 	set     store.QueueSettings
 	running int     // jobs held by workers, for set.Concurrency
-	tokens  float64 // the rate's bucket
-	filled  int64   // when tokens was last topped up (Broker.at)
-	refill  alarm   // wakes the loop when a token is due
+	rate    bucket // of set.Rate
+	refill  alarm  // wakes the loop when a token is due
 	filling bool    // in b.toFill
 
 	// Since the queue was made (it is forgotten when it has neither jobs

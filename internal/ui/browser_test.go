@@ -18,6 +18,7 @@ import (
 
 	"github.com/eventmq/emq/admin"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/testutil"
 )
 
 // The dashboard, driven in a real browser: Debian's chromium (.ci/run
@@ -35,10 +36,7 @@ func chromium(t testing.TB) string {
 			return path
 		}
 	}
-	if os.Getenv("EMQ_REQUIRE_BROWSER") != "" {
-		t.Fatal("no chromium found (EMQ_REQUIRE_BROWSER is set): apt-get install -y chromium")
-	}
-	t.Skip("no chromium found; apt-get install -y chromium to run the dashboard's tests")
+	testutil.Missing(t, "EMQ_REQUIRE_BROWSER", "no chromium found; apt-get install -y chromium to run the dashboard's tests")
 	return ""
 }
 
