@@ -8,7 +8,7 @@ BIN       ?= bin/emq
 FUZZTIME  ?= 100000x
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: help run build test vet race memory fuzz fuzz-short bench gobench lint screenshots torture ha-demo clean
+.PHONY: help run build check test vet race memory fuzz fuzz-short bench gobench lint screenshots torture ha-demo clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -19,6 +19,14 @@ run: ## build and start a broker on the default embedded journal (./emq-data)
 
 build: ## build bin/emq
 	$(GO) build -o $(BIN) ./cmd/emq
+
+# The packages make check leaves out: those that need etcd or a browser.
+CHECK_SKIP_PKGS := /store/etcdstore$$|/internal/etcdtest$$|/internal/ui$$
+
+check: ## the edit-test loop, under a minute: vet, build, the short tests that need neither etcd nor a browser nor fuzzing
+	$(GO) vet ./...
+	$(GO) build ./...
+	$(GO) test -short -count=1 -skip 'Group|Etcd' $$($(GO) list ./... | grep -Ev '$(CHECK_SKIP_PKGS)')
 
 test: vet race memory fuzz-short ## all tests: go vet, the race detector, the memory tests, a short fuzz pass
 

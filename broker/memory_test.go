@@ -50,6 +50,9 @@ func memoryTest(t *testing.T) {
 	if raceEnabled {
 		t.Skip("resident memory under the race detector is not the broker's; make test runs this without it")
 	}
+	if testing.Short() {
+		t.Skip("seconds of large writes: make memory and make test run it")
+	}
 	t.Parallel()
 }
 
