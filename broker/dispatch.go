@@ -12,10 +12,10 @@ type queue struct {
 
 	// The operator's controls (controls.go).
 	set     store.QueueSettings
-	running int     // jobs held by workers, for set.Concurrency
+	running int    // jobs held by workers, for set.Concurrency
 	rate    bucket // of set.Rate
 	refill  alarm  // wakes the loop when a token is due
-	filling bool    // in b.toFill
+	filling bool   // in b.toFill
 
 	// Since the queue was made (it is forgotten when it has neither jobs
 	// nor workers): for the dashboard's rates.

@@ -3,6 +3,25 @@
 // and forgets them when a worker replies. ../shared/DESIGN.md is the
 // specification; this file says how the code carries it out.
 //
+// # The rooms
+//
+//	cmd/emq ──▶ admin (HTTP API, dashboard, /metrics)  ──┐
+//	        └─▶ group (election, fencing, standby)     ──┴─▶ broker's named API (api.go)
+//	                                                            │ query / change
+//	                                                            ▼
+//	                                                  the loop (this package)
+//
+// This package is the loop and what it owns. Everyone else (package
+// admin, package group, cmd/emq, tests) uses its named API: Queues,
+// Workers, State, InFlight, Job, ListJobs, RetryDead, RemoveJob,
+// PurgeQueue, ChangeQueue, the schedule calls, Listen, Stats, Serving.
+// Each call that touches loop state posts a closure through query or
+// change (api.go) and gets the closure's own result back over a channel,
+// so nothing outside the loop holds loop state, and a caller that gives
+// up leaves nothing shared behind. The package imports no net/http,
+// prometheus or etcd: the admin listener is package admin, fed through
+// Options.Observer; the replicated group is package group.
+//
 // # Who owns what
 //
 //	clients, workers (DEALER)                      journal (store.Journal)
@@ -108,14 +127,12 @@
 //	    connection closed with it queued) puts the job back at the head of its
 //	    queue without counting an attempt.
 //
-// Admin reads and changes (admin.go, inspect.go) run on the loop too, as
-// posted closures: a purge or a retry changes memory and journal together.
-// The admin API answers a refusal by its class: 404 no such job, 409 a job
-// in the wrong state, 400 a bad filter; 503 the broker is stopping, 501
-// the journal cannot (compact), 500 the journal failed. A job removed or
-// purged while its write is in progress is ACKed when the write lands
-// (it was stored) and then forgotten, as the journal deletes it after
-// storing it.
+// Admin reads and changes (api.go) run on the loop too, as posted
+// closures: a purge or a retry changes memory and journal together, and
+// answers with the journal's refusal (store.ErrNotFound,
+// store.ErrWrongState, ...) or ErrStopped. A job removed or purged while
+// its write is in progress is ACKed when the write lands (it was stored)
+// and then forgotten, as the journal deletes it after storing it.
 //
 // # Queue controls
 //
@@ -136,10 +153,11 @@
 // The loop emits an Event at each step of a job's life, when a worker
 // joins or leaves, and when a queue's controls change (events.go). With
 // no listener that is one length check for the stream; a job's event
-// also goes into its trail (below), a map entry until its next write. A listener (Listen, GET
-// /api/v1/events, emq tail) has a buffer of EventBuffer events that the
-// loop appends to without blocking and its reader takes whole; one that
-// falls behind is dropped, never waited for, and counted.
+// also goes into its trail (below), a map entry until its next write. A
+// listener (Listen: admin's GET /api/v1/events, emq tail) has a buffer of
+// EventBuffer events that the loop appends to without blocking and its
+// reader takes whole; one that falls behind is dropped, never waited
+// for, and counted.
 //
 // The same job events make its trail (store.Job.Trail): the loop keeps
 // those not yet written in b.trails, by job, and hands them to the
@@ -149,7 +167,8 @@
 //
 // # Peers
 //
-// A peer is (endpoint, routing id), one entry in one table with its role;
+// A peer is (endpoint, routing id), one entry in one table with its
+// peerRole;
 // every message starts with one lookup there. It becomes a worker by
 // INFORM (ACKed, then a HEARTBEAT at once and every HeartbeatInterval).
 // Any message from a peer counts as its heartbeat; silent for
@@ -274,47 +293,27 @@
 // ReloadCredentials (SIGHUP) swaps whole; handshakes read it, nothing
 // else does. Without a mechanism every peer has every role.
 //
-// # The dashboard
-//
-// The admin listener serves the dashboard's files under /ui/
-// (internal/ui, embedded) and its sessions (dashboard.go): an in-memory
-// map of session ids to a token's role, bounded per role, behind a
-// mutex of its own. Its pages read the admin API like any program; the
-// overview streams share one Overview a second, built from the loop's
-// counts (onLoop) and the journal's dead and done indexes.
-//
 // # Stopping
 //
-//	serving ──ctx ends──▶ draining ──nothing in flight, DrainTimeout,──▶ closing ─▶ Run returns
-//	   │                                 or Shutdown (a second signal)      ▲
-//	   └──── Shutdown, or the journal fenced ─────────────────────────────────┘
+//	serving ──Shutdown(ctx), or Run's ctx ends──▶ draining ──nothing in flight, DrainTimeout,──▶ closing ─▶ Run returns
+//	   │                                                 or Close, or Shutdown's ctx ends      ▲
+//	   └──── Close, or the journal fenced ───────────────────────────────────────────────────────┘
 //
-// Draining: REQUESTs get ERROR unavailable, nothing more is dispatched
-// (jobs that come due or come back stay pending), /readyz says 503, the
-// admin API still answers. The REPLYs of jobs in flight complete them as
+// Shutdown is the graceful stop and Close the immediate one, as net/http
+// names them. Draining: REQUESTs get ERROR unavailable, nothing more is
+// dispatched (jobs that come due or come back stay pending), Serving
+// says false (the admin API's /readyz 503), the named API still answers. The REPLYs of jobs in flight complete them as
 // usual, and when none is left the broker closes. Closing: KBYE to every
 // peer, the journal writes in progress land (up to ShutdownTimeout),
 // queued messages are written, the journal is closed. Jobs still in flight
 // stay journaled and run again after the next start.
 //
-// # A replicated group (group.go)
+// # A replicated group
 //
-//	            campaign (etcd election, lease of LeaderTTL)
-//	standby ───────────────────────────────────────────────▶ leader: a Broker on
-//	 /healthz 200, /readyz 503,                                store.Etcd, every write
-//	 stats: who leads; no eMQP                                 guarded by its election key
-//	    ▲                                                         │
-//	    └── lease ended, a guarded write refused, etcd unsure ────┘ (Fence: stops at once)
-//	        (ctx ends: drain, then resign, so a standby takes over at once)
-//
-// Group owns the etcd client, the session (lease) and the election; each
-// leadership is a new Broker, which owns everything as a single broker
-// does, on the journal in etcd. The Broker is built only once elected and
-// loads the journal then: what was in flight at the leader before is
-// pending again. A standby holds no job state at all. Fencing lives in
-// the journal: every etcd transaction carries the guard, so a broker that
-// lost its leadership cannot write (ErrFenced), hence cannot ACK; the
-// lease's end (session.Done) fences it even when it writes nothing.
+// Package group runs a Broker for each leadership it wins, on the journal
+// in etcd, and calls Fence when its lease ends; a standby holds no
+// Broker. Fencing lives in the journal: a broker that lost its
+// leadership cannot write (store.ErrFenced), hence cannot ACK, and stops.
 //
 // # Failures
 //
@@ -344,7 +343,7 @@
 //
 // Both endpoints are internal/zmtp Routers, not zmq4's ROUTER. zmq4
 // v0.17.0 as it comes lets any TCP client panic the process (a frame header
-// announcing 2^50 bytes is make()d, conn.go:416; a truncated metadata
+// announcing 2^50 bytes is allocated as announced; a truncated metadata
 // property in the handshake indexes out of range), stalls every peer behind
 // one (handshake in the accept loop without a deadline; sends under one
 // socket-wide lock), delivers one routing id's messages to every connection

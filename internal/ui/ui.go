@@ -1,6 +1,6 @@
 // Package ui holds the dashboard's files (HTML, CSS, JavaScript and the
-// vendored chart library), embedded in the binary; broker serves them
-// under /ui/ on the admin listener (broker/dashboard.go).
+// vendored chart library), embedded in the binary; package admin serves them
+// under /ui/ on the admin listener (admin/dashboard.go).
 //
 // Nothing is built: the files are served as they are written here. The
 // one library is Chart.js 3.9.1 (MIT licence, static/vendor/LICENSE.chartjs),
