@@ -252,9 +252,6 @@ func (b *Broker) Stopped() <-chan struct{} { return b.stopped }
 // API's /readyz).
 func (b *Broker) Serving() bool { return b.serving.Load() }
 
-// Journal names the journal the broker writes (a file, an etcd prefix).
-func (b *Broker) Journal() string { return journalName(b.journal) }
-
 // Run replays the journal, binds the endpoints and serves until ctx ends
 // or Shutdown or Close is called. When ctx ends it shuts down as
 // Shutdown does: it stops taking work and drains (REQUESTs get ERROR
@@ -265,7 +262,7 @@ func (b *Broker) Journal() string { return journalName(b.journal) }
 // store.ErrFenced when the journal fenced it off. Run is called once.
 func (b *Broker) Run(ctx context.Context) (err error) {
 	if b.started.Swap(true) {
-		return errors.New("broker: Run called twice")
+		return errors.New("broker: Run after Close, or a second time")
 	}
 	defer close(b.done)
 	defer func() {

@@ -211,6 +211,13 @@ func wait1(write func(done func(error))) error {
 // String names the journal in logs.
 func (e *Journal) String() string { return "etcd " + e.opts.Prefix }
 
+// Compact answers errors.ErrUnsupported: etcd keeps its own space (the
+// journal compacts etcd's history itself; etcdctl defrag returns the
+// space to the disk).
+func (e *Journal) Compact() (store.CompactStats, error) {
+	return store.CompactStats{}, fmt.Errorf("%w: the journal in etcd needs no compaction by emq (the broker compacts etcd's history; defragment etcd with etcdctl defrag)", errors.ErrUnsupported)
+}
+
 // Close finishes the queued writes and stops. The client stays open.
 func (e *Journal) Close() error {
 	if !e.Stop() {
