@@ -154,10 +154,18 @@ func (s *Server) with(w http.ResponseWriter, fn func(API)) {
 // standby names who leads.
 func (s *Server) noBroker(w http.ResponseWriter) {
 	if s.opts.Group != nil {
-		refuse(w, http.StatusServiceUnavailable, "standby", fmt.Sprintf("this broker is a standby; %s leads the group", s.opts.Group().Leader))
+		refuse(w, http.StatusServiceUnavailable, "standby", "this broker is a standby; "+leads(s.opts.Group()))
 		return
 	}
 	fail(w, broker.ErrStopped)
+}
+
+// leads says who leads g's group.
+func leads(g GroupInfo) string {
+	if g.Leader == "" {
+		return "no broker leads the group now"
+	}
+	return g.Leader + " leads the group"
 }
 
 // readyz: 200 while the broker served is ready and not stopping.
@@ -167,7 +175,8 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	case t != nil && t.b.Serving():
 		fmt.Fprintln(w, "ready")
 	case t == nil && s.opts.Group != nil:
-		http.Error(w, "standby: "+s.opts.Group().Leader+" leads", http.StatusServiceUnavailable)
+		g := s.opts.Group()
+		http.Error(w, g.State+": "+leads(g), http.StatusServiceUnavailable)
 	default:
 		http.Error(w, "not ready", http.StatusServiceUnavailable)
 	}

@@ -122,7 +122,8 @@ func NewClient(g Options) (*clientv3.Client, error) {
 // as a broker.Broker on the journal in etcd, every write guarded by that
 // key (fencing). The others are standbys: they campaign, serve /healthz
 // (200), /readyz (503), /metrics and the stats API (who leads), and
-// listen on no eMQP endpoint.
+// listen on no eMQP endpoint. Until it first reaches etcd a broker is
+// "starting": its stats say so, and /readyz 503.
 type Group struct {
 	opts   Options
 	bopts  broker.Options
@@ -131,7 +132,7 @@ type Group struct {
 	server *admin.Server
 
 	mu      sync.Mutex
-	state   string // "standby", "leader"
+	state   string // "starting" (etcd not reached yet), "standby", "leader"
 	leader  string
 	elected int64
 	broker  *broker.Broker // while leading
@@ -166,7 +167,7 @@ func New(opts broker.Options, aopts admin.Options, g Options) (*Group, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	grp := &Group{opts: g, bopts: opts, log: opts.Logger, state: "standby", done: make(chan struct{}),
+	grp := &Group{opts: g, bopts: opts, log: opts.Logger, done: make(chan struct{}),
 		elections: prometheus.NewCounter(prometheus.CounterOpts{Name: "emq_group_elections_won_total",
 			Help: "Elections this broker won (it became the group's leader)."}),
 		changes: prometheus.NewCounter(prometheus.CounterOpts{Name: "emq_group_leader_changes_total",
@@ -174,7 +175,7 @@ func New(opts broker.Options, aopts admin.Options, g Options) (*Group, error) {
 		stateGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "emq_group_role",
 			Help: "1 for this broker's role in the group: leader or standby."}, []string{"role"}),
 	}
-	grp.setState("standby")
+	grp.setState("starting")
 	aopts.Group = grp.Info
 	aopts.Collectors = append(aopts.Collectors, grp.elections, grp.changes, grp.stateGauge)
 	if aopts.Logger == nil {
@@ -310,6 +311,13 @@ func (g *Group) term(ctx context.Context, opts broker.Options) error {
 	}
 	defer session.Close() // revokes the lease: a standby need not wait for it
 	el := concurrency.NewElection(session, LeaderPrefix(g.opts.Prefix))
+	// Who leads now, before this broker says it stands by; then follow.
+	lctx, cancel := context.WithTimeout(ctx, g.opts.Timeout)
+	if resp, err := el.Leader(lctx); err == nil && len(resp.Kvs) > 0 {
+		g.sawLeader(string(resp.Kvs[0].Value))
+	}
+	cancel()
+	g.setState("standby")
 	octx, stopFollowing := context.WithCancel(ctx)
 	go g.follow(octx, el)
 	g.log.Info("standby: campaigning for the group's leadership", "name", g.opts.Name, "etcd", strings.Join(g.opts.Endpoints, ","))
@@ -384,18 +392,21 @@ func (g *Group) term(ctx context.Context, opts broker.Options) error {
 // campaigns in el, until ctx ends.
 func (g *Group) follow(ctx context.Context, el *concurrency.Election) {
 	for resp := range el.Observe(ctx) {
-		if len(resp.Kvs) == 0 {
-			continue
+		if len(resp.Kvs) > 0 {
+			g.sawLeader(string(resp.Kvs[0].Value))
 		}
-		name := string(resp.Kvs[0].Value)
-		g.mu.Lock()
-		changed := g.leader != name
-		g.leader = name
-		g.mu.Unlock()
-		if changed {
-			g.changes.Inc()
-			g.log.Info("the group's leader", "leader", name)
-		}
+	}
+}
+
+// sawLeader notes that name leads the group.
+func (g *Group) sawLeader(name string) {
+	g.mu.Lock()
+	changed := g.leader != name
+	g.leader = name
+	g.mu.Unlock()
+	if changed {
+		g.changes.Inc()
+		g.log.Info("the group's leader", "leader", name)
 	}
 }
 
