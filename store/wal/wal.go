@@ -1,0 +1,716 @@
+// Package wal is an append-only log of records in segment files: a
+// batch of records is one write and, when it must be durable, one
+// fdatasync; every record carries its sequence number and a CRC-32C, and
+// every byte is checked when the log is opened. boltstore puts it in
+// front of bbolt: a commit is an append here, and bbolt is brought up to
+// date behind it.
+//
+// # Format
+//
+// A segment is a file SEQ.wal, SEQ being its first record's sequence
+// number in 20 digits. It is zero-filled to its full size before it is
+// used (a background goroutine prepares the next one), so that a flush
+// changes no file metadata, and an unwritten record reads as zeros. It
+// starts with a header of 24 bytes:
+//
+//	magic "EMQWAL\n\x00" | version u32 | first seq u64 | crc32c u32 (of the 20 before)
+//
+// then records, each starting at a multiple of 8:
+//
+//	len u32 | crc32c u32 | seq u64 | payload (len bytes) | zeros to a multiple of 8
+//
+// The CRC-32C (Castagnoli) covers len, seq and payload. Sequence numbers
+// rise by one from record to record, across segments. A header of 16
+// zero bytes ends a segment's records. Integers are little-endian.
+//
+// # Opening
+//
+// Open checks every record after the given sequence. A record that is
+// short or fails its checksum at the end of the last segment, with no
+// valid record after it, is a torn tail: a write that was cut (the
+// process or the machine died during it), never flushed, hence never
+// acknowledged. It is zeroed, the zeros flushed, and reported. A bad
+// record anywhere else is damage (ErrDamaged, naming the file and the
+// offset): Open fails, unless Options.Recover, which skips every bad
+// stretch and reports it.
+package wal
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Format facts.
+const (
+	Version   = 1
+	headerLen = 24 // a segment's header
+	recHeader = 16 // a record's: len, crc, seq
+	magic     = "EMQWAL\n\x00"
+	suffix    = ".wal"
+	spareName = "next.wal.tmp" // the next segment, being zero-filled
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Errors of Open, matched with errors.Is.
+var (
+	// ErrDamaged: a record before the end, or a segment's header, fails
+	// its checks. The error is a *DamageError naming where.
+	ErrDamaged = errors.New("write-ahead log is damaged")
+	// ErrTooNew: a segment is of a newer format than this binary reads.
+	ErrTooNew = errors.New("write-ahead log segment is of a newer format than this binary knows")
+)
+
+// DamageError says where the log is damaged.
+type DamageError struct {
+	File   string
+	Offset int64
+	Reason string
+}
+
+func (e *DamageError) Error() string {
+	return fmt.Sprintf("%v: %s at offset %d: %s", ErrDamaged, e.File, e.Offset, e.Reason)
+}
+
+func (e *DamageError) Unwrap() error { return ErrDamaged }
+
+// Options configure a log.
+type Options struct {
+	// SegmentSize is how many bytes a segment holds (64 MiB); a batch
+	// that does not fit in what is left starts the next one. A record is
+	// at most SegmentSize less its header.
+	SegmentSize int64
+	// ReadOnly opens the log for reading: a torn tail is left as it is,
+	// and Append fails.
+	ReadOnly bool
+	// Recover skips damaged stretches instead of failing, and reports
+	// each (Report.Lost).
+	Recover bool
+}
+
+// DefaultSegmentSize is Options.SegmentSize's default.
+const DefaultSegmentSize = 64 << 20
+
+// Report is what Open found.
+type Report struct {
+	Records int   // records replayed (after the sequence asked for)
+	Torn    *Cut  // the torn tail cut off, if any
+	Lost    []Cut // with Recover: the damaged stretches skipped
+}
+
+// Cut is a stretch of a segment that Open did not replay.
+type Cut struct {
+	File   string
+	Offset int64
+	Bytes  int64
+	Reason string
+}
+
+func (c Cut) String() string {
+	return fmt.Sprintf("%s at offset %d, %d bytes: %s", c.File, c.Offset, c.Bytes, c.Reason)
+}
+
+// Log is an open log. Append, Sync and Close are for one goroutine at a
+// time (a journal's committer); TruncateFront may run beside them.
+type Log struct {
+	dir  string
+	opts Options
+
+	mu   sync.Mutex // the segment list, against TruncateFront
+	segs []segment  // by first seq; the last is the one appended to
+
+	f      *os.File // the last segment
+	off    int64    // where the next record goes in it
+	next   uint64   // the next record's seq
+	dirty  bool     // written since the last flush
+	failed error    // a write or flush failed: nothing more is taken
+	buf    []byte
+
+	spare chan error // the next segment's zero-filling; nil: none under way
+}
+
+type segment struct {
+	first uint64
+	path  string
+}
+
+func segName(first uint64) string { return fmt.Sprintf("%020d%s", first, suffix) }
+
+func pad8(n int64) int64 { return (n + 7) &^ 7 }
+
+// Open opens the log in dir (made if missing) and calls fn, in order,
+// with every record whose sequence is above after; records at or below
+// it were checkpointed and are not read. A new log's first record is
+// after+1. The record passed to fn is valid until fn returns.
+func Open(dir string, opts Options, after uint64, fn func(seq uint64, rec []byte) error) (*Log, Report, error) {
+	if opts.SegmentSize == 0 {
+		opts.SegmentSize = DefaultSegmentSize
+	}
+	if opts.SegmentSize < 4096 || opts.SegmentSize%8 != 0 {
+		return nil, Report{}, fmt.Errorf("wal: segment size %d: want a multiple of 8, at least 4096", opts.SegmentSize)
+	}
+	l := &Log{dir: dir, opts: opts, next: after + 1}
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, Report{}, fmt.Errorf("wal %s: %w", dir, err)
+		}
+		_ = os.Remove(filepath.Join(dir, spareName)) // one a crash left half made
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil && !(opts.ReadOnly && errors.Is(err, os.ErrNotExist)) {
+		return nil, Report{}, fmt.Errorf("wal %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), suffix)
+		if !ok {
+			continue
+		}
+		first, err := strconv.ParseUint(name, 10, 64)
+		if err != nil {
+			continue
+		}
+		l.segs = append(l.segs, segment{first, filepath.Join(dir, e.Name())})
+	}
+	slices.SortFunc(l.segs, func(a, b segment) int { return compare(a.first, b.first) })
+	var rep Report
+	if err := l.replay(after, fn, &rep); err != nil {
+		if l.f != nil {
+			l.f.Close()
+		}
+		return nil, rep, err
+	}
+	if opts.ReadOnly {
+		if l.f != nil {
+			l.f.Close()
+			l.f = nil
+		}
+		return l, rep, nil
+	}
+	switch {
+	case len(l.segs) == 0:
+		if err := l.startSegment(l.next); err != nil {
+			return nil, rep, err
+		}
+	case l.next <= after:
+		// The log ends before the checkpoint (its last records were
+		// checkpointed, then lost): what comes next starts a segment of
+		// its own, at after+1, so that no gap lies inside a segment.
+		l.next = after + 1
+		if err := l.rotate(); err != nil {
+			l.Close()
+			return nil, rep, err
+		}
+	}
+	if l.spare == nil {
+		l.prepareSpare()
+	}
+	return l, rep, nil
+}
+
+func compare(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// replay reads the segments that hold records above after.
+func (l *Log) replay(after uint64, fn func(uint64, []byte) error, rep *Report) error {
+	// Segments wholly at or below after are not read: the next one starts
+	// at or below after+1.
+	start := 0
+	for start+1 < len(l.segs) && l.segs[start+1].first <= after+1 {
+		start++
+	}
+	if start < len(l.segs) && l.segs[start].first > after+1 {
+		s := l.segs[start]
+		if !l.opts.Recover {
+			return &DamageError{filepath.Base(s.path), 0, fmt.Sprintf("records %d to %d are missing (the log starts at %d)", after+1, s.first-1, s.first)}
+		}
+		rep.Lost = append(rep.Lost, Cut{filepath.Base(s.path), 0, 0, fmt.Sprintf("records %d to %d missing", after+1, s.first-1)})
+	}
+	if start < len(l.segs) {
+		l.next = l.segs[start].first // its records at or below after are read, not replayed
+	}
+	for i := start; i < len(l.segs); i++ {
+		last := i == len(l.segs)-1
+		if err := l.replaySegment(l.segs[i], last, after, fn, rep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replaySegment reads one segment; the last one stays open, positioned
+// at its end, for appends.
+func (l *Log) replaySegment(s segment, last bool, after uint64, fn func(uint64, []byte) error, rep *Report) error {
+	name := filepath.Base(s.path)
+	flag := os.O_RDWR
+	if l.opts.ReadOnly {
+		flag = os.O_RDONLY
+	}
+	f, err := os.OpenFile(s.path, flag, 0)
+	if err != nil {
+		return fmt.Errorf("wal %s: %w", s.path, err)
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			f.Close()
+		}
+	}()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("wal %s: %w", s.path, err)
+	}
+	size := fi.Size()
+	var hdr [headerLen]byte
+	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+		return l.damaged(rep, Cut{name, 0, size, "its header cannot be read: " + err.Error()})
+	}
+	switch {
+	case string(hdr[:8]) != magic:
+		return l.damaged(rep, Cut{name, 0, size, "its header is not a write-ahead log segment's"})
+	case crc32Header(hdr[:20]) != binary.LittleEndian.Uint32(hdr[20:]):
+		return l.damaged(rep, Cut{name, 0, size, "its header fails its checksum"})
+	case binary.LittleEndian.Uint32(hdr[8:]) > Version:
+		return fmt.Errorf("%w: %s is of version %d, this binary knows up to %d", ErrTooNew, s.path, binary.LittleEndian.Uint32(hdr[8:]), Version)
+	case binary.LittleEndian.Uint64(hdr[12:]) != s.first:
+		return l.damaged(rep, Cut{name, 0, size, fmt.Sprintf("its header says it starts at record %d, its name %d", binary.LittleEndian.Uint64(hdr[12:]), s.first)})
+	}
+	if s.first > l.next && s.first > after+1 && l.next > 0 {
+		if !l.opts.Recover {
+			return &DamageError{name, 0, fmt.Sprintf("records %d to %d are missing before it", max(l.next, after+1), s.first-1)}
+		}
+		rep.Lost = append(rep.Lost, Cut{name, 0, 0, fmt.Sprintf("records %d to %d missing before it", max(l.next, after+1), s.first-1)})
+	}
+	l.next = max(l.next, s.first)
+	r := bufio.NewReaderSize(io.NewSectionReader(f, headerLen, size-headerLen), 1<<20)
+	off := int64(headerLen)
+	var rh [recHeader]byte
+	var payload []byte
+	for {
+		if off+recHeader > size {
+			break // the segment is full
+		}
+		if _, err := io.ReadFull(r, rh[:]); err != nil {
+			break
+		}
+		n := int64(binary.LittleEndian.Uint32(rh[0:]))
+		sum := binary.LittleEndian.Uint32(rh[4:])
+		seq := binary.LittleEndian.Uint64(rh[8:])
+		if n == 0 && sum == 0 && seq == 0 {
+			break // zeros: the end of its records
+		}
+		bad := ""
+		switch {
+		case n > size-off-recHeader:
+			bad = fmt.Sprintf("a record of %d bytes runs past the end of the segment", n)
+		case seq != l.next:
+			bad = fmt.Sprintf("record %d where %d should be", seq, l.next)
+		}
+		if bad == "" {
+			payload = slices.Grow(payload[:0], int(n))[:n]
+			if _, err := io.ReadFull(r, payload); err != nil {
+				bad = "a record cut short: " + err.Error()
+			} else if recordSum(rh[:], payload) != sum {
+				bad = "a record fails its checksum"
+			}
+		}
+		if bad != "" {
+			end, err := l.badRecord(f, s, last, off, size, bad, rep)
+			if err != nil {
+				return err
+			}
+			if end < 0 { // a torn tail, cut: the records end here
+				break
+			}
+			// Recover: go on after the damaged stretch.
+			off = end
+			r.Reset(io.NewSectionReader(f, off, size-off))
+			continue
+		}
+		padded := pad8(recHeader + n)
+		if _, err := r.Discard(int(padded - recHeader - n)); err != nil {
+			break
+		}
+		if seq > after {
+			if err := fn(seq, payload); err != nil {
+				return err
+			}
+			rep.Records++
+		}
+		l.next = seq + 1
+		off += padded
+	}
+	if last {
+		l.mu.Lock()
+		l.f, l.off = f, off
+		l.mu.Unlock()
+		keep = true
+	}
+	return nil
+}
+
+// badRecord decides about a bad record at off: a torn tail (end -1, the
+// tail zeroed), or damage (an error; with Recover, the offset of the
+// next valid record, or the segment's end, and the stretch reported). It
+// reads the rest of the segment (at most SegmentSize) to decide.
+func (l *Log) badRecord(f *os.File, s segment, last bool, off, size int64, why string, rep *Report) (end int64, err error) {
+	name := filepath.Base(s.path)
+	rest := make([]byte, size-off)
+	n, _ := f.ReadAt(rest, off)
+	rest = rest[:n]
+	next, found := findValid(rest, 8)
+	if last && !found {
+		garbage := int64(len(rest))
+		for garbage > 0 && rest[garbage-1] == 0 {
+			garbage--
+		}
+		cut := Cut{name, off, pad8(garbage), "torn tail: " + why}
+		if !l.opts.ReadOnly {
+			if err := zero(f, off, cut.Bytes); err != nil {
+				return 0, fmt.Errorf("wal %s: cutting the torn tail at offset %d: %w", s.path, off, err)
+			}
+		}
+		rep.Torn = &cut
+		return -1, nil
+	}
+	if !l.opts.Recover {
+		return 0, &DamageError{name, off, why + "; valid records follow (damage, not a torn write): emq journal check names what is lost, and --journal-recover or emq journal salvage keeps the rest"}
+	}
+	if !found {
+		rep.Lost = append(rep.Lost, Cut{name, off, int64(len(rest)), why})
+		return size, nil
+	}
+	rep.Lost = append(rep.Lost, Cut{name, off, next, why})
+	// The records after the stretch go on from the one found.
+	l.next = binary.LittleEndian.Uint64(rest[next+8:])
+	return off + next, nil
+}
+
+// findValid is the offset in b, at a multiple of 8 from from on, of a
+// record that passes its checks.
+func findValid(b []byte, from int64) (int64, bool) {
+	for off := from; off+recHeader <= int64(len(b)); off += 8 {
+		n := int64(binary.LittleEndian.Uint32(b[off:]))
+		seq := binary.LittleEndian.Uint64(b[off+8:])
+		if n == 0 && seq == 0 || n > int64(len(b))-off-recHeader {
+			continue
+		}
+		if recordSum(b[off:off+recHeader], b[off+recHeader:off+recHeader+n]) == binary.LittleEndian.Uint32(b[off+4:]) {
+			return off, true
+		}
+	}
+	return 0, false
+}
+
+// zero writes n zeros at off and flushes them.
+func zero(f *os.File, off, n int64) error {
+	buf := make([]byte, min(n, 1<<20))
+	for n > 0 {
+		k := min(n, int64(len(buf)))
+		if _, err := f.WriteAt(buf[:k], off); err != nil {
+			return err
+		}
+		off, n = off+k, n-k
+	}
+	return f.Sync()
+}
+
+// damaged is a bad segment header: damage, or with Recover a lost
+// segment.
+func (l *Log) damaged(rep *Report, c Cut) error {
+	if !l.opts.Recover {
+		return &DamageError{c.File, c.Offset, c.Reason}
+	}
+	rep.Lost = append(rep.Lost, c)
+	return nil
+}
+
+// recordSum is the CRC-32C of a record's len, seq and payload.
+func recordSum(hdr, payload []byte) uint32 {
+	c := crc32.Update(0, castagnoli, hdr[0:4])
+	c = crc32.Update(c, castagnoli, hdr[8:16])
+	return crc32.Update(c, castagnoli, payload)
+}
+
+// Next is the sequence number the next record gets.
+func (l *Log) Next() uint64 { return l.next }
+
+// MaxRecord is the largest record a segment takes.
+func (l *Log) MaxRecord() int64 { return l.opts.SegmentSize - headerLen - recHeader }
+
+// Append writes recs as the next records, in one write, and with sync
+// flushes them (one fdatasync) before it returns; it returns the last
+// one's sequence. Without sync they are flushed by the next Append that
+// syncs, or Sync, or Close (what a crash loses of them was never
+// acknowledged). A failed write or flush is not retried: the log takes
+// nothing more (Failed), since what the disk holds is unknown.
+func (l *Log) Append(recs [][]byte, sync bool) (uint64, error) {
+	if l.opts.ReadOnly {
+		return 0, errors.New("wal: open read-only")
+	}
+	if l.failed != nil {
+		return 0, l.failed
+	}
+	size := int64(0)
+	for _, rec := range recs {
+		if int64(len(rec)) > l.MaxRecord() {
+			return 0, fmt.Errorf("wal: a record of %d bytes is over the %d a segment takes", len(rec), l.MaxRecord())
+		}
+		size += pad8(recHeader + int64(len(rec)))
+	}
+	for size > l.opts.SegmentSize-l.off && len(recs) > 0 {
+		// What does not fit goes to the next segment: this one's records
+		// are flushed first, so that no segment but the last can end torn.
+		fit, fitSize := 0, int64(0)
+		for fit < len(recs) {
+			n := pad8(recHeader + int64(len(recs[fit])))
+			if fitSize+n > l.opts.SegmentSize-l.off {
+				break
+			}
+			fitSize += n
+			fit++
+		}
+		if fit > 0 {
+			if err := l.write(recs[:fit], fitSize); err != nil {
+				return 0, err
+			}
+			recs, size = recs[fit:], size-fitSize
+		}
+		if err := l.rotate(); err != nil {
+			return 0, err
+		}
+	}
+	if len(recs) > 0 {
+		if err := l.write(recs, size); err != nil {
+			return 0, err
+		}
+	}
+	if sync {
+		if err := l.Sync(); err != nil {
+			return 0, err
+		}
+	}
+	return l.next - 1, nil
+}
+
+// write puts recs (size bytes, padded) at the end of the last segment.
+func (l *Log) write(recs [][]byte, size int64) error {
+	l.buf = slices.Grow(l.buf[:0], int(size))[:size]
+	clear(l.buf)
+	pos := int64(0)
+	for _, rec := range recs {
+		h := l.buf[pos : pos+recHeader]
+		binary.LittleEndian.PutUint32(h[0:], uint32(len(rec)))
+		binary.LittleEndian.PutUint64(h[8:], l.next)
+		copy(l.buf[pos+recHeader:], rec)
+		binary.LittleEndian.PutUint32(h[4:], recordSum(h, rec))
+		pos += pad8(recHeader + int64(len(rec)))
+		l.next++
+	}
+	if _, err := l.f.WriteAt(l.buf, l.off); err != nil {
+		return l.fail("write", err)
+	}
+	l.off += size
+	l.dirty = true
+	return nil
+}
+
+// Sync flushes what was written (one fdatasync), if anything was.
+func (l *Log) Sync() error {
+	if l.failed != nil {
+		return l.failed
+	}
+	if !l.dirty {
+		return nil
+	}
+	if err := fdatasync(l.f); err != nil {
+		return l.fail("fdatasync", err)
+	}
+	l.dirty = false
+	return nil
+}
+
+func (l *Log) fail(what string, err error) error {
+	l.failed = fmt.Errorf("wal %s: %s failed: %w (the log takes nothing more: what the disk holds is unknown; restart to replay what it has)", l.f.Name(), what, err)
+	return l.failed
+}
+
+// Failed is the error that stopped the log, nil while it works.
+func (l *Log) Failed() error { return l.failed }
+
+// rotate flushes the last segment and starts the next, from the spare
+// the background has zero-filled (or, while that is not done, waiting
+// for it).
+func (l *Log) rotate() error {
+	if err := l.Sync(); err != nil {
+		return err
+	}
+	if l.spare == nil {
+		l.prepareSpare() // and wait for it
+	}
+	if err := <-l.spare; err != nil {
+		l.spare = nil
+		return l.fail("preparing the next segment", err)
+	}
+	l.spare = nil
+	path := filepath.Join(l.dir, segName(l.next))
+	if err := os.Rename(filepath.Join(l.dir, spareName), path); err != nil {
+		return l.fail("renaming the next segment", err)
+	}
+	if err := l.openSegment(path, l.next); err != nil {
+		return err
+	}
+	l.prepareSpare()
+	return nil
+}
+
+// startSegment makes the first segment of a new log, at first.
+func (l *Log) startSegment(first uint64) error {
+	spare := filepath.Join(l.dir, spareName)
+	if err := zeroFile(spare, l.opts.SegmentSize); err != nil {
+		return fmt.Errorf("wal %s: %w", l.dir, err)
+	}
+	path := filepath.Join(l.dir, segName(first))
+	if err := os.Rename(spare, path); err != nil {
+		return fmt.Errorf("wal %s: %w", l.dir, err)
+	}
+	return l.openSegment(path, first)
+}
+
+// openSegment writes the header of a zero-filled segment just named path
+// and makes it the last, its name durable in the folder.
+func (l *Log) openSegment(path string, first uint64) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return l.fail("opening the next segment", err)
+	}
+	var hdr [headerLen]byte
+	copy(hdr[:], magic)
+	binary.LittleEndian.PutUint32(hdr[8:], Version)
+	binary.LittleEndian.PutUint64(hdr[12:], first)
+	binary.LittleEndian.PutUint32(hdr[20:], crc32Header(hdr[:20]))
+	if _, err := f.WriteAt(hdr[:], 0); err != nil {
+		f.Close()
+		return l.fail("writing a segment's header", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return l.fail("flushing a segment's header", err)
+	}
+	if err := syncDir(l.dir); err != nil {
+		f.Close()
+		return l.fail("flushing the folder", err)
+	}
+	l.mu.Lock()
+	if l.f != nil {
+		l.f.Close()
+	}
+	l.segs = append(l.segs, segment{first, path})
+	l.f, l.off = f, headerLen
+	l.mu.Unlock()
+	return nil
+}
+
+// prepareSpare zero-fills the next segment in the background.
+func (l *Log) prepareSpare() {
+	ch := make(chan error, 1)
+	l.spare = ch
+	path, size := filepath.Join(l.dir, spareName), l.opts.SegmentSize
+	go func() { ch <- zeroFile(path, size) }()
+}
+
+// zeroFile makes path a file of size zeros, flushed.
+func zeroFile(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, min(size, 1<<20))
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		if _, err := f.WriteAt(buf[:min(int64(len(buf)), size-off)], off); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// TruncateFront deletes the segments whose records are all at or below
+// upto (checkpointed elsewhere); the last segment stays.
+func (l *Log) TruncateFront(upto uint64) error {
+	l.mu.Lock()
+	var gone []segment
+	for len(l.segs) > 1 && l.segs[1].first <= upto+1 {
+		gone = append(gone, l.segs[0])
+		l.segs = l.segs[1:]
+	}
+	l.mu.Unlock()
+	for _, s := range gone {
+		if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("wal: deleting %s: %w", s.path, err)
+		}
+	}
+	if len(gone) > 0 {
+		return syncDir(l.dir)
+	}
+	return nil
+}
+
+// Segments is how many segment files the log has.
+func (l *Log) Segments() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.segs)
+}
+
+// Close flushes what was written and closes the log.
+func (l *Log) Close() error {
+	var err error
+	if l.f != nil && l.failed == nil {
+		err = l.Sync()
+	}
+	if l.spare != nil {
+		<-l.spare // the spare stays, zero-filled, for the next open... which removes it
+		l.spare = nil
+	}
+	if l.f != nil {
+		if cerr := l.f.Close(); err == nil {
+			err = cerr
+		}
+		l.f = nil
+	}
+	return err
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// crc32Header is the checksum a segment's header carries of its first 20
+// bytes.
+func crc32Header(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }

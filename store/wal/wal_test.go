@@ -1,0 +1,316 @@
+package wal
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+const testSegment = 64 << 10
+
+func rec(i int) []byte { return []byte(fmt.Sprintf("record %d %s", i, bytes.Repeat([]byte{byte(i)}, i%300))) }
+
+// open opens the log in dir and returns what it replayed after after.
+func open(t *testing.T, dir string, opts Options, after uint64) (*Log, Report, map[uint64][]byte) {
+	t.Helper()
+	if opts.SegmentSize == 0 {
+		opts.SegmentSize = testSegment
+	}
+	got := map[uint64][]byte{}
+	l, rep, err := Open(dir, opts, after, func(seq uint64, r []byte) error {
+		got[seq] = bytes.Clone(r)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() }) // its spare's zero-filling ends before the folder goes
+	return l, rep, got
+}
+
+// fill appends n records in batches of batch, synced, from record from.
+func fill(t *testing.T, l *Log, from, n, batch int) {
+	t.Helper()
+	for i := from; i < from+n; i += batch {
+		var recs [][]byte
+		for k := i; k < min(i+batch, from+n); k++ {
+			recs = append(recs, rec(k))
+		}
+		if _, err := l.Append(recs, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Records come back in order after a close, across segments, and the
+// log goes on where it ended.
+func TestAppendReplayAndRotate(t *testing.T) {
+	dir := t.TempDir()
+	l, rep, got := open(t, dir, Options{}, 0)
+	if rep.Records != 0 || len(got) != 0 || l.Next() != 1 {
+		t.Fatalf("a new log: %+v, next %d", rep, l.Next())
+	}
+	fill(t, l, 1, 1000, 7)
+	if l.Segments() < 3 {
+		t.Fatalf("%d segments for 1000 records in %d-byte segments: want rotation", l.Segments(), testSegment)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, rep, got = open(t, dir, Options{}, 0)
+	if rep.Records != 1000 || rep.Torn != nil || l.Next() != 1001 {
+		t.Fatalf("replayed %+v, next %d", rep, l.Next())
+	}
+	for i := 1; i <= 1000; i++ {
+		if !bytes.Equal(got[uint64(i)], rec(i)) {
+			t.Fatalf("record %d: %q", i, got[uint64(i)])
+		}
+	}
+	fill(t, l, 1001, 10, 3)
+	l.Close()
+	_, rep, _ = open(t, dir, Options{}, 995)
+	if rep.Records != 15 {
+		t.Fatalf("after 995: %d records, want 15", rep.Records)
+	}
+}
+
+// TruncateFront deletes the segments wholly at or below a sequence, and
+// the log opens after it.
+func TestTruncateFront(t *testing.T) {
+	dir := t.TempDir()
+	l, _, _ := open(t, dir, Options{}, 0)
+	fill(t, l, 1, 1000, 10)
+	before := l.Segments()
+	if err := l.TruncateFront(600); err != nil {
+		t.Fatal(err)
+	}
+	if l.Segments() >= before || l.Segments() < 2 {
+		t.Fatalf("%d segments left of %d", l.Segments(), before)
+	}
+	if err := l.TruncateFront(5000); err != nil || l.Segments() != 1 {
+		t.Fatalf("past the end: %d segments, %v; want the last one kept", l.Segments(), err)
+	}
+	l.Close()
+	l, rep, got := open(t, dir, Options{}, 1000)
+	if rep.Records != 0 || len(got) != 0 || l.Next() != 1001 {
+		t.Fatalf("after truncating: %+v next %d", rep, l.Next())
+	}
+	l.Close()
+	if _, _, err := Open(dir, Options{SegmentSize: testSegment}, 10, func(uint64, []byte) error { return nil }); !errors.Is(err, ErrDamaged) {
+		t.Fatalf("records 11 and on missing: %v, want ErrDamaged", err)
+	}
+}
+
+// A log whose last records were checkpointed and then lost (its end
+// before the checkpoint) goes on at the checkpoint, in a segment of its
+// own, and opens again.
+func TestLogBehindTheCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	l, _, _ := open(t, dir, Options{}, 0)
+	fill(t, l, 1, 10, 5)
+	l.Close()
+	l, _, _ = open(t, dir, Options{}, 50)
+	if l.Next() != 51 {
+		t.Fatalf("next %d, want 51", l.Next())
+	}
+	if _, err := l.Append([][]byte{rec(51)}, true); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	_, rep, got := open(t, dir, Options{}, 50)
+	if rep.Records != 1 || !bytes.Equal(got[51], rec(51)) {
+		t.Fatalf("after the gap: %+v", rep)
+	}
+}
+
+// lastRecord returns the path of the last segment and the offset and
+// length (header and payload, not the padding) of its last record.
+func lastRecord(t *testing.T, dir string, l *Log) (string, int64, int64) {
+	t.Helper()
+	path := l.segs[len(l.segs)-1].path
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, last := int64(headerLen), int64(-1)
+	for off+recHeader <= int64(len(b)) {
+		n := int64(uint32(b[off]) | uint32(b[off+1])<<8 | uint32(b[off+2])<<16 | uint32(b[off+3])<<24)
+		if n == 0 && bytes.Equal(b[off:off+recHeader], make([]byte, recHeader)) {
+			break
+		}
+		last = off
+		off += pad8(recHeader + n)
+	}
+	n := int64(uint32(b[last]) | uint32(b[last+1])<<8 | uint32(b[last+2])<<16 | uint32(b[last+3])<<24)
+	return path, last, recHeader + n
+}
+
+// A torn last write of any length (cut at every byte of the last record,
+// or its bytes garbled with nothing valid after) is cut at open, reported
+// with its file and offset, zeroed, and the log goes on from the record
+// before it; it opens cleanly again.
+func TestTornTailOfEveryLength(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	l, _, _ := open(t, base, Options{}, 0)
+	fill(t, l, 1, 40, 4)
+	path, off, length := lastRecord(t, base, l)
+	l.Close()
+	orig, _ := os.ReadFile(path)
+	for cut := int64(1); cut < length; cut++ {
+		for _, how := range []string{"short", "garbled"} {
+			dir := t.TempDir()
+			torn := bytes.Clone(orig)
+			if how == "short" { // the write stopped at byte cut: the rest never reached the disk
+				clear(torn[off+cut:])
+			} else { // its bytes from cut on are not what was written
+				for i := off + cut; i < off+length; i++ {
+					torn[i] ^= 0x5a
+				}
+			}
+			if err := os.WriteFile(filepath.Join(dir, filepath.Base(path)), torn, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			copySegments(t, base, dir, filepath.Base(path))
+			l, rep, got := open(t, dir, Options{}, 0)
+			if rep.Torn == nil || rep.Torn.Offset != off || rep.Torn.File != filepath.Base(path) {
+				t.Fatalf("%s at %d: reported %+v, want the torn tail at %d", how, cut, rep.Torn, off)
+			}
+			if len(got) != 39 || l.Next() != 40 {
+				t.Fatalf("%s at %d: %d records, next %d; want 39, 40", how, cut, len(got), l.Next())
+			}
+			fill(t, l, 40, 2, 1) // the log goes on over the cut
+			l.Close()
+			if _, rep, got := open(t, dir, Options{}, 0); rep.Torn != nil || len(got) != 41 {
+				t.Fatalf("%s at %d, reopened: torn %+v, %d records; want none, 41", how, cut, rep.Torn, len(got))
+			}
+		}
+	}
+}
+
+// copySegments copies base's segments but skip into dir.
+func copySegments(t *testing.T, base, dir, skip string) {
+	t.Helper()
+	entries, _ := os.ReadDir(base)
+	for _, e := range entries {
+		if e.Name() == skip || filepath.Ext(e.Name()) != suffix {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join(base, e.Name()))
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A bad record with valid records after it, or in a segment before the
+// last, is damage: Open names the file and the offset. ReadOnly reports
+// a torn tail but leaves it. Recover skips the damaged stretch, reports
+// it, and keeps every good record after it.
+func TestDamageInTheMiddle(t *testing.T) {
+	t.Parallel()
+	for _, where := range []string{"last segment", "first segment"} {
+		dir := t.TempDir()
+		l, _, _ := open(t, dir, Options{}, 0)
+		fill(t, l, 1, 600, 6)
+		seg := l.segs[len(l.segs)-1].path
+		if where == "first segment" {
+			seg = l.segs[0].path
+		}
+		l.Close()
+		b, _ := os.ReadFile(seg)
+		b[headerLen+recHeader] ^= 0xff // the first record's payload
+		os.WriteFile(seg, b, 0o600)
+
+		_, _, err := Open(dir, Options{SegmentSize: testSegment}, 0, func(uint64, []byte) error { return nil })
+		var de *DamageError
+		if !errors.As(err, &de) || de.File != filepath.Base(seg) || de.Offset != headerLen {
+			t.Fatalf("%s: %v, want damage in %s at offset %d", where, err, filepath.Base(seg), headerLen)
+		}
+		l, rep, got := open(t, dir, Options{Recover: true}, 0)
+		if len(rep.Lost) != 1 || rep.Lost[0].File != filepath.Base(seg) || len(got) != 599 {
+			t.Fatalf("%s, recovered: lost %+v, %d records; want one stretch lost, 599 records", where, rep.Lost, len(got))
+		}
+		l.Close()
+	}
+}
+
+// ReadOnly reports a torn tail and leaves the file as it is.
+func TestReadOnlyLeavesATornTail(t *testing.T) {
+	dir := t.TempDir()
+	l, _, _ := open(t, dir, Options{}, 0)
+	fill(t, l, 1, 5, 1)
+	path, off, _ := lastRecord(t, dir, l)
+	l.Close()
+	b, _ := os.ReadFile(path)
+	b[off+recHeader] ^= 1
+	os.WriteFile(path, b, 0o600)
+	l, rep, got := open(t, dir, Options{ReadOnly: true}, 0)
+	if rep.Torn == nil || len(got) != 4 {
+		t.Fatalf("read-only: torn %+v, %d records", rep.Torn, len(got))
+	}
+	if _, err := l.Append([][]byte{rec(9)}, true); err == nil {
+		t.Fatal("a read-only log took an append")
+	}
+	after, _ := os.ReadFile(path)
+	if !slices.Equal(after, b) {
+		t.Fatal("read-only open changed the segment")
+	}
+}
+
+// A newer format is refused, naming the segment and the versions.
+func TestNewerFormatRefused(t *testing.T) {
+	dir := t.TempDir()
+	l, _, _ := open(t, dir, Options{}, 0)
+	path := l.segs[0].path
+	l.Close()
+	b, _ := os.ReadFile(path)
+	b[8] = Version + 1
+	// A newer binary wrote this header: its checksum is right.
+	copy(b[20:24], le32(crc32Header(b[:20])))
+	os.WriteFile(path, b, 0o600)
+	if _, _, err := Open(dir, Options{SegmentSize: testSegment}, 0, func(uint64, []byte) error { return nil }); !errors.Is(err, ErrTooNew) {
+		t.Fatalf("a newer segment: %v, want ErrTooNew", err)
+	}
+}
+
+func le32(v uint32) []byte { return []byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)} }
+
+// An unsynced append is flushed by the next synced one, and Close
+// flushes what is left.
+func TestLazyAppendsAndClose(t *testing.T) {
+	dir := t.TempDir()
+	l, _, _ := open(t, dir, Options{}, 0)
+	if _, err := l.Append([][]byte{rec(1)}, false); err != nil {
+		t.Fatal(err)
+	}
+	if !l.dirty {
+		t.Fatal("a lazy append was flushed")
+	}
+	if _, err := l.Append([][]byte{rec(2)}, true); err != nil || l.dirty {
+		t.Fatalf("a synced append: %v, dirty %v", err, l.dirty)
+	}
+	l.Append([][]byte{rec(3)}, false)
+	l.Close()
+	if _, rep, _ := open(t, dir, Options{}, 0); rep.Records != 3 {
+		t.Fatalf("%d records, want 3", rep.Records)
+	}
+}
+
+// A record larger than a segment takes is refused, and nothing is
+// written.
+func TestRecordTooLarge(t *testing.T) {
+	dir := t.TempDir()
+	l, _, _ := open(t, dir, Options{}, 0)
+	if _, err := l.Append([][]byte{make([]byte, testSegment)}, true); err == nil {
+		t.Fatal("a record over the segment size was taken")
+	}
+	if l.Next() != 1 {
+		t.Fatalf("next %d after a refused append", l.Next())
+	}
+	l.Close()
+}
