@@ -114,6 +114,7 @@ type Broker struct {
 	useSeq       uint64           // for least-recently-used workers
 	errLog       *lograte.Limiter // protocol errors
 	readLog      *lograte.Limiter // payloads the journal could not read
+	damageLog    *lograte.Limiter // values the journal found damaged
 }
 
 // phase is where the broker is in its life: serving, then draining (no
@@ -162,6 +163,7 @@ func New(opts Options) (*Broker, error) {
 	b.clock.Stop()
 	b.errLog = lograte.New(logBurst, "protocol errors not logged in the last second")
 	b.readLog = lograte.New(logBurst, "payload reads that failed and were not logged in the last second")
+	b.damageLog = lograte.New(logBurst, "damaged journal values not logged in the last second")
 	b.pubLog = lograte.New(logBurst, "PUBLISH refusals not logged in the last second")
 	b.forbidLog = lograte.New(logBurst, "forbidden messages not logged in the last second")
 	creds, err := loadCredentials(&b.opts)
@@ -186,7 +188,7 @@ func New(opts Options) (*Broker, error) {
 	}
 	open := opts.OpenJournal
 	if open == nil {
-		open = opts.openBolt
+		open = b.openBolt
 	}
 	j, err := open(b.observe.Committed)
 	if err != nil {
@@ -196,15 +198,30 @@ func New(opts Options) (*Broker, error) {
 	return b, nil
 }
 
-// openBolt opens the default journal: the bbolt file in DataDir.
-func (o Options) openBolt(onCommit func(int, time.Duration)) (store.Journal, error) {
+// openBolt opens the default journal: the bbolt file in DataDir, with
+// its write-ahead log beside it.
+func (b *Broker) openBolt(onCommit func(int, time.Duration)) (store.Journal, error) {
+	o := b.opts
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data-dir: %w", err)
 	}
 	sopts := boltstore.DefaultOptions()
 	sopts.OnCommit = onCommit
 	sopts.MaxJobSize = o.MaxJobSize
+	sopts.SegmentSize, sopts.MaxLogBytes, sopts.Recover = o.JournalSegmentSize, o.JournalMaxLog, o.JournalRecover
+	sopts.CheckpointBytes = min(sopts.CheckpointBytes, o.JournalMaxLog/2)
+	sopts.DirectBytes = min(sopts.DirectBytes, o.JournalSegmentSize/2)
+	sopts.Logger = b.log
+	sopts.OnDamage = b.damaged
 	return boltstore.Open(filepath.Join(o.DataDir, JournalFile), sopts)
+}
+
+// damaged is the journal's word that a stored value failed its checksum
+// and is being moved aside (a job to the dead letters): counted, logged.
+func (b *Broker) damaged(d store.Damage) {
+	b.stats.JournalDamaged.Add(1)
+	b.damageLog.Warn(b.log, "journal: a stored value fails its checksum: it is moved aside, never served as good (a job: to the dead letters)",
+		"journal", journalName(b.journal), "bucket", string(d.Bucket), "key", printableID(string(d.Key)), "why", d.Reason)
 }
 
 // journalName names the journal in logs: its String, or its type.

@@ -268,6 +268,7 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 	b := bt.Start(t, "", fast)
 	worker := bt.Dial(t, b.Backend(), "w")
 	worker.Inform("other")
+	worker.KeepAlive(50 * time.Millisecond) // a worker until the stop, however long the load takes
 	client := dialRaw(t, b.Frontend(), "c")
 	go func() {
 		for client.send(&emqp.Request{MsgID: emqp.NewID(), Queue: "q", Payload: []byte("x")}) == nil {

@@ -52,8 +52,18 @@ type Options struct {
 
 	MaxFrameSize int64 // largest frame accepted, in bytes
 	MaxJobSize   int   // largest job the bbolt journal stores (payload, headers, ids), in bytes
-	MaxPending   int   // live jobs per queue beyond which REQUEST gets queue_full; 0 = no limit
-	PayloadCache int64 // bytes of payloads held in memory for their jobs' dispatch; the rest is read from the journal
+
+	// The default journal's write-ahead log (package boltstore): its
+	// segment files' size; how much it may hold that the bbolt file does
+	// not yet (memory: about that much at most), past which REQUESTs get
+	// ERROR unavailable until the checkpoint catches up; and whether to
+	// open a log damaged in the middle, keeping every good record
+	// (--journal-recover).
+	JournalSegmentSize int64
+	JournalMaxLog      int64
+	JournalRecover     bool
+	MaxPending         int   // live jobs per queue beyond which REQUEST gets queue_full; 0 = no limit
+	PayloadCache       int64 // bytes of payloads held in memory for their jobs' dispatch; the rest is read from the journal
 	// MaxReceiveBuffer bounds the bytes of received messages held at once,
 	// all connections together (read, or waiting for the journal); a
 	// connection that would go beyond it is not read until there is room.
@@ -108,32 +118,34 @@ type Options struct {
 // DefaultOptions are DESIGN.md's defaults.
 func DefaultOptions() Options {
 	return Options{
-		Frontend:          "tcp://127.0.0.1:47290",
-		Backend:           "tcp://127.0.0.1:47291",
-		DataDir:           "./emq-data",
-		HeartbeatInterval: time.Second,
-		HeartbeatTimeout:  5 * time.Second,
-		MaxFrameSize:      256 << 20,
-		MaxJobSize:        256 << 20,
-		MaxPending:        2_000_000,
-		PayloadCache:      64 << 20,
-		MaxReceiveBuffer:  defaultReceiveBuffer(),
-		MaxSendBuffer:     256 << 20,
-		ResultTTL:         0,
-		RetryBackoff:      time.Second,
-		MaxRetryBackoff:   5 * time.Minute,
-		DrainTimeout:      10 * time.Second,
-		ShutdownTimeout:   10 * time.Second,
-		PublisherIncoming: "tcp://127.0.0.1:47298",
-		PublisherOutgoing: "tcp://127.0.0.1:47299",
-		SubscriberHWM:     1000,
-		PublisherBuffer:   64 << 20,
-		MaxSubscribers:    10000,
-		MaxConnections:    defaultMaxConnections(),
-		EventBuffer:       4096,
-		MaxEventListeners: 32,
-		LastValueTopics:   10000,
-		LastValueBytes:    16 << 20,
+		Frontend:           "tcp://127.0.0.1:47290",
+		Backend:            "tcp://127.0.0.1:47291",
+		DataDir:            "./emq-data",
+		HeartbeatInterval:  time.Second,
+		HeartbeatTimeout:   5 * time.Second,
+		MaxFrameSize:       256 << 20,
+		MaxJobSize:         256 << 20,
+		JournalSegmentSize: 64 << 20,
+		JournalMaxLog:      512 << 20,
+		MaxPending:         2_000_000,
+		PayloadCache:       64 << 20,
+		MaxReceiveBuffer:   defaultReceiveBuffer(),
+		MaxSendBuffer:      256 << 20,
+		ResultTTL:          0,
+		RetryBackoff:       time.Second,
+		MaxRetryBackoff:    5 * time.Minute,
+		DrainTimeout:       10 * time.Second,
+		ShutdownTimeout:    10 * time.Second,
+		PublisherIncoming:  "tcp://127.0.0.1:47298",
+		PublisherOutgoing:  "tcp://127.0.0.1:47299",
+		SubscriberHWM:      1000,
+		PublisherBuffer:    64 << 20,
+		MaxSubscribers:     10000,
+		MaxConnections:     defaultMaxConnections(),
+		EventBuffer:        4096,
+		MaxEventListeners:  32,
+		LastValueTopics:    10000,
+		LastValueBytes:     16 << 20,
 	}
 }
 
@@ -209,6 +221,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("max-frame-size: %d is outside 1 KiB to 1 GiB", o.MaxFrameSize)
 	case o.MaxJobSize < 1024 || o.MaxJobSize > 1<<30:
 		return fmt.Errorf("max-job-size: %d is outside 1 KiB to 1 GiB", o.MaxJobSize)
+	case o.JournalSegmentSize < 1<<20 || o.JournalSegmentSize > 1<<30 || o.JournalSegmentSize%8 != 0:
+		return fmt.Errorf("journal-segment-size: %d is outside 1 MiB to 1 GiB (a multiple of 8)", o.JournalSegmentSize)
+	case o.JournalMaxLog < 1<<20:
+		return fmt.Errorf("journal-max-log: %d is under 1 MiB", o.JournalMaxLog)
 	case o.MaxReceiveBuffer < 1<<20:
 		return fmt.Errorf("max-receive-buffer: %d is under 1 MiB", o.MaxReceiveBuffer)
 	case o.MaxSendBuffer < 1<<20:

@@ -27,6 +27,7 @@ type Stats struct {
 	FiresSkipped       atomic.Int64
 
 	ListenersDropped atomic.Int64
+	JournalDamaged   atomic.Int64
 
 	errMu  sync.Mutex
 	errors map[string]int64 // ERRORs sent, by code
@@ -60,6 +61,7 @@ var Counters = []Counter{
 	{"schedules_forwarded", "emq_schedules_forwarded_total", "SCHEDULEs and UNSCHEDULEs passed to schedulers (forward-schedules).", func(s *Stats) *atomic.Int64 { return &s.SchedulesForwarded }},
 	{"schedules_fired", "emq_schedule_fires_total", "Jobs made by schedules the broker keeps.", func(s *Stats) *atomic.Int64 { return &s.SchedulesFired }},
 	{"event_listeners_dropped", "emq_event_listeners_dropped_total", "Event stream listeners dropped for falling behind (event-buffer).", func(s *Stats) *atomic.Int64 { return &s.ListenersDropped }},
+	{"journal_damaged", "emq_journal_damaged_total", "Stored values found failing their checksums, each moved aside (a job to the dead letters, the rest to emq journal check's list).", func(s *Stats) *atomic.Int64 { return &s.JournalDamaged }},
 	{"schedule_fires_skipped", "emq_schedule_fires_skipped_total", "Due times of kept schedules that made no job: missed under misfire:skip, or their queue held max-pending jobs.", func(s *Stats) *atomic.Int64 { return &s.FiresSkipped }},
 }
 

@@ -14,6 +14,7 @@ package migrations
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 
@@ -74,6 +75,59 @@ var Steps = []Step{
 		_, err := tx.CreateBucketIfNotExists(store.BucketDone)
 		return err
 	}},
+	{6, "seal every value with its checksum; the job sequence in meta; a bucket for damaged values", sealEverything},
+}
+
+// sealEverything is step 6: every value but the schema version gets its
+// checksum (store.Seal), the job sequence moves from the jobs bucket's
+// own to meta/seq (the write-ahead log keeps it as a key), and the
+// damaged bucket is made. Values are rewritten a chunk at a time, in the
+// one transaction of the step: an upgrade holds about the file's size in
+// memory for that moment, once.
+func sealEverything(tx *bolt.Tx) error {
+	for _, name := range [][]byte{store.BucketJobs, store.BucketPending, store.BucketDead, store.BucketResults,
+		store.BucketResultExp, store.BucketSchedules, store.BucketQueues, store.BucketDone} {
+		bkt := tx.Bucket(name)
+		if bkt == nil {
+			continue
+		}
+		var from []byte
+		for {
+			type kv struct{ k, v []byte }
+			var chunk []kv
+			c := bkt.Cursor()
+			k, v := c.First()
+			if from != nil {
+				k, v = c.Seek(from)
+				if k != nil && bytes.Equal(k, from) {
+					k, v = c.Next()
+				}
+			}
+			for ; k != nil && len(chunk) < 4096; k, v = c.Next() {
+				chunk = append(chunk, kv{bytes.Clone(k), bytes.Clone(v)})
+			}
+			for _, e := range chunk {
+				if err := bkt.Put(e.k, store.Seal(name, e.k, e.v)); err != nil {
+					return err
+				}
+			}
+			if len(chunk) < 4096 {
+				break
+			}
+			from = chunk[len(chunk)-1].k
+		}
+	}
+	mb := tx.Bucket(meta)
+	var seq uint64
+	if jobs := tx.Bucket(store.BucketJobs); jobs != nil {
+		seq = jobs.Sequence()
+	}
+	seqKey := []byte("seq")
+	if err := mb.Put(seqKey, store.Seal(store.BucketMeta, seqKey, binary.BigEndian.AppendUint64(nil, seq))); err != nil {
+		return err
+	}
+	_, err := tx.CreateBucketIfNotExists(store.BucketDamaged)
+	return err
 }
 
 // Latest is the version the last known step brings a file to.

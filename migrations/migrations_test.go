@@ -60,8 +60,9 @@ func TestUpgradeCarriesDataOver(t *testing.T) {
 		if v := tx.Bucket(store.BucketResultExp).Get(store.ResultExpKey(exp, []byte("m1"))); v == nil {
 			return errors.New("the result is missing from the expiry index")
 		}
-		if v := tx.Bucket(store.BucketResults).Get([]byte("m1")); string(v[8:]) != "result" {
-			return errors.New("the result itself changed")
+		v, ok := store.Unseal(store.BucketResults, []byte("m1"), tx.Bucket(store.BucketResults).Get([]byte("m1")))
+		if !ok || string(v[8:]) != "result" {
+			return errors.New("the result itself changed, or is not sealed (step 6)")
 		}
 		if tx.Bucket(store.BucketSchedules) == nil {
 			return errors.New("no schedules bucket after step 3")

@@ -23,11 +23,12 @@ type Core struct {
 	opts CoreOptions
 	kv   KV
 
-	qmu     sync.Mutex
-	queue   []write
-	closing bool
-	wake    chan struct{} // cap 1: there are writes queued
-	stopped chan struct{} // closed when the committer has finished
+	qmu          sync.Mutex
+	queue        []write
+	closing      bool
+	quarantining map[string]bool // damaged keys whose move aside is queued (quarantine.go)
+	wake         chan struct{}   // cap 1: there are writes queued
+	stopped      chan struct{}   // closed when the committer has finished
 }
 
 // write is one queued change. apply runs inside the transaction; it
@@ -78,6 +79,9 @@ type CoreOptions struct {
 	// it holds at most (a backend whose reads copy the records keeps it
 	// small).
 	LoadChunk int
+	// OnDamage, if set, is told of each stored value found failing its
+	// checksum, once, as it is moved aside (quarantine.go).
+	OnDamage func(d Damage)
 }
 
 // StartCore starts the committer of a journal named name (in errors: a
@@ -86,7 +90,8 @@ func StartCore(name string, kv KV, opts CoreOptions) *Core {
 	if opts.LoadChunk == 0 {
 		opts.LoadChunk = 256
 	}
-	j := &Core{name: name, opts: opts, kv: kv, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	j := &Core{name: name, opts: opts, kv: kv, wake: make(chan struct{}, 1), stopped: make(chan struct{}),
+		quarantining: map[string]bool{}}
 	go j.commitLoop()
 	return j
 }
@@ -209,7 +214,9 @@ func (e jobError) Unwrap() error { return e.error }
 func (j *Core) commit(batch []write) {
 	start := time.Now()
 	own := make([]error, len(batch))
+	var damaged []Damage
 	err := j.kv.Update(func(t Tx, mark func() error) error {
+		defer func() { damaged = t.Damaged() }()
 		if p, ok := t.(Prefetcher); ok {
 			var keys []Key
 			for _, w := range batch {
@@ -233,7 +240,8 @@ func (j *Core) commit(batch []write) {
 			}
 		}
 		return nil
-	})
+	}, !allLazy(batch))
+	j.noteDamage(damaged)
 	durable := func(int) bool { return err == nil }
 	if err != nil {
 		var p *PartialError
@@ -258,6 +266,18 @@ func (j *Core) commit(batch []write) {
 	if j.opts.AfterCommit != nil {
 		j.opts.AfterCommit(size)
 	}
+}
+
+// view runs fn in a read transaction, and moves aside what it found
+// damaged.
+func (j *Core) view(fn func(t Tx) error) error {
+	var damaged []Damage
+	err := j.kv.View(func(t Tx) error {
+		defer func() { damaged = t.Damaged() }()
+		return fn(t)
+	})
+	j.noteDamage(damaged)
+	return err
 }
 
 // Name names the journal in errors and logs.

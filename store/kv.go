@@ -27,6 +27,13 @@ type Tx interface {
 	// Err is the first failure of a read that had no error to return
 	// (Get, Gets); the transaction fails with it.
 	Err() error
+	// Damaged lists the values the transaction found failing their
+	// checksums (a backend that checks its bytes): Get, Gets and Scan
+	// gave each as missing. The core moves them aside (quarantine.go).
+	Damaged() []Damage
+	// Raw returns key's stored value without checking it (nil if none),
+	// for moving a damaged one aside.
+	Raw(bucket, key []byte) []byte
 }
 
 // KV is a backend's storage.
@@ -35,7 +42,10 @@ type KV interface {
 	// backend that must split a batch (etcd) is told by mark where each
 	// write ends; mark refuses (and takes back) a write too large for one
 	// commit. It may fail with a *PartialError after committing some.
-	Update(fn func(t Tx, mark func() error) error) error
+	// Without durable the batch gates no acknowledgement (Completes
+	// only): a backend with a log may write it and leave the flush to the
+	// next durable batch.
+	Update(fn func(t Tx, mark func() error) error, durable bool) error
 	View(fn func(t Tx) error) error
 }
 

@@ -1,6 +1,9 @@
 package store
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"hash/crc32"
+)
 
 // The journal's layout: its buckets and how their keys are made, the
 // same in every backend (a bbolt bucket, or an etcd key range). Package
@@ -16,6 +19,7 @@ var (
 	BucketSchedules = []byte("schedules")  // schedule id -> schedule record
 	BucketQueues    = []byte("queues")     // queue name -> its controls, JSON
 	BucketDone      = []byte("done")       // queue key + seq -> msgid: jobs done, kept with their result
+	BucketDamaged   = []byte("damaged")    // bucket "/" key -> what failed its checksum, and why (Quarantine)
 )
 
 // ResultExpKey is the result_exp index key for an expiry (8 bytes, big
@@ -28,4 +32,37 @@ func ResultExpKey(expiry, msgid []byte) []byte {
 // ExpiryBytes encodes unix nanoseconds as 8 big-endian bytes.
 func ExpiryBytes(unixNano int64) []byte {
 	return binary.BigEndian.AppendUint64(nil, uint64(unixNano))
+}
+
+// boltstore's file keeps every value sealed: the value, then 4 bytes,
+// the CRC-32C (little-endian) of the bucket's name, a zero, the key, a
+// zero and the value; a value moved under another key fails as surely as
+// one whose bytes changed. (The schema version in meta, which package
+// migrations reads before anything else, is not sealed.)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Seal is val as the file keeps it under bucket and key.
+func Seal(bucket, key, val []byte) []byte {
+	out := make([]byte, len(val)+4)
+	copy(out, val)
+	binary.LittleEndian.PutUint32(out[len(val):], sealSum(bucket, key, val))
+	return out
+}
+
+// Unseal checks a sealed value and returns it without its checksum.
+func Unseal(bucket, key, stored []byte) ([]byte, bool) {
+	if len(stored) < 4 {
+		return nil, false
+	}
+	val := stored[:len(stored)-4]
+	return val, binary.LittleEndian.Uint32(stored[len(stored)-4:]) == sealSum(bucket, key, val)
+}
+
+func sealSum(bucket, key, val []byte) uint32 {
+	c := crc32.Update(0, castagnoli, bucket)
+	c = crc32.Update(c, castagnoli, []byte{0})
+	c = crc32.Update(c, castagnoli, key)
+	c = crc32.Update(c, castagnoli, []byte{0})
+	return crc32.Update(c, castagnoli, val)
 }

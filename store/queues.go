@@ -73,7 +73,7 @@ func (jn *Core) PutQueueSettings(queue string, s QueueSettings, done func(error)
 // QueueSettings implements Journal.
 func (jn *Core) QueueSettings() (map[string]QueueSettings, error) {
 	out := make(map[string]QueueSettings)
-	err := jn.kv.View(func(t Tx) error {
+	err := jn.view(func(t Tx) error {
 		return t.Scan(BucketQueues, nil, func(k, v []byte) (bool, error) {
 			var s QueueSettings
 			if err := json.Unmarshal(v, &s); err != nil {

@@ -13,13 +13,16 @@ import (
 // transaction, reading the jobs of loadChunk entries at a time; each job
 // is decoded (copied) only when fn is called, and its payload not at all.
 func (jn *Core) Load(fn func(*Job) error) error {
-	return jn.kv.View(func(t Tx) error {
+	return jn.view(func(t Tx) error {
 		var keys, ids [][]byte
 		flush := func() error {
 			for i, rec := range t.Gets(BucketJobs, ids) {
-				j, err := jn.indexed(rec, keys[i], ids[i], false)
+				j, err := jn.indexed(t, BucketPending, rec, keys[i], ids[i], false)
 				if err != nil {
 					return err
+				}
+				if j == nil {
+					continue // damaged, or not stored: moved aside, never loaded
 				}
 				if err := fn(j); err != nil {
 					return err
@@ -45,11 +48,15 @@ func (jn *Core) Load(fn func(*Job) error) error {
 	})
 }
 
-// indexed returns the job an index entry (k -> id) names, from its
-// record rec.
-func (jn *Core) indexed(rec, k, id []byte, withPayload bool) (*Job, error) {
+// indexed returns the job an entry (k -> id) of the index bucket names,
+// from its record rec; nil when the record failed its check or is not
+// stored: either is moved aside (quarantine.go).
+func (jn *Core) indexed(t Tx, bucket []byte, rec, k, id []byte, withPayload bool) (*Job, error) {
 	if rec == nil {
-		return nil, fmt.Errorf("%w: journal %s: index entry %x names job %q, which is missing", ErrCorrupt, jn.name, k, id)
+		if !isDamaged(t, BucketJobs, id) {
+			jn.noteDamage([]Damage{{Bucket: bucket, Key: bytes.Clone(k), Reason: fmt.Sprintf("it names job %q, which is not stored", id)}})
+		}
+		return nil, nil
 	}
 	j, err := decodeJob(id, rec, withPayload)
 	if err != nil {
@@ -58,12 +65,35 @@ func (jn *Core) indexed(rec, k, id []byte, withPayload bool) (*Job, error) {
 	return j, nil
 }
 
+// isDamaged reports whether t found key of bucket damaged.
+func isDamaged(t Tx, bucket, key []byte) bool {
+	for _, d := range t.Damaged() {
+		if bytes.Equal(d.Bucket, bucket) && bytes.Equal(d.Key, key) {
+			return true
+		}
+	}
+	return false
+}
+
+// damagedErr is the error about a damaged value of bucket, as t found it.
+func (jn *Core) damagedErr(t Tx, bucket, key []byte) error {
+	for _, d := range t.Damaged() {
+		if bytes.Equal(d.Bucket, bucket) && bytes.Equal(d.Key, key) {
+			return fmt.Errorf("%w: journal %s: %s", ErrDamaged, jn.name, d)
+		}
+	}
+	return nil
+}
+
 // Get implements Journal.
 func (jn *Core) Get(msgid string) (*Job, error) {
 	var j *Job
-	err := jn.kv.View(func(t Tx) error {
+	err := jn.view(func(t Tx) error {
 		rec := t.Get(BucketJobs, []byte(msgid))
 		if err := t.Err(); err != nil {
+			return err
+		}
+		if err := jn.damagedErr(t, BucketJobs, []byte(msgid)); err != nil {
 			return err
 		}
 		if rec == nil {
@@ -80,7 +110,7 @@ func (jn *Core) Get(msgid string) (*Job, error) {
 // copied out of the record, nothing else of it is decoded, and Bolt
 // gives back the pages a large one lay on (pages_linux.go).
 func (jn *Core) Payloads(msgids []string, fn func(i int, payload []byte, err error)) error {
-	return jn.kv.View(func(t Tx) error {
+	return jn.view(func(t Tx) error {
 		ids := make([][]byte, len(msgids))
 		for i, msgid := range msgids {
 			ids[i] = []byte(msgid)
@@ -92,7 +122,11 @@ func (jn *Core) Payloads(msgids []string, fn func(i int, payload []byte, err err
 		for i, msgid := range msgids {
 			rec := recs[i]
 			if rec == nil {
-				fn(i, nil, fmt.Errorf("%w: %s", ErrNotFound, msgid))
+				err := jn.damagedErr(t, BucketJobs, ids[i])
+				if err == nil {
+					err = fmt.Errorf("%w: %s", ErrNotFound, msgid)
+				}
+				fn(i, nil, err)
 				continue
 			}
 			p, err := payloadOf([]byte(msgid), rec)
@@ -110,9 +144,12 @@ func (jn *Core) Payloads(msgids []string, fn func(i int, payload []byte, err err
 // Result implements Journal.
 func (jn *Core) Result(msgid string) ([]byte, error) {
 	var out []byte
-	err := jn.kv.View(func(t Tx) error {
+	err := jn.view(func(t Tx) error {
 		v := t.Get(BucketResults, []byte(msgid))
 		if err := t.Err(); err != nil {
+			return err
+		}
+		if err := jn.damagedErr(t, BucketResults, []byte(msgid)); err != nil {
 			return err
 		}
 		if v != nil && len(v) < 8 {
@@ -167,7 +204,7 @@ func (jn *Core) List(opts ListOptions) (Page, error) {
 	scanned := 0
 	var k0 []byte // the last key looked at,
 	var k0s State // in this state's index
-	err := jn.kv.View(func(t Tx) error {
+	err := jn.view(func(t Tx) error {
 		for i, s := range states {
 			from, skip := prefix, []byte(nil)
 			if i == 0 && after != nil {
@@ -197,16 +234,19 @@ func (jn *Core) List(opts ListOptions) (Page, error) {
 					var j *Job
 					var err error
 					if opts.filtered() || opts.NoPayloads {
-						if j, err = jn.indexed(recs[n], k, id, false); err != nil {
+						if j, err = jn.indexed(t, index(s), recs[n], k, id, false); err != nil {
 							return err
 						}
-						if !opts.Matches(j) {
+						if j == nil || !opts.Matches(j) {
 							continue
 						}
 					}
 					if !opts.NoPayloads { // decoded again, with its payload: matches only
-						if j, err = jn.indexed(recs[n], k, id, true); err != nil {
+						if j, err = jn.indexed(t, index(s), recs[n], k, id, true); err != nil {
 							return err
+						}
+						if j == nil {
+							continue
 						}
 					}
 					page.Jobs = append(page.Jobs, j)
@@ -269,7 +309,7 @@ func (jn *Core) Counts(only ...State) ([]Count, error) {
 	}
 	var out []Count
 	at := map[string]int{}
-	err := jn.kv.View(func(t Tx) error {
+	err := jn.view(func(t Tx) error {
 		for _, s := range only {
 			err := t.Scan(index(s), nil, func(k, _ []byte) (bool, error) {
 				q, ok := splitQueueKey(k)

@@ -177,7 +177,7 @@ func (jn *Core) store(t Tx, j *Job) (dup bool, err error) {
 
 // LoadSchedules implements Journal.
 func (jn *Core) LoadSchedules(fn func(*Schedule) error) error {
-	return jn.kv.View(func(t Tx) error {
+	return jn.view(func(t Tx) error {
 		return t.Scan(BucketSchedules, nil, func(k, v []byte) (bool, error) {
 			s, err := decodeSchedule(k, v)
 			if err != nil {
@@ -195,7 +195,7 @@ func (jn *Core) ListSchedules(after string, limit int) ([]*Schedule, string, err
 	}
 	var out []*Schedule
 	next := ""
-	err := jn.kv.View(func(t Tx) error {
+	err := jn.view(func(t Tx) error {
 		var from []byte
 		if after != "" {
 			from = []byte(after)
@@ -222,7 +222,7 @@ func (jn *Core) ListSchedules(after string, limit int) ([]*Schedule, string, err
 // GetSchedule implements Journal.
 func (jn *Core) GetSchedule(id string) (*Schedule, error) {
 	var s *Schedule
-	err := jn.kv.View(func(t Tx) error {
+	err := jn.view(func(t Tx) error {
 		rec := t.Get(BucketSchedules, []byte(id))
 		if err := t.Err(); err != nil {
 			return err

@@ -1,13 +1,25 @@
-// Package boltstore is the journal in one bbolt file: the default, a
-// store.Journal on one machine (store/doc.go says what it promises).
+// Package boltstore is the journal on one machine, the default: a
+// write-ahead log (package wal) in front of a bbolt file. A commit is one
+// log record and one fdatasync; bbolt, the journal of record, keyed by
+// msgid, is brought up to date behind the ACKs (checkpoint.go), and a job
+// completed before its checkpoint never reaches it. Every byte carries a
+// checksum that is checked when read: the log's records (CRC-32C) and
+// bbolt's values (kv.go). store/doc.go says what an ACK promises.
+//
+//	commit ─▶ log record, fdatasync ─▶ memtable ─checkpoint─▶ bbolt
+//	                                     ▲                      ▲
+//	reads ───────────────────────────────┴──────────────────────┘
 package boltstore
 
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -15,76 +27,149 @@ import (
 
 	"github.com/eventmq/emq/migrations"
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/wal"
 )
 
-// Options configure a bbolt journal.
+// Options configure a journal on one machine.
 type Options struct {
 	// LockTimeout is how long Open waits for another process to let go of
 	// the file before it fails with store.ErrLocked.
 	LockTimeout time.Duration
-	// MaxBatch is the most writes one transaction (one fsync) takes.
+	// MaxBatch is the most writes one commit takes.
 	MaxBatch int
 	// MaxJobSize bounds a job's stored size (payload, headers, ids and
 	// error text); a larger Append fails with ErrTooLarge and nothing
 	// else is touched. At most 1 GiB (bbolt's value limit is 2 GiB).
 	MaxJobSize int
-	// ReadOnly opens the file without the write lock and without
-	// migrating, for looking at a journal another process may hold. Writes
-	// fail with ErrReadOnly.
+	// ReadOnly opens the journal without the write lock and without
+	// migrating, for looking at it while another process may hold it: the
+	// log is read, not changed. Writes fail with ErrReadOnly.
 	ReadOnly bool
 	// OnCommit, if set, is called after each commit with the number of
 	// writes it held and how long it took (for metrics).
 	OnCommit func(writes int, took time.Duration)
+	// OnCheckpoint, if set, is called after each checkpoint with the keys
+	// it wrote into bbolt and how long it took.
+	OnCheckpoint func(keys int, took time.Duration)
+	// OnDamage, if set, is told of each value found failing its checksum,
+	// as it is moved aside (store/quarantine.go).
+	OnDamage func(store.Damage)
 	// LazyDelay is how long Completes, when nothing else is queued, wait
-	// for a write that cannot wait (an Append) to share its commit: one
-	// fsync for both instead of two in a row. 0 = commit at once.
+	// for a write that cannot wait (an Append) to share its commit. With
+	// the log a commit of Completes alone is not flushed (the next one
+	// that is flushes it), so waiting buys little: 0 by default.
 	LazyDelay time.Duration
+
+	// SegmentSize is the size of the log's segment files (64 MiB).
+	SegmentSize int64
+	// CheckpointBytes starts a checkpoint when the memtable (what the log
+	// holds and bbolt not yet) reaches it; CheckpointEvery starts one
+	// this often while it holds anything.
+	CheckpointBytes int64
+	CheckpointEvery time.Duration
+	// MaxLogBytes bounds the memtable: past it, writes that must be
+	// durable fail (ErrLogFull) until a checkpoint catches up. Memory:
+	// about this much is held at most.
+	MaxLogBytes int64
+	// DirectBytes: a commit whose log record would be larger goes into
+	// bbolt directly, with what the memtable holds (two fdatasyncs, no
+	// copy in memory): large jobs.
+	DirectBytes int64
+	// Recover opens a log damaged in the middle: every good record is
+	// replayed, the damaged stretches are logged and reported
+	// (Recovered), and the journal is checkpointed and its log started
+	// anew. Without it such a log refuses to open (wal.ErrDamaged).
+	Recover bool
+	// Logger gets a line for a torn tail cut at open, for what Recover
+	// skipped, and for failed checkpoints (nil = slog.Default()).
+	Logger *slog.Logger
 }
 
 // DefaultOptions returns the defaults.
 func DefaultOptions() Options {
-	return Options{LockTimeout: time.Second, MaxBatch: 8192, MaxJobSize: 256 << 20, LazyDelay: 2 * time.Millisecond}
+	return Options{LockTimeout: time.Second, MaxBatch: 8192, MaxJobSize: 256 << 20,
+		SegmentSize: wal.DefaultSegmentSize, CheckpointBytes: 16 << 20, CheckpointEvery: time.Second,
+		MaxLogBytes: 512 << 20, DirectBytes: 4 << 20}
 }
 
 // Validate reports the first bad option.
 func (o Options) Validate() error {
-	if o.LockTimeout <= 0 {
+	switch {
+	case o.LockTimeout <= 0:
 		return fmt.Errorf("store: LockTimeout must be > 0, got %v", o.LockTimeout)
-	}
-	if o.MaxJobSize <= 0 || o.MaxJobSize > 1<<30 {
+	case o.MaxJobSize <= 0 || o.MaxJobSize > 1<<30:
 		return fmt.Errorf("store: MaxJobSize must be 1 byte to 1 GiB, got %d", o.MaxJobSize)
-	}
-	if o.MaxBatch <= 0 {
+	case o.MaxBatch <= 0:
 		return fmt.Errorf("store: MaxBatch must be > 0, got %d", o.MaxBatch)
-	}
-	if o.LazyDelay < 0 || o.LazyDelay > time.Second {
+	case o.LazyDelay < 0 || o.LazyDelay > time.Second:
 		return fmt.Errorf("store: LazyDelay must be 0 to 1s, got %v", o.LazyDelay)
+	case o.SegmentSize < 1<<20 || o.SegmentSize%8 != 0:
+		return fmt.Errorf("journal-segment-size: %d: want at least 1 MiB, a multiple of 8", o.SegmentSize)
+	case o.CheckpointBytes < 64<<10 || o.CheckpointEvery <= 0:
+		return fmt.Errorf("store: CheckpointBytes must be at least 64 KiB and CheckpointEvery positive")
+	case o.MaxLogBytes < o.CheckpointBytes:
+		return fmt.Errorf("journal-max-log: %d is under the checkpoint size %d", o.MaxLogBytes, o.CheckpointBytes)
+	case o.DirectBytes < 64<<10 || o.DirectBytes > o.SegmentSize/2:
+		return fmt.Errorf("store: DirectBytes must be 64 KiB to half a segment, got %d", o.DirectBytes)
 	}
 	return nil
 }
 
-// Journal is the store.Journal in one bbolt file. Its commits are bbolt
-// transactions, each fsynced; the committer is store.Core's.
+// Journal is the store.Journal on one machine: the log, the memtable,
+// the bbolt file. The committer is store.Core's.
 type Journal struct {
 	*store.Core
 	path string
 	opts Options
+	log  *wal.Log
 
 	dbmu    sync.RWMutex // held for reading by every use of db; for writing by a compaction's swap
 	db      *bolt.DB
 	dropped time.Time // the committer's last dropMapping
+
+	// The memtable (memtable.go). The committer changes active and the
+	// counters; mu orders that with readers taking a clone, and with the
+	// checkpointer dropping frozen.
+	mu         sync.Mutex
+	active     *tree
+	frozen     *tree  // being checkpointed; nil when none is
+	frozenUpto uint64 // the last log record in frozen
+	snap       *tree  // a clone of active for views; nil: make one
+	memBytes   int64  // of active and frozen
+	seq        uint64 // the job sequence (NextSeq)
+	applied    uint64 // the last log record in the memtable
+	ckptErr    error  // the last checkpoint's failure
+
+	checkpointed atomic.Uint64 // the last log record in bbolt
+	ckptMu       sync.Mutex    // one bbolt write at a time: a checkpoint, a direct commit, a compaction
+	ckptWake     chan struct{}
+	ckptStop     chan struct{}
+	ckptDone     chan struct{}
+
+	recovered []wal.Cut // what Recover skipped
 }
 
 var (
-	_ store.Journal   = (*Journal)(nil)
-	_ store.Compactor = (*Journal)(nil)
+	_ store.Journal     = (*Journal)(nil)
+	_ store.Compactor   = (*Journal)(nil)
+	_ store.Quarantined = (*Journal)(nil)
 )
 
-// Open opens (or creates) the journal file at path, creating its folder
-// and applying migrations. It never rewrites a file it cannot read.
+// LogDir is the folder of the log of the journal file at path.
+func LogDir(path string) string { return path + ".log" }
+
+// Open opens (or creates) the journal file at path and its log, creating
+// its folder, applying migrations and replaying what the log holds after
+// the file's checkpoint. It never rewrites a file it cannot read. A torn
+// tail of the log (a write the machine did not finish, never ACKed) is
+// cut and logged; damage anywhere else refuses to open, naming the
+// segment and offset, unless Options.Recover.
 func Open(path string, opts Options) (*Journal, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
 	}
 	if !opts.ReadOnly {
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
@@ -96,28 +181,102 @@ func Open(path string, opts Options) (*Journal, error) {
 		return nil, err
 	}
 	if opts.ReadOnly {
-		if _, _, err := migrations.Check(db); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("journal %s: %w", path, err)
-		}
-	} else if _, _, err := migrations.Apply(db); err != nil {
+		_, _, err = migrations.Check(db)
+	} else {
+		_, _, err = migrations.Apply(db)
+	}
+	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("journal %s: %w", path, err)
 	}
-	b := &Journal{path: path, db: db, opts: opts}
+	j := &Journal{path: path, db: db, opts: opts, active: newTree(),
+		ckptWake: make(chan struct{}, 1), ckptStop: make(chan struct{}), ckptDone: make(chan struct{})}
+	checkpoint, seq, err := readCheckpoint(db, path)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	j.seq, j.applied = seq, checkpoint
+	j.checkpointed.Store(checkpoint)
+	log, rep, err := wal.Open(LogDir(path), wal.Options{SegmentSize: opts.SegmentSize, ReadOnly: opts.ReadOnly, Recover: opts.Recover},
+		checkpoint, j.replay)
+	if err != nil {
+		db.Close()
+		if errors.Is(err, wal.ErrDamaged) {
+			return nil, fmt.Errorf("%w: journal %s: %w", store.ErrCorrupt, path, err)
+		}
+		return nil, fmt.Errorf("journal %s: %w", path, err)
+	}
+	j.log = log
+	if rep.Torn != nil {
+		opts.Logger.Warn("journal: the log's last write was torn (the machine stopped during it; it was never acknowledged): cut off",
+			"journal", path, "segment", rep.Torn.File, "offset", rep.Torn.Offset, "bytes", rep.Torn.Bytes)
+	}
+	for _, c := range rep.Lost {
+		opts.Logger.Error("journal: a damaged stretch of the log was skipped (--journal-recover): what it held is lost",
+			"journal", path, "segment", c.File, "offset", c.Offset, "bytes", c.Bytes, "why", c.Reason)
+	}
+	j.recovered = rep.Lost
 	// Opening walks every page of the file (bbolt rebuilds its free list,
 	// NoFreelistSync below): none of them is needed in memory now.
-	b.drop()
-	b.Core = store.StartCore(path, boltKV{b}, store.CoreOptions{MaxBatch: opts.MaxBatch, MaxJobSize: opts.MaxJobSize,
-		ReadOnly: opts.ReadOnly, OnCommit: opts.OnCommit, LazyDelay: opts.LazyDelay, AfterCommit: b.dropAfterCommit})
-	return b, nil
+	j.drop()
+	j.Core = store.StartCore(path, logKV{j}, store.CoreOptions{MaxBatch: opts.MaxBatch, MaxJobSize: opts.MaxJobSize,
+		ReadOnly: opts.ReadOnly, OnCommit: opts.OnCommit, LazyDelay: opts.LazyDelay, OnDamage: opts.OnDamage,
+		AfterCommit: j.dropAfterCommit})
+	if opts.ReadOnly {
+		close(j.ckptDone)
+		return j, nil
+	}
+	if len(rep.Lost) > 0 {
+		// What was kept goes into the file, and the damaged log away: the
+		// next open does not meet the damage again.
+		if err := j.rebase(); err != nil {
+			j.Close()
+			return nil, err
+		}
+	}
+	go j.checkpointer()
+	return j, nil
 }
 
-func openBolt(path string, opts Options) (*bolt.DB, error) {
+// Recovered lists what Options.Recover skipped at open.
+func (j *Journal) Recovered() []wal.Cut { return j.recovered }
+
+// rebase writes the whole memtable into bbolt and starts a new log after
+// it, the old one deleted.
+func (j *Journal) rebase() error {
+	j.freeze()
+	if err := j.checkpoint(); err != nil {
+		return err
+	}
+	j.freeze()
+	if err := j.checkpoint(); err != nil {
+		return err
+	}
+	if err := j.log.Close(); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(LogDir(j.path)); err != nil {
+		return fmt.Errorf("journal %s: removing its damaged log: %w", j.path, err)
+	}
+	log, _, err := wal.Open(LogDir(j.path), wal.Options{SegmentSize: j.opts.SegmentSize}, j.applied, func(uint64, []byte) error { return nil })
+	if err != nil {
+		return fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	j.log = log
+	return nil
+}
+
+func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return nil, fmt.Errorf("journal %s is a folder, not a file", path)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
+	defer func() { // bbolt panics on some damage (its freelist, a page that is not what it says)
+		if p := recover(); p != nil {
+			db, err = nil, fmt.Errorf("%w: %s: bbolt failed opening it (%v); the file was left as it is: emq journal check --data-dir says what is wrong, emq journal salvage keeps what is good", store.ErrCorrupt, path, p)
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:      opts.LockTimeout,
 		ReadOnly:     opts.ReadOnly,
 		FreelistType: bolt.FreelistMapType,
@@ -131,17 +290,17 @@ func openBolt(path string, opts Options) (*bolt.DB, error) {
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("%w: %s is held by another process (a running broker? use its admin API, or stop it)", store.ErrLocked, path)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch),
-		errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrInvalidMapping):
-		return nil, fmt.Errorf("%w: %s: %v (the file was left as it is)", store.ErrCorrupt, path, err)
+		errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrInvalidMapping), errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, fmt.Errorf("%w: %s: %v (the file was left as it is; emq journal check --data-dir says more)", store.ErrCorrupt, path, err)
 	}
 	return nil, fmt.Errorf("journal %s: %w", path, err)
 }
 
 // Path returns the journal file's path.
-func (b *Journal) Path() string { return b.path }
+func (j *Journal) Path() string { return j.path }
 
 // String names the journal in logs.
-func (b *Journal) String() string { return "bbolt " + b.path }
+func (j *Journal) String() string { return "bbolt " + j.path + " with its log" }
 
 // A commit storing dropAfter bytes is followed by dropMapping, and any
 // commit dropEvery after the last one: the committer's reads of the file
@@ -152,21 +311,18 @@ const (
 )
 
 // dropAfterCommit is the core's AfterCommit.
-func (b *Journal) dropAfterCommit(size int) {
-	if size >= dropAfter || time.Since(b.dropped) >= dropEvery {
-		// bbolt reads the file's mapping as it writes: it rewrites the
-		// leaves next to what changed, large values included. After the
-		// writes are reported: no ACK waits for this.
-		b.drop()
-		b.dropped = time.Now()
+func (j *Journal) dropAfterCommit(size int) {
+	if size >= dropAfter || time.Since(j.dropped) >= dropEvery {
+		j.drop()
+		j.dropped = time.Now()
 	}
 }
 
 // drop releases the file's mapping from the process's memory.
-func (b *Journal) drop() {
-	b.dbmu.RLock()
-	defer b.dbmu.RUnlock()
-	_ = b.db.View(func(tx *bolt.Tx) error { dropMapping(tx); return nil })
+func (j *Journal) drop() {
+	j.dbmu.RLock()
+	defer j.dbmu.RUnlock()
+	_ = j.db.View(func(tx *bolt.Tx) error { dropMapping(tx); return nil })
 }
 
 // dropMapping releases the pages of the file's mapping from the
@@ -176,25 +332,47 @@ func dropMapping(tx *bolt.Tx) {
 	dropRange(data, data+uintptr(tx.Size()))
 }
 
-// Close finishes the queued writes, then closes the file. Writes made
-// after Close fail with ErrClosed.
-func (b *Journal) Close() error {
-	if b.Stop() {
+// Close finishes the queued writes, checkpoints what the log holds into
+// the file, and closes both. Writes made after Close fail with
+// ErrClosed.
+func (j *Journal) Close() error {
+	if j.Stop() {
 		return nil
 	}
-	b.dbmu.Lock()
-	defer b.dbmu.Unlock()
-	if err := b.db.Close(); err != nil {
-		return fmt.Errorf("journal %s: close: %w", b.path, err)
+	close(j.ckptStop)
+	<-j.ckptDone
+	var err error
+	if !j.opts.ReadOnly && j.log.Failed() == nil {
+		// The committer has stopped: its memtable is this goroutine's.
+		// Written into the file, the next open has nothing to replay;
+		// if that fails (the disk full), the log keeps it all.
+		j.freeze()
+		cerr := j.checkpoint()
+		if cerr == nil {
+			j.freeze()
+			cerr = j.checkpoint()
+		}
+		if cerr != nil {
+			j.opts.Logger.Warn("journal: the last checkpoint at close failed; the log keeps what it holds, and the next open replays it",
+				"journal", j.path, "err", cerr)
+		}
 	}
-	return nil
+	if j.log != nil {
+		err = j.log.Close()
+	}
+	j.dbmu.Lock()
+	defer j.dbmu.Unlock()
+	if cerr := j.db.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("journal %s: close: %w", j.path, cerr)
+	}
+	return err
 }
 
 // Load implements Journal, and then gives the pages it read back to the
 // kernel.
-func (b *Journal) Load(fn func(*store.Job) error) error {
-	defer b.drop()
-	return b.Core.Load(fn)
+func (j *Journal) Load(fn func(*store.Job) error) error {
+	defer j.drop()
+	return j.Core.Load(fn)
 }
 
 // appendFill is how full bbolt packs pages split by appends. Index keys
@@ -203,77 +381,9 @@ func (b *Journal) Load(fn func(*store.Job) error) error {
 // empty for ever; random v4 msgids cost a little more splitting.
 const appendFill = 0.95
 
-// boltKV is a Journal's storage: buckets of one bbolt file.
-type boltKV struct{ b *Journal }
-
-func (k boltKV) Update(fn func(t store.Tx, mark func() error) error) error {
-	k.b.dbmu.RLock()
-	defer k.b.dbmu.RUnlock()
-	return k.b.db.Update(func(tx *bolt.Tx) error {
-		// Index keys (queue + sequence) and time-ordered msgids land at
-		// the tail.
-		for _, name := range [][]byte{store.BucketJobs, store.BucketPending} {
-			if bkt := tx.Bucket(name); bkt != nil {
-				bkt.FillPercent = appendFill
-			}
-		}
-		return fn(boltTx{tx}, func() error { return nil })
-	})
-}
-
-func (k boltKV) View(fn func(t store.Tx) error) error {
-	k.b.dbmu.RLock()
-	defer k.b.dbmu.RUnlock()
-	return k.b.db.View(func(tx *bolt.Tx) error { return fn(boltTx{tx}) })
-}
-
-// boltTx is a bbolt transaction as the journal's logic sees it. A bucket
-// missing (a file of an older schema, open read-only) reads as empty.
-type boltTx struct{ tx *bolt.Tx }
-
-func (t boltTx) Get(bucket, key []byte) []byte {
-	if bkt := t.tx.Bucket(bucket); bkt != nil {
-		return bkt.Get(key)
-	}
-	return nil
-}
-
-func (t boltTx) Gets(bucket []byte, keys [][]byte) [][]byte {
-	out := make([][]byte, len(keys))
-	for i, k := range keys {
-		out[i] = t.Get(bucket, k)
-	}
-	return out
-}
-
-func (t boltTx) Put(bucket, key, val []byte) error { return t.tx.Bucket(bucket).Put(key, val) }
-func (t boltTx) Delete(bucket, key []byte) error   { return t.tx.Bucket(bucket).Delete(key) }
-
-func (t boltTx) Scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) error {
-	bkt := t.tx.Bucket(bucket)
-	if bkt == nil {
-		return nil
-	}
-	c := bkt.Cursor()
-	k, v := c.First()
-	if from != nil {
-		k, v = c.Seek(from)
-	}
-	for ; k != nil; k, v = c.Next() {
-		if more, err := fn(k, v); !more || err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (t boltTx) NextSeq() (uint64, error) { return t.tx.Bucket(store.BucketJobs).NextSequence() }
-func (t boltTx) Release(v []byte)         { dropPages(v) }
-func (t boltTx) Err() error               { return nil }
-
 // Migrations reports the file's schema version and each known step.
-func (b *Journal) Migrations() (int, []migrations.Status, error) {
-	return migrations.Check(b.db)
+func (j *Journal) Migrations() (int, []migrations.Status, error) {
+	return migrations.Check(j.db)
 }
 
 // Migrate brings the journal file at path up to the latest schema and

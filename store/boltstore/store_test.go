@@ -164,6 +164,10 @@ func TestCompact(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Closed, every job is in the file (the log checkpointed); then most
+	// are removed from it, leaving their pages free.
+	j.Close()
+	j = openJournal(t, path)
 	for i := range total - keep {
 		j.Remove(fmt.Sprintf("m%06d", i), func(_ bool, err error) { errs <- err })
 	}
@@ -172,13 +176,15 @@ func TestCompact(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	j.Close()
+	j = openJournal(t, path)
 	st, err := j.Compact()
 	if err != nil {
 		t.Fatal(err)
 	}
 	fi, _ := os.Stat(path)
 	t.Logf("compact: %d -> %d bytes", st.Before, st.After)
-	if st.After >= st.Before/4 || fi.Size() != st.After {
+	if st.After >= st.Before/2 || fi.Size() != st.After {
 		t.Fatalf("compact: %d -> %d bytes (file %d); want it to shrink", st.Before, st.After, fi.Size())
 	}
 	got := loadAll(t, j)
@@ -199,45 +205,89 @@ func TestCompact(t *testing.T) {
 	}
 }
 
-// A damaged record fails only the write that touches it: appends that
-// share its transaction are stored and acknowledged.
-func TestDamagedRecordFailsOnlyItsWrite(t *testing.T) {
+// A record whose bytes fail their checksum is given as missing: the
+// writes that touch it find no job, the appends that share their
+// transaction are stored and acknowledged, OnDamage hears of it once, and
+// it is moved aside (an undecodable record to the damaged bucket, named
+// by its key); the journal goes on.
+func TestDamagedRecordIsMovedAside(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "journal.db")
 	j := openJournal(t, path)
-	mustAppend(t, j, job("bad", "q"))
+	mustAppend(t, j, job("bad", "q"), job("flipped", "q"))
 	j.Close()
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(store.BucketJobs).Put([]byte("bad"), []byte{1, 1, 0})
+		b := tx.Bucket(store.BucketJobs)
+		v := bytes.Clone(b.Get([]byte("flipped")))
+		v[len(v)-6] ^= 0x10 // in its payload: it still decodes
+		if err := b.Put([]byte("flipped"), v); err != nil {
+			return err
+		}
+		return b.Put([]byte("bad"), []byte{1, 1, 0}) // does not decode
 	})
 	db.Close()
-	j = openJournal(t, path)
+	heard := make(chan store.Damage, 4)
+	opts := boltstore.DefaultOptions()
+	opts.OnDamage = func(d store.Damage) { heard <- d }
+	j, err = boltstore.Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
 
 	removed := make(chan error, 1)
 	attempted := make(chan error, 1)
 	appended := make(chan error, 100)
-	j.Remove("bad", func(_ bool, err error) { removed <- err })
+	j.Remove("bad", func(found bool, err error) {
+		if err == nil && found {
+			err = errors.New("found")
+		}
+		removed <- err
+	})
 	j.RecordAttempt("bad", "x", time.Time{}, nil, func(_ *store.Job, err error) { attempted <- err })
 	for i := range 100 {
 		j.Append(job(fmt.Sprintf("ok%d", i), "q"), func(_ bool, err error) { appended <- err })
 	}
-	if err := <-removed; !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), `"bad"`) {
-		t.Fatalf("remove of a damaged record: %v; want ErrCorrupt naming it", err)
+	if err := <-removed; err != nil {
+		t.Fatalf("remove of a damaged record: %v; want it not found", err)
 	}
-	if err := <-attempted; !errors.Is(err, store.ErrCorrupt) {
-		t.Fatalf("attempt on a damaged record: %v; want ErrCorrupt", err)
+	if err := <-attempted; !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("attempt on a damaged record: %v; want ErrNotFound", err)
 	}
 	for range 100 {
 		if err := <-appended; err != nil {
 			t.Fatalf("an append beside a damaged record failed: %v", err)
 		}
 	}
-	if got, err := j.Get("ok99"); err != nil || got.MsgID != "ok99" {
-		t.Fatalf("ok99 after the batch: %v, %v", got, err)
+	if d := <-heard; string(d.Bucket) != "jobs" || string(d.Key) != "bad" || !strings.Contains(d.Reason, path) {
+		t.Fatalf("damage heard: %+v; want jobs/bad in %s", d, path)
+	}
+	// The other one is found by a read; it still decodes: a dead letter
+	// saying why, never pending again.
+	if _, err := j.Get("flipped"); !errors.Is(err, store.ErrDamaged) || !strings.Contains(err.Error(), "flipped") {
+		t.Fatalf("reading the flipped record: %v; want ErrDamaged naming it", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := j.Get("flipped")
+		list, lerr := j.Damaged()
+		if err == nil && got.State == store.Dead && strings.Contains(got.LastError, "damaged in the journal") &&
+			lerr == nil && len(list) == 1 && list[0].Bucket == "jobs" && list[0].Key == "bad" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("moved aside: %+v %v; damaged list %+v %v", got, err, list, lerr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, jb := range loadAll(t, j) {
+		if jb.MsgID == "bad" || jb.MsgID == "flipped" {
+			t.Fatalf("%s was loaded as pending", jb.MsgID)
+		}
 	}
 }
 

@@ -338,7 +338,7 @@ func (k etcdKV) View(fn func(t store.Tx) error) error {
 // transactions at once. Writes that touch (read or change) a common key
 // share a transaction, or follow in a later wave, so no write's outcome
 // rests on another that might fail without it.
-func (k etcdKV) Update(fn func(t store.Tx, mark func() error) error) error {
+func (k etcdKV) Update(fn func(t store.Tx, mark func() error) error, _ bool) error {
 	e := k.e
 	if err := e.Fenced(); err != nil {
 		return err
@@ -784,6 +784,14 @@ func (t *etcdTx) NextSeq() (uint64, error) {
 }
 
 func (t *etcdTx) Release([]byte) {}
+
+// Damaged is none: etcd checks its own bytes (its log is CRC'd, and its
+// bbolt too on the way), and answers with an error, not a value, when it
+// cannot read one.
+func (t *etcdTx) Damaged() []store.Damage { return nil }
+
+// Raw is Get: nothing here is checked by the journal.
+func (t *etcdTx) Raw(bucket, key []byte) []byte { return t.Get(bucket, key) }
 
 // scan reads the bucket's range a page at a time; a batch's own changes
 // are merged in.

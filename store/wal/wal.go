@@ -48,6 +48,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // Format facts.
@@ -454,7 +455,8 @@ func (l *Log) Next() uint64 { return l.next }
 // MaxRecord is the largest record a segment takes.
 func (l *Log) MaxRecord() int64 { return l.opts.SegmentSize - headerLen - recHeader }
 
-// Append writes recs as the next records, in one write, and with sync
+// Append writes recs as the next records, in one write (all in one
+// segment: the batch starts the next one if it does not fit), and with sync
 // flushes them (one fdatasync) before it returns; it returns the last
 // one's sequence. Without sync they are flushed by the next Append that
 // syncs, or Sync, or Close (what a crash loses of them was never
@@ -474,32 +476,18 @@ func (l *Log) Append(recs [][]byte, sync bool) (uint64, error) {
 		}
 		size += pad8(recHeader + int64(len(rec)))
 	}
-	for size > l.opts.SegmentSize-l.off && len(recs) > 0 {
-		// What does not fit goes to the next segment: this one's records
+	if size > l.opts.SegmentSize-headerLen {
+		return 0, fmt.Errorf("wal: a batch of %d bytes is over the %d a segment takes", size, l.opts.SegmentSize-headerLen)
+	}
+	if size > l.opts.SegmentSize-l.off {
+		// The batch goes whole to the next segment; this one's records
 		// are flushed first, so that no segment but the last can end torn.
-		fit, fitSize := 0, int64(0)
-		for fit < len(recs) {
-			n := pad8(recHeader + int64(len(recs[fit])))
-			if fitSize+n > l.opts.SegmentSize-l.off {
-				break
-			}
-			fitSize += n
-			fit++
-		}
-		if fit > 0 {
-			if err := l.write(recs[:fit], fitSize); err != nil {
-				return 0, err
-			}
-			recs, size = recs[fit:], size-fitSize
-		}
 		if err := l.rotate(); err != nil {
 			return 0, err
 		}
 	}
-	if len(recs) > 0 {
-		if err := l.write(recs, size); err != nil {
-			return 0, err
-		}
+	if err := l.write(recs, size); err != nil {
+		return 0, err
 	}
 	if sync {
 		if err := l.Sync(); err != nil {
@@ -524,6 +512,12 @@ func (l *Log) write(recs [][]byte, size int64) error {
 		l.next++
 	}
 	if _, err := l.f.WriteAt(l.buf, l.off); err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			// Nothing is counted written: the next write goes to the same
+			// place, over what part of this one landed.
+			l.next -= uint64(len(recs))
+			return fmt.Errorf("wal %s: write: %w", l.f.Name(), err)
+		}
 		return l.fail("write", err)
 	}
 	l.off += size
@@ -564,16 +558,21 @@ func (l *Log) rotate() error {
 	if l.spare == nil {
 		l.prepareSpare() // and wait for it
 	}
+	// A segment that cannot be made (the disk full) is not a failure of
+	// the log: nothing was written to it, and the next rotation tries
+	// again.
 	if err := <-l.spare; err != nil {
 		l.spare = nil
-		return l.fail("preparing the next segment", err)
+		_ = os.Remove(filepath.Join(l.dir, spareName))
+		return fmt.Errorf("wal %s: preparing the next segment: %w", l.dir, err)
 	}
 	l.spare = nil
 	path := filepath.Join(l.dir, segName(l.next))
 	if err := os.Rename(filepath.Join(l.dir, spareName), path); err != nil {
-		return l.fail("renaming the next segment", err)
+		return fmt.Errorf("wal %s: naming the next segment: %w", l.dir, err)
 	}
 	if err := l.openSegment(path, l.next); err != nil {
+		_ = os.Remove(path)
 		return err
 	}
 	l.prepareSpare()
@@ -598,24 +597,25 @@ func (l *Log) startSegment(first uint64) error {
 func (l *Log) openSegment(path string, first uint64) error {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
-		return l.fail("opening the next segment", err)
+		return fmt.Errorf("wal %s: %w", path, err)
 	}
 	var hdr [headerLen]byte
 	copy(hdr[:], magic)
 	binary.LittleEndian.PutUint32(hdr[8:], Version)
 	binary.LittleEndian.PutUint64(hdr[12:], first)
 	binary.LittleEndian.PutUint32(hdr[20:], crc32Header(hdr[:20]))
-	if _, err := f.WriteAt(hdr[:], 0); err != nil {
-		f.Close()
-		return l.fail("writing a segment's header", err)
+	_, err = f.WriteAt(hdr[:], 0)
+	if err == nil {
+		err = f.Sync()
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return l.fail("flushing a segment's header", err)
+	if err == nil {
+		err = syncDir(l.dir)
 	}
-	if err := syncDir(l.dir); err != nil {
+	if err != nil {
+		// Nothing was written to this segment but its header: it goes
+		// (the caller removes it), and the next rotation tries again.
 		f.Close()
-		return l.fail("flushing the folder", err)
+		return fmt.Errorf("wal %s: starting a segment: %w", path, err)
 	}
 	l.mu.Lock()
 	if l.f != nil {

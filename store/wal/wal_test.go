@@ -12,7 +12,9 @@ import (
 
 const testSegment = 64 << 10
 
-func rec(i int) []byte { return []byte(fmt.Sprintf("record %d %s", i, bytes.Repeat([]byte{byte(i)}, i%300))) }
+func rec(i int) []byte {
+	return []byte(fmt.Sprintf("record %d %s", i, bytes.Repeat([]byte{byte(i)}, i%300)))
+}
 
 // open opens the log in dir and returns what it replayed after after.
 func open(t *testing.T, dir string, opts Options, after uint64) (*Log, Report, map[uint64][]byte) {

@@ -1,0 +1,229 @@
+package boltstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"unsafe"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/eventmq/emq/store"
+)
+
+// Every value in the bbolt file is sealed (store.Seal): a read checks
+// it, and one that fails is given as missing and listed in the
+// transaction's Damaged (store/quarantine.go moves it aside). The
+// memtable's values need none: they came from the log, whose records
+// are checked.
+
+func sealed(bucket, key, val []byte) []byte { return store.Seal(bucket, key, val) }
+
+func unseal(bucket, key, stored []byte) ([]byte, bool) { return store.Unseal(bucket, key, stored) }
+
+// reader is what a batch and a view share: the memtable's layers, newest
+// first, over a bbolt read transaction.
+type reader struct {
+	j       *Journal
+	layers  []*tree
+	btx     *bolt.Tx
+	damaged []store.Damage
+	first   error
+}
+
+func (r *reader) Err() error              { return r.first }
+func (r *reader) Damaged() []store.Damage { return r.damaged }
+
+func (r *reader) id(bucket []byte) uint8 {
+	id, err := bucketID(bucket)
+	if err != nil && r.first == nil {
+		r.first = err
+	}
+	return id
+}
+
+func (r *reader) bolt(b []byte) *bolt.Bucket { return r.btx.Bucket(b) }
+
+// Get implements store.Tx.
+func (r *reader) Get(bucket, key []byte) []byte {
+	if it, ok := lookup(r.layers, r.id(bucket), key); ok {
+		if it.del {
+			return nil
+		}
+		return it.val
+	}
+	return r.stored(bucket, key)
+}
+
+// stored is key's value in bbolt, checked.
+func (r *reader) stored(bucket, key []byte) []byte {
+	bkt := r.bolt(bucket)
+	if bkt == nil {
+		return nil
+	}
+	v := bkt.Get(key)
+	if v == nil {
+		return nil
+	}
+	val, ok := unseal(bucket, key, v)
+	// Checking it read every page of it: a large one's go back to the
+	// kernel at once (what the caller reads of it comes back from the
+	// page cache), or a Complete of a large job would keep it resident.
+	dropPages(v)
+	if !ok {
+		r.damaged = append(r.damaged, store.Damage{Bucket: bytes.Clone(bucket), Key: bytes.Clone(key),
+			Reason: fmt.Sprintf("its checksum in %s fails", r.j.path)})
+		return nil
+	}
+	return val
+}
+
+// Gets implements store.Tx.
+func (r *reader) Gets(bucket []byte, keys [][]byte) [][]byte {
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = r.Get(bucket, k)
+	}
+	return out
+}
+
+// Raw implements store.Tx.
+func (r *reader) Raw(bucket, key []byte) []byte {
+	if it, ok := lookup(r.layers, r.id(bucket), key); ok {
+		return it.val
+	}
+	bkt := r.bolt(bucket)
+	if bkt == nil {
+		return nil
+	}
+	v := bkt.Get(key)
+	if len(v) >= 4 {
+		return bytes.Clone(v[:len(v)-4])
+	}
+	return bytes.Clone(v)
+}
+
+// Scan implements store.Tx: the memtable's layers and bbolt merged in
+// key order, the newest layer that has a key deciding it.
+func (r *reader) Scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) error {
+	id := r.id(bucket)
+	curs := make([]*cursor, len(r.layers))
+	for i, t := range r.layers {
+		curs[i] = newCursor(t, id, from)
+	}
+	var bc *bolt.Cursor
+	var bk, bv []byte
+	if bkt := r.bolt(bucket); bkt != nil {
+		bc = bkt.Cursor()
+		if from != nil {
+			bk, bv = bc.Seek(from)
+		} else {
+			bk, bv = bc.First()
+		}
+	}
+	for {
+		// The smallest key of any source, and the newest layer holding it.
+		var key []byte
+		win := -1
+		for i, c := range curs {
+			if h := c.head(); h != nil && (key == nil || bytes.Compare(h.key, key) < 0) {
+				key, win = h.key, i
+			}
+		}
+		fromBolt := bk != nil && (key == nil || bytes.Compare(bk, key) < 0)
+		if fromBolt {
+			key, win = bk, -1
+		}
+		if key == nil {
+			return nil
+		}
+		var val []byte
+		live := true
+		if win >= 0 {
+			it := curs[win].head()
+			val, live = it.val, !it.del
+		} else {
+			var ok bool
+			val, ok = unseal(bucket, bk, bv)
+			dropPages(bv)
+			if !ok {
+				r.damaged = append(r.damaged, store.Damage{Bucket: bytes.Clone(bucket), Key: bytes.Clone(bk),
+					Reason: fmt.Sprintf("its checksum in %s fails", r.j.path)})
+				live = false
+			}
+		}
+		k := key
+		// Every source at this key moves on: the newer ones shadow the
+		// older.
+		for _, c := range curs {
+			if h := c.head(); h != nil && bytes.Equal(h.key, k) {
+				c.next()
+			}
+		}
+		if bk != nil && bytes.Equal(bk, k) {
+			bk, bv = bc.Next()
+		}
+		if !live {
+			continue
+		}
+		if more, err := fn(k, val); !more || err != nil {
+			return err
+		}
+	}
+}
+
+// Release implements store.Tx: a value of bbolt's mapping gives its
+// pages back (pages_linux.go); a memtable's is left alone.
+func (r *reader) Release(v []byte) {
+	if len(v) == 0 || r.btx == nil {
+		return
+	}
+	info := r.btx.DB().Info()
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(v)))
+	if p >= info.Data && p+uintptr(len(v)) <= info.Data+uintptr(r.btx.Size()) {
+		dropPages(v)
+	}
+}
+
+// batchTx is a batch being applied by the committer: its changes gather
+// in over, the newest layer, and reach the memtable once the log has
+// them (logKV.Update).
+type batchTx struct {
+	reader
+	over *tree
+	seq  uint64 // the job sequence, as the batch moves it
+	seqd bool   // NextSeq was called
+}
+
+// Put implements store.Tx.
+func (t *batchTx) Put(bucket, key, val []byte) error {
+	t.over.ReplaceOrInsert(&item{bucket: t.id(bucket), key: bytes.Clone(key), val: bytes.Clone(val)})
+	return t.first
+}
+
+// Delete implements store.Tx.
+func (t *batchTx) Delete(bucket, key []byte) error {
+	t.over.ReplaceOrInsert(&item{bucket: t.id(bucket), key: bytes.Clone(key), del: true})
+	return t.first
+}
+
+// seqKey is where the job sequence lives in the meta bucket.
+var seqKey = []byte("seq")
+
+// NextSeq implements store.Tx: from memory, kept in meta/seq with the
+// batch.
+func (t *batchTx) NextSeq() (uint64, error) {
+	t.seq++
+	t.seqd = true
+	return t.seq, t.Put(store.BucketMeta, seqKey, binary.BigEndian.AppendUint64(nil, t.seq))
+}
+
+// viewTx is a read: a clone of the memtable over a bbolt read
+// transaction. Its writes fail.
+type viewTx struct{ reader }
+
+func (viewTx) Put([]byte, []byte, []byte) error { return errViewWrite }
+func (viewTx) Delete([]byte, []byte) error      { return errViewWrite }
+func (viewTx) NextSeq() (uint64, error)         { return 0, errViewWrite }
+
+var errViewWrite = fmt.Errorf("boltstore: a write in a view")
