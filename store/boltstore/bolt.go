@@ -283,6 +283,10 @@ func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 		// The freelist is rebuilt at open instead of written at every
 		// commit: fewer pages per fsync.
 		NoFreelistSync: true,
+		// Address space, not memory: a file growing to this size is never
+		// remapped, and a remap makes bbolt copy every node it holds
+		// (its checkpoints took a fifth of the CPU for it, measured).
+		InitialMmapSize: initialMmap,
 	})
 	switch {
 	case err == nil:
@@ -295,6 +299,10 @@ func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 	}
 	return nil, fmt.Errorf("journal %s: %w", path, err)
 }
+
+// initialMmap is the mapping bbolt starts with (1 GiB; on a 32-bit
+// machine, bbolt's own default).
+const initialMmap = int(1 << 30 * (^uint(0) >> 63))
 
 // Path returns the journal file's path.
 func (j *Journal) Path() string { return j.path }
