@@ -66,3 +66,13 @@ func sealSum(bucket, key, val []byte) uint32 {
 	c = crc32.Update(c, castagnoli, []byte{0})
 	return crc32.Update(c, castagnoli, val)
 }
+
+// QueueKey is a job's key in the pending, dead and done indexes: the
+// queue name with its length in front, then the sequence big-endian.
+func QueueKey(queue string, seq uint64) []byte { return queueKey(queue, seq) }
+
+// IndexOf is the index bucket of jobs in state s.
+func IndexOf(s State) []byte { return index(s) }
+
+// DecodeJob reads a job record (a backend's tools: check, salvage).
+func DecodeJob(msgid, rec []byte) (*Job, error) { return decodeJob(msgid, rec, true) }

@@ -118,7 +118,8 @@ func encodeDamaged(reason string, now time.Time, raw []byte) []byte {
 	return append(b, raw...)
 }
 
-func decodeDamaged(k, v []byte) (DamagedEntry, bool) {
+// DecodeDamaged reads an entry of the damaged bucket.
+func DecodeDamaged(k, v []byte) (DamagedEntry, bool) {
 	i := bytes.IndexByte(k, '/')
 	if i < 0 || len(v) < 10 {
 		return DamagedEntry{}, false
@@ -144,7 +145,7 @@ func (jn *Core) Damaged() ([]DamagedEntry, error) {
 	var out []DamagedEntry
 	err := jn.view(func(t Tx) error {
 		return t.Scan(BucketDamaged, nil, func(k, v []byte) (bool, error) {
-			if e, ok := decodeDamaged(k, v); ok {
+			if e, ok := DecodeDamaged(k, v); ok {
 				out = append(out, e)
 			}
 			return true, nil

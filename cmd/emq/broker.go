@@ -50,6 +50,9 @@ start).`,
 	f.Duration("heartbeat-timeout", d.HeartbeatTimeout, "a worker silent this long is lost and its jobs requeued")
 	f.String("max-frame-size", mib(d.MaxFrameSize), "largest frame accepted (bytes, KiB, MiB, GiB)")
 	f.String("max-job-size", mib(int64(d.MaxJobSize)), "largest job stored: payload, headers and ids (bytes, KiB, MiB, GiB)")
+	f.String("journal-segment-size", mib(d.JournalSegmentSize), "size of each write-ahead log segment file beside the journal file (two of them take this much disk at least)")
+	f.String("journal-max-log", mib(d.JournalMaxLog), "what the log may hold that the journal file does not yet (memory: about this much at most); past it REQUESTs get ERROR unavailable until the checkpoint catches up")
+	f.Bool("journal-recover", false, "open a journal whose log is damaged in the middle: keep every good record, log what is lost (emq journal check names it first)")
 	f.Int("max-pending", d.MaxPending, "jobs per queue beyond which REQUESTs get ERROR queue_full (0 = no limit)")
 	f.Int("max-connections", d.MaxConnections, "connections of every eMQP and pub/sub endpoint together, handshakes included (0 = no bound; the default is 3/4 of the fd limit)")
 	f.Int("max-connections-per-ip", d.MaxConnectionsPerIP, "connections from one IP address (0 = no bound)")
@@ -286,6 +289,15 @@ func brokerOptions(c *config) (broker.Options, error) {
 		return o, err
 	}
 	o.MaxJobSize = int(min(size, 1<<31))
+	if o.JournalSegmentSize, err = c.size("journal-segment-size"); err != nil {
+		return o, err
+	}
+	if o.JournalMaxLog, err = c.size("journal-max-log"); err != nil {
+		return o, err
+	}
+	if o.JournalRecover, err = c.boolean("journal-recover"); err != nil {
+		return o, err
+	}
 	if o.MaxPending, err = c.integer("max-pending"); err != nil {
 		return o, err
 	}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/store/boltstore"
+)
+
+// errProblems makes emq exit 1 after a report that found something wrong.
+var errProblems = errors.New("the journal has problems (above)")
+
+func newJournalCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "journal", Short: "Check the journal's bytes, or salvage what is good of a damaged one (the broker stopped)"}
+	cmd.PersistentFlags().String("data-dir", broker.DefaultOptions().DataDir, "directory of the journal file "+broker.JournalFile+" and its log")
+	cmd.PersistentFlags().Bool("json", false, "print JSON instead of text")
+	check := &cobra.Command{
+		Use:   "check",
+		Short: "Read every byte: bbolt's page check, every value's checksum, the indexes, the log; exit 1 on a problem",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := loadConfig(cmd.Flags(), "")
+			if err != nil {
+				return err
+			}
+			rep, err := boltstore.Check(journalPath(c))
+			if err != nil {
+				return err
+			}
+			if err := output(cmd, c, rep, func(w io.Writer) { printCheck(w, rep) }); err != nil {
+				return err
+			}
+			if !rep.OK() {
+				cmd.SilenceUsage = true
+				return errProblems
+			}
+			return nil
+		},
+	}
+	salvage := &cobra.Command{
+		Use:   "salvage --to DIR",
+		Short: "Write every good value and log record into a new journal in DIR, and list what could not be kept",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := loadConfig(cmd.Flags(), "")
+			if err != nil {
+				return err
+			}
+			to := c.str("to")
+			if to == "" {
+				return errors.New("to: name the folder of the new journal with --to DIR (a new one: nothing is overwritten)")
+			}
+			rep, err := boltstore.Salvage(journalPath(c), filepath.Join(to, broker.JournalFile))
+			if err != nil {
+				return err
+			}
+			return output(cmd, c, rep, func(w io.Writer) {
+				fmt.Fprintf(w, "salvaged %s into %s: %d jobs, %d values in all, %d log records replayed\n", rep.From, rep.To, rep.Jobs, rep.Values, rep.LogRecords)
+				if len(rep.Lost) == 0 {
+					fmt.Fprintln(w, "nothing was lost")
+				}
+				for _, l := range rep.Lost {
+					fmt.Fprintf(w, "lost\t%s\n", l)
+				}
+				fmt.Fprintf(w, "start the broker on it with --data-dir %s\n", to)
+			})
+		},
+	}
+	salvage.Flags().String("to", "", "folder of the new journal (must not hold one)")
+	cmd.AddCommand(check, salvage)
+	return cmd
+}
+
+func printCheck(w io.Writer, r boltstore.CheckReport) {
+	fmt.Fprintf(w, "file\t%s\nvalues checked\t%d\njobs\t%d\nlog records after the checkpoint (%d)\t%d\n",
+		r.File, r.Values, r.Jobs, r.Checkpoint, r.Records)
+	for _, s := range r.Structure {
+		fmt.Fprintf(w, "file structure\t%s\n", s)
+	}
+	for _, d := range r.Damaged {
+		fmt.Fprintf(w, "damaged value\t%s\n", d)
+	}
+	for _, d := range r.Dangling {
+		fmt.Fprintf(w, "index entry\t%s\n", d)
+	}
+	for _, id := range r.Unindexed {
+		fmt.Fprintf(w, "job in no index\t%q\n", id)
+	}
+	for _, c := range r.LogDamage {
+		fmt.Fprintf(w, "damaged log\t%s\n", c)
+	}
+	if r.Torn != nil {
+		fmt.Fprintf(w, "torn log tail\t%s (never acknowledged; the next open cuts it)\n", r.Torn)
+	}
+	for _, q := range r.Quarantined {
+		fmt.Fprintf(w, "moved aside\t%s/%q at %s: %s\n", q.Bucket, q.Key, q.Found.Format("2006-01-02T15:04:05Z07:00"), q.Reason)
+	}
+	if r.OK() {
+		fmt.Fprintln(w, "ok: every byte checks")
+	} else {
+		fmt.Fprintln(w, "problems found: a broker serves what is good (damaged jobs go to the dead letters); emq journal salvage --to DIR writes what is good into a new journal")
+	}
+}

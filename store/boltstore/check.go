@@ -1,0 +1,380 @@
+package boltstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/eventmq/emq/migrations"
+	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/wal"
+)
+
+// CheckReport is what Check found in a journal (emq journal check).
+type CheckReport struct {
+	File string `json:"file"`
+	// Structure: bbolt's own check of the file's pages (an unreadable
+	// page, a page in use twice, ...), or why it could not be read.
+	Structure []string `json:"structure,omitempty"`
+	// Values read and checked; Damaged are those failing their checksum.
+	Values  int            `json:"values"`
+	Damaged []store.Damage `json:"damaged,omitempty"`
+	// Jobs stored; Dangling are index entries that name no stored job or
+	// a job in another place, Unindexed jobs no index names.
+	Jobs      int      `json:"jobs"`
+	Dangling  []string `json:"dangling,omitempty"`
+	Unindexed []string `json:"unindexed,omitempty"`
+	// Quarantined: what was moved aside before (the damaged bucket).
+	Quarantined []store.DamagedEntry `json:"quarantined,omitempty"`
+	// The log: its checkpoint, the records after it, a torn tail (which
+	// the next open cuts: never acknowledged), damaged stretches.
+	Checkpoint uint64    `json:"checkpoint"`
+	Records    int       `json:"log_records"`
+	Torn       *wal.Cut  `json:"torn,omitempty"`
+	LogDamage  []wal.Cut `json:"log_damage,omitempty"`
+}
+
+// OK reports a journal with nothing wrong but, perhaps, a torn tail (a
+// write never acknowledged, which opening cuts) and what was moved aside
+// before.
+func (r CheckReport) OK() bool {
+	return len(r.Structure) == 0 && len(r.Damaged) == 0 && len(r.Dangling) == 0 && len(r.Unindexed) == 0 && len(r.LogDamage) == 0
+}
+
+// Check reads every byte of the journal at path without changing it:
+// bbolt's check of its pages, every value's checksum, the indexes
+// against the jobs, and every record of the log after the checkpoint.
+// It fails only when the file cannot be read at all (locked, missing);
+// what is wrong is in the report.
+func Check(path string) (CheckReport, error) {
+	rep := CheckReport{File: path}
+	if _, err := os.Stat(path); err != nil {
+		return rep, fmt.Errorf("journal %s: %w", path, err)
+	}
+	opts := DefaultOptions()
+	opts.ReadOnly, opts.LockTimeout = true, 500*time.Millisecond
+	db, err := openBolt(path, opts)
+	if errors.Is(err, store.ErrLocked) {
+		return rep, fmt.Errorf("%w: stop the broker first (a check reads the file as it is)", err)
+	}
+	if err != nil {
+		rep.Structure = append(rep.Structure, err.Error())
+		return rep, nil
+	}
+	defer db.Close()
+	rep.Structure = append(rep.Structure, structure(db)...)
+	if err := guarded(func() error { return checkValues(db, &rep) }); err != nil {
+		rep.Structure = append(rep.Structure, err.Error())
+	}
+	checkpoint, _, err := readCheckpoint(db, path)
+	if err != nil {
+		rep.Structure = append(rep.Structure, err.Error())
+	}
+	rep.Checkpoint = checkpoint
+	lrep, err := replayLog(path, checkpoint, true, func(uint64, *tree) {})
+	if err != nil {
+		rep.LogDamage = append(rep.LogDamage, wal.Cut{File: LogDir(path), Reason: err.Error()})
+	}
+	rep.Records, rep.Torn = lrep.Records, lrep.Torn
+	rep.LogDamage = append(rep.LogDamage, lrep.Lost...)
+	return rep, nil
+}
+
+// structure is bbolt's check of the file's pages.
+func structure(db *bolt.DB) (problems []string) {
+	err := guarded(func() error {
+		return db.View(func(tx *bolt.Tx) error {
+			for err := range tx.Check() {
+				problems = append(problems, err.Error())
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	return problems
+}
+
+// guarded runs fn, a panic of bbolt's on a damaged page made an error.
+func guarded(fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("bbolt failed reading the file: %v", p)
+		}
+	}()
+	return fn()
+}
+
+// checkValues checks every value's checksum, and the indexes against the
+// jobs.
+func checkValues(db *bolt.DB, rep *CheckReport) error {
+	return db.View(func(tx *bolt.Tx) error {
+		for _, name := range buckets {
+			bkt := tx.Bucket(name)
+			if bkt == nil {
+				continue
+			}
+			err := bkt.ForEach(func(k, v []byte) error {
+				if bytes.Equal(name, store.BucketMeta) && string(k) == "schema" {
+					return nil // migrations' own, not sealed
+				}
+				if bytes.Equal(name, store.BucketDamaged) {
+					if e, ok := store.DecodeDamaged(k, v); ok {
+						rep.Quarantined = append(rep.Quarantined, e)
+					}
+					return nil
+				}
+				rep.Values++
+				if _, ok := unseal(name, k, v); !ok {
+					rep.Damaged = append(rep.Damaged, store.Damage{Bucket: bytes.Clone(name), Key: bytes.Clone(k), Reason: "its checksum fails"})
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		// Every index entry names a stored job in that place, and every
+		// job is in one index.
+		jobs := tx.Bucket(store.BucketJobs)
+		indexed := map[string]bool{}
+		for _, name := range [][]byte{store.BucketPending, store.BucketDead, store.BucketDone} {
+			idx := tx.Bucket(name)
+			if idx == nil || jobs == nil {
+				continue
+			}
+			err := idx.ForEach(func(k, v []byte) error {
+				id, ok := unseal(name, k, v)
+				if !ok {
+					return nil // reported above
+				}
+				rec, ok := unseal(store.BucketJobs, id, jobs.Get(id))
+				j, err := store.DecodeJob(id, rec)
+				switch {
+				case jobs.Get(id) == nil:
+					rep.Dangling = append(rep.Dangling, fmt.Sprintf("%s/%x names job %q, which is not stored", name, k, id))
+				case !ok:
+				case err != nil || !bytes.Equal(store.QueueKey(j.Queue, j.Seq), k) || !bytes.Equal(store.IndexOf(j.State), name):
+					rep.Dangling = append(rep.Dangling, fmt.Sprintf("%s/%x names job %q, which is elsewhere", name, k, id))
+				default:
+					indexed[string(id)] = true
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		if jobs == nil {
+			return nil
+		}
+		return jobs.ForEach(func(k, v []byte) error {
+			rep.Jobs++
+			if _, ok := unseal(store.BucketJobs, k, v); ok && !indexed[string(k)] {
+				rep.Unindexed = append(rep.Unindexed, string(k))
+			}
+			return nil
+		})
+	})
+}
+
+// replayLog reads the log of the journal at path after checkpoint,
+// read-only, skipping damage (reported), and gives fn each record's
+// changes.
+func replayLog(path string, checkpoint uint64, recover bool, fn func(seq uint64, over *tree)) (wal.Report, error) {
+	if _, err := os.Stat(LogDir(path)); errors.Is(err, os.ErrNotExist) {
+		return wal.Report{}, nil
+	}
+	var bad []wal.Cut
+	log, rep, err := wal.Open(LogDir(path), wal.Options{ReadOnly: true, Recover: recover, SegmentSize: segmentSizeOf(path)}, checkpoint,
+		func(seq uint64, rec []byte) error {
+			over, err := decodeBatch(rec)
+			if err != nil {
+				bad = append(bad, wal.Cut{File: LogDir(path), Reason: fmt.Sprintf("record %d: %v", seq, err)})
+				return nil
+			}
+			fn(seq, over)
+			return nil
+		})
+	if log != nil {
+		log.Close()
+	}
+	rep.Lost = append(rep.Lost, bad...)
+	return rep, err
+}
+
+// segmentSizeOf is the size of the log's segments on disk (a log made
+// with another size than the default opens with its own).
+func segmentSizeOf(path string) int64 {
+	entries, _ := os.ReadDir(LogDir(path))
+	for _, e := range entries {
+		if filepath.Ext(e.Name()) == ".wal" {
+			if fi, err := e.Info(); err == nil && fi.Size() >= 4096 && fi.Size()%8 == 0 {
+				return fi.Size()
+			}
+		}
+	}
+	return wal.DefaultSegmentSize
+}
+
+// SalvageReport is what Salvage kept and could not keep.
+type SalvageReport struct {
+	From, To   string
+	Jobs       int      `json:"jobs"`   // job records kept
+	Values     int      `json:"values"` // values kept in all
+	LogRecords int      `json:"log_records"`
+	Lost       []string `json:"lost,omitempty"` // what could not be kept, each named
+}
+
+// Salvage writes every good value of the journal at from, and every good
+// record of its log, into a new journal at to (which must not exist): the
+// file's values that pass their checksums, with the log's changes after
+// its checkpoint on top; the indexes rebuilt from the jobs themselves, so
+// that a damaged index loses no job. What could not be kept is listed.
+// The journal at from is not changed.
+func Salvage(from, to string) (SalvageReport, error) {
+	rep := SalvageReport{From: from, To: to}
+	if _, err := os.Stat(to); err == nil {
+		return rep, fmt.Errorf("salvage: %s exists: name a new file", to)
+	}
+	if _, err := os.Stat(LogDir(to)); err == nil {
+		return rep, fmt.Errorf("salvage: %s exists: name a new file", LogDir(to))
+	}
+	opts := DefaultOptions()
+	opts.ReadOnly, opts.LockTimeout = true, 500*time.Millisecond
+	src, err := openBolt(from, opts)
+	if errors.Is(err, store.ErrLocked) {
+		return rep, fmt.Errorf("%w: stop the broker first", err)
+	}
+	if err != nil {
+		return rep, err
+	}
+	defer src.Close()
+	if err := os.MkdirAll(filepath.Dir(to), 0o750); err != nil {
+		return rep, err
+	}
+	dst, err := bolt.Open(to, 0o600, &bolt.Options{Timeout: time.Second, FreelistType: bolt.FreelistMapType, NoFreelistSync: true})
+	if err != nil {
+		return rep, fmt.Errorf("salvage: %s: %w", to, err)
+	}
+	defer dst.Close()
+	if _, _, err := migrations.Apply(dst); err != nil {
+		return rep, fmt.Errorf("salvage: %s: %w", to, err)
+	}
+	// The good values of the file, a bucket at a time; a bucket bbolt
+	// cannot walk to its end loses the rest of it, named.
+	checkpoint, seq := uint64(0), uint64(0)
+	if c, s, err := readCheckpoint(src, from); err == nil {
+		checkpoint, seq = c, s
+	} else {
+		rep.Lost = append(rep.Lost, err.Error())
+	}
+	mem := newTree()
+	for _, name := range buckets {
+		if bytes.Equal(name, store.BucketPending) || bytes.Equal(name, store.BucketDead) || bytes.Equal(name, store.BucketDone) ||
+			bytes.Equal(name, store.BucketResultExp) || bytes.Equal(name, store.BucketMeta) {
+			continue // rebuilt from the jobs and results
+		}
+		id, _ := bucketID(name)
+		var last []byte
+		err := guarded(func() error {
+			return src.View(func(tx *bolt.Tx) error {
+				bkt := tx.Bucket(name)
+				if bkt == nil {
+					return nil
+				}
+				return bkt.ForEach(func(k, v []byte) error {
+					last = bytes.Clone(k)
+					val, ok := unseal(name, k, v)
+					if !ok && !bytes.Equal(name, store.BucketDamaged) {
+						rep.Lost = append(rep.Lost, fmt.Sprintf("%s/%q: its checksum fails", name, k))
+						return nil
+					}
+					if bytes.Equal(name, store.BucketDamaged) {
+						val = v // the damaged bucket's values were never sealed by a check
+					}
+					mem.ReplaceOrInsert(&item{bucket: id, key: bytes.Clone(k), val: bytes.Clone(val)})
+					return nil
+				})
+			})
+		})
+		if err != nil {
+			rep.Lost = append(rep.Lost, fmt.Sprintf("bucket %s after key %q: %v", name, last, err))
+		}
+	}
+	// The log's changes after the checkpoint, on top.
+	lrep, err := replayLog(from, checkpoint, true, func(_ uint64, over *tree) {
+		over.Ascend(func(it *item) bool {
+			if it.del {
+				mem.Delete(it)
+			} else {
+				mem.ReplaceOrInsert(it)
+			}
+			return true
+		})
+	})
+	if err != nil {
+		rep.Lost = append(rep.Lost, "the log: "+err.Error())
+	}
+	rep.LogRecords = lrep.Records
+	for _, c := range lrep.Lost {
+		rep.Lost = append(rep.Lost, "the log: "+c.String())
+	}
+	// Into the new file: the jobs with their indexes rebuilt, the results
+	// with their expiry index, the rest as it is.
+	jobsID, _ := bucketID(store.BucketJobs)
+	resultsID, _ := bucketID(store.BucketResults)
+	err = dst.Update(func(tx *bolt.Tx) error {
+		var err error
+		mem.Ascend(func(it *item) bool {
+			name := buckets[it.bucket]
+			switch {
+			case bytes.Equal(name, store.BucketMeta):
+				return true
+			case it.bucket == jobsID:
+				j, derr := store.DecodeJob(it.key, it.val)
+				if derr != nil {
+					rep.Lost = append(rep.Lost, fmt.Sprintf("jobs/%q: %v", it.key, derr))
+					return true
+				}
+				seq = max(seq, j.Seq)
+				idx := store.IndexOf(j.State)
+				if err = tx.Bucket(idx).Put(store.QueueKey(j.Queue, j.Seq), sealed(idx, store.QueueKey(j.Queue, j.Seq), it.key)); err != nil {
+					return false
+				}
+				rep.Jobs++
+			case it.bucket == resultsID && len(it.val) >= 8:
+				k := store.ResultExpKey(it.val[:8], it.key)
+				if err = tx.Bucket(store.BucketResultExp).Put(k, sealed(store.BucketResultExp, k, nil)); err != nil {
+					return false
+				}
+			}
+			rep.Values++
+			if bytes.Equal(name, store.BucketDamaged) {
+				err = tx.Bucket(name).Put(it.key, it.val)
+			} else {
+				err = tx.Bucket(name).Put(it.key, sealed(name, it.key, it.val))
+			}
+			return err == nil
+		})
+		if err != nil {
+			return err
+		}
+		meta := tx.Bucket(store.BucketMeta)
+		if err := meta.Put(seqKey, sealed(store.BucketMeta, seqKey, binary.BigEndian.AppendUint64(nil, seq))); err != nil {
+			return err
+		}
+		return meta.Put(checkpointKey, sealed(store.BucketMeta, checkpointKey, binary.BigEndian.AppendUint64(nil, 0)))
+	})
+	if err != nil {
+		return rep, fmt.Errorf("salvage: writing %s: %w", to, err)
+	}
+	return rep, nil
+}
