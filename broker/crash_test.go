@@ -50,6 +50,9 @@ func runChild() {
 	if v := os.Getenv("EMQ_TEST_MAX_RECEIVE"); v != "" {
 		opts.MaxReceiveBuffer, _ = strconv.ParseInt(v, 10, 64)
 	}
+	if v := os.Getenv("EMQ_TEST_SEGMENT"); v != "" {
+		opts.JournalSegmentSize, _ = strconv.ParseInt(v, 10, 64)
+	}
 	var clock *fileClock
 	if path := os.Getenv(clockEnv); path != "" {
 		var err error
