@@ -20,7 +20,10 @@
 //
 // then records, each starting at a multiple of 8:
 //
-//	len u32 | crc32c u32 | seq u64 | payload (len bytes) | zeros to a multiple of 8
+//	len u32 | crc32c u32 | seq u64 | payload (len bytes) | zeros to a multiple of 8 | trailer
+//
+// The trailer is 8 constant bytes, none of them zero: it tells a record
+// whose end reached the disk from one whose end did not (see Opening).
 //
 // The CRC-32C (Castagnoli) covers len, seq and payload. Sequence numbers
 // rise by one from record to record, across segments. A header of 16
@@ -30,12 +33,17 @@
 //
 // Open checks every record after the given sequence. A record that is
 // short or fails its checksum at the end of the last segment, with no
-// valid record after it, is a torn tail: a write that was cut (the
-// process or the machine died during it), never flushed, hence never
-// acknowledged. It is zeroed, the zeros flushed, and reported. A bad
-// record anywhere else is damage (ErrDamaged, naming the file and the
-// offset): Open fails, unless Options.Recover, which skips every bad
-// stretch and reports it.
+// valid record after it, is a torn tail when its write did not wholly
+// reach the disk: no trailer lies where it ends (nor anywhere after it),
+// or a 4 KiB block of it is still zeros. That is a write that was cut
+// (the process or the machine died during it), never flushed, hence
+// never acknowledged: it is zeroed, the zeros flushed, and reported. A
+// bad record anywhere else, or one whose write did reach the disk, is
+// damage (ErrDamaged, naming the file and the offset): Open fails,
+// unless Options.Recover, which skips every bad stretch and reports it.
+// Damage holding only records at or below the sequence asked for loses
+// nothing: it is skipped and reported (Report.Passed). Bytes changed in
+// the very trailer of the last record cannot be told from a torn write.
 package wal
 
 import (
@@ -57,8 +65,10 @@ import (
 // Format facts.
 const (
 	Version   = 1
-	headerLen = 24 // a segment's header
-	recHeader = 16 // a record's: len, crc, seq
+	headerLen = 24                  // a segment's header
+	recHeader = 16                  // a record's: len, crc, seq
+	trailer   = "\xe5MQ\x01END\xa7" // a record's last 8 bytes
+	block     = 4096                // what a disk writes whole, or not at all
 	magic     = "EMQWAL\n\x00"
 	suffix    = ".wal"
 	spareName = "next.wal.tmp" // the next segment, being zero-filled
@@ -100,6 +110,17 @@ type Options struct {
 	// Recover skips damaged stretches instead of failing, and reports
 	// each (Report.Lost).
 	Recover bool
+	// Checkpointed is where the records at or below Open's after end
+	// (End, as it was when the last of them was written), if known: a bad
+	// record before it holds nothing needed, and is passed over.
+	Checkpointed Position
+}
+
+// Position is a place in the log: the end of a record, in the segment
+// whose first record is Segment. The zero Position is nowhere.
+type Position struct {
+	Segment uint64
+	Offset  int64
 }
 
 // DefaultSegmentSize is Options.SegmentSize's default.
@@ -110,6 +131,10 @@ type Report struct {
 	Records int   // records replayed (after the sequence asked for)
 	Torn    *Cut  // the torn tail cut off, if any
 	Lost    []Cut // with Recover: the damaged stretches skipped
+	// Passed: damaged stretches that held only records at or below the
+	// sequence asked for, which nobody needs: skipped, nothing lost, but
+	// the bytes went bad (a disk to watch).
+	Passed []Cut
 }
 
 // Cut is a stretch of a segment that Open did not replay.
@@ -151,6 +176,9 @@ type segment struct {
 func segName(first uint64) string { return fmt.Sprintf("%020d%s", first, suffix) }
 
 func pad8(n int64) int64 { return (n + 7) &^ 7 }
+
+// recLen is the bytes a record of n payload bytes takes.
+func recLen(n int64) int64 { return pad8(recHeader+n) + int64(len(trailer)) }
 
 // Open opens the log in dir (made if missing) and calls fn, in order,
 // with every record whose sequence is above after; records at or below
@@ -248,7 +276,11 @@ func (l *Log) replay(after uint64, fn func(uint64, []byte) error, rep *Report) e
 	}
 	for i := start; i < len(l.segs); i++ {
 		last := i == len(l.segs)-1
-		if err := l.replaySegment(l.segs[i], last, after, fn, rep); err != nil {
+		var nextFirst uint64 // where the next segment starts; 0: none
+		if !last {
+			nextFirst = l.segs[i+1].first
+		}
+		if err := l.replaySegment(l.segs[i], nextFirst, after, fn, rep); err != nil {
 			return err
 		}
 	}
@@ -257,8 +289,8 @@ func (l *Log) replay(after uint64, fn func(uint64, []byte) error, rep *Report) e
 
 // replaySegment reads one segment; the last one stays open, positioned
 // at its end, for appends.
-func (l *Log) replaySegment(s segment, last bool, after uint64, fn func(uint64, []byte) error, rep *Report) error {
-	name := filepath.Base(s.path)
+func (l *Log) replaySegment(s segment, nextFirst, after uint64, fn func(uint64, []byte) error, rep *Report) error {
+	name, last := filepath.Base(s.path), nextFirst == 0
 	flag := os.O_RDWR
 	if l.opts.ReadOnly {
 		flag = os.O_RDONLY
@@ -318,7 +350,7 @@ func (l *Log) replaySegment(s segment, last bool, after uint64, fn func(uint64, 
 		}
 		bad := ""
 		switch {
-		case n > size-off-recHeader:
+		case recLen(n) > size-off:
 			bad = fmt.Sprintf("a record of %d bytes runs past the end of the segment", n)
 		case seq != l.next:
 			bad = fmt.Sprintf("record %d where %d should be", seq, l.next)
@@ -331,8 +363,16 @@ func (l *Log) replaySegment(s segment, last bool, after uint64, fn func(uint64, 
 				bad = "a record fails its checksum"
 			}
 		}
+		if p := l.opts.Checkpointed; bad != "" && p.Segment == s.first && off < p.Offset && p.Offset <= size && l.next <= after {
+			// Records up to after end at p: whatever is wrong before it
+			// was checkpointed.
+			rep.Passed = append(rep.Passed, Cut{name, off, p.Offset - off, bad + fmt.Sprintf(" (records %d to %d, all checkpointed: nothing lost)", l.next, after)})
+			off, l.next = p.Offset, after+1
+			r.Reset(io.NewSectionReader(f, off, size-off))
+			continue
+		}
 		if bad != "" {
-			end, err := l.badRecord(f, s, last, off, size, bad, rep)
+			end, err := l.badRecord(f, s, nextFirst, after, off, size, bad, rep)
 			if err != nil {
 				return err
 			}
@@ -344,8 +384,8 @@ func (l *Log) replaySegment(s segment, last bool, after uint64, fn func(uint64, 
 			r.Reset(io.NewSectionReader(f, off, size-off))
 			continue
 		}
-		padded := pad8(recHeader + n)
-		if _, err := r.Discard(int(padded - recHeader - n)); err != nil {
+		padded := recLen(n)
+		if _, err := r.Discard(int(padded - recHeader - n)); err != nil { // padding and trailer: the checksum vouches for the record
 			break
 		}
 		if seq > after {
@@ -367,16 +407,18 @@ func (l *Log) replaySegment(s segment, last bool, after uint64, fn func(uint64, 
 }
 
 // badRecord decides about a bad record at off: a torn tail (end -1, the
-// tail zeroed), or damage (an error; with Recover, the offset of the
-// next valid record, or the segment's end, and the stretch reported). It
-// reads the rest of the segment (at most SegmentSize) to decide.
-func (l *Log) badRecord(f *os.File, s segment, last bool, off, size int64, why string, rep *Report) (end int64, err error) {
+// tail zeroed); a stretch of records all at or below after (passed: the
+// offset to go on from); or damage (an error; with Recover, the offset
+// of the next valid record, or the segment's end, and the stretch
+// reported). It reads the rest of the segment (at most SegmentSize) to
+// decide.
+func (l *Log) badRecord(f *os.File, s segment, nextFirst, after uint64, off, size int64, why string, rep *Report) (end int64, err error) {
 	name := filepath.Base(s.path)
 	rest := make([]byte, size-off)
 	n, _ := f.ReadAt(rest, off)
 	rest = rest[:n]
 	next, found := findValid(rest, 8)
-	if last && !found {
+	if nextFirst == 0 && !found && !written(rest, off) {
 		garbage := int64(len(rest))
 		for garbage > 0 && rest[garbage-1] == 0 {
 			garbage--
@@ -390,17 +432,53 @@ func (l *Log) badRecord(f *os.File, s segment, last bool, off, size int64, why s
 		rep.Torn = &cut
 		return -1, nil
 	}
+	// The stretch holds records l.next up to the one before resume.
+	resume, end := nextFirst, size
+	if found {
+		resume, end = binary.LittleEndian.Uint64(rest[next+8:]), off+next
+	}
+	stretch := Cut{name, off, end - off, why}
+	if resume > 0 && resume <= after+1 { // 0: the log's end, nothing known after
+		stretch.Reason += fmt.Sprintf(" (records %d to %d, all checkpointed: nothing lost)", l.next, resume-1)
+		rep.Passed = append(rep.Passed, stretch)
+		l.next = resume
+		return end, nil
+	}
 	if !l.opts.Recover {
 		return 0, &DamageError{name, off, why + "; valid records follow (damage, not a torn write): emq journal check names what is lost, and --journal-recover or emq journal salvage keeps the rest"}
 	}
-	if !found {
-		rep.Lost = append(rep.Lost, Cut{name, off, int64(len(rest)), why})
-		return size, nil
+	rep.Lost = append(rep.Lost, stretch)
+	l.next = resume // the records after the stretch go on from the one found
+	return end, nil
+}
+
+// written reports whether the write of the bad record at the start of
+// rest (at offset off of its segment) reached the disk whole: a trailer
+// lies where its header says it ends or, the header being unreadable,
+// somewhere after it; and no 4 KiB block up to that trailer is all zeros.
+// A torn write leaves its end or one of its blocks as the segment was
+// before, zeros; damage leaves them in place.
+func written(rest []byte, off int64) bool {
+	end := int64(-1)
+	if len(rest) >= recHeader {
+		if e := recLen(int64(binary.LittleEndian.Uint32(rest))); e <= int64(len(rest)) && string(rest[e-8:e]) == trailer {
+			end = e
+		}
 	}
-	rep.Lost = append(rep.Lost, Cut{name, off, next, why})
-	// The records after the stretch go on from the one found.
-	l.next = binary.LittleEndian.Uint64(rest[next+8:])
-	return off + next, nil
+	for o := int64(len(rest))&^7 - 8; end < 0 && o >= recHeader; o -= 8 {
+		if string(rest[o:o+8]) == trailer {
+			end = o + 8
+		}
+	}
+	if end < 0 {
+		return false
+	}
+	for b := (off+block-1)/block*block - off; b+block <= end; b += block {
+		if !slices.ContainsFunc(rest[b:b+block], func(c byte) bool { return c != 0 }) {
+			return false
+		}
+	}
+	return true
 }
 
 // findValid is the offset in b, at a multiple of 8 from from on, of a
@@ -409,7 +487,7 @@ func findValid(b []byte, from int64) (int64, bool) {
 	for off := from; off+recHeader <= int64(len(b)); off += 8 {
 		n := int64(binary.LittleEndian.Uint32(b[off:]))
 		seq := binary.LittleEndian.Uint64(b[off+8:])
-		if n == 0 && seq == 0 || n > int64(len(b))-off-recHeader {
+		if n == 0 && seq == 0 || recLen(n) > int64(len(b))-off {
 			continue
 		}
 		if recordSum(b[off:off+recHeader], b[off+recHeader:off+recHeader+n]) == binary.LittleEndian.Uint32(b[off+4:]) {
@@ -449,11 +527,21 @@ func recordSum(hdr, payload []byte) uint32 {
 	return crc32.Update(c, castagnoli, payload)
 }
 
+// End is where the last record written ends.
+func (l *Log) End() Position {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.segs) == 0 {
+		return Position{}
+	}
+	return Position{l.segs[len(l.segs)-1].first, l.off}
+}
+
 // Next is the sequence number the next record gets.
 func (l *Log) Next() uint64 { return l.next }
 
 // MaxRecord is the largest record a segment takes.
-func (l *Log) MaxRecord() int64 { return l.opts.SegmentSize - headerLen - recHeader }
+func (l *Log) MaxRecord() int64 { return l.opts.SegmentSize - headerLen - recLen(0) }
 
 // Append writes recs as the next records, in one write (all in one
 // segment: the batch starts the next one if it does not fit), and with sync
@@ -474,7 +562,7 @@ func (l *Log) Append(recs [][]byte, sync bool) (uint64, error) {
 		if int64(len(rec)) > l.MaxRecord() {
 			return 0, fmt.Errorf("wal: a record of %d bytes is over the %d a segment takes", len(rec), l.MaxRecord())
 		}
-		size += pad8(recHeader + int64(len(rec)))
+		size += recLen(int64(len(rec)))
 	}
 	if size > l.opts.SegmentSize-headerLen {
 		return 0, fmt.Errorf("wal: a batch of %d bytes is over the %d a segment takes", size, l.opts.SegmentSize-headerLen)
@@ -508,7 +596,8 @@ func (l *Log) write(recs [][]byte, size int64) error {
 		binary.LittleEndian.PutUint64(h[8:], l.next)
 		copy(l.buf[pos+recHeader:], rec)
 		binary.LittleEndian.PutUint32(h[4:], recordSum(h, rec))
-		pos += pad8(recHeader + int64(len(rec)))
+		pos += recLen(int64(len(rec)))
+		copy(l.buf[pos-8:pos], trailer)
 		l.next++
 	}
 	if l.spare == nil && l.off+size > l.opts.SegmentSize/2 {

@@ -130,7 +130,7 @@ func TestLogBehindTheCheckpoint(t *testing.T) {
 }
 
 // lastRecord returns the path of the last segment and the offset and
-// length (header and payload, not the padding) of its last record.
+// payload length of its last record.
 func lastRecord(t *testing.T, dir string, l *Log) (string, int64, int64) {
 	t.Helper()
 	path := l.segs[len(l.segs)-1].path
@@ -145,10 +145,10 @@ func lastRecord(t *testing.T, dir string, l *Log) (string, int64, int64) {
 			break
 		}
 		last = off
-		off += pad8(recHeader + n)
+		off += recLen(n)
 	}
 	n := int64(uint32(b[last]) | uint32(b[last+1])<<8 | uint32(b[last+2])<<16 | uint32(b[last+3])<<24)
-	return path, last, recHeader + n
+	return path, last, n
 }
 
 // A torn last write of any length (cut at every byte of the last record,
@@ -160,17 +160,18 @@ func TestTornTailOfEveryLength(t *testing.T) {
 	base := t.TempDir()
 	l, _, _ := open(t, base, Options{}, 0)
 	fill(t, l, 1, 40, 4)
-	path, off, length := lastRecord(t, base, l)
+	path, off, n := lastRecord(t, base, l)
 	l.Close()
 	orig, _ := os.ReadFile(path)
+	length := recHeader + n // a cut in the padding or the trailer leaves a whole record
 	for cut := int64(1); cut < length; cut++ {
 		for _, how := range []string{"short", "garbled"} {
 			dir := t.TempDir()
 			torn := bytes.Clone(orig)
 			if how == "short" { // the write stopped at byte cut: the rest never reached the disk
 				clear(torn[off+cut:])
-			} else { // its bytes from cut on are not what was written
-				for i := off + cut; i < off+length; i++ {
+			} else { // its bytes from cut on, to its end, are not what was written
+				for i := off + cut; i < off+recLen(n); i++ {
 					torn[i] ^= 0x5a
 				}
 			}
@@ -205,6 +206,45 @@ func copySegments(t *testing.T, base, dir, skip string) {
 		b, _ := os.ReadFile(filepath.Join(base, e.Name()))
 		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o600); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// The last record changed on the disk after its write reached it whole
+// (its trailer in place) is damage, not a torn write: its ACK was sent.
+// A last write with a 4 KiB block still zeros (the disk wrote blocks out
+// of order and stopped) is torn, trailer or not.
+func TestLastRecordDamagedOrTorn(t *testing.T) {
+	t.Parallel()
+	big := bytes.Repeat([]byte("payload!"), 3*block/8)
+	for _, how := range []string{"bytes changed", "a block unwritten"} {
+		dir := t.TempDir()
+		l, _, _ := open(t, dir, Options{}, 0)
+		fill(t, l, 1, 5, 1)
+		if _, err := l.Append([][]byte{big}, true); err != nil {
+			t.Fatal(err)
+		}
+		path, off, n := lastRecord(t, dir, l)
+		l.Close()
+		b, _ := os.ReadFile(path)
+		if how == "bytes changed" {
+			copy(b[off+recHeader+n/2:], "garbage!")
+		} else {
+			first := (off + block - 1) / block * block
+			clear(b[first : first+block])
+		}
+		os.WriteFile(path, b, 0o600)
+		_, rep, err := Open(dir, Options{SegmentSize: testSegment}, 0, func(uint64, []byte) error { return nil })
+		var de *DamageError
+		switch how {
+		case "bytes changed":
+			if !errors.As(err, &de) || de.Offset != off {
+				t.Fatalf("%s: %v (torn %+v), want damage at offset %d", how, err, rep.Torn, off)
+			}
+		default:
+			if err != nil || rep.Torn == nil || rep.Torn.Offset != off {
+				t.Fatalf("%s: %v, torn %+v; want the tail at %d cut", how, err, rep.Torn, off)
+			}
 		}
 	}
 }
@@ -246,10 +286,10 @@ func TestReadOnlyLeavesATornTail(t *testing.T) {
 	dir := t.TempDir()
 	l, _, _ := open(t, dir, Options{}, 0)
 	fill(t, l, 1, 5, 1)
-	path, off, _ := lastRecord(t, dir, l)
+	path, off, n := lastRecord(t, dir, l)
 	l.Close()
 	b, _ := os.ReadFile(path)
-	b[off+recHeader] ^= 1
+	clear(b[off+recHeader+1 : off+recLen(n)]) // the write stopped after a byte of its payload
 	os.WriteFile(path, b, 0o600)
 	l, rep, got := open(t, dir, Options{ReadOnly: true}, 0)
 	if rep.Torn == nil || len(got) != 4 {
