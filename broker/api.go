@@ -98,8 +98,8 @@ type QueueInfo struct {
 	Pending   int     `json:"pending"` // waiting for a worker
 	Delayed   int     `json:"delayed"` // waiting for their time (delay, retry backoff)
 	InFlight  int     `json:"in_flight"`
-	Dead      int     `json:"dead"` // in the dead letters (from the journal)
-	Done      int     `json:"done"` // done and kept with their result (retain-done; from the journal)
+	Dead      int     `json:"dead"` // in the dead letters (from the journal; 0 where a damaged file cannot be counted)
+	Done      int     `json:"done"` // done and kept with their result (retain-done; from the journal; likewise)
 	Workers   int     `json:"workers"`
 	OldestAge float64 `json:"oldest_age_seconds"` // of the jobs not done; 0 when none
 
@@ -132,6 +132,13 @@ func (b *Broker) Queues(ctx context.Context) ([]QueueInfo, error) {
 		return nil, err
 	}
 	counts, err := b.journal.Counts(store.Dead, store.Done) // pending: from memory
+	if errors.Is(err, store.ErrCorrupt) {
+		// A damaged file cannot be counted, and the queues are what an
+		// operator watches through it: what memory knows, and the damage
+		// in the log (and emq_journal_damaged_total).
+		b.damageLog.Warn(b.log, "the journal cannot count its dead and done jobs; queues show them as 0", "err", err)
+		counts, err = nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}

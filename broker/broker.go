@@ -220,6 +220,9 @@ func (b *Broker) openBolt(onCommit func(int, time.Duration)) (store.Journal, err
 // and is being moved aside (a job to the dead letters): counted, logged.
 func (b *Broker) damaged(d store.Damage) {
 	b.stats.JournalDamaged.Add(1)
+	if d.Bucket == nil {
+		return // the file's structure, not a value: the journal has logged it
+	}
 	b.damageLog.Warn(b.log, "journal: a stored value fails its checksum: it is moved aside, never served as good (a job: to the dead letters)",
 		"journal", journalName(b.journal), "bucket", string(d.Bucket), "key", printableID(string(d.Key)), "why", d.Reason)
 }

@@ -142,6 +142,7 @@ func (b *Broker) payloadsRead(batch []readReq, payloads [][]byte, errs []error) 
 			b.release(j)
 			b.forget(j)
 		case errors.Is(err, store.ErrCorrupt): // reading it again will not mend it
+			b.stats.JournalDamaged.Add(1)
 			b.log.Error("the journal's record of a job is damaged; the broker no longer dispatches it (a record failing its checksum goes to the dead letters: emq dlq ls, emq journal check)",
 				"msgid", j.id, "err", err)
 			b.release(j)

@@ -94,6 +94,9 @@ func printCheck(w io.Writer, r boltstore.CheckReport) {
 	for _, c := range r.LogDamage {
 		fmt.Fprintf(w, "damaged log\t%s\n", c)
 	}
+	for _, c := range r.LogPassed {
+		fmt.Fprintf(w, "damaged log, checkpointed\t%s\n", c)
+	}
 	if r.Torn != nil {
 		fmt.Fprintf(w, "torn log tail\t%s (never acknowledged; the next open cuts it)\n", r.Torn)
 	}

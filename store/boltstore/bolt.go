@@ -52,7 +52,8 @@ type Options struct {
 	// it wrote into bbolt and how long it took.
 	OnCheckpoint func(keys int, took time.Duration)
 	// OnDamage, if set, is told of each value found failing its checksum,
-	// as it is moved aside (store/quarantine.go).
+	// as it is moved aside (store/quarantine.go), and of damage to the
+	// file's structure (a Damage without a bucket; also logged).
 	OnDamage func(store.Damage)
 	// LazyDelay is how long Completes, when nothing else is queued, wait
 	// for a write that cannot wait (an Append) to share its commit. With
@@ -132,19 +133,21 @@ type Journal struct {
 	// checkpointer dropping frozen.
 	mu         sync.Mutex
 	active     *tree
-	frozen     *tree  // being checkpointed; nil when none is
-	frozenUpto uint64 // the last log record in frozen
-	snap       *tree  // a clone of active for views; nil: make one
-	memBytes   int64  // of active and frozen
-	seq        uint64 // the job sequence (NextSeq)
-	applied    uint64 // the last log record in the memtable
-	ckptErr    error  // the last checkpoint's failure
+	frozen     *tree        // being checkpointed; nil when none is
+	frozenUpto checkpointAt // the last log record in frozen, and where it ends
+	snap       *tree        // a clone of active for views; nil: make one
+	memBytes   int64        // of active and frozen
+	seq        uint64       // the job sequence (NextSeq)
+	applied    uint64       // the last log record in the memtable
+	ckptErr    error        // the last checkpoint's failure
 
 	checkpointed atomic.Uint64 // the last log record in bbolt
 	ckptMu       sync.Mutex    // one bbolt write at a time: a checkpoint, a direct commit, a compaction
 	ckptWake     chan struct{}
 	ckptStop     chan struct{}
 	ckptDone     chan struct{}
+	checked      chan struct{} // closed when bbolt's check of the file is done
+	structure    error         // what it found; nothing is written into a damaged file
 
 	recovered []wal.Cut // what Recover skipped
 }
@@ -180,26 +183,36 @@ func Open(path string, opts Options) (*Journal, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.ReadOnly {
-		_, _, err = migrations.Check(db)
-	} else {
-		_, _, err = migrations.Apply(db)
+	err = guarded(func() error {
+		var err error
+		if opts.ReadOnly {
+			_, _, err = migrations.Check(db)
+		} else {
+			_, _, err = migrations.Apply(db)
+		}
+		return err
+	})
+	if errors.Is(err, errPanicked) {
+		db.Close()
+		return nil, corrupt(path, err)
 	}
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("journal %s: %w", path, err)
 	}
 	j := &Journal{path: path, db: db, opts: opts, active: newTree(),
-		ckptWake: make(chan struct{}, 1), ckptStop: make(chan struct{}), ckptDone: make(chan struct{})}
-	checkpoint, seq, err := readCheckpoint(db, path)
+		ckptWake: make(chan struct{}, 1), ckptStop: make(chan struct{}), ckptDone: make(chan struct{}), checked: make(chan struct{})}
+	var at checkpointAt
+	var seq uint64
+	err = guarded(func() (err error) { at, seq, err = readCheckpoint(db, path); return err })
 	if err != nil {
 		db.Close()
-		return nil, err
+		return nil, corrupt(path, err)
 	}
-	j.seq, j.applied = seq, checkpoint
-	j.checkpointed.Store(checkpoint)
-	log, rep, err := wal.Open(LogDir(path), wal.Options{SegmentSize: opts.SegmentSize, ReadOnly: opts.ReadOnly, Recover: opts.Recover},
-		checkpoint, j.replay)
+	j.seq, j.applied = seq, at.seq
+	j.checkpointed.Store(at.seq)
+	log, rep, err := wal.Open(LogDir(path), wal.Options{SegmentSize: opts.SegmentSize, ReadOnly: opts.ReadOnly, Recover: opts.Recover, Checkpointed: at.end},
+		at.seq, j.replay)
 	if err != nil {
 		db.Close()
 		if errors.Is(err, wal.ErrDamaged) {
@@ -212,13 +225,17 @@ func Open(path string, opts Options) (*Journal, error) {
 		opts.Logger.Warn("journal: the log's last write was torn (the machine stopped during it; it was never acknowledged): cut off",
 			"journal", path, "segment", rep.Torn.File, "offset", rep.Torn.Offset, "bytes", rep.Torn.Bytes)
 	}
+	for _, c := range rep.Passed {
+		opts.Logger.Warn("journal: damaged bytes in the log where it holds only checkpointed records: nothing is lost, but the disk changed what was written (emq journal check)",
+			"journal", path, "segment", c.File, "offset", c.Offset, "bytes", c.Bytes, "why", c.Reason)
+	}
 	for _, c := range rep.Lost {
 		opts.Logger.Error("journal: a damaged stretch of the log was skipped (--journal-recover): what it held is lost",
 			"journal", path, "segment", c.File, "offset", c.Offset, "bytes", c.Bytes, "why", c.Reason)
 	}
 	j.recovered = rep.Lost
-	// Opening walks every page of the file (bbolt rebuilds its free list,
-	// NoFreelistSync below): none of them is needed in memory now.
+	// Opening may have read every page of the file (a file without its
+	// freelist is walked first, structure.go): none is needed in memory.
 	j.drop()
 	j.Core = store.StartCore(path, logKV{j}, store.CoreOptions{MaxBatch: opts.MaxBatch, MaxJobSize: opts.MaxJobSize,
 		ReadOnly: opts.ReadOnly, OnCommit: opts.OnCommit, LazyDelay: opts.LazyDelay, OnDamage: opts.OnDamage,
@@ -227,9 +244,14 @@ func Open(path string, opts Options) (*Journal, error) {
 		close(j.ckptDone)
 		return j, nil
 	}
+	go j.checkStructure()
 	if len(rep.Lost) > 0 {
 		// What was kept goes into the file, and the damaged log away: the
 		// next open does not meet the damage again.
+		if err := j.structureChecked(); err != nil {
+			j.Close()
+			return nil, err
+		}
 		if err := j.rebase(); err != nil {
 			j.Close()
 			return nil, err
@@ -264,12 +286,20 @@ func (j *Journal) rebase() error {
 		return fmt.Errorf("journal %s: %w", j.path, err)
 	}
 	j.log = log
-	return nil
+	// The position bbolt holds is of the log just removed.
+	return j.writeBolt(checkpointAt{j.applied, log.End()})
 }
 
 func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return nil, fmt.Errorf("journal %s is a folder, not a file", path)
+	}
+	if !opts.ReadOnly {
+		if _, err := os.Stat(path); err == nil {
+			if err := walkFirst(path, opts); err != nil {
+				return nil, err
+			}
+		}
 	}
 	defer func() { // bbolt panics on some damage (its freelist, a page that is not what it says)
 		if p := recover(); p != nil {
@@ -280,9 +310,10 @@ func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 		Timeout:      opts.LockTimeout,
 		ReadOnly:     opts.ReadOnly,
 		FreelistType: bolt.FreelistMapType,
-		// The freelist is rebuilt at open instead of written at every
-		// commit: fewer pages per fsync.
-		NoFreelistSync: true,
+		// The freelist is written at each commit (a checkpoint): bbolt
+		// rebuilding it at open could panic where nothing recovers
+		// (structure.go).
+		NoFreelistSync: false,
 		// Address space, not memory: a file growing to this size is never
 		// remapped, and a remap makes bbolt copy every node it holds
 		// (its checkpoints took a fifth of the CPU for it, measured).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -38,13 +39,18 @@ type CheckReport struct {
 	Records    int       `json:"log_records"`
 	Torn       *wal.Cut  `json:"torn,omitempty"`
 	LogDamage  []wal.Cut `json:"log_damage,omitempty"`
+	// LogPassed: damage in records already checkpointed, which opening
+	// skips: nothing lost, but the disk changed what was written.
+	LogPassed []wal.Cut `json:"log_damage_checkpointed,omitempty"`
 }
 
 // OK reports a journal with nothing wrong but, perhaps, a torn tail (a
 // write never acknowledged, which opening cuts) and what was moved aside
-// before.
+// before. Damage that loses nothing (LogPassed) is still damage: a disk
+// that changes bytes is not OK.
 func (r CheckReport) OK() bool {
-	return len(r.Structure) == 0 && len(r.Damaged) == 0 && len(r.Dangling) == 0 && len(r.Unindexed) == 0 && len(r.LogDamage) == 0
+	return len(r.Structure) == 0 && len(r.Damaged) == 0 && len(r.Dangling) == 0 && len(r.Unindexed) == 0 &&
+		len(r.LogDamage) == 0 && len(r.LogPassed) == 0
 }
 
 // Check reads every byte of the journal at path without changing it:
@@ -68,26 +74,33 @@ func Check(path string) (CheckReport, error) {
 		return rep, nil
 	}
 	defer db.Close()
-	rep.Structure = append(rep.Structure, structure(db)...)
+	rep.Structure = append(rep.Structure, structure(db)...) // it walks the file first: an unsynced freelist is rebuilt safely
 	if err := guarded(func() error { return checkValues(db, &rep) }); err != nil {
 		rep.Structure = append(rep.Structure, err.Error())
 	}
-	checkpoint, _, err := readCheckpoint(db, path)
-	if err != nil {
+	var at checkpointAt
+	if err := guarded(func() (err error) { at, _, err = readCheckpoint(db, path); return err }); err != nil {
 		rep.Structure = append(rep.Structure, err.Error())
 	}
-	rep.Checkpoint = checkpoint
-	lrep, err := replayLog(path, checkpoint, true, func(uint64, *tree) {})
+	rep.Checkpoint = at.seq
+	lrep, err := replayLog(path, at, true, func(uint64, *tree) {})
 	if err != nil {
 		rep.LogDamage = append(rep.LogDamage, wal.Cut{File: LogDir(path), Reason: err.Error()})
 	}
 	rep.Records, rep.Torn = lrep.Records, lrep.Torn
 	rep.LogDamage = append(rep.LogDamage, lrep.Lost...)
+	rep.LogPassed = lrep.Passed
 	return rep, nil
 }
 
-// structure is bbolt's check of the file's pages.
+// structure is bbolt's check of the file's pages, after a walk of every
+// value: bbolt's check runs in a goroutine of its own, where a fault
+// reading the mapping is not caught, and it reads no value; the walk
+// does, where faults are caught.
 func structure(db *bolt.DB) (problems []string) {
+	if err := walk(db); err != nil {
+		return []string{err.Error()}
+	}
 	err := guarded(func() error {
 		return db.View(func(tx *bolt.Tx) error {
 			for err := range tx.Check() {
@@ -102,11 +115,25 @@ func structure(db *bolt.DB) (problems []string) {
 	return problems
 }
 
-// guarded runs fn, a panic of bbolt's on a damaged page made an error.
+// errPanicked marks an error guarded made of a panic.
+var errPanicked = errors.New("bbolt failed reading the file")
+
+// corrupt is err naming path, the file damaged, if it is not already.
+func corrupt(path string, err error) error {
+	if err == nil || errors.Is(err, store.ErrCorrupt) || !errors.Is(err, errPanicked) {
+		return err
+	}
+	return fmt.Errorf("%w: journal %s: %w; the file was left as it is: emq journal check --data-dir says what is wrong", store.ErrCorrupt, path, err)
+}
+
+// guarded runs fn, a panic of bbolt's on a damaged page made an error;
+// so is a fault reading the mapped file (a length that points past its
+// end), which would otherwise end the process.
 func guarded(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("bbolt failed reading the file: %v", p)
+			err = fmt.Errorf("%w: %v", errPanicked, p)
 		}
 	}()
 	return fn()
@@ -188,12 +215,12 @@ func checkValues(db *bolt.DB, rep *CheckReport) error {
 // replayLog reads the log of the journal at path after checkpoint,
 // read-only, skipping damage (reported), and gives fn each record's
 // changes.
-func replayLog(path string, checkpoint uint64, recover bool, fn func(seq uint64, over *tree)) (wal.Report, error) {
+func replayLog(path string, at checkpointAt, recover bool, fn func(seq uint64, over *tree)) (wal.Report, error) {
 	if _, err := os.Stat(LogDir(path)); errors.Is(err, os.ErrNotExist) {
 		return wal.Report{}, nil
 	}
 	var bad []wal.Cut
-	log, rep, err := wal.Open(LogDir(path), wal.Options{ReadOnly: true, Recover: recover, SegmentSize: segmentSizeOf(path)}, checkpoint,
+	log, rep, err := wal.Open(LogDir(path), wal.Options{ReadOnly: true, Recover: recover, SegmentSize: segmentSizeOf(path), Checkpointed: at.end}, at.seq,
 		func(seq uint64, rec []byte) error {
 			over, err := decodeBatch(rec)
 			if err != nil {
@@ -260,7 +287,7 @@ func Salvage(from, to string) (SalvageReport, error) {
 	if err := os.MkdirAll(filepath.Dir(to), 0o750); err != nil {
 		return rep, err
 	}
-	dst, err := bolt.Open(to, 0o600, &bolt.Options{Timeout: time.Second, FreelistType: bolt.FreelistMapType, NoFreelistSync: true})
+	dst, err := bolt.Open(to, 0o600, &bolt.Options{Timeout: time.Second, FreelistType: bolt.FreelistMapType})
 	if err != nil {
 		return rep, fmt.Errorf("salvage: %s: %w", to, err)
 	}
@@ -270,10 +297,9 @@ func Salvage(from, to string) (SalvageReport, error) {
 	}
 	// The good values of the file, a bucket at a time; a bucket bbolt
 	// cannot walk to its end loses the rest of it, named.
-	checkpoint, seq := uint64(0), uint64(0)
-	if c, s, err := readCheckpoint(src, from); err == nil {
-		checkpoint, seq = c, s
-	} else {
+	var checkpoint checkpointAt
+	var seq uint64
+	if err := guarded(func() (err error) { checkpoint, seq, err = readCheckpoint(src, from); return err }); err != nil {
 		rep.Lost = append(rep.Lost, err.Error())
 	}
 	mem := newTree()
@@ -371,7 +397,7 @@ func Salvage(from, to string) (SalvageReport, error) {
 		if err := meta.Put(seqKey, sealed(store.BucketMeta, seqKey, binary.BigEndian.AppendUint64(nil, seq))); err != nil {
 			return err
 		}
-		return meta.Put(checkpointKey, sealed(store.BucketMeta, checkpointKey, binary.BigEndian.AppendUint64(nil, 0)))
+		return meta.Put(checkpointKey, sealed(store.BucketMeta, checkpointKey, checkpointAt{}.encode()))
 	})
 	if err != nil {
 		return rep, fmt.Errorf("salvage: writing %s: %w", to, err)

@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"time"
@@ -8,6 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/wal"
 )
 
 // A checkpoint brings bbolt up to date with the log, behind the ACKs:
@@ -27,8 +29,21 @@ import (
 // and the memtable grows until MaxLogBytes, past which writes that must
 // be durable are refused (overLimit).
 
-// checkpointKey is where meta keeps the last log sequence bbolt holds.
+// checkpointKey is where meta keeps the last log sequence bbolt holds,
+// and where in the log that record ends: 8 bytes (older files), or 24.
+// checkpointAt is what it holds.
 var checkpointKey = []byte("checkpoint")
+
+type checkpointAt struct {
+	seq uint64
+	end wal.Position // zero: not known
+}
+
+func (c checkpointAt) encode() []byte {
+	b := binary.BigEndian.AppendUint64(nil, c.seq)
+	b = binary.BigEndian.AppendUint64(b, c.end.Segment)
+	return binary.BigEndian.AppendUint64(b, uint64(c.end.Offset))
+}
 
 // freeze makes active frozen (on the committer, or with it stopped), if
 // no checkpoint is under way and there is something to write.
@@ -38,7 +53,7 @@ func (j *Journal) freeze() {
 	if j.frozen != nil || j.active.Len() == 0 {
 		return
 	}
-	j.frozen, j.frozenUpto = j.active, j.applied
+	j.frozen, j.frozenUpto = j.active, checkpointAt{j.applied, j.log.End()}
 	j.active, j.snap = newTree(), nil
 }
 
@@ -108,14 +123,17 @@ func (j *Journal) checkpoint() error {
 	j.ckptMu.Lock()
 	defer j.ckptMu.Unlock()
 	j.mu.Lock()
-	frozen, upto := j.frozen, j.frozenUpto
+	frozen, at := j.frozen, j.frozenUpto
 	j.mu.Unlock()
 	if frozen == nil {
 		return nil
 	}
+	if err := j.structureChecked(); err != nil {
+		return err
+	}
 	start := time.Now()
 	j.dbmu.RLock()
-	err := j.writeBolt(upto, frozen)
+	err := j.writeBolt(at, frozen)
 	j.dbmu.RUnlock()
 	j.setCheckpointErr(err)
 	if err != nil {
@@ -125,19 +143,19 @@ func (j *Journal) checkpoint() error {
 	j.frozen, j.snap = nil, nil
 	j.memBytes = treeBytes(j.active)
 	j.mu.Unlock()
-	j.checkpointed.Store(upto)
+	j.checkpointed.Store(at.seq)
 	if j.opts.OnCheckpoint != nil {
 		j.opts.OnCheckpoint(frozen.Len(), time.Since(start))
 	}
 	j.drop()
-	return j.log.TruncateFront(upto)
+	return j.log.TruncateFront(at.seq)
 }
 
 // writeBolt writes the layers' items (oldest first, so that newer ones
-// win) into bbolt in one transaction, sealed, with meta/checkpoint upto.
+// win) into bbolt in one transaction, sealed, with meta/checkpoint at.
 // The caller holds dbmu for reading, and no read transaction of its own
 // (bbolt's write may need to grow the mapping).
-func (j *Journal) writeBolt(upto uint64, layers ...*tree) error {
+func (j *Journal) writeBolt(at checkpointAt, layers ...*tree) error {
 	return j.guard(func() error {
 		return j.db.Update(func(tx *bolt.Tx) error {
 			for _, name := range [][]byte{store.BucketJobs, store.BucketPending} {
@@ -168,7 +186,7 @@ func (j *Journal) writeBolt(upto uint64, layers ...*tree) error {
 				}
 			}
 			meta := tx.Bucket(store.BucketMeta)
-			return meta.Put(checkpointKey, sealed(store.BucketMeta, checkpointKey, binary.BigEndian.AppendUint64(nil, upto)))
+			return meta.Put(checkpointKey, sealed(store.BucketMeta, checkpointKey, at.encode()))
 		})
 	})
 }
@@ -188,17 +206,17 @@ func (j *Journal) direct(t *batchTx, btx *bolt.Tx) error {
 	j.ckptMu.Lock() // no checkpoint writes meanwhile
 	defer j.ckptMu.Unlock()
 	j.mu.Lock()
-	frozen, active, upto := j.frozen, j.active, j.applied
+	frozen, active, at := j.frozen, j.active, checkpointAt{j.applied, j.log.End()}
 	j.mu.Unlock()
-	if err := j.writeBolt(upto, frozen, active, t.over); err != nil {
+	if err := j.writeBolt(at, frozen, active, t.over); err != nil {
 		return err
 	}
 	j.mu.Lock()
 	j.frozen, j.active, j.snap, j.memBytes = nil, newTree(), nil, 0
 	j.seq = t.seq
 	j.mu.Unlock()
-	j.checkpointed.Store(upto)
-	return j.log.TruncateFront(upto)
+	j.checkpointed.Store(at.seq)
+	return j.log.TruncateFront(at.seq)
 }
 
 func (j *Journal) setCheckpointErr(err error) {
@@ -213,29 +231,33 @@ func (j *Journal) checkpointErr() error {
 	return j.ckptErr
 }
 
-// readCheckpoint is the log sequence bbolt holds, and the job sequence.
-func readCheckpoint(db *bolt.DB, path string) (checkpoint, seq uint64, err error) {
+// readCheckpoint is the log position bbolt holds, and the job sequence.
+func readCheckpoint(db *bolt.DB, path string) (at checkpointAt, seq uint64, err error) {
 	err = db.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(store.BucketMeta)
 		if meta == nil {
 			return nil
 		}
-		for _, kv := range []struct {
-			key []byte
-			dst *uint64
-		}{{checkpointKey, &checkpoint}, {seqKey, &seq}} {
-			v := meta.Get(kv.key)
+		for _, key := range [][]byte{checkpointKey, seqKey} {
+			v := meta.Get(key)
 			if v == nil {
 				continue
 			}
-			val, ok := unseal(store.BucketMeta, kv.key, v)
-			if !ok || len(val) != 8 {
+			val, ok := unseal(store.BucketMeta, key, v)
+			if !ok || !(len(val) == 8 || len(val) == 24 && bytes.Equal(key, checkpointKey)) {
 				return fmt.Errorf("%w: journal %s: meta/%s fails its checksum: emq journal check --data-dir says more, emq journal salvage keeps what is good",
-					store.ErrCorrupt, path, kv.key)
+					store.ErrCorrupt, path, key)
 			}
-			*kv.dst = binary.BigEndian.Uint64(val)
+			if bytes.Equal(key, seqKey) {
+				seq = binary.BigEndian.Uint64(val)
+				continue
+			}
+			at.seq = binary.BigEndian.Uint64(val)
+			if len(val) == 24 {
+				at.end = wal.Position{Segment: binary.BigEndian.Uint64(val[8:]), Offset: int64(binary.BigEndian.Uint64(val[16:]))}
+			}
 		}
 		return nil
 	})
-	return checkpoint, seq, err
+	return at, seq, err
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime/debug"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -86,17 +87,26 @@ func lenBytes(b []byte) ([]byte, []byte, bool) {
 	return append([]byte(nil), b[k:k+int(n)]...), b[k+int(n):], true
 }
 
-// apply puts a committed batch into active (under j.mu). Whether a key
-// lies below active (fresh) is asked of frozen and btx: the ones the
-// batch read with, which show one moment.
-func (j *Journal) apply(over, frozen *tree, btx *bolt.Tx) {
-	below := func(it *item) bool {
+// markBelow notes, in each item of a batch, whether its key lies below
+// active: in frozen, or in btx, the ones the batch read with, which show
+// one moment. It reads bbolt, so it runs guarded, before the batch is
+// committed; apply then touches nothing that can fail.
+func markBelow(over, frozen *tree, btx *bolt.Tx) {
+	over.Ascend(func(it *item) bool {
 		if frozen != nil && frozen.Has(it) {
+			it.below = true
 			return true
 		}
 		bkt := btx.Bucket(buckets[it.bucket])
-		return bkt != nil && bkt.Get(it.key) != nil
-	}
+		it.below = bkt != nil && bkt.Get(it.key) != nil
+		return true
+	})
+}
+
+// apply puts a committed batch, marked (markBelow), into active (under
+// j.mu).
+func (j *Journal) apply(over *tree) {
+	below := func(it *item) bool { return it.below }
 	over.Ascend(func(x *item) bool {
 		old, had := j.active.Get(x)
 		if had {
@@ -150,7 +160,13 @@ func (k logKV) Update(fn func(t store.Tx, mark func() error) error, durable bool
 	t := &batchTx{reader: reader{j: j, btx: btx}, over: newTree(), seq: j.seq}
 	frozen := j.frozen
 	t.layers = []*tree{t.over, j.active, frozen}
-	err = j.guard(func() error { return fn(t, func() error { return nil }) })
+	err = j.guard(func() error {
+		if err := fn(t, func() error { return nil }); err != nil {
+			return err
+		}
+		markBelow(t.over, frozen, btx)
+		return nil
+	})
 	j.mu.Unlock()
 	if err != nil {
 		return err
@@ -167,7 +183,7 @@ func (k logKV) Update(fn func(t store.Tx, mark func() error) error, durable bool
 		return err
 	}
 	j.mu.Lock()
-	j.apply(t.over, frozen, btx)
+	j.apply(t.over)
 	j.seq, j.applied = t.seq, last
 	due := j.memBytes >= j.opts.CheckpointBytes && j.frozen == nil
 	j.mu.Unlock()
@@ -225,6 +241,7 @@ func (k logKV) View(fn func(t store.Tx) error) error {
 // guard turns a panic of bbolt on a damaged file (a page that is not what
 // it says, a bad freelist) into an error naming the file.
 func (j *Journal) guard(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true)) // a length pointing past the mapped file
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: journal %s: bbolt failed reading it (%v): the file is damaged; emq journal check --data-dir says where", store.ErrCorrupt, j.path, p)
@@ -239,14 +256,17 @@ func (j *Journal) replay(seq uint64, rec []byte) error {
 	if err != nil {
 		return fmt.Errorf("%w: journal %s: log record %d: %v", store.ErrCorrupt, j.path, seq, err)
 	}
-	return j.db.View(func(btx *bolt.Tx) error {
-		j.mu.Lock()
-		defer j.mu.Unlock()
-		j.apply(over, nil, btx)
-		if it, ok := j.active.Get(&item{key: seqKey}); ok && !it.del && len(it.val) == 8 {
-			j.seq = max(j.seq, binary.BigEndian.Uint64(it.val))
-		}
-		j.applied = seq
-		return nil
+	return j.guard(func() error {
+		return j.db.View(func(btx *bolt.Tx) error {
+			j.mu.Lock()
+			defer j.mu.Unlock()
+			markBelow(over, nil, btx)
+			j.apply(over)
+			if it, ok := j.active.Get(&item{key: seqKey}); ok && !it.del && len(it.val) == 8 {
+				j.seq = max(j.seq, binary.BigEndian.Uint64(it.val))
+			}
+			j.applied = seq
+			return nil
+		})
 	})
 }

@@ -44,6 +44,7 @@ type item struct {
 	// tombstoned. A job completed before its checkpoint never reaches
 	// bbolt.
 	fresh bool
+	below bool // in a batch being applied: the key lies in frozen or bbolt (markBelow)
 }
 
 // size is what an item costs in memory, roughly.
