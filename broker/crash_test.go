@@ -50,6 +50,7 @@ func runChild() {
 	if v := os.Getenv("EMQ_TEST_MAX_RECEIVE"); v != "" {
 		opts.MaxReceiveBuffer, _ = strconv.ParseInt(v, 10, 64)
 	}
+	opts.JournalRecover = os.Getenv("EMQ_TEST_RECOVER") != ""
 	if v := os.Getenv("EMQ_TEST_SEGMENT"); v != "" {
 		opts.JournalSegmentSize, _ = strconv.ParseInt(v, 10, 64)
 	}
@@ -88,6 +89,7 @@ func runChild() {
 type child struct {
 	cmd               *exec.Cmd
 	frontend, backend string
+	exited            chan error // tryChild's: its Wait, which kill must not repeat
 }
 
 // startChild starts a broker process on dir and waits until it serves;
