@@ -60,8 +60,8 @@ lint: ## staticcheck (installed with go install on first use)
 screenshots: ## the dashboard's pictures in docs/ui (needs chromium)
 	EMQ_REQUIRE_BROWSER=1 EMQ_UI_SCREENSHOTS=$(CURDIR)/docs/ui go test ./internal/ui -count=1 -run 'TestPages|TestChartMoves|TestLogin'
 
-torture: ## the reliability suite at full length (100 broker kills, 100 group leader kills, floods, disk full, 4 GiB backlog)
-	set -o pipefail; EMQ_TORTURE=1 $(GO) test -v -count=1 -timeout 60m -run 'Crash|Reliab|DiskFull|Hostile|LargerThanMemory|StayWithinTheBudget|LargeJobsAtOnce' ./broker/ ./store/... 2>&1 \
+torture: ## the reliability suite at full length (100 broker kills, 200 power cuts, 50 damaged journals, 100 group leader kills, floods, disk full, 4 GiB backlog)
+	set -o pipefail; EMQ_TORTURE=1 $(GO) test -v -count=1 -timeout 60m -run 'Crash|Reliab|DiskFull|PowerCut|FailedFlush|Damage|Hostile|LargerThanMemory|StayWithinTheBudget|LargeJobsAtOnce' ./broker/ ./store/... 2>&1 \
 		| grep -E '^(--- |ok|FAIL|SUMMARY|panic)|_test.go:[0-9]+: '
 	set -o pipefail; EMQ_GROUP_ROUNDS=100 $(GO) test -v -count=1 -timeout 60m -run 'TestGroupLeaderKilledUnderLoad' ./cmd/emq/ 2>&1 \
 		| grep -E '^(--- |ok|FAIL|panic)|_test.go:[0-9]+: '

@@ -55,41 +55,75 @@
 //	callers ──Append/Complete/...──▶ queue (mutex, never blocks on disk)
 //	                                   │ all queued, up to MaxBatch
 //	                                   ▼
-//	                committer: one bbolt transaction, Commit (fsync)
+//	              committer: one KV.Update (boltstore: a log record and
+//	              one fdatasync; etcdstore: guarded transactions)
 //	                                   │
 //	                                   ▼
 //	                 done(result, err) for each write, in order
 //
-// Each transaction takes every write queued while the previous one was
-// committing, so concurrent writers share one fsync without a fixed
-// delay. The one exception: a batch of only Completes (which gate no
-// ACK) waits up to LazyDelay (2 ms) for a write that cannot wait to share
-// its commit, so a job costs one fsync instead of two at low load. A
-// write's done runs only after its transaction is durable; if
-// the commit fails (disk full, I/O error), every write of that batch gets
-// the error and nothing of it is stored. Records are encoded on the
-// caller's goroutine; the committer only checks for a duplicate msgid,
-// sets the sequence and puts two keys.
+// Each Update takes every write queued while the previous one was
+// committing, so concurrent writers share one flush without a fixed
+// delay. A batch of only Completes (which gate no ACK) is not flushed on
+// its own: the next durable batch flushes it (boltstore; LazyDelay, 0 by
+// default, can make it wait for one). A write's done runs only after its
+// batch is durable; if the commit fails (disk full, I/O error), every
+// write of that batch gets the error and nothing of it is acknowledged.
+// Records are encoded on the caller's goroutine; the committer only
+// checks for a duplicate msgid, sets the sequence and puts two keys.
 //
-// Reads (Load, Payloads, Get, List, Counts, Result) use their own read
-// transactions and never wait for the committer. Load leaves payloads in
-// the file (only their sizes are read); Payloads copies them out when the
-// broker dispatches. bbolt maps the file read-only, and the pages a read
-// touches stay in the process's resident set: the store gives them back
-// to the kernel after opening, after Load and Payloads, and after commits
-// that write much (pages_linux.go). Compact runs on the
-// committer between two batches and briefly excludes readers while it
-// swaps the file.
+// Reads (Load, Payloads, Get, List, Counts, Result) never wait for the
+// committer, and see every acknowledged write. Load leaves payloads
+// where they are (only their sizes are read); Payloads copies them out
+// when the broker dispatches.
+//
+// # What an ACK promises (boltstore)
+//
+// An ACK follows the fdatasync of the log record that holds the job. So
+// the job survives a process kill, a kernel crash and a power cut,
+// provided the disk honours a flush (a drive that acknowledges writes it
+// still holds in a volatile cache, with its write cache on and no power
+// protection, can lose them; no software can tell). The tests cut power
+// with a file system that drops every unflushed write (internal/cutfs).
+//
+//   - A torn tail: the machine stopped while the last write was going
+//     to disk. That write was never flushed, so never acknowledged; the
+//     next open cuts it (zeroes it, flushes) and logs the segment and
+//     offset. A write is torn when its end, or a 4 KiB block of it, is
+//     still what the segment held before (zeros).
+//   - Damage: bytes that reached the disk and then changed. Every log
+//     record carries a CRC-32C and its sequence, every bbolt value a
+//     CRC-32C of its bucket, key and value (layout.go: Seal), checked at
+//     every read. A bad log record the journal still needs refuses the
+//     open, naming the segment, the offset and emq journal check; the
+//     operator chooses --journal-recover (every good record kept, what is
+//     lost logged) or emq journal salvage (a new journal). A bad record
+//     that is already checkpointed loses nothing: it is passed over and
+//     logged. A bbolt value failing its checksum is never served: a job
+//     goes to the dead letters as "damaged in the journal", anything else
+//     to the damaged bucket (quarantine.go), each logged and counted. A
+//     bbolt file whose structure is damaged (a page that is not what it
+//     says) fails the open or the read that meets it with ErrCorrupt
+//     naming the file, never a crash; bbolt's own check runs at each
+//     open, and nothing is written into a file until it has passed.
+//   - A failing disk: a failed fdatasync (EIO) is not retried, since
+//     Linux may have dropped the pages it held: nothing of that batch is
+//     acknowledged, and the journal takes no more writes (the broker
+//     answers ERROR unavailable, naming the segment) until it is
+//     reopened. A full disk refuses the
+//     batch and the next one tries again.
+//   - A log that grows: the checkpoint writes the log into bbolt every
+//     CheckpointEvery or CheckpointBytes; if it cannot (bbolt full, an
+//     I/O error, a damaged file), the log grows to MaxLogBytes, then
+//     durable writes fail with boltstore.ErrLogFull (the broker's ERROR
+//     unavailable, naming it) while nothing acknowledged is lost.
 //
 // # Failures
 //
-//   - SIGKILL at any moment: bbolt's commit writes the data pages, syncs,
-//     then writes the meta page and syncs, so a reopened file is at the
-//     last completed commit; every done that was called is in it.
 //   - Open of a file held by another process fails after LockTimeout with
 //     ErrLocked; of a file that is not bbolt, or is damaged, with
-//     ErrCorrupt; of a file newer than this binary, with ErrTooNew. Each
-//     error names the file, and the file is left as it was.
+//     ErrCorrupt; of a file or log segment newer than this binary, with
+//     ErrTooNew. Each error names the file, and the file is left as it
+//     was.
 //
 // # The journal on etcd
 //
@@ -124,8 +158,11 @@
 //
 // # Cost
 //
-// A commit costs two fdatasyncs plus one write per dirty page, so the
-// journal's throughput grows with the writes queued at once: concurrent
-// writers share fsyncs. docs/benchmarks.md has the measured figures
-// (go test -bench . ./store/).
+// On one machine a commit costs one write and one fdatasync of the log;
+// bbolt's own commits (two fdatasyncs and its dirty pages) come once a
+// checkpoint, about a second, whatever the load, and a job completed
+// before its checkpoint never reaches bbolt. On etcd a commit is a
+// round of guarded transactions. Throughput grows with the writes queued
+// at once: concurrent writers share flushes. docs/benchmarks.md has the
+// measured figures (go test -bench . ./store/...).
 package store
