@@ -36,6 +36,10 @@ type Step struct {
 	Version int
 	Name    string
 	Apply   func(tx *bolt.Tx) error
+	// Before, if set, runs ahead of Apply's transaction, in transactions
+	// of its own of bounded size: the step's work that grows with the
+	// file. It must pick up where an interrupted run stopped.
+	Before func(db *bolt.DB) error
 }
 
 // ErrTooNew means the file was written by a newer EMQ than this one.
@@ -50,7 +54,7 @@ var Steps = []Step{
 			}
 		}
 		return nil
-	}},
+	}, nil},
 	{2, "index results by expiry", func(tx *bolt.Tx) error {
 		idx, err := tx.CreateBucketIfNotExists(store.BucketResultExp)
 		if err != nil {
@@ -62,62 +66,102 @@ var Steps = []Step{
 			}
 			return idx.Put(store.ResultExpKey(v[:8], msgid), nil)
 		})
-	}},
+	}, nil},
 	{3, "keep schedules", func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(store.BucketSchedules)
 		return err
-	}},
+	}, nil},
 	{4, "keep queue controls", func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(store.BucketQueues)
 		return err
-	}},
+	}, nil},
 	{5, "keep done jobs", func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(store.BucketDone)
 		return err
-	}},
-	{6, "seal every value with its checksum; the job sequence in meta; a bucket for damaged values", sealEverything},
+	}, nil},
+	{6, "seal every value with its checksum; the job sequence in meta; a bucket for damaged values", finishSealing, sealInChunks},
 }
 
-// sealEverything is step 6: every value but the schema version gets its
-// checksum (store.Seal), the job sequence moves from the jobs bucket's
-// own to meta/seq (the write-ahead log keeps it as a key), and the
-// damaged bucket is made. Values are rewritten a chunk at a time, in the
-// one transaction of the step: an upgrade holds about the file's size in
-// memory for that moment, once.
-func sealEverything(tx *bolt.Tx) error {
-	for _, name := range [][]byte{store.BucketJobs, store.BucketPending, store.BucketDead, store.BucketResults,
-		store.BucketResultExp, store.BucketSchedules, store.BucketQueues, store.BucketDone} {
-		bkt := tx.Bucket(name)
-		if bkt == nil {
-			continue
+// Step 6 gives every value but the schema version its checksum
+// (store.Seal), moves the job sequence from the jobs bucket's own to
+// meta/seq (the write-ahead log keeps it as a key), and makes the damaged
+// bucket. The values are rewritten first (sealInChunks), in transactions
+// of at most sealChunk bytes, each noting in meta/sealing how far it
+// went: an upgrade holds no more than that in memory, whatever the
+// file's size, and one interrupted goes on where it stopped, never
+// sealing a value twice. finishSealing is the step's own transaction.
+var sealing = [][]byte{store.BucketJobs, store.BucketPending, store.BucketDead, store.BucketResults,
+	store.BucketResultExp, store.BucketSchedules, store.BucketQueues, store.BucketDone}
+
+var sealingKey = []byte("sealing") // bucket index (1 byte), then the last key sealed
+
+var sealChunk = 16 << 20 // a variable for the tests
+
+func sealInChunks(db *bolt.DB) error {
+	for {
+		if finished, err := sealOne(db); err != nil || finished {
+			return err
 		}
-		var from []byte
-		for {
-			type kv struct{ k, v []byte }
-			var chunk []kv
+	}
+}
+
+// sealOne seals the next chunk in one transaction.
+func sealOne(db *bolt.DB) (finished bool, err error) {
+	err = db.Update(func(tx *bolt.Tx) error {
+		mb, err := tx.CreateBucketIfNotExists(meta)
+		if err != nil {
+			return err
+		}
+		bi, from := 0, []byte(nil)
+		if p := mb.Get(sealingKey); len(p) >= 1 {
+			bi, from = int(p[0]), bytes.Clone(p[1:])
+		}
+		if bi >= len(sealing) {
+			finished = true
+			return nil
+		}
+		type kv struct{ k, v []byte }
+		var chunk []kv
+		more := false
+		if bkt := tx.Bucket(sealing[bi]); bkt != nil {
 			c := bkt.Cursor()
 			k, v := c.First()
 			if from != nil {
-				k, v = c.Seek(from)
-				if k != nil && bytes.Equal(k, from) {
+				if k, v = c.Seek(from); k != nil && bytes.Equal(k, from) {
 					k, v = c.Next()
 				}
 			}
-			for ; k != nil && len(chunk) < 4096; k, v = c.Next() {
+			for size := 0; k != nil; k, v = c.Next() {
+				if size >= sealChunk {
+					more = true
+					break
+				}
 				chunk = append(chunk, kv{bytes.Clone(k), bytes.Clone(v)})
+				size += len(k) + len(v)
 			}
 			for _, e := range chunk {
-				if err := bkt.Put(e.k, store.Seal(name, e.k, e.v)); err != nil {
+				if err := bkt.Put(e.k, store.Seal(sealing[bi], e.k, e.v)); err != nil {
 					return err
 				}
 			}
-			if len(chunk) < 4096 {
-				break
-			}
-			from = chunk[len(chunk)-1].k
 		}
-	}
+		next := []byte{byte(bi + 1)}
+		if more {
+			next = append([]byte{byte(bi)}, chunk[len(chunk)-1].k...)
+		}
+		return mb.Put(sealingKey, next)
+	})
+	return finished, err
+}
+
+func finishSealing(tx *bolt.Tx) error {
 	mb := tx.Bucket(meta)
+	if p := mb.Get(sealingKey); len(p) < 1 || int(p[0]) < len(sealing) {
+		return fmt.Errorf("the values are not all sealed (meta/sealing %x)", p)
+	}
+	if err := mb.Delete(sealingKey); err != nil {
+		return err
+	}
 	var seq uint64
 	if jobs := tx.Bucket(store.BucketJobs); jobs != nil {
 		seq = jobs.Sequence()
@@ -197,6 +241,11 @@ func ApplySteps(db *bolt.DB, steps []Step) (from, to int, err error) {
 		}
 		if s.Version != to+1 {
 			return from, to, fmt.Errorf("migration %d (%s) does not follow version %d", s.Version, s.Name, to)
+		}
+		if s.Before != nil {
+			if err := s.Before(db); err != nil {
+				return from, to, fmt.Errorf("migration %d (%s): %w", s.Version, s.Name, err)
+			}
 		}
 		err := db.Update(func(tx *bolt.Tx) error {
 			if err := s.Apply(tx); err != nil {

@@ -1,7 +1,9 @@
 package migrations_test
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -106,4 +108,49 @@ func TestFailedStepLeavesVersion(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Step 6 seals the values a chunk at a time; one interrupted after some
+// chunks goes on where it stopped: every value ends sealed once, with
+// what it held before.
+func TestSealingResumes(t *testing.T) {
+	defer migrations.SetSealChunk(4 << 10)()
+	db := openDB(t, filepath.Join(t.TempDir(), "j.db"))
+	if _, _, err := migrations.ApplySteps(db, migrations.Steps[:5]); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	err := db.Update(func(tx *bolt.Tx) error {
+		for i := range 500 {
+			k, v := fmt.Sprintf("job-%04d", i), fmt.Sprintf("record %d %s", i, bytes.Repeat([]byte("x"), i%90))
+			want[k] = v
+			if err := tx.Bucket(store.BucketJobs).Put([]byte(k), []byte(v)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // then the process stops
+		if finished, err := migrations.SealOne(db); err != nil || finished {
+			t.Fatalf("a chunk: finished %v, %v", finished, err)
+		}
+	}
+	if from, to, err := migrations.Apply(db); err != nil || from != 5 || to != migrations.Latest() {
+		t.Fatalf("the upgrade resumed: %d → %d, %v", from, to, err)
+	}
+	err = db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(store.BucketJobs).ForEach(func(k, v []byte) error {
+			got, ok := store.Unseal(store.BucketJobs, k, v)
+			if !ok || string(got) != want[string(k)] {
+				t.Errorf("%s after the upgrade: %q (checksum ok %v), want %q", k, got, ok, want[string(k)])
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
