@@ -28,14 +28,7 @@ func newMigrateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			opts := boltstore.DefaultOptions()
-			opts.ReadOnly = true
-			j, err := boltstore.Open(journalPath(c), opts)
-			if err != nil {
-				return err
-			}
-			defer j.Close()
-			v, steps, err := j.Migrations()
+			v, steps, err := boltstore.Migrations(journalPath(c))
 			if err != nil {
 				return err
 			}
@@ -49,7 +42,7 @@ func newMigrateCmd() *cobra.Command {
 				out = append(out, step{s.Version, s.Name, s.Applied})
 			}
 			return output(cmd, c, map[string]any{"version": v, "steps": out}, func(w io.Writer) {
-				fmt.Fprintf(w, "file %s is at version %d\n", j.Path(), v)
+				fmt.Fprintf(w, "file %s is at version %d\n", journalPath(c), v)
 				for _, s := range out {
 					mark := "pending"
 					if s.Applied {

@@ -186,7 +186,11 @@ func Open(path string, opts Options) (*Journal, error) {
 	err = guarded(func() error {
 		var err error
 		if opts.ReadOnly {
-			_, _, err = migrations.Check(db)
+			var v int
+			if v, _, err = migrations.Check(db); err == nil && v < migrations.Latest() {
+				err = fmt.Errorf("%w: the file is at schema version %d, and this binary reads %d: its values carry no checksums yet; start the broker on it, or run emq migrate up --data-dir, to upgrade it first",
+					ErrOlder, v, migrations.Latest())
+			}
 		} else {
 			_, _, err = migrations.Apply(db)
 		}
@@ -221,6 +225,14 @@ func Open(path string, opts Options) (*Journal, error) {
 		return nil, fmt.Errorf("journal %s: %w", path, err)
 	}
 	j.log = log
+	if !opts.ReadOnly {
+		// Segments a crash left between a checkpoint and their deletion.
+		if err := log.TruncateFront(at.seq); err != nil {
+			log.Close()
+			db.Close()
+			return nil, fmt.Errorf("journal %s: %w", path, err)
+		}
+	}
 	if rep.Torn != nil {
 		opts.Logger.Warn("journal: the log's last write was torn (the machine stopped during it; it was never acknowledged): cut off",
 			"journal", path, "segment", rep.Torn.File, "offset", rep.Torn.Offset, "bytes", rep.Torn.Bytes)
@@ -381,6 +393,9 @@ func (j *Journal) Close() error {
 	close(j.ckptStop)
 	<-j.ckptDone
 	var err error
+	if !j.opts.ReadOnly {
+		<-j.checked // the file is not closed under it, and its word is had
+	}
 	if !j.opts.ReadOnly && j.log.Failed() == nil {
 		// The committer has stopped: its memtable is this goroutine's.
 		// Written into the file, the next open has nothing to replay;
@@ -423,6 +438,29 @@ const appendFill = 0.95
 // Migrations reports the file's schema version and each known step.
 func (j *Journal) Migrations() (int, []migrations.Status, error) {
 	return migrations.Check(j.db)
+}
+
+// ErrOlder refuses to read, without upgrading it, a file of an older
+// schema (ReadOnly, Check, Salvage).
+var ErrOlder = errors.New("the journal is older than this binary")
+
+// Migrations reports the schema version of the journal file at path and
+// each known step, reading nothing else (a file of any version).
+func Migrations(path string) (int, []migrations.Status, error) {
+	if _, err := os.Stat(path); err != nil {
+		return 0, nil, fmt.Errorf("journal %s: %w", path, err)
+	}
+	opts := DefaultOptions()
+	opts.ReadOnly = true
+	db, err := openBolt(path, opts)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer db.Close()
+	var v int
+	var st []migrations.Status
+	err = guarded(func() (err error) { v, st, err = migrations.Check(db); return err })
+	return v, st, corrupt(path, err)
 }
 
 // Migrate brings the journal file at path up to the latest schema and

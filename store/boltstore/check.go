@@ -74,6 +74,10 @@ func Check(path string) (CheckReport, error) {
 		return rep, nil
 	}
 	defer db.Close()
+	if err := older(db, path); err != nil {
+		rep.Structure = append(rep.Structure, err.Error())
+		return rep, nil
+	}
 	rep.Structure = append(rep.Structure, structure(db)...) // it walks the file first: an unsynced freelist is rebuilt safely
 	if err := guarded(func() error { return checkValues(db, &rep) }); err != nil {
 		rep.Structure = append(rep.Structure, err.Error())
@@ -113,6 +117,21 @@ func structure(db *bolt.DB) (problems []string) {
 		problems = append(problems, err.Error())
 	}
 	return problems
+}
+
+// older refuses a file of an older schema: its values have no checksums
+// to check (the broker's first start, or emq migrate up, seals them).
+func older(db *bolt.DB, path string) error {
+	var v int
+	err := guarded(func() (err error) { v, _, err = migrations.Check(db); return err })
+	if err != nil {
+		return corrupt(path, err)
+	}
+	if v < migrations.Latest() {
+		return fmt.Errorf("%w: %s is at schema version %d, its values carry no checksums yet: run emq migrate up --data-dir (or start the broker on it) first, then check it",
+			ErrOlder, path, v)
+	}
+	return nil
 }
 
 // errPanicked marks an error guarded made of a panic.
@@ -284,6 +303,9 @@ func Salvage(from, to string) (SalvageReport, error) {
 		return rep, err
 	}
 	defer src.Close()
+	if err := older(src, from); err != nil {
+		return rep, err
+	}
 	if err := os.MkdirAll(filepath.Dir(to), 0o750); err != nil {
 		return rep, err
 	}

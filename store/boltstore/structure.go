@@ -119,7 +119,9 @@ func walkFirst(path string, opts Options) error {
 // j.checked; j.structure holds what it found.
 func (j *Journal) checkStructure() {
 	defer close(j.checked)
+	j.dbmu.RLock() // a compaction swaps the file after it
 	problems := structure(j.db)
+	j.dbmu.RUnlock()
 	if len(problems) == 0 {
 		return
 	}
@@ -132,7 +134,8 @@ func (j *Journal) checkStructure() {
 }
 
 // structureChecked waits for the check of the file's structure and
-// says what it found; errStopping if the journal closes first.
+// says what it found; errStopping if the journal closes first (Close
+// itself waits for the check before its last checkpoint).
 func (j *Journal) structureChecked() error {
 	select {
 	case <-j.checked:
