@@ -29,6 +29,7 @@ type reader struct {
 	btx     *bolt.Tx
 	damaged []store.Damage
 	first   error
+	bkts    [16]*bolt.Bucket // by bucket id: a lookup of tx.Bucket is a search of its own
 }
 
 func (r *reader) Err() error              { return r.first }
@@ -42,7 +43,16 @@ func (r *reader) id(bucket []byte) uint8 {
 	return id
 }
 
-func (r *reader) bolt(b []byte) *bolt.Bucket { return r.btx.Bucket(b) }
+func (r *reader) bolt(b []byte) *bolt.Bucket {
+	id, err := bucketID(b)
+	if err != nil || int(id) >= len(r.bkts) {
+		return r.btx.Bucket(b)
+	}
+	if r.bkts[id] == nil {
+		r.bkts[id] = r.btx.Bucket(b)
+	}
+	return r.bkts[id]
+}
 
 // Get implements store.Tx.
 func (r *reader) Get(bucket, key []byte) []byte {

@@ -92,12 +92,17 @@ func lenBytes(b []byte) ([]byte, []byte, bool) {
 // one moment. It reads bbolt, so it runs guarded, before the batch is
 // committed; apply then touches nothing that can fail.
 func markBelow(over, frozen *tree, btx *bolt.Tx) {
+	var bkts [16]*bolt.Bucket
 	over.Ascend(func(it *item) bool {
 		if frozen != nil && frozen.Has(it) {
 			it.below = true
 			return true
 		}
-		bkt := btx.Bucket(buckets[it.bucket])
+		bkt := bkts[it.bucket%16]
+		if bkt == nil {
+			bkt = btx.Bucket(buckets[it.bucket])
+			bkts[it.bucket%16] = bkt
+		}
 		it.below = bkt != nil && bkt.Get(it.key) != nil
 		return true
 	})
@@ -108,7 +113,7 @@ func markBelow(over, frozen *tree, btx *bolt.Tx) {
 func (j *Journal) apply(over *tree) {
 	below := func(it *item) bool { return it.below }
 	over.Ascend(func(x *item) bool {
-		old, had := j.active.Get(x)
+		old, had := j.active.ReplaceOrInsert(x) // one search; taken out again below where nothing is left
 		if had {
 			j.memBytes -= old.size()
 		}
@@ -117,6 +122,7 @@ func (j *Journal) apply(over *tree) {
 			j.active.Delete(x)
 			return true
 		case x.del && !had && !below(x): // nothing anywhere to delete
+			j.active.Delete(x)
 			return true
 		case x.del:
 			x.fresh = false
@@ -125,7 +131,6 @@ func (j *Journal) apply(over *tree) {
 		default:
 			x.fresh = !below(x)
 		}
-		j.active.ReplaceOrInsert(x)
 		j.memBytes += x.size()
 		return true
 	})
