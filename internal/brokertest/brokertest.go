@@ -209,8 +209,26 @@ func Dial(t testing.TB, endpoint, id string) *Peer {
 	// error to the Recv above, which is still reading. The other way
 	// round, a message read as the context ends is sent to nobody and
 	// zmq4's goroutine waits for ever (goleak sees it).
-	t.Cleanup(func() { sock.Close(); cancel() })
+	t.Cleanup(func() { sock.Close(); drain(sock); cancel() })
 	return p
+}
+
+// drain empties a closed zmq4 socket's queue of received messages.
+// zmq4 v0.17.0's per-connection reader (qreader.listen) may have read a
+// message just before Close and then block for ever sending it into a
+// queue of 10 that nobody reads any more, when the broker sent a burst.
+// Once the socket is closed its Recv picks at random between the closed
+// context and a queued message, so an empty queue is one that answered
+// with an error many times in a row; each message taken frees the slot
+// that reader waits for, and it then sees the closed context and ends.
+func drain(sock zmq4.Socket) {
+	for misses := 0; misses < 64; {
+		if _, err := sock.Recv(); err != nil {
+			misses++
+		} else {
+			misses = 0
+		}
+	}
 }
 
 // Send encodes and sends m.

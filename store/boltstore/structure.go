@@ -122,6 +122,7 @@ func (j *Journal) checkStructure() {
 	j.dbmu.RLock() // a compaction swaps the file after it
 	problems := structure(j.db)
 	j.dbmu.RUnlock()
+	j.drop() // the pages it read are not needed in memory
 	if len(problems) == 0 {
 		return
 	}
