@@ -22,7 +22,8 @@ import (
 // resident memory from /proc; each is larger with EMQ_TORTURE (make
 // torture).
 
-// residentMiB reads a /proc/PID/status line (VmRSS, VmHWM) in MiB.
+// residentMiB reads a /proc/PID/status line (VmRSS, VmHWM, RssAnon,
+// RssFile) in MiB.
 func residentMiB(t *testing.T, pid int, field string) float64 {
 	t.Helper()
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
@@ -57,11 +58,14 @@ func memoryTest(t *testing.T) {
 }
 
 // A backlog whose payloads are far larger than the memory the broker uses:
-// it starts, replays and delivers every job, byte for byte, its resident
-// memory never more than a fraction of the payloads. (Resident memory is
-// sampled once started: opening the file maps much of it for a moment,
-// which bbolt's rebuilding of its free list reads; those clean file pages
-// are released at once, see store/pages_linux.go.)
+// it starts, replays and delivers every job, byte for byte, its own memory
+// (anonymous: heap, stacks, buffers) never more than a fraction of the
+// payloads. The journal's pages mapped from the page cache are counted
+// apart: clean, the kernel's to reclaim, and mapped a whole large folio
+// (1 MiB and more on ext4) at each fault, so that reading a job maps its
+// neighbours for a moment whatever the broker gives back; what is
+// asserted of them is that they are given back (store/pages_linux.go), not
+// kept for the backlog's size.
 func TestBacklogLargerThanMemory(t *testing.T) {
 	memoryTest(t)
 	jobs, size := 512, 1<<20 // 512 MiB of payloads; 4 GiB with EMQ_TORTURE
@@ -91,7 +95,7 @@ func TestBacklogLargerThanMemory(t *testing.T) {
 	frontend, backend := bt.FreeEndpoint(t), bt.FreeEndpoint(t)
 	c := startChild(t, dir, frontend, backend)
 	pid := c.cmd.Process.Pid
-	peak := residentMiB(t, pid, "VmRSS")
+	peak, mapped := residentMiB(t, pid, "RssAnon"), residentMiB(t, pid, "RssFile")
 	w := bt.Worker(t, backend, "w", "backlog")
 	w.Ready(16)
 	for i := range jobs {
@@ -103,15 +107,19 @@ func TestBacklogLargerThanMemory(t *testing.T) {
 		w.Reply(r.MsgID, nil)
 		w.Ready(1)
 		if i%16 == 0 {
-			peak = max(peak, residentMiB(t, pid, "VmRSS"))
+			peak = max(peak, residentMiB(t, pid, "RssAnon"))
+			mapped = max(mapped, residentMiB(t, pid, "RssFile"))
 		}
 	}
 	total := float64(jobs*size) / (1 << 20)
-	t.Logf("%d jobs, %.0f MiB of payloads delivered; the broker's resident memory at most %.0f MiB (%.0f MiB at its open)",
-		jobs, total, peak, residentMiB(t, pid, "VmHWM"))
+	t.Logf("%d jobs, %.0f MiB of payloads delivered; the broker's own memory at most %.0f MiB, file pages mapped at most %.0f MiB (%.0f MiB resident at the highest)",
+		jobs, total, peak, mapped, residentMiB(t, pid, "VmHWM"))
 	if peak > 256 {
-		t.Errorf("resident memory up to %.0f MiB, over 256 MiB for %.0f MiB of payloads", peak, total)
+		t.Errorf("the broker's own memory up to %.0f MiB, over 256 MiB for %.0f MiB of payloads", peak, total)
 	}
+	// Every job done, the journal's pages go back within a checkpoint or
+	// two: the binary's own pages are what stays mapped.
+	bt.Eventually(t, "the journal's pages given back", func() bool { return residentMiB(t, pid, "RssFile") < 64 })
 }
 
 // Connections that announce large frames and then send next to nothing

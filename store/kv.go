@@ -36,6 +36,14 @@ type Tx interface {
 	Raw(bucket, key []byte) []byte
 }
 
+// A Peeker is a Tx that can give a large value unchecked (checked
+// false), for a reader of its first and last bytes only: Load reads a
+// job's fields, not its payload. Such a value is checked whole before
+// anything more of it is trusted (Get), as when its payload is read.
+type Peeker interface {
+	Peek(bucket, key []byte) (v []byte, checked bool)
+}
+
 // KV is a backend's storage.
 type KV interface {
 	// Update runs fn in one write transaction and makes it durable. A

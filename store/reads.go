@@ -12,12 +12,20 @@ import (
 // Load implements Journal. It walks the pending index in one read
 // transaction, reading the jobs of loadChunk entries at a time; each job
 // is decoded (copied) only when fn is called, and its payload not at all.
+// A large record a Peeker gives unchecked is checked whole only if its
+// fields do not decode; otherwise when its payload is read (dispatch),
+// which sets it aside if it fails: a restart does not read every byte of
+// a backlog of large jobs.
 func (jn *Core) Load(fn func(*Job) error) error {
 	return jn.view(func(t Tx) error {
 		var keys, ids [][]byte
 		flush := func() error {
-			for i, rec := range t.Gets(BucketJobs, ids) {
+			recs, checked := peekAll(t, BucketJobs, ids)
+			for i, rec := range recs {
 				j, err := jn.indexed(t, BucketPending, rec, keys[i], ids[i], false)
+				if err != nil && !checked[i] {
+					j, err = jn.indexed(t, BucketPending, t.Get(BucketJobs, ids[i]), keys[i], ids[i], false)
+				}
 				if err != nil {
 					return err
 				}
@@ -46,6 +54,24 @@ func (jn *Core) Load(fn func(*Job) error) error {
 		}
 		return err
 	})
+}
+
+// peekAll is Gets, through Peek when t is a Peeker; checked says which
+// values were checked.
+func peekAll(t Tx, bucket []byte, keys [][]byte) ([][]byte, []bool) {
+	checked := make([]bool, len(keys))
+	p, ok := t.(Peeker)
+	if !ok {
+		for i := range checked {
+			checked[i] = true
+		}
+		return t.Gets(bucket, keys), checked
+	}
+	vals := make([][]byte, len(keys))
+	for i, k := range keys {
+		vals[i], checked[i] = p.Peek(bucket, k)
+	}
+	return vals, checked
 }
 
 // indexed returns the job an entry (k -> id) of the index bucket names,

@@ -373,7 +373,40 @@ func (j *Journal) dropAfterCommit(size int) {
 func (j *Journal) drop() {
 	j.dbmu.RLock()
 	defer j.dbmu.RUnlock()
-	_ = j.db.View(func(tx *bolt.Tx) error { dropMapping(tx); return nil })
+	dropDB(j.db)
+}
+
+// dropWhile calls drop every dropTick until stop is called, for work
+// that reads much of the file at once (bbolt's check at open, a load, a
+// checkpoint rewriting its leaves). Dropping what each read used is not
+// enough: the kernel maps a whole large folio of the page cache (1 MiB
+// and more on ext4) at each fault, so the next read beside a dropped
+// value maps most of it again, and a walk of the file would map it all.
+func dropWhile(drop func()) (stop func()) {
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		tick := time.NewTicker(dropTick)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				drop()
+			}
+		}
+	}()
+	return func() { close(done); <-ended; drop() }
+}
+
+// dropTick bounds what a walk of the file keeps mapped to what it reads
+// in 10 ms: tens of MiB, for a system call or two per tick.
+const dropTick = 10 * time.Millisecond
+
+// dropDB is drop for a caller that holds dbmu, and so keeps db in place.
+func dropDB(db *bolt.DB) {
+	_ = db.View(func(tx *bolt.Tx) error { dropMapping(tx); return nil })
 }
 
 // dropMapping releases the pages of the file's mapping from the
@@ -422,10 +455,10 @@ func (j *Journal) Close() error {
 	return err
 }
 
-// Load implements Journal, and then gives the pages it read back to the
-// kernel.
+// Load implements Journal, giving the pages it reads back to the kernel
+// as it goes.
 func (j *Journal) Load(fn func(*store.Job) error) error {
-	defer j.drop()
+	defer dropWhile(j.drop)()
 	return j.Core.Load(fn)
 }
 

@@ -133,7 +133,10 @@ func (j *Journal) checkpoint() error {
 	}
 	start := time.Now()
 	j.dbmu.RLock()
+	// bbolt copies every value left on a leaf it rewrites, from the mapping.
+	stop := dropWhile(func() { dropDB(j.db) })
 	err := j.writeBolt(at, frozen)
+	stop()
 	j.dbmu.RUnlock()
 	j.setCheckpointErr(err)
 	if err != nil {
@@ -147,7 +150,6 @@ func (j *Journal) checkpoint() error {
 	if j.opts.OnCheckpoint != nil {
 		j.opts.OnCheckpoint(frozen.Len(), time.Since(start))
 	}
-	j.drop()
 	return j.log.TruncateFront(at.seq)
 }
 

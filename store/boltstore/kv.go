@@ -65,6 +65,31 @@ func (r *reader) Get(bucket, key []byte) []byte {
 	return r.stored(bucket, key)
 }
 
+// Peek implements store.Peeker: a value of bbolt's of peekSize bytes or
+// more comes unchecked, as the file holds it; checking it would read
+// every page of it, from the disk on a cold start.
+func (r *reader) Peek(bucket, key []byte) ([]byte, bool) {
+	if it, ok := lookup(r.layers, r.id(bucket), key); ok {
+		if it.del {
+			return nil, true
+		}
+		return it.val, true // the log's record of it was checked
+	}
+	bkt := r.bolt(bucket)
+	if bkt == nil {
+		return nil, true
+	}
+	v := bkt.Get(key)
+	if len(v) < peekSize {
+		return r.stored(bucket, key), true
+	}
+	return v[:len(v)-4], false
+}
+
+// peekSize is where Peek stops checking: a job of 64 KiB or more is read
+// whole (and checked) only when it is dispatched or inspected.
+const peekSize = 64 << 10
+
 // stored is key's value in bbolt, checked.
 func (r *reader) stored(bucket, key []byte) []byte {
 	bkt := r.bolt(bucket)

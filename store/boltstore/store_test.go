@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/store/boltstore"
 	bolt "go.etcd.io/bbolt"
@@ -289,6 +290,79 @@ func TestDamagedRecordIsMovedAside(t *testing.T) {
 			t.Fatalf("%s was loaded as pending", jb.MsgID)
 		}
 	}
+}
+
+// Opening does not read every byte of a backlog of large jobs: a large
+// record is loaded from its fields, and checked whole when its payload is
+// read. One whose payload was changed on disk is loaded, then refused as
+// damaged at that read and moved aside; one whose fields no longer decode
+// is checked at once, and not loaded. Small records are checked at open.
+func TestLargeRecordIsCheckedWhenItsPayloadIsRead(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j := openJournal(t, path)
+	big := func(id string) *store.Job {
+		jb := job(id, "q")
+		jb.Payload = bytes.Repeat([]byte(id), 128<<10/len(id))
+		return jb
+	}
+	mustAppend(t, j, big("big"), big("undecodable"), big("whole"), job("small", "q"))
+	j.Close()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(store.BucketJobs)
+		v := bytes.Clone(b.Get([]byte("big")))
+		v[len(v)/2] ^= 0x10 // in its payload: its fields still decode
+		if err := b.Put([]byte("big"), v); err != nil {
+			return err
+		}
+		v = bytes.Clone(b.Get([]byte("undecodable")))
+		v[0] = 0xff // an unknown version
+		return b.Put([]byte("undecodable"), v)
+	})
+	db.Close()
+	heard := make(chan store.Damage, 4)
+	opts := boltstore.DefaultOptions()
+	opts.OnDamage = func(d store.Damage) { heard <- d }
+	j, err = boltstore.Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+
+	var ids []string
+	for _, jb := range loadAll(t, j) {
+		ids = append(ids, jb.MsgID)
+	}
+	if want := []string{"big", "whole", "small"}; fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Fatalf("loaded %v, want %v", ids, want)
+	}
+	if d := <-heard; string(d.Key) != "undecodable" {
+		t.Fatalf("damage heard at open: %+v, want the undecodable record", d)
+	}
+	errs := map[string]error{}
+	err = j.Payloads([]string{"big", "whole"}, func(i int, p []byte, err error) {
+		if i == 1 && err == nil && !bytes.Equal(p, big("whole").Payload) {
+			err = errors.New("a payload that is not what was stored")
+		}
+		errs[[]string{"big", "whole"}[i]] = err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(errs["big"], store.ErrCorrupt) || errs["whole"] != nil {
+		t.Fatalf("payloads read: %v; want big refused as damaged, whole given", errs)
+	}
+	if d := <-heard; string(d.Key) != "big" {
+		t.Fatalf("damage heard at the read: %+v, want big", d)
+	}
+	testutil.Eventually(t, "the damaged records moved aside", func() bool {
+		got, err := j.Get("big")
+		return err == nil && got.State == store.Dead
+	})
 }
 
 // A Complete with nothing else queued waits LazyDelay for an Append to

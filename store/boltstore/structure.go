@@ -120,9 +120,11 @@ func walkFirst(path string, opts Options) error {
 func (j *Journal) checkStructure() {
 	defer close(j.checked)
 	j.dbmu.RLock() // a compaction swaps the file after it
+	// It reads every page: they go back to the kernel as it goes.
+	stop := dropWhile(func() { dropDB(j.db) })
 	problems := structure(j.db)
+	stop()
 	j.dbmu.RUnlock()
-	j.drop() // the pages it read are not needed in memory
 	if len(problems) == 0 {
 		return
 	}
