@@ -217,12 +217,7 @@ func TestDamagedRecordIsMovedAside(t *testing.T) {
 	j := openJournal(t, path)
 	mustAppend(t, j, job("bad", "q"), job("flipped", "q"))
 	j.Close()
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(store.BucketJobs)
+	alterJobs(t, path, func(b *bolt.Bucket) error {
 		v := bytes.Clone(b.Get([]byte("flipped")))
 		v[len(v)-6] ^= 0x10 // in its payload: it still decodes
 		if err := b.Put([]byte("flipped"), v); err != nil {
@@ -230,15 +225,7 @@ func TestDamagedRecordIsMovedAside(t *testing.T) {
 		}
 		return b.Put([]byte("bad"), []byte{1, 1, 0}) // does not decode
 	})
-	db.Close()
-	heard := make(chan store.Damage, 4)
-	opts := boltstore.DefaultOptions()
-	opts.OnDamage = func(d store.Damage) { heard <- d }
-	j, err = boltstore.Open(path, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
+	j, heard := openHearing(t, path)
 
 	removed := make(chan error, 1)
 	attempted := make(chan error, 1)
@@ -308,12 +295,7 @@ func TestLargeRecordIsCheckedWhenItsPayloadIsRead(t *testing.T) {
 	}
 	mustAppend(t, j, big("big"), big("undecodable"), big("whole"), job("small", "q"))
 	j.Close()
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(store.BucketJobs)
+	alterJobs(t, path, func(b *bolt.Bucket) error {
 		v := bytes.Clone(b.Get([]byte("big")))
 		v[len(v)/2] ^= 0x10 // in its payload: its fields still decode
 		if err := b.Put([]byte("big"), v); err != nil {
@@ -323,15 +305,7 @@ func TestLargeRecordIsCheckedWhenItsPayloadIsRead(t *testing.T) {
 		v[0] = 0xff // an unknown version
 		return b.Put([]byte("undecodable"), v)
 	})
-	db.Close()
-	heard := make(chan store.Damage, 4)
-	opts := boltstore.DefaultOptions()
-	opts.OnDamage = func(d store.Damage) { heard <- d }
-	j, err = boltstore.Open(path, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
+	j, heard := openHearing(t, path)
 
 	var ids []string
 	for _, jb := range loadAll(t, j) {
@@ -344,7 +318,7 @@ func TestLargeRecordIsCheckedWhenItsPayloadIsRead(t *testing.T) {
 		t.Fatalf("damage heard at open: %+v, want the undecodable record", d)
 	}
 	errs := map[string]error{}
-	err = j.Payloads([]string{"big", "whole"}, func(i int, p []byte, err error) {
+	err := j.Payloads([]string{"big", "whole"}, func(i int, p []byte, err error) {
 		if i == 1 && err == nil && !bytes.Equal(p, big("whole").Payload) {
 			err = errors.New("a payload that is not what was stored")
 		}
@@ -363,6 +337,34 @@ func TestLargeRecordIsCheckedWhenItsPayloadIsRead(t *testing.T) {
 		got, err := j.Get("big")
 		return err == nil && got.State == store.Dead
 	})
+}
+
+// alterJobs changes the jobs bucket of the closed journal at path behind
+// its back, as a failing disk would.
+func alterJobs(t *testing.T, path string, fn func(b *bolt.Bucket) error) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *bolt.Tx) error { return fn(tx.Bucket(store.BucketJobs)) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// openHearing opens the journal at path with its damage reported on heard.
+func openHearing(t *testing.T, path string) (j *boltstore.Journal, heard chan store.Damage) {
+	t.Helper()
+	heard = make(chan store.Damage, 4)
+	opts := boltstore.DefaultOptions()
+	opts.OnDamage = func(d store.Damage) { heard <- d }
+	j, err := boltstore.Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return j, heard
 }
 
 // A Complete with nothing else queued waits LazyDelay for an Append to
