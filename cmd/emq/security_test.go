@@ -67,13 +67,16 @@ func TestKeysPasswdAndSIGHUP(t *testing.T) {
 	startWorkerProcess(t, "--broker", backend, "--queues", "upper", "--exec", "tr a-z A-Z",
 		"--curve-server-key", in("broker.pub"), "--curve-key-file", in("runner.key"))
 	curve := []string{"--curve-server-key", pub("broker"), "--curve-key-file", in("app.key")}
-	send := func(extra ...string) (string, string, error) {
-		return emq(t, "", append(append([]string{"send", "--broker", frontend, "--queue", "upper", "--reply", "--wait", "3s"}, extra...), "hello")...)
+	sendWithin := func(wait string, extra ...string) (string, string, error) {
+		return emq(t, "", append(append([]string{"send", "--broker", frontend, "--queue", "upper", "--reply", "--wait", wait}, extra...), "hello")...)
 	}
-	if out, stderr, err := send(curve...); err != nil || out != "HELLO" {
+	send := func(extra ...string) (string, string, error) { return sendWithin("3s", extra...) }
+	// A deadline, not a speed: under the race detector on two busy cores a
+	// bcrypt check (PLAIN) and a worker's exec take seconds.
+	if out, stderr, err := sendWithin("15s", curve...); err != nil || out != "HELLO" {
 		t.Fatalf("send by CURVE: %q %v\n%s\n%s", out, err, stderr, logs.String())
 	}
-	if out, stderr, err := send("--plain-user", "ann", "--plain-password", "n3w"); err != nil || out != "HELLO" {
+	if out, stderr, err := sendWithin("15s", "--plain-user", "ann", "--plain-password", "n3w"); err != nil || out != "HELLO" {
 		t.Fatalf("send by PLAIN: %q %v\n%s", out, err, stderr)
 	}
 	if _, stderr, err := send("--plain-user", "ann", "--plain-password", "s3cret"); err == nil || !strings.Contains(stderr, "refused") {
