@@ -143,6 +143,7 @@ type Group struct {
 
 	elections  prometheus.Counter
 	changes    prometheus.Counter
+	blocked    prometheus.Counter
 	stateGauge *prometheus.GaugeVec
 }
 
@@ -172,12 +173,14 @@ func New(opts broker.Options, aopts admin.Options, g Options) (*Group, error) {
 			Help: "Elections this broker won (it became the group's leader)."}),
 		changes: prometheus.NewCounter(prometheus.CounterOpts{Name: "emq_group_leader_changes_total",
 			Help: "Changes of the group's leader this broker saw (failovers, and its own elections)."}),
+		blocked: prometheus.NewCounter(prometheus.CounterOpts{Name: "emq_group_campaigns_held_back_total",
+			Help: "Times this broker did not campaign because it could not serve if elected (a port held by another process, an unreadable key file); the cause is logged."}),
 		stateGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "emq_group_role",
 			Help: "1 for this broker's role in the group: leader or standby."}, []string{"role"}),
 	}
 	grp.setState("starting")
 	aopts.Group = grp.Info
-	aopts.Collectors = append(aopts.Collectors, grp.elections, grp.changes, grp.stateGauge)
+	aopts.Collectors = append(aopts.Collectors, grp.elections, grp.changes, grp.blocked, grp.stateGauge)
 	if aopts.Logger == nil {
 		aopts.Logger = opts.Logger
 	}
@@ -215,19 +218,55 @@ func (g *Group) Run(ctx context.Context) error {
 		return err
 	}
 	defer g.server.Close()
+	wait, said, held := retryFirst, "", false
 	for ctx.Err() == nil {
-		err := g.term(ctx, g.bopts)
+		served := false
+		err := broker.Check(g.bopts)
+		if err != nil {
+			g.blocked.Inc()
+			held = true
+			err = fmt.Errorf("this broker could not serve if elected, so it does not campaign: %w", err)
+		} else {
+			if held {
+				g.log.Info("standby: this broker can serve again; campaigning")
+				held = false
+			}
+			served, err = g.term(ctx, g.bopts)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		g.log.Warn("not leading; campaigning again", "err", err)
+		if served {
+			wait, said = retryFirst, "" // a new cause, whatever it says
+		}
+		// Each cause is logged once: a standby that cannot serve, or
+		// etcd away, says so when it starts, not every time it retries.
+		if cause := err.Error(); cause != said {
+			g.log.Warn("not leading; trying again", "err", err, "retry_in", wait)
+			said = cause
+		} else {
+			g.log.Debug("not leading; trying again", "err", err, "retry_in", wait)
+		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond): // etcd away: do not spin
+		case <-time.After(wait):
+		}
+		if !served {
+			wait = min(2*wait, retryMax)
 		}
 	}
 	return nil
 }
+
+// A term that did not reach serving (etcd away; elected, but the broker
+// could not start) and a check that found this broker unable to serve
+// are tried again after retryFirst, doubling up to retryMax: a standby
+// that cannot serve does not load the journal from etcd in a loop. After
+// a term that served, the next campaign follows retryFirst after.
+const (
+	retryFirst = 200 * time.Millisecond
+	retryMax   = 10 * time.Second
+)
 
 // Shutdown stops the group's broker gracefully: the leader drains and
 // resigns, a standby stops campaigning; it returns once Run has. If ctx
@@ -303,11 +342,12 @@ func newSession(ctx context.Context, cli *clientv3.Client, g Options) (*concurre
 	return session, nil
 }
 
-// term is one campaign and, if won, one leadership.
-func (g *Group) term(ctx context.Context, opts broker.Options) error {
+// term is one campaign and, if won, one leadership; served says whether
+// its broker came to serve.
+func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err error) {
 	session, err := newSession(ctx, g.cli, g.opts)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer session.Close() // revokes the lease: a standby need not wait for it
 	el := concurrency.NewElection(session, LeaderPrefix(g.opts.Prefix))
@@ -324,7 +364,7 @@ func (g *Group) term(ctx context.Context, opts broker.Options) error {
 	err = el.Campaign(ctx, g.opts.Name)
 	stopFollowing()
 	if err != nil {
-		return fmt.Errorf("campaign: %w", err)
+		return false, fmt.Errorf("campaign: %w", err)
 	}
 	start := time.Now()
 	g.mu.Lock()
@@ -344,7 +384,7 @@ func (g *Group) term(ctx context.Context, opts broker.Options) error {
 	}
 	b, err := broker.New(opts)
 	if err != nil {
-		return err
+		return false, err
 	}
 	g.mu.Lock()
 	g.broker = b
@@ -377,6 +417,11 @@ func (g *Group) term(ctx context.Context, opts broker.Options) error {
 	}()
 	err = b.Run(ctx)
 	close(lost)
+	select {
+	case <-b.Ready():
+		served = true
+	default:
+	}
 	if ctx.Err() != nil && err == nil {
 		rctx, cancel := context.WithTimeout(context.Background(), g.opts.Timeout)
 		_ = el.Resign(rctx)
@@ -385,7 +430,7 @@ func (g *Group) term(ctx context.Context, opts broker.Options) error {
 	if err == nil {
 		err = errors.New("the broker stopped")
 	}
-	return err
+	return served, err
 }
 
 // follow keeps who leads the group up to date while this broker

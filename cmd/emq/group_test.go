@@ -602,3 +602,48 @@ func TestGroupWithEtcdAway(t *testing.T) {
 		t.Fatalf("exit at SIGTERM: %v\n%s", err, g.log())
 	}
 }
+
+// TestGroupStandbyThatCannotServeHoldsBack: two brokers of a group on one
+// host given the same frontend. The standby, which could not bind it if
+// elected, does not campaign (no journal load, no election won): it names
+// the port once however often it checks again, and leads as soon as the
+// port is free.
+func TestGroupStandbyThatCannotServeHoldsBack(t *testing.T) {
+	etcd := etcdtest.Start(t, 1)
+	a := newGroupBroker(t, etcd.Endpoints(), "a")
+	leaderOf(t, a)
+	port := a.frontend[strings.LastIndex(a.frontend, ":")+1:]
+	b := newGroupBroker(t, etcd.Endpoints(), "b", "--frontend", a.frontend)
+	held := func() int {
+		resp, err := b.get("/metrics")
+		if err != nil {
+			return 0 // not listening yet
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for line := range strings.Lines(string(body)) {
+			if v, ok := strings.CutPrefix(line, "emq_group_campaigns_held_back_total "); ok {
+				n, _ := strconv.Atoi(strings.TrimSpace(v))
+				return n
+			}
+		}
+		return 0
+	}
+	bt.Eventually(t, "the standby held back three times", func() bool { return held() >= 3 })
+	logs := b.log()
+	if n := strings.Count(logs, "port "+port+" is held by another process"); n != 1 {
+		t.Fatalf("the cause logged %d times after %d checks, want once:\n%s", n, held(), logs)
+	}
+	if got := b.metric(t, "emq_group_elections_won_total"); got != "emq_group_elections_won_total 0" {
+		t.Fatalf("the standby that cannot serve: %q", got)
+	}
+	if err := a.stop(); err != nil {
+		t.Fatalf("the leader's exit after SIGTERM: %v\n%s", err, a.log())
+	}
+	if leaderOf(t, b) != b {
+		t.Fatal("the standby does not lead once the port is free")
+	}
+	if got := b.metric(t, "emq_group_elections_won_total"); got != "emq_group_elections_won_total 1" {
+		t.Fatalf("elections won by the standby: %q, want 1 (one journal load)", got)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -539,4 +540,26 @@ func PrintableID(id string) string {
 		}
 	}
 	return id
+}
+
+// CanListen reports whether endpoint could be bound now: it is bound and
+// closed again. A port that another process holds says so, naming it.
+func CanListen(endpoint string) error {
+	addr, err := hostPort(endpoint)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("%s: port %s is held by another process (another broker on this host? give each its own ports): %w", endpoint, portOf(addr), err)
+		}
+		return fmt.Errorf("%s: %w", endpoint, err)
+	}
+	return ln.Close()
+}
+
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
 }
