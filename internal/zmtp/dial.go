@@ -57,8 +57,8 @@ func SplitEndpoints(s string) []string {
 }
 
 // DialAny connects to each of endpoints (comma-separated) at once, keeps
-// the first TCP connection made, closes the others, and runs the
-// handshake on it alone. Of replicated brokers, where only the leader
+// the first connection whose server begins its greeting (connectAny),
+// closes the others, and runs the handshake on it alone. Of replicated brokers, where only the leader
 // listens, it finds the leader; two endpoints that reach one broker
 // cannot race each other for its routing id. When no endpoint accepts,
 // the error holds each one's.
@@ -94,7 +94,11 @@ func DialAny(ctx context.Context, endpoints string, opts DialOptions) (*Conn, er
 }
 
 // connectAny makes a TCP connection to each of addrs at once and returns
-// the first made; those made later are closed.
+// the first whose server has begun its greeting; the others are closed,
+// before this peer has said who it is. A server's kernel completes TCP
+// connections for a process that does not run (stopped, frozen: a paused
+// leader), so the first connection made may lead nowhere; the first to
+// speak is a broker that serves.
 func connectAny(ctx context.Context, addrs []string, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
 	if len(addrs) == 1 {
@@ -110,6 +114,12 @@ func connectAny(ctx context.Context, addrs []string, timeout time.Duration) (net
 	for _, addr := range addrs {
 		go func() {
 			nc, err := d.DialContext(ctx, "tcp", addr)
+			if err == nil {
+				if err = greeted(ctx, nc, timeout); err != nil {
+					nc.Close()
+					nc = nil
+				}
+			}
 			results <- result{nc, err}
 		}()
 	}

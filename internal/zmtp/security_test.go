@@ -459,3 +459,30 @@ func TestCurveFrameBudget(t *testing.T) {
 		t.Fatal("nothing received")
 	}
 }
+
+// A listener whose process does not run (stopped, frozen) still gets its
+// TCP connections made by the kernel, and then says nothing: DialAny
+// takes the broker that speaks, every time, whichever connects first.
+func TestDialAnyPassesOverASilentListener(t *testing.T) {
+	cpub, csec, _ := NewKeyPair()
+	r, in, spub := curveServer(t, cpub)
+	silent, err := net.Listen("tcp", "127.0.0.1:0") // never accepts: the kernel's backlog only
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	cs := &ClientSecurity{Mechanism: Curve, ServerKey: spub, Public: cpub, Secret: csec}
+	for i := range 10 {
+		c, err := DialAny(context.Background(), "tcp://"+silent.Addr().String()+","+r.Endpoint(),
+			DialOptions{Identity: []byte("live"), Security: cs, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+		hello := fmt.Sprintf("hello %d", i)
+		if err := c.WriteMsgs([][]byte{[]byte(hello)}); err != nil {
+			t.Fatal(err)
+		}
+		in.wait(t, "live|"+hello)
+		c.Close()
+	}
+}
