@@ -18,6 +18,18 @@
 // peer that closed it) is replaced by a new one, with the same routing id,
 // so the broker's REPLY for an earlier Request still finds this client.
 //
+// A broker that stays connected but says nothing (a paused or frozen
+// process, a network that drops what it carries) is left: while a call
+// waits for its ACK the client sends a ZMTP PING every HeartbeatInterval,
+// and when neither an answer nor any message has come for
+// HeartbeatTimeout it drops the connection and dials every endpoint
+// again, resending what is not ACKed with the same msgids. The PING is
+// below eMQP, answered by the broker's transport: no eMQP peer sees it
+// (an eMQP HEARTBEAT from a peer that has not INFORMed gets no answer,
+// which original EventMQ peers rely on). With a group's --leader-ttl of
+// 2 s, the defaults (1 s, 3 s) leave a paused leader in about 3 s, by
+// when its standby serves.
+//
 // An ERROR from the broker ends the call with a *BrokerError, except
 // ERROR unavailable (the broker is stopping, or its disk is full), which is
 // retried like a missing ACK until the context ends.
@@ -32,6 +44,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -46,7 +59,11 @@ type Options struct {
 	Identity    string        // routing id, kept for the client's life; "" = a new UUID
 	ResendAfter time.Duration // resend a REQUEST not ACKed this long; 0 = 5s
 	DialTimeout time.Duration // for one connection attempt; 0 = 5s
-	Logger      *slog.Logger  // nil = slog.Default()
+	// While a call waits for its ACK: a PING every HeartbeatInterval (0 =
+	// 1s), and a broker silent for HeartbeatTimeout (0 = 3s) is left.
+	HeartbeatInterval time.Duration
+	HeartbeatTimeout  time.Duration
+	Logger            *slog.Logger // nil = slog.Default()
 	Security    Security      // CURVE or PLAIN; the zero value = NULL
 }
 
@@ -106,6 +123,16 @@ func New(opts Options) (*Client, error) {
 	}
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = 5 * time.Second
+	}
+	if opts.HeartbeatInterval <= 0 {
+		opts.HeartbeatInterval = time.Second
+	}
+	if opts.HeartbeatTimeout <= 0 {
+		opts.HeartbeatTimeout = 3 * time.Second
+	}
+	if opts.HeartbeatTimeout <= opts.HeartbeatInterval {
+		return nil, fmt.Errorf("client: HeartbeatTimeout %v must be longer than HeartbeatInterval %v",
+			opts.HeartbeatTimeout, opts.HeartbeatInterval)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -498,8 +525,10 @@ func (c *Client) run() {
 		c.resend(conn, true)
 
 		lost := make(chan struct{})
-		go func() { c.read(conn); close(lost) }()
-		c.watch(conn, lost)
+		var heard atomic.Int64 // when the last message came
+		heard.Store(time.Now().UnixNano())
+		go func() { c.read(conn, &heard); close(lost) }()
+		c.watch(conn, lost, &heard)
 		conn.Close()
 		<-lost
 		c.mu.Lock()
@@ -512,13 +541,32 @@ func (c *Client) run() {
 }
 
 // watch resends unACKed REQUESTs every so often until the connection is
-// lost or the client closed.
-func (c *Client) watch(conn *zmtp.Conn, lost chan struct{}) {
-	tick := time.NewTicker(c.opts.ResendAfter / 4)
+// lost or the client closed, and leaves a broker silent while calls wait
+// (see the package doc).
+func (c *Client) watch(conn *zmtp.Conn, lost chan struct{}, heard *atomic.Int64) {
+	tick := time.NewTicker(min(c.opts.ResendAfter/4, c.opts.HeartbeatInterval/4))
 	defer tick.Stop()
+	var waiting, pinged time.Time // since when calls wait; the last PING
 	for {
 		select {
-		case <-tick.C:
+		case now := <-tick.C:
+			if !c.waiting() {
+				waiting = time.Time{}
+				break
+			}
+			if waiting.IsZero() {
+				waiting = now
+			}
+			last := latest(waiting, time.Unix(0, heard.Load()), conn.LastPong())
+			if silent := now.Sub(last); silent >= c.opts.HeartbeatTimeout {
+				c.log.Warn("client: the broker is silent while jobs wait for their ACK; dialling every endpoint again",
+					"broker", c.opts.Broker, "silent_for", silent.Round(time.Millisecond))
+				return
+			}
+			if now.Sub(pinged) >= c.opts.HeartbeatInterval {
+				pinged = now
+				_ = conn.Ping() // a failure is seen by the reader
+			}
 			c.resend(conn, false)
 		case <-lost:
 			return
@@ -526,6 +574,33 @@ func (c *Client) watch(conn *zmtp.Conn, lost chan struct{}) {
 			return
 		}
 	}
+}
+
+// waiting reports whether a call waits for its ACK.
+func (c *Client) waiting() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cl := range c.calls {
+		if cl.publish {
+			continue
+		}
+		select {
+		case <-cl.acked:
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+func latest(ts ...time.Time) time.Time {
+	var last time.Time
+	for _, t := range ts {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last
 }
 
 // resend writes the REQUESTs that are not ACKed: all of them on a new
@@ -551,14 +626,16 @@ func (c *Client) resend(conn *zmtp.Conn, all bool) {
 	}
 }
 
-// read handles the broker's answers until the connection breaks.
-func (c *Client) read(conn *zmtp.Conn) {
+// read handles the broker's answers until the connection breaks; heard
+// is when the last came.
+func (c *Client) read(conn *zmtp.Conn, heard *atomic.Int64) {
 	bad := func(err error) { c.log.Warn("client: undecodable message from the broker", "err", err) }
 	for {
 		m, err := emqp.ReadMessage(conn.ReadMsg, bad)
 		if err != nil {
 			return
 		}
+		heard.Store(time.Now().UnixNano())
 		c.mu.Lock()
 		switch m := m.(type) {
 		case *emqp.Ack:

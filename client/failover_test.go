@@ -102,3 +102,39 @@ func TestFollowsTheBrokerThatAnswers(t *testing.T) {
 	}
 	t.Logf("%d jobs ACKed, %d runs beyond the first (in flight at the switch)", len(acked), again)
 }
+
+// A broker that stays connected but says nothing (here a paused proxy in
+// front of it: what a SIGSTOPped or frozen leader looks like to its
+// peers) is left within HeartbeatTimeout: the client dials every
+// endpoint again and its Send is ACKed by the broker that took over,
+// instead of waiting on the silent connection for as long as it lasts.
+func TestLeavesASilentBroker(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fa, fb := bt.FreeEndpoint(t), bt.FreeEndpoint(t)
+	start := func(frontend string) *bt.Broker {
+		return bt.Start(t, dir, func(o *broker.Options) { o.Frontend = frontend })
+	}
+	a := start(fa)
+	paused := bt.NewProxy(t, fa)
+	c, err := client.New(client.Options{Broker: paused.Endpoint() + "," + fb, Logger: bt.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
+	defer cancel()
+	if _, err := c.Send(ctx, "q", []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	paused.Pause()
+	if err := a.Stop(); err != nil { // its journal goes to the next; the proxy keeps the client's connection open
+		t.Fatal(err)
+	}
+	start(fb)
+	began := time.Now()
+	if _, err := c.Send(ctx, "q", []byte("after")); err != nil {
+		t.Fatalf("Send while the connected broker is silent: %v", err)
+	}
+	t.Logf("ACKed by the next broker %v after the Send began (HeartbeatTimeout 3 s)", time.Since(began).Round(time.Millisecond))
+}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -109,6 +110,22 @@ type Conn struct {
 	// NULL). curve boxes every frame after a CURVE one.
 	Auth  *Auth
 	curve *curveCodec
+
+	pong atomic.Int64 // unix nanoseconds of the last PONG read
+}
+
+// Ping sends a ZMTP PING (ZMTP 3.1's heartbeat, answered by the peer's
+// transport, below eMQP: no eMQP peer sees it). LastPong says when the
+// answer came.
+func (c *Conn) Ping() error { return c.writeCommand("PING", []byte{0, 0}) }
+
+// LastPong is when the last PONG was read (zero: none yet). ReadMsg
+// reads it, so it moves only while somebody reads.
+func (c *Conn) LastPong() time.Time {
+	if n := c.pong.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // open runs zmq4's ZMTP handshake over nc within timeout.
@@ -364,6 +381,9 @@ func (c *Conn) command(body []byte) error {
 			ctx = data[2:min(len(data), 18)]
 		}
 		return c.writeCommand("PONG", ctx)
+	case "PONG":
+		c.pong.Store(time.Now().UnixNano())
+		return nil
 	case "ERROR":
 		return fmt.Errorf("zmtp: peer reported an error: %q", data)
 	}
