@@ -64,7 +64,7 @@ type Options struct {
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 	Logger            *slog.Logger // nil = slog.Default()
-	Security    Security      // CURVE or PLAIN; the zero value = NULL
+	Security          Security     // CURVE or PLAIN; the zero value = NULL
 }
 
 // BrokerError is the broker's refusal of a request (an ERROR message).
