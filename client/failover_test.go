@@ -138,3 +138,110 @@ func TestLeavesASilentBroker(t *testing.T) {
 	}
 	t.Logf("ACKed by the next broker %v after the Send began (HeartbeatTimeout 3 s)", time.Since(began).Round(time.Millisecond))
 }
+
+// A subscriber leaves a silent broker the same way: behind a paused
+// proxy it dials every endpoint again and receives what the next broker
+// publishes.
+func TestSubscriberLeavesASilentBroker(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fa, pa, fb, pb := bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t)
+	start := func(frontend, pub string) *bt.Broker {
+		return bt.Start(t, dir, func(o *broker.Options) { o.Frontend, o.PublisherOutgoing = frontend, pub })
+	}
+	a := start(fa, pa)
+	paused := bt.NewProxy(t, pa)
+	s, err := client.Subscribe(client.SubscriberOptions{Endpoint: paused.Endpoint() + "," + pb, Logger: bt.Logger(t)}, "news.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
+	defer cancel()
+	receives := func(frontend, text string) {
+		t.Helper()
+		c, err := client.New(client.Options{Broker: frontend, Logger: bt.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		got := make(chan error, 1)
+		go func() {
+			for {
+				m, err := s.Recv(ctx)
+				if err != nil || m.Topic == "news."+text {
+					got <- err
+					return
+				}
+			}
+		}()
+		// Not durable: published again until the subscriber (re)connected has it.
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if err := c.Publish(ctx, "news."+text, []byte(text)); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatalf("%s never received: %v", text, err)
+				}
+				return
+			case <-tick.C:
+			}
+		}
+	}
+	receives(fa, "before")
+	paused.Pause()
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	start(fb, pb)
+	began := time.Now()
+	receives(fb, "after")
+	t.Logf("received from the next broker %v after it began publishing (HeartbeatTimeout 3 s)", time.Since(began).Round(time.Millisecond))
+}
+
+// A worker leaves a silent broker too (its HeartbeatTimeout, 3 s by
+// default): it runs the jobs of the broker that took over.
+func TestWorkerLeavesASilentBroker(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fa, ba, fb, bb := bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t)
+	start := func(frontend, backend string) *bt.Broker {
+		return bt.Start(t, dir, func(o *broker.Options) { o.Frontend, o.Backend = frontend, backend })
+	}
+	a := start(fa, ba)
+	paused := bt.NewProxy(t, ba)
+	w, err := worker.New(worker.Options{Broker: paused.Endpoint() + "," + bb, Logger: bt.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("q", func(_ context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil })
+	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
+	defer cancel()
+	wdone := make(chan error, 1)
+	go func() { wdone <- w.Run(ctx) }()
+	defer func() { cancel(); <-wdone }()
+	run := func(frontend, text string) {
+		t.Helper()
+		c, err := client.New(client.Options{Broker: frontend, Logger: bt.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if got, err := c.Request(ctx, "q", []byte(text)); err != nil || string(got) != text {
+			t.Fatalf("%s: %q %v", text, got, err)
+		}
+	}
+	run(fa, "before")
+	paused.Pause()
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	start(fb, bb)
+	began := time.Now()
+	run(fb, "after")
+	t.Logf("run by the worker %v after the next broker had it", time.Since(began).Round(time.Millisecond))
+}

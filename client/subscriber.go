@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eventmq/emq/emqp"
@@ -23,7 +24,12 @@ type SubscriberOptions struct {
 	// full the subscriber stops reading, and the broker drops what goes
 	// past its subscriber-hwm. 0 = 1024.
 	Buffer int
-	Logger *slog.Logger // nil = slog.Default()
+	// A ZMTP PING every HeartbeatInterval (0 = 1s); a broker that answers
+	// nothing and sends nothing for HeartbeatTimeout (0 = 3s) is left, and
+	// every endpoint dialled again (a paused leader of a group).
+	HeartbeatInterval time.Duration
+	HeartbeatTimeout  time.Duration
+	Logger            *slog.Logger // nil = slog.Default()
 	// Security is CURVE keys or a PLAIN user with the subscriber role,
 	// for a broker that wants them; the zero value = NULL.
 	Security Security
@@ -71,6 +77,16 @@ func Subscribe(opts SubscriberOptions, prefixes ...string) (*Subscriber, error) 
 	}
 	if opts.Buffer <= 0 {
 		opts.Buffer = 1024
+	}
+	if opts.HeartbeatInterval <= 0 {
+		opts.HeartbeatInterval = time.Second
+	}
+	if opts.HeartbeatTimeout <= 0 {
+		opts.HeartbeatTimeout = 3 * time.Second
+	}
+	if opts.HeartbeatTimeout <= opts.HeartbeatInterval {
+		return nil, fmt.Errorf("client: HeartbeatTimeout %v must be longer than HeartbeatInterval %v",
+			opts.HeartbeatTimeout, opts.HeartbeatInterval)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -199,7 +215,11 @@ func (s *Subscriber) run(ctx context.Context) {
 			s.mu.Unlock()
 			if err == nil {
 				began := time.Now()
-				err = s.read(conn)
+				var heard atomic.Int64 // the last message read, or -1 while one waits for Recv
+				heard.Store(began.UnixNano())
+				stop := s.watch(conn, &heard)
+				err = s.read(conn, &heard)
+				stop()
 				if time.Since(began) > 5*time.Second { // it was not refused at once
 					backoff.Reset()
 				}
@@ -217,12 +237,47 @@ func (s *Subscriber) run(ctx context.Context) {
 	}
 }
 
-func (s *Subscriber) read(conn *zmtp.Conn) error {
+// watch pings the broker and closes conn when it has been silent for
+// HeartbeatTimeout while this subscriber was reading; stop ends it.
+func (s *Subscriber) watch(conn *zmtp.Conn, heard *atomic.Int64) (stop func()) {
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		tick := time.NewTicker(s.opts.HeartbeatInterval / 4)
+		defer tick.Stop()
+		var pinged time.Time
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				n := heard.Load()
+				if n < 0 { // a message waits for Recv: nothing is read meanwhile
+					continue
+				}
+				if silent := now.Sub(latest(time.Unix(0, n), conn.LastPong())); silent >= s.opts.HeartbeatTimeout {
+					s.log.Warn("client: the broker is silent; dialling every endpoint again",
+						"endpoint", s.opts.Endpoint, "silent_for", silent.Round(time.Millisecond))
+					conn.Close()
+					return
+				}
+				if now.Sub(pinged) >= s.opts.HeartbeatInterval {
+					pinged = now
+					_ = conn.Ping()
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
+}
+
+func (s *Subscriber) read(conn *zmtp.Conn, heard *atomic.Int64) error {
 	for {
 		frames, err := conn.ReadMsg()
 		if err != nil {
 			return err
 		}
+		heard.Store(time.Now().UnixNano())
 		if len(frames) != 2 {
 			s.log.Warn("client: a published message should have 2 frames (topic, payload)", "frames", len(frames))
 			continue
@@ -233,8 +288,16 @@ func (s *Subscriber) read(conn *zmtp.Conn) error {
 		if !wanted {
 			continue
 		}
+		msg := Message{Topic: string(frames[0]), Payload: frames[1]}
 		select {
-		case s.in <- Message{Topic: string(frames[0]), Payload: frames[1]}:
+		case s.in <- msg:
+			continue
+		default:
+		}
+		heard.Store(-1) // waiting for Recv is not the broker's silence
+		select {
+		case s.in <- msg:
+			heard.Store(time.Now().UnixNano())
 		case <-s.done:
 			return ErrClosed
 		}

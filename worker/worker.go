@@ -54,7 +54,7 @@ type Options struct {
 	Queues            []Queue       // nil = each queue given to Handle, weight 10
 	Concurrency       int           // jobs run at once; 0 = 1
 	HeartbeatInterval time.Duration // 0 = 1s
-	HeartbeatTimeout  time.Duration // broker silent this long = reconnect; 0 = 5s
+	HeartbeatTimeout  time.Duration // broker silent this long = dial every endpoint again; 0 = 3s
 	Grace             time.Duration // for running jobs at stop; 0 = 30s
 	Identity          string        // routing id for the worker's life; "" = a new UUID
 	Logger            *slog.Logger  // nil = slog.Default()
@@ -101,7 +101,7 @@ func New(opts Options) (*Worker, error) {
 		opts.HeartbeatInterval = time.Second
 	}
 	if opts.HeartbeatTimeout <= 0 {
-		opts.HeartbeatTimeout = 5 * time.Second
+		opts.HeartbeatTimeout = 3 * time.Second // a paused leader left in about 3 s: its standby serves by then (--leader-ttl 2s)
 	}
 	if opts.HeartbeatTimeout <= opts.HeartbeatInterval {
 		return nil, fmt.Errorf("worker: HeartbeatTimeout %v must be longer than HeartbeatInterval %v",
@@ -192,8 +192,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		results: make(chan result, w.opts.Concurrency),
 		jobsCtx: jobsCtx,
 	}
-	tick := time.NewTicker(w.opts.HeartbeatInterval)
+	// Silence is checked four times an interval, so a silent broker is
+	// left within a quarter of an interval past HeartbeatTimeout.
+	tick := time.NewTicker(w.opts.HeartbeatInterval / 4)
 	defer tick.Stop()
+	var beat time.Time // the last HEARTBEAT sent
 	dialTimer := time.NewTimer(0)
 	defer dialTimer.Stop()
 	backoff := redial.New(zmtp.MaxRedial(w.opts.Broker))
@@ -258,7 +261,10 @@ func (w *Worker) Run(ctx context.Context) error {
 				r.disconnect(dialTimer, 0)
 				continue
 			}
-			r.send(&emqp.Heartbeat{MsgID: emqp.NewID(), Time: strconv.FormatInt(now.Unix(), 10)})
+			if now.Sub(beat) >= w.opts.HeartbeatInterval-w.opts.HeartbeatInterval/8 {
+				beat = now
+				r.send(&emqp.Heartbeat{MsgID: emqp.NewID(), Time: strconv.FormatInt(now.Unix(), 10)})
+			}
 		case <-stop:
 			stop, stopping = nil, true
 			grace = time.After(w.opts.Grace)

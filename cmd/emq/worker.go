@@ -43,7 +43,7 @@ running ones get --grace to finish.`,
 	f.String("exec", "", "the command to run for each job (required)")
 	f.Duration("grace", 30*time.Second, "time running jobs get to finish at stop")
 	f.Duration("heartbeat-interval", time.Second, "HEARTBEAT to the broker this often")
-	f.Duration("heartbeat-timeout", 5*time.Second, "reconnect when the broker is silent this long")
+	f.Duration("heartbeat-timeout", 3*time.Second, "dial every endpoint again when the broker is silent this long (a paused or frozen broker)")
 	addSecurityFlags(f)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
