@@ -8,7 +8,7 @@ BIN       ?= bin/emq
 FUZZTIME  ?= 100000x
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: help run build check test vet race memory fuzz fuzz-short bench gobench lint screenshots torture ha-demo clean
+.PHONY: help run build check test vet race memory fuzz fuzz-short bench gobench lint screenshots torture faults ha-demo clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -65,6 +65,10 @@ torture: ## the reliability suite at full length (100 broker kills, 200 power cu
 		| grep -E '^(--- |ok|FAIL|SUMMARY|panic)|_test.go:[0-9]+: '
 	set -o pipefail; EMQ_GROUP_ROUNDS=100 $(GO) test -v -count=1 -timeout 60m -run 'TestGroupLeaderKilledUnderLoad' ./cmd/emq/ 2>&1 \
 		| grep -E '^(--- |ok|FAIL|panic)|_test.go:[0-9]+: '
+
+faults: ## a group's broker faults for 20 rounds each while jobs flow (pauses of 2, 5 and 30 TTLs, SIGKILL, SIGTERM): the table (~35 min)
+	set -o pipefail; EMQ_FAULT_ROUNDS=20 $(GO) test -v -count=1 -timeout 90m -run 'TestGroupFaults' ./cmd/emq/ 2>&1 \
+		| grep -E '^\s*(--- |ok|FAIL|panic|\|)|_test.go:[0-9]+: '
 
 ha-demo: build ## three etcd members, two brokers, a worker and a sender on this machine; SIGKILL the leader, print the failover and lost=0
 	BIN=$(BIN) ./scripts/ha-demo.sh
