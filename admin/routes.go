@@ -171,9 +171,15 @@ func leads(g GroupInfo) string {
 // readyz: 200 while the broker served is ready and not stopping.
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	t := s.current()
+	var notReady error
+	if t != nil && s.opts.Ready != nil {
+		notReady = s.opts.Ready()
+	}
 	switch {
-	case t != nil && t.b.Serving():
+	case t != nil && t.b.Serving() && notReady == nil:
 		fmt.Fprintln(w, "ready")
+	case notReady != nil:
+		http.Error(w, notReady.Error(), http.StatusServiceUnavailable)
 	case t == nil && s.opts.Group != nil:
 		g := s.opts.Group()
 		http.Error(w, g.State+": "+leads(g), http.StatusServiceUnavailable)

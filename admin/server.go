@@ -50,6 +50,10 @@ type Options struct {
 	// added to /metrics.
 	Group      func() GroupInfo
 	Collectors []prometheus.Collector
+	// Ready, if set, is asked too by /readyz while a broker is served: an
+	// error makes it 503 with the error's text (a group's leader that has
+	// not run for a while: its lease may have ended meanwhile).
+	Ready func() error
 
 	Logger *slog.Logger // nil = slog.Default()
 }

@@ -33,6 +33,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -141,6 +142,12 @@ type Group struct {
 	closing bool // Close: a broker elected from now on stops at once
 	done    chan struct{}
 
+	// The leader's watchdog (watch): when it last ran, and whether it once
+	// found this process stopped for long enough that the lease may have
+	// ended.
+	ticked  atomic.Int64
+	stalled atomic.Bool
+
 	elections  prometheus.Counter
 	changes    prometheus.Counter
 	blocked    prometheus.Counter
@@ -180,6 +187,7 @@ func New(opts broker.Options, aopts admin.Options, g Options) (*Group, error) {
 	}
 	grp.setState("starting")
 	aopts.Group = grp.Info
+	aopts.Ready = grp.running
 	aopts.Collectors = append(aopts.Collectors, grp.elections, grp.changes, grp.blocked, grp.stateGauge)
 	if aopts.Logger == nil {
 		aopts.Logger = opts.Logger
@@ -401,6 +409,9 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 		g.mu.Unlock()
 	}()
 	lost := make(chan struct{})
+	g.stalled.Store(false)
+	g.ticked.Store(time.Now().UnixNano())
+	go g.watch(b, lost)
 	go func() {
 		select {
 		case <-session.Done():
@@ -431,6 +442,49 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 		err = errors.New("the broker stopped")
 	}
 	return served, err
+}
+
+// watch runs while this broker leads, until lost is closed. A leader
+// whose process was stopped (SIGSTOP, a frozen VM) or starved for a
+// lease's TTL may have lost its lease meanwhile, and another may lead:
+// on SIGCONT it would say ready and serve what it holds until etcd's
+// answer to its next keepalive says so. watch notes when it last ran;
+// running refuses readiness once it has not for half the TTL, and a gap
+// of a TTL fences the broker at once (a false alarm costs a failover,
+// never a job: every write is guarded anyway).
+func (g *Group) watch(b *broker.Broker, lost chan struct{}) {
+	tick := time.NewTicker(watchEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-lost:
+			return
+		case now := <-tick.C:
+			gap := now.Sub(time.Unix(0, g.ticked.Load()))
+			if gap >= g.opts.LeaderTTL {
+				g.stalled.Store(true) // before the tick below: running never sees it fresh
+				g.log.Warn("leader: this process did not run for a lease's TTL; its lease may have ended: stepping down",
+					"stopped_for", gap.Round(time.Millisecond), "leader_ttl", g.opts.LeaderTTL)
+				b.Fence(fmt.Errorf("%w: this broker did not run for %v, its lease's TTL is %v", store.ErrFenced, gap.Round(time.Millisecond), g.opts.LeaderTTL))
+			}
+			g.ticked.Store(now.UnixNano())
+		}
+	}
+}
+
+// watchEvery is how often the leader's watchdog runs.
+const watchEvery = 100 * time.Millisecond
+
+// running is the admin server's Ready: an error while the leader's
+// watchdog has not run for half a TTL, or found the process stopped.
+func (g *Group) running() error {
+	if g.stalled.Load() {
+		return errors.New("this broker was stopped for its lease's TTL: it steps down")
+	}
+	if quiet := time.Since(time.Unix(0, g.ticked.Load())); quiet >= g.opts.LeaderTTL/2 {
+		return fmt.Errorf("this broker's watchdog has not run for %v: its lease may have ended", quiet.Round(time.Millisecond))
+	}
+	return nil
 }
 
 // follow keeps who leads the group up to date while this broker
