@@ -124,15 +124,8 @@ func New(opts Options) (*Client, error) {
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = 5 * time.Second
 	}
-	if opts.HeartbeatInterval <= 0 {
-		opts.HeartbeatInterval = time.Second
-	}
-	if opts.HeartbeatTimeout <= 0 {
-		opts.HeartbeatTimeout = 3 * time.Second
-	}
-	if opts.HeartbeatTimeout <= opts.HeartbeatInterval {
-		return nil, fmt.Errorf("client: HeartbeatTimeout %v must be longer than HeartbeatInterval %v",
-			opts.HeartbeatTimeout, opts.HeartbeatInterval)
+	if err := heartbeats(&opts.HeartbeatInterval, &opts.HeartbeatTimeout); err != nil {
+		return nil, err
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -362,11 +355,10 @@ func (c *Client) refuseCalls(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, cl := range c.calls {
-		if cl.publish {
+		if cl.publish || closed(cl.acked) {
 			continue
 		}
 		select {
-		case <-cl.acked:
 		case cl.failed <- fmt.Errorf("%w (%v)", ErrRefused, err):
 		default:
 		}
@@ -576,21 +568,40 @@ func (c *Client) watch(conn *zmtp.Conn, lost chan struct{}, heard *atomic.Int64)
 	}
 }
 
+// heartbeats sets the defaults of a HeartbeatInterval (1 s) and a
+// HeartbeatTimeout (3 s), and checks them.
+func heartbeats(interval, timeout *time.Duration) error {
+	if *interval <= 0 {
+		*interval = time.Second
+	}
+	if *timeout <= 0 {
+		*timeout = 3 * time.Second
+	}
+	if *timeout <= *interval {
+		return fmt.Errorf("client: HeartbeatTimeout %v must be longer than HeartbeatInterval %v", *timeout, *interval)
+	}
+	return nil
+}
+
 // waiting reports whether a call waits for its ACK.
 func (c *Client) waiting() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, cl := range c.calls {
-		if cl.publish {
-			continue
-		}
-		select {
-		case <-cl.acked:
-		default:
+		if !cl.publish && !closed(cl.acked) {
 			return true
 		}
 	}
 	return false
+}
+
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 func latest(ts ...time.Time) time.Time {

@@ -78,15 +78,8 @@ func Subscribe(opts SubscriberOptions, prefixes ...string) (*Subscriber, error) 
 	if opts.Buffer <= 0 {
 		opts.Buffer = 1024
 	}
-	if opts.HeartbeatInterval <= 0 {
-		opts.HeartbeatInterval = time.Second
-	}
-	if opts.HeartbeatTimeout <= 0 {
-		opts.HeartbeatTimeout = 3 * time.Second
-	}
-	if opts.HeartbeatTimeout <= opts.HeartbeatInterval {
-		return nil, fmt.Errorf("client: HeartbeatTimeout %v must be longer than HeartbeatInterval %v",
-			opts.HeartbeatTimeout, opts.HeartbeatInterval)
+	if err := heartbeats(&opts.HeartbeatInterval, &opts.HeartbeatTimeout); err != nil {
+		return nil, err
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
