@@ -5,6 +5,7 @@
 package etcdstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -378,7 +379,16 @@ func (e *Journal) commitWave(w wave, ok []bool) error {
 		wg.Go(func() {
 			ctx, cancel := e.ctx()
 			defer cancel()
-			resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(lastOfEach(c.ops)...).Commit()
+			ops := lastOfEach(c.ops)
+			resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(ops...).Commit()
+			if errors.Is(rpctypes.Error(err), rpctypes.ErrNoSpace) {
+				switch applied, known := e.appliedAnyway(ops); {
+				case !known:
+					err = fmt.Errorf("etcd answered %v, and its keys do not say whether it applied the transaction", rpctypes.Error(err))
+				case applied: // stored: it gates its ACK like any other
+					return
+				}
+			}
 			switch {
 			case refused(err):
 				// Nothing of it was applied: its writes fail, the broker
@@ -402,6 +412,46 @@ func (e *Journal) commitWave(w wave, ok []bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// appliedAnyway says whether a transaction etcd answered with ErrNoSpace
+// was applied (known false: its keys cannot tell). etcd checks its quota
+// before a transaction enters the Raft log and again when it applies it;
+// one that passed the first and fails the second is applied all the
+// same, and answered ErrNoSpace (etcdserver/apply: quotaApplierV3). A
+// transaction is applied whole or not at all: every put's value is there
+// and every deleted key gone, or none.
+func (e *Journal) appliedAnyway(ops []clientv3.Op) (applied, known bool) {
+	done, undone := 0, 0
+	for _, op := range ops {
+		if (!op.IsPut() && !op.IsDelete()) || len(op.RangeBytes()) > 0 {
+			return false, false
+		}
+		ctx, cancel := e.ctx()
+		resp, err := e.cli.Get(ctx, string(op.KeyBytes()))
+		cancel()
+		if err != nil {
+			return false, false
+		}
+		var there bool
+		if op.IsPut() {
+			there = len(resp.Kvs) == 1 && bytes.Equal(resp.Kvs[0].Value, op.ValueBytes())
+		} else {
+			there = len(resp.Kvs) == 0
+		}
+		if there {
+			done++
+		} else {
+			undone++
+		}
+	}
+	switch {
+	case undone == 0:
+		return true, true
+	case done == 0:
+		return false, true
+	}
+	return false, false
 }
 
 // refused reports whether etcd refused a request outright, so that none

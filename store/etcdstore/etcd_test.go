@@ -246,9 +246,38 @@ func TestEtcdCompactionSparesLongReads(t *testing.T) {
 	}
 }
 
+// etcd answers ErrNoSpace to a transaction that passed its quota check
+// before Raft and failed it when applied, and applies it all the same:
+// the journal reads its keys to tell, and an answer they cannot give is
+// unknown (the broker then stops, and the next leader loads what etcd has).
+func TestEtcdTellsWhetherARefusedWriteApplied(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	j := openEtcd(t, cli, etcdstore.DefaultOptions())
+	ctx := context.Background()
+	for _, kv := range [][2]string{{"/t/a", "1"}, {"/t/c", "x"}} {
+		if _, err := cli.Put(ctx, kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name           string
+		ops            []clientv3.Op
+		applied, known bool
+	}{
+		{"every put there, every delete gone", []clientv3.Op{clientv3.OpPut("/t/a", "1"), clientv3.OpDelete("/t/b")}, true, true},
+		{"no put there, no delete gone", []clientv3.Op{clientv3.OpPut("/t/a", "2"), clientv3.OpDelete("/t/c")}, false, true},
+		{"some of each", []clientv3.Op{clientv3.OpPut("/t/a", "1"), clientv3.OpPut("/t/new", "y")}, false, false},
+		{"a range", []clientv3.Op{clientv3.OpDelete("/t/", clientv3.WithPrefix())}, false, false},
+	} {
+		if applied, known := j.AppliedAnyway(c.ops); applied != c.applied || known != c.known {
+			t.Errorf("%s: applied %v known %v, want %v %v", c.name, applied, known, c.applied, c.known)
+		}
+	}
+}
+
 // TestEtcdFullIsNotFenced: etcd at its space quota refuses writes; the
-// journal says so, is not fenced (nothing of the refused write landed),
-// and what was stored before is all there.
+// journal says so, is not fenced (a refused write did not land; one that
+// landed all the same was ACKed), and what was stored is all there.
 func TestEtcdFullIsNotFenced(t *testing.T) {
 	cli := etcdClient(t, etcdtest.StartWith(t, 1, etcdtest.Config{QuotaBytes: 4 << 20}))
 	j := openEtcd(t, cli, etcdstore.DefaultOptions())
