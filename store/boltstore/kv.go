@@ -56,50 +56,45 @@ func (r *reader) bolt(b []byte) *bolt.Bucket {
 
 // Get implements store.Tx.
 func (r *reader) Get(bucket, key []byte) []byte {
-	if it, ok := lookup(r.layers, r.id(bucket), key); ok {
-		if it.del {
-			return nil
-		}
-		return it.val
-	}
-	return r.stored(bucket, key)
+	v, _ := r.get(bucket, key, false)
+	return v
 }
 
 // Peek implements store.Peeker: a value of bbolt's of peekSize bytes or
 // more comes unchecked, as the file holds it; checking it would read
 // every page of it, from the disk on a cold start.
-func (r *reader) Peek(bucket, key []byte) ([]byte, bool) {
+func (r *reader) Peek(bucket, key []byte) ([]byte, bool) { return r.get(bucket, key, true) }
+
+// peekSize is where Peek stops checking: a job of 64 KiB or more is read
+// whole (and checked) only when it is dispatched or inspected.
+const peekSize = 64 << 10
+
+// get is key's value: the memtable's (checked as the log's record when
+// read), or bbolt's, checked unless lazy and of peekSize or more.
+func (r *reader) get(bucket, key []byte, lazy bool) (_ []byte, checked bool) {
 	if it, ok := lookup(r.layers, r.id(bucket), key); ok {
 		if it.del {
 			return nil, true
 		}
-		return it.val, true // the log's record of it was checked
+		return it.val, true
 	}
 	bkt := r.bolt(bucket)
 	if bkt == nil {
 		return nil, true
 	}
 	v := bkt.Get(key)
-	if len(v) < peekSize {
-		return r.stored(bucket, key), true
+	switch {
+	case v == nil:
+		return nil, true
+	case lazy && len(v) >= peekSize:
+		return v[:len(v)-4], false
 	}
-	return v[:len(v)-4], false
+	return r.check(bucket, key, v), true
 }
 
-// peekSize is where Peek stops checking: a job of 64 KiB or more is read
-// whole (and checked) only when it is dispatched or inspected.
-const peekSize = 64 << 10
-
-// stored is key's value in bbolt, checked.
-func (r *reader) stored(bucket, key []byte) []byte {
-	bkt := r.bolt(bucket)
-	if bkt == nil {
-		return nil
-	}
-	v := bkt.Get(key)
-	if v == nil {
-		return nil
-	}
+// check returns bbolt's value v of key without its checksum, or nil,
+// noted as damaged, when the checksum fails.
+func (r *reader) check(bucket, key, v []byte) []byte {
 	val, ok := unseal(bucket, key, v)
 	// Checking it read every page of it: a large one's go back to the
 	// kernel at once (what the caller reads of it comes back from the
@@ -178,14 +173,8 @@ func (r *reader) Scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) e
 			it := curs[win].head()
 			val, live = it.val, !it.del
 		} else {
-			var ok bool
-			val, ok = unseal(bucket, bk, bv)
-			dropPages(bv)
-			if !ok {
-				r.damaged = append(r.damaged, store.Damage{Bucket: bytes.Clone(bucket), Key: bytes.Clone(bk),
-					Reason: fmt.Sprintf("its checksum in %s fails", r.j.path)})
-				live = false
-			}
+			val = r.check(bucket, bk, bv)
+			live = val != nil
 		}
 		k := key
 		// Every source at this key moves on: the newer ones shadow the
