@@ -201,11 +201,14 @@ func TestCrashRestartLosesNoAckedJob(t *testing.T) {
 		client := dialRaw(t, frontend, "crash-client")
 		killAt := 50 + rand.IntN(400)
 		window := make(chan struct{}, 256) // REQUESTs not ACKed yet
+		roundOver := make(chan struct{})
+		senderDone := make(chan struct{})
 		go func() {
+			defer close(senderDone)
 			for i := 0; ; i++ {
 				select {
 				case window <- struct{}{}:
-				case <-time.After(bt.Wait): // the broker is gone
+				case <-roundOver: // the broker is gone
 					return
 				}
 				err := client.send(&emqp.Request{MsgID: emqp.NewID(), Queue: "crash", Payload: []byte(strconv.Itoa(i))})
@@ -226,6 +229,8 @@ func TestCrashRestartLosesNoAckedJob(t *testing.T) {
 				}
 			}
 		}
+		close(roundOver)
+		<-senderDone
 		<-workerDone
 		t.Logf("round %d: killed after %d ACKs", round, killAt)
 	}
