@@ -142,9 +142,9 @@ type Group struct {
 	closing bool // Close: a broker elected from now on stops at once
 	done    chan struct{}
 
-	// The leader's watchdog (watch): when it last ran, and whether it once
-	// found this process stopped for long enough that the lease may have
-	// ended.
+	// The leader's watchdog (watch): when it last ran (sinceStart), and
+	// whether it once found this process stopped for long enough that the
+	// lease may have ended.
 	ticked  atomic.Int64
 	stalled atomic.Bool
 
@@ -410,7 +410,7 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 	}()
 	lost := make(chan struct{})
 	g.stalled.Store(false)
-	g.ticked.Store(time.Now().UnixNano())
+	g.ticked.Store(sinceStart())
 	go g.watch(b, lost)
 	go func() {
 		select {
@@ -459,18 +459,28 @@ func (g *Group) watch(b *broker.Broker, lost chan struct{}) {
 		select {
 		case <-lost:
 			return
-		case now := <-tick.C:
-			gap := now.Sub(time.Unix(0, g.ticked.Load()))
+		case <-tick.C:
+			now := sinceStart()
+			gap := time.Duration(now - g.ticked.Load())
 			if gap >= g.opts.LeaderTTL {
 				g.stalled.Store(true) // before the tick below: running never sees it fresh
 				g.log.Warn("leader: this process did not run for a lease's TTL; its lease may have ended: stepping down",
 					"stopped_for", gap.Round(time.Millisecond), "leader_ttl", g.opts.LeaderTTL)
 				b.Fence(fmt.Errorf("%w: this broker did not run for %v, its lease's TTL is %v", store.ErrFenced, gap.Round(time.Millisecond), g.opts.LeaderTTL))
 			}
-			g.ticked.Store(now.UnixNano())
+			g.ticked.Store(now)
 		}
 	}
 }
+
+// sinceStart is the monotonic clock's time since the process started, in
+// nanoseconds: what the watchdog measures with. A step of the wall clock
+// (NTP, an operator) is not a pause, and must not cost a failover. Like
+// etcd's own lease timers, it does not count a suspended machine's sleep;
+// what such a leader would still do is fenced by the journal.
+func sinceStart() int64 { return int64(time.Since(processStart)) }
+
+var processStart = time.Now()
 
 // watchEvery is how often the leader's watchdog runs.
 const watchEvery = 100 * time.Millisecond
@@ -481,7 +491,7 @@ func (g *Group) running() error {
 	if g.stalled.Load() {
 		return errors.New("this broker was stopped for its lease's TTL: it steps down")
 	}
-	if quiet := time.Since(time.Unix(0, g.ticked.Load())); quiet >= g.opts.LeaderTTL/2 {
+	if quiet := time.Duration(sinceStart() - g.ticked.Load()); quiet >= g.opts.LeaderTTL/2 {
 		return fmt.Errorf("this broker's watchdog has not run for %v: its lease may have ended", quiet.Round(time.Millisecond))
 	}
 	return nil
