@@ -66,8 +66,8 @@ torture: ## the reliability suite at full length (100 broker kills, 200 power cu
 	set -o pipefail; EMQ_GROUP_ROUNDS=100 $(GO) test -v -count=1 -timeout 60m -run 'TestGroupLeaderKilledUnderLoad' ./cmd/emq/ 2>&1 \
 		| grep -E '^(--- |ok|FAIL|panic)|_test.go:[0-9]+: '
 
-faults: ## a group's broker faults for 20 rounds each while jobs flow (pauses of 2, 5 and 30 TTLs, SIGKILL, SIGTERM): the table (~35 min)
-	set -o pipefail; EMQ_FAULT_ROUNDS=20 $(GO) test -v -count=1 -timeout 90m -run 'TestGroupFaults' ./cmd/emq/ 2>&1 \
+faults: ## a group's faults for 20 rounds each while jobs flow, in network namespaces (root, nftables): partitions, pauses, a stepped clock, SIGKILL, SIGTERM: the table (~50 min)
+	set -o pipefail; EMQ_REQUIRE_NETNS=1 EMQ_FAULT_ROUNDS=20 $(GO) test -v -count=1 -timeout 90m -run 'TestGroupFaults' ./cmd/emq/ 2>&1 \
 		| grep -E '^\s*(--- |ok|FAIL|panic|\|)|_test.go:[0-9]+: '
 
 ha-demo: build ## three etcd members, two brokers, a worker and a sender on this machine; SIGKILL the leader, print the failover and lost=0

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -249,9 +250,15 @@ func adminOptions(c *config, o broker.Options) (admin.Options, error) {
 	return a, a.Validate()
 }
 
+// scheduleClock is the broker's schedules' clock; nil, the wall clock.
+// The fault tests step it in a child broker (there is no stepping one
+// process's real wall clock).
+var scheduleClock func() time.Time
+
 // brokerOptions reads the broker's options from c; errors name the key.
 func brokerOptions(c *config) (broker.Options, error) {
 	o := broker.DefaultOptions()
+	o.Now = scheduleClock
 	o.Frontend, o.Backend, o.DataDir = c.str("frontend"), c.str("backend"), c.str("data-dir")
 	o.CurveSecretKeyFile, o.CurveClients, o.PlainUsers = c.str("curve-secret-key-file"), c.str("curve-clients"), c.str("plain-users")
 	var err error

@@ -25,7 +25,11 @@ import (
 const mainEnv = "EMQ_TEST_RUN_MAIN"
 
 func TestMain(m *testing.M) {
+	etcdtest.RunMemberIfAsked()
 	if os.Getenv(mainEnv) != "" {
+		if path := os.Getenv(clockEnv); path != "" {
+			scheduleClock = steppedClock(path)
+		}
 		main()
 		os.Exit(0)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/eventmq/emq/group"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/internal/etcdtest"
+	"github.com/eventmq/emq/internal/netlab"
 	"github.com/eventmq/emq/worker"
 )
 
@@ -36,7 +37,11 @@ type groupBroker struct {
 	name                     string
 	args                     []string
 	frontend, backend, admin string
-	token                    string // the admin token, if one is set
+	token                    string                                      // the admin token, if one is set
+	command                  func(name string, args ...string) *exec.Cmd // exec.Command, or a namespace's
+	env                      []string                                    // more of the child's environment
+	node                     *netlab.Node                                // its namespace, if in a lab
+	clock                    string                                      // the file of its schedules' clock, if in a lab
 	cmd                      *exec.Cmd
 	logs                     *lockedBuffer
 	mu                       sync.Mutex
@@ -44,7 +49,16 @@ type groupBroker struct {
 
 func newGroupBroker(t *testing.T, etcd []string, name string, args ...string) *groupBroker {
 	g := &groupBroker{t: t, name: name, frontend: bt.FreeEndpoint(t), backend: bt.FreeEndpoint(t),
-		admin: strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://")}
+		admin: strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://"), command: exec.Command}
+	g.setArgs(etcd, args...)
+	g.start()
+	t.Cleanup(g.kill)
+	return g
+}
+
+// setArgs makes the broker's command line from its endpoints and args.
+func (g *groupBroker) setArgs(etcd []string, args ...string) {
+	name := g.name
 	g.args = []string{"broker", "--etcd-endpoints", strings.Join(etcd, ","), "--etcd-name", name,
 		"--frontend", g.frontend, "--backend", g.backend, "--admin", g.admin,
 		"--publisher-incoming", "", "--publisher-outgoing", "",
@@ -53,16 +67,13 @@ func newGroupBroker(t *testing.T, etcd []string, name string, args ...string) *g
 	if i := slices.Index(args, "--admin-token"); i >= 0 {
 		g.token = args[i+1]
 	}
-	g.start()
-	t.Cleanup(g.kill)
-	return g
 }
 
 func (g *groupBroker) start() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	cmd := exec.Command(os.Args[0], g.args...)
-	cmd.Env = bt.ChildEnv(mainEnv + "=1")
+	cmd := g.command(os.Args[0], g.args...)
+	cmd.Env = bt.ChildEnv(append([]string{mainEnv + "=1"}, g.env...)...)
 	g.logs = new(lockedBuffer)
 	cmd.Stderr = g.logs
 	if err := cmd.Start(); err != nil {
