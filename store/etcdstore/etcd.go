@@ -256,8 +256,12 @@ func (e *Journal) key(bucket, key []byte) string {
 // bucketEnd is the end of a bucket's key range ('0' follows '/').
 func (e *Journal) bucketEnd(bucket []byte) string { return e.opts.Prefix + string(bucket) + "0" }
 
+// ctx bounds a request by Timeout, and asks for a member with a leader:
+// one without (cut off from the others, or during an election) refuses
+// the request at once (ErrNoLeader, before it is proposed: refused), not
+// after the timeout with its outcome unknown.
 func (e *Journal) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), e.opts.Timeout)
+	return context.WithTimeout(clientv3.WithRequireLeader(context.Background()), e.opts.Timeout)
 }
 
 // compactLoop compacts etcd's history every CompactEvery to the revision
@@ -455,11 +459,12 @@ func (e *Journal) appliedAnyway(ops []clientv3.Op) (applied, known bool) {
 }
 
 // refused reports whether etcd refused a request outright, so that none
-// of it was applied: its space quota reached, a limit, a permission.
+// of it was applied: its space quota reached, a limit, a permission, no
+// leader (etcd's server checks that before it handles the request).
 func refused(err error) bool {
 	err = rpctypes.Error(err)
 	for _, r := range []error{rpctypes.ErrNoSpace, rpctypes.ErrTooManyOps, rpctypes.ErrRequestTooLarge,
-		rpctypes.ErrDuplicateKey, rpctypes.ErrPermissionDenied} {
+		rpctypes.ErrDuplicateKey, rpctypes.ErrPermissionDenied, rpctypes.ErrNoLeader} {
 		if errors.Is(err, r) {
 			return true
 		}
