@@ -57,14 +57,17 @@ type Options struct {
 	Password  string        // and password
 	LeaderTTL time.Duration // the leader's lease: how long a dead leader leads (2 s)
 	Name      string        // this broker in the election ("" = host:pid)
-	// Timeout bounds each request to etcd (5 s); DialTimeout the first
+	// Timeout bounds each request to etcd (2 s): how long an etcd member
+	// that stops answering (partitioned, paused) can hold a request sent
+	// to it, after which a read is refused and a write's outcome is
+	// unknown (the leader steps down). DialTimeout bounds the first
 	// connection (5 s).
 	Timeout, DialTimeout time.Duration
 }
 
 // DefaultOptions returns the defaults.
 func DefaultOptions() Options {
-	return Options{Prefix: "/emq/", LeaderTTL: 2 * time.Second, Timeout: 5 * time.Second, DialTimeout: 5 * time.Second}
+	return Options{Prefix: "/emq/", LeaderTTL: 2 * time.Second, Timeout: 2 * time.Second, DialTimeout: 5 * time.Second}
 }
 
 // Validate reports the first bad option, named as its flag.
@@ -76,8 +79,10 @@ func (g Options) Validate() error {
 		return fmt.Errorf("etcd-prefix: must start and end with /, got %q", g.Prefix)
 	case g.LeaderTTL < time.Second || g.LeaderTTL%time.Second != 0:
 		return fmt.Errorf("leader-ttl: must be whole seconds, at least 1 s (etcd leases count seconds), got %v", g.LeaderTTL)
-	case g.Timeout <= 0 || g.DialTimeout <= 0:
-		return fmt.Errorf("etcd timeouts must be positive")
+	case g.Timeout <= 0:
+		return fmt.Errorf("etcd-timeout: must be positive, got %v", g.Timeout)
+	case g.DialTimeout <= 0:
+		return fmt.Errorf("etcd dial timeout: must be positive, got %v", g.DialTimeout)
 	case (g.Username == "") != (g.Password == ""):
 		return fmt.Errorf("etcd-user and etcd-password: give both or neither")
 	}
@@ -226,6 +231,10 @@ func (g *Group) Run(ctx context.Context) error {
 		return err
 	}
 	defer g.server.Close()
+	var probing sync.WaitGroup
+	defer probing.Wait() // before the client closes (deferred above)
+	defer cancel()
+	probing.Go(func() { watchMembers(ctx, g.cli, g.opts, g.log) })
 	wait, said, held := retryFirst, "", false
 	for ctx.Err() == nil {
 		served := false
@@ -343,7 +352,10 @@ func newSession(ctx context.Context, cli *clientv3.Client, g Options) (*concurre
 	if err != nil {
 		return nil, fmt.Errorf("etcd-endpoints %s: cannot get a lease from etcd: %w", strings.Join(g.Endpoints, ","), err)
 	}
-	session, err := concurrency.NewSession(cli, concurrency.WithLease(lease.ID), concurrency.WithContext(context.WithoutCancel(ctx)))
+	// WithTTL too: Close's revoke waits at most a TTL (past it the lease
+	// has ended anyway), not the session's default of a minute.
+	session, err := concurrency.NewSession(cli, concurrency.WithLease(lease.ID), concurrency.WithTTL(int(g.LeaderTTL/time.Second)),
+		concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
 		return nil, fmt.Errorf("etcd session: %w", err)
 	}
@@ -353,11 +365,15 @@ func newSession(ctx context.Context, cli *clientv3.Client, g Options) (*concurre
 // term is one campaign and, if won, one leadership; served says whether
 // its broker came to serve.
 func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err error) {
+	granted := time.Now()
 	session, err := newSession(ctx, g.cli, g.opts)
 	if err != nil {
 		return false, err
 	}
 	defer session.Close() // revokes the lease: a standby need not wait for it
+	rctx, stopRenewing := context.WithCancel(context.WithoutCancel(ctx)) // as the session: a leader told to stop drains, leading
+	defer stopRenewing()
+	expired := renew(rctx, g.cli, session.Lease(), granted, g.opts.LeaderTTL)
 	el := concurrency.NewElection(session, LeaderPrefix(g.opts.Prefix))
 	// Who leads now, before this broker says it stands by; then follow.
 	lctx, cancel := context.WithTimeout(ctx, g.opts.Timeout)
@@ -414,7 +430,7 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 	go g.watch(b, lost)
 	go func() {
 		select {
-		case <-session.Done():
+		case <-expired:
 			b.Fence(fmt.Errorf("%w: the leader's etcd lease ended", store.ErrFenced))
 		case <-lost:
 		}
