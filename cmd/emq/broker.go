@@ -152,6 +152,7 @@ func addEtcdFlags(f *pflag.FlagSet, endpointsHelp string) {
 	f.String("etcd-cacert", "", "with --etcd-endpoints: CA certificate (PEM) that etcd's certificates are checked with (https endpoints)")
 	f.String("etcd-cert", "", "with --etcd-endpoints: client certificate (PEM) for etcd, with --etcd-key")
 	f.String("etcd-key", "", "with --etcd-endpoints: the private key (PEM) of --etcd-cert")
+	f.Duration("etcd-timeout", d.Timeout, "with --etcd-endpoints: the longest wait for one etcd request; an etcd member that stops answering stalls the group this long (shorter: sooner past a dead member; too short for etcd's slowest commits: needless failovers)")
 }
 
 // groupOptions reads the etcd flags; errors name the key.
@@ -162,6 +163,13 @@ func groupOptions(c *config) (group.Options, error) {
 	}
 	g.Endpoints, g.Prefix = c.list("etcd-endpoints"), c.str("etcd-prefix")
 	g.Username, g.Password, g.Name = c.str("etcd-user"), c.str("etcd-password"), c.str("etcd-name")
+	if c.v.IsSet("etcd-timeout") {
+		d, err := c.duration("etcd-timeout")
+		if err != nil {
+			return g, err
+		}
+		g.Timeout = d
+	}
 	if c.v.IsSet("leader-ttl") {
 		ttl, err := c.duration("leader-ttl")
 		if err != nil {

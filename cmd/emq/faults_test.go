@@ -72,7 +72,9 @@ func TestGroupFaults(t *testing.T) {
 				bt.Eventually(t, "etcd's members agreeing on a leader", func() bool { _, err := etcd.Leader(); return err == nil })
 				leaderOf(t, a, b) // one leads, the other (the one faulted too) stands by
 				l.waitAcks(t, 50, fmt.Sprintf("round %d: jobs ACKed after the fault", round))
-				worst = max(worst, l.longestGap(began, time.Now()))
+				gap, from := l.longestGap(began, time.Now())
+				t.Logf("round %d: longest gap between ACKs %v, from %v after the fault began", round, gap.Round(time.Millisecond), from.Sub(began).Round(time.Millisecond))
+				worst = max(worst, gap)
 			}
 			l.stop()
 			acked, again := l.check(t)
@@ -92,12 +94,17 @@ func TestGroupFaults(t *testing.T) {
 	t.Log(sb.String())
 }
 
-// ttl is the brokers' --leader-ttl (the default); hold, how long a
-// partition or an etcd member's pause lasts.
-const (
-	ttl  = 2 * time.Second
-	hold = 3 * ttl
-)
+// ttl is the brokers' --leader-ttl (the default).
+const ttl = 2 * time.Second
+
+// hold is how long a partition or an etcd member's pause lasts: 3 TTLs,
+// or EMQ_FAULT_HOLD.
+var hold = func() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("EMQ_FAULT_HOLD")); err == nil {
+		return d
+	}
+	return 3 * ttl
+}()
 
 // fault is what a fault class acts on in one round.
 type fault struct {
@@ -276,11 +283,13 @@ func newLabBroker(t *testing.T, node *netlab.Node, etcd []string, name string) *
 		clock: filepath.Join(t.TempDir(), "clock")}
 	g.setClock(t, 0)
 	g.env = []string{clockEnv + "=" + g.clock}
-	g.setArgs(etcd, "--allow-anonymous", "--admin-token", "lab-token") // the lab's network is private to this machine
+	// The lab's network is private to this machine. EMQ_FAULT_BROKER_ARGS
+	// tries other settings (--etcd-timeout 1s).
+	g.setArgs(etcd, append([]string{"--allow-anonymous", "--admin-token", "lab-token"}, strings.Fields(os.Getenv("EMQ_FAULT_BROKER_ARGS"))...)...)
 	g.start()
 	t.Cleanup(func() {
 		g.kill()
-		if t.Failed() {
+		if t.Failed() || os.Getenv("EMQ_FAULT_LOGS") != "" {
 			t.Logf("broker %s:\n%s", g.name, g.log())
 		}
 	})
@@ -425,21 +434,24 @@ func sampleReady(bs ...*groupBroker) (stop func() int) {
 	return func() int { close(done); wg.Wait(); return two }
 }
 
-// longestGap is the longest time without an ACK between from and to.
-func (l *load) longestGap(from, to time.Time) time.Duration {
+// longestGap is the longest time without an ACK between from and to,
+// and when it began.
+func (l *load) longestGap(from, to time.Time) (time.Duration, time.Time) {
 	l.mu.Lock()
 	at := slices.Clone(l.ackedAt)
 	l.mu.Unlock()
 	slices.SortFunc(at, func(x, y time.Time) int { return x.Compare(y) })
-	last, worst := from, time.Duration(0)
+	last, worst, began := from, time.Duration(0), from
 	for _, a := range at {
 		if a.Before(from) || a.After(to) {
 			continue
 		}
-		worst = max(worst, a.Sub(last))
+		if a.Sub(last) > worst {
+			worst, began = a.Sub(last), last
+		}
 		last = a
 	}
-	return worst
+	return worst, began
 }
 
 // acksBetween counts the ACKs the senders got between from and to.
