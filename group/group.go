@@ -371,7 +371,9 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 		return false, err
 	}
 	defer session.Close() // revokes the lease: a standby need not wait for it
-	rctx, stopRenewing := context.WithCancel(context.WithoutCancel(ctx)) // as the session: a leader told to stop drains, leading
+	// Renewing outlives ctx as the session does: a leader told to stop
+	// drains while it still leads.
+	rctx, stopRenewing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRenewing()
 	expired := renew(rctx, g.cli, session.Lease(), granted, g.opts.LeaderTTL)
 	el := concurrency.NewElection(session, LeaderPrefix(g.opts.Prefix))
