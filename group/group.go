@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
@@ -152,6 +153,8 @@ type Group struct {
 	// lease may have ended.
 	ticked  atomic.Int64
 	stalled atomic.Bool
+
+	stale clientv3.LeaseID // a term's lease not revoked yet (Run's goroutine only)
 
 	elections  prometheus.Counter
 	changes    prometheus.Counter
@@ -362,6 +365,19 @@ func newSession(ctx context.Context, cli *clientv3.Client, g Options) (*concurre
 	return session, nil
 }
 
+// revokeStale revokes the lease of an earlier term that could not be
+// revoked when it ended (etcd was away), if any.
+func (g *Group) revokeStale() {
+	if g.stale == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.opts.Timeout)
+	defer cancel()
+	if _, err := g.cli.Revoke(ctx, g.stale); err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		g.stale = 0
+	}
+}
+
 // term is one campaign and, if won, one leadership; served says whether
 // its broker came to serve.
 func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err error) {
@@ -370,7 +386,17 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 	if err != nil {
 		return false, err
 	}
-	defer session.Close() // revokes the lease: a standby need not wait for it
+	g.revokeStale()
+	defer func() {
+		// Revoke the lease: a standby need not wait for it. With etcd
+		// away that fails, and the lease, ended for this broker, lives
+		// on in etcd: once etcd has a leader again it extends every
+		// lease, and this broker's key would hold the election up for
+		// a TTL more. The next term revokes it first.
+		if session.Close() != nil {
+			g.stale = session.Lease()
+		}
+	}()
 	// Renewing outlives ctx as the session does: a leader told to stop
 	// drains while it still leads.
 	rctx, stopRenewing := context.WithCancel(context.WithoutCancel(ctx))
@@ -387,8 +413,25 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 	octx, stopFollowing := context.WithCancel(ctx)
 	go g.follow(octx, el)
 	g.log.Info("standby: campaigning for the group's leadership", "name", g.opts.Name, "etcd", strings.Join(g.opts.Endpoints, ","))
-	err = el.Campaign(ctx, g.opts.Name)
+	// A campaign whose lease ended (etcd away for a TTL) must not win:
+	// its key is gone, and Campaign would return once the keys before
+	// it are, as if this broker led.
+	cctx, stopCampaign := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-expired:
+			stopCampaign()
+		case <-cctx.Done():
+		}
+	}()
+	err = el.Campaign(cctx, g.opts.Name)
+	stopCampaign()
 	stopFollowing()
+	select {
+	case <-expired:
+		return false, errors.New("campaign: this broker's lease ended while it campaigned (etcd away for its TTL)")
+	default:
+	}
 	if err != nil {
 		return false, fmt.Errorf("campaign: %w", err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,9 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/internal/etcdtest"
 	"github.com/eventmq/emq/internal/netlab"
+	"github.com/eventmq/emq/internal/zmtp"
 )
 
 // The faults a replicated group meets, each class for EMQ_FAULT_ROUNDS
@@ -174,13 +177,17 @@ func faultClasses() []faultClass {
 				f.lab.Isolate(m, f.others(m)...)
 			}
 			at := time.Now()
-			<-time.After(hold) // the fault's length
+			answers := askWhileCut(f.leader, hold)
 			healed := time.Now()
 			f.lab.HealAll()
 			// What was committed before the cut may be ACKed just after it.
 			if n := f.load.acksBetween(at.Add(500*time.Millisecond), healed); n > 0 {
 				f.t.Errorf("round %d: %d jobs ACKed while etcd had no majority", f.round, n)
 			}
+			if answers["ACK"] > 0 || answers["unavailable"] == 0 {
+				f.t.Errorf("round %d: REQUESTs to the leader while etcd had no majority were answered %v; want ERROR unavailable (or nothing once it stepped down), never an ACK", f.round, answers)
+			}
+			f.t.Logf("round %d: REQUESTs sent to the leader while etcd had no majority: %v", f.round, answers)
 			bt.Eventually(f.t, "an ACK after the heal", func() bool { return !f.load.firstAckAfter(healed).IsZero() })
 			f.note("service back after the heal", f.load.firstAckAfter(healed).Sub(healed))
 		}},
@@ -465,4 +472,43 @@ func (l *load) acksBetween(from, to time.Time) int {
 		}
 	}
 	return n
+}
+
+// askWhileCut sends the broker a REQUEST every 200 ms for d, each on a
+// new connection, and counts the answers: "ACK", an ERROR's code, or
+// "none" (no answer within a second, or no connection).
+func askWhileCut(g *groupBroker, d time.Duration) map[string]int {
+	answers := map[string]int{}
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		answers[askOnce(g.frontend)]++
+		<-time.After(200 * time.Millisecond) // the probe's pace
+	}
+	return answers
+}
+
+func askOnce(endpoint string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn, err := zmtp.Dial(ctx, endpoint, zmtp.DialOptions{})
+	if err != nil {
+		return "none"
+	}
+	defer conn.Close()
+	if conn.WriteMsgs(emqp.Encode(&emqp.Request{MsgID: emqp.NewID(), Queue: "q", Payload: []byte("probe")})) != nil {
+		return "none"
+	}
+	conn.SetReadDeadline(time.Now().Add(time.Second))
+	for {
+		m, err := emqp.ReadMessage(conn.ReadMsg, func(error) {})
+		switch m := m.(type) {
+		case nil:
+			if err != nil {
+				return "none"
+			}
+		case *emqp.Ack:
+			return "ACK"
+		case *emqp.Error:
+			return m.Code
+		}
+	}
 }
