@@ -22,6 +22,13 @@
 // nothing. OpenJournal gives the admin tools the same fenced journal
 // while no broker leads. Package group uses the broker's exported API
 // only.
+//
+// An etcd member that goes silent (partitioned, paused) must not stall
+// the group while the others serve: the client is given only the members
+// that answer a probe (members.go), the lease is renewed by requests of
+// its own that go to those (lease.go), a member without a leader refuses
+// at once (WithRequireLeader, in etcdstore), and a request caught on the
+// silent member costs at most Options.Timeout (--etcd-timeout, 2 s).
 package group
 
 import (

@@ -149,10 +149,11 @@ func faultClasses() []faultClass {
 			for _, e := range f.etcdNodes {
 				f.lab.Heal(cutOff.node, e)
 			}
-			if after := lastAck.Sub(at); after > ttl {
+			after := max(0, lastAck.Sub(at)) // 0: none after the cut
+			if after > ttl {
 				f.t.Errorf("round %d: the leader cut off from etcd ACKed %v after the cut; its lease's TTL is %v", f.round, after, ttl)
 			}
-			f.note("its last ACK after the cut", lastAck.Sub(at))
+			f.note("the cut-off leader's last ACK, after the cut", after)
 		}},
 		{"etcd leader partitioned from its followers", func(f *fault) {
 			i := f.etcdLeader()
@@ -346,52 +347,52 @@ func (g *groupBroker) signal(sig syscall.Signal) {
 	}
 }
 
-// watchAcks samples g's emq_jobs_acked_total every 20 ms until the
-// returned func is called, which says when it last rose.
-func watchAcks(g *groupBroker) (last func() time.Time) {
-	hc := &http.Client{Timeout: 300 * time.Millisecond}
+// every runs f every d until the returned func is called, which waits
+// for the last run to end.
+func every(d time.Duration, f func()) (stop func()) {
 	done := make(chan struct{})
-	var rose time.Time
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		seen := -1.0
-		tick := time.NewTicker(20 * time.Millisecond)
+	wg.Go(func() {
+		tick := time.NewTicker(d)
 		defer tick.Stop()
 		for {
 			select {
 			case <-done:
 				return
 			case <-tick.C:
+				f()
 			}
-			req, _ := http.NewRequest("GET", "http://"+g.admin+"/metrics", nil)
-			req.Header.Set("Authorization", "Bearer "+g.token)
-			resp, err := hc.Do(req)
-			if err != nil {
-				continue
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			for line := range strings.SplitSeq(string(body), "\n") {
-				if v, ok := strings.CutPrefix(line, "emq_jobs_acked_total "); ok {
-					n, _ := strconv.ParseFloat(v, 64)
-					if seen >= 0 && n > seen {
-						rose = time.Now()
-					}
-					seen = n
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// watchAcks samples g's emq_jobs_acked_total every 20 ms until the
+// returned func is called, which says when it last rose (zero: never).
+func watchAcks(g *groupBroker) (last func() time.Time) {
+	hc := &http.Client{Timeout: 300 * time.Millisecond}
+	var rose time.Time
+	seen := -1.0
+	stop := every(20*time.Millisecond, func() {
+		req, _ := http.NewRequest("GET", "http://"+g.admin+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+g.token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for line := range strings.SplitSeq(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, "emq_jobs_acked_total "); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				if seen >= 0 && n > seen {
+					rose = time.Now()
 				}
+				seen = n
 			}
 		}
-	}()
-	return func() time.Time {
-		close(done)
-		wg.Wait()
-		if rose.IsZero() {
-			return time.Now().Add(-time.Hour) // never rose while watched
-		}
-		return rose
-	}
+	})
+	return func() time.Time { stop(); return rose }
 }
 
 // sampleReady asks every broker's /readyz every 50 ms until the returned
@@ -399,46 +400,31 @@ func watchAcks(g *groupBroker) (last func() time.Time) {
 // A broker that does not answer within 200 ms (paused) is not ready.
 func sampleReady(bs ...*groupBroker) (stop func() int) {
 	hc := &http.Client{Timeout: 200 * time.Millisecond}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
 	var two int
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-			ready := make([]bool, len(bs))
-			var sampling sync.WaitGroup
-			for i, b := range bs {
-				sampling.Add(1)
-				go func() {
-					defer sampling.Done()
-					resp, err := hc.Get("http://" + b.admin + "/readyz")
-					if err == nil {
-						resp.Body.Close()
-						ready[i] = resp.StatusCode == http.StatusOK
-					}
-				}()
-			}
-			sampling.Wait()
-			n := 0
-			for _, r := range ready {
-				if r {
-					n++
+	stopSampling := every(50*time.Millisecond, func() {
+		ready := make([]bool, len(bs))
+		var sampling sync.WaitGroup
+		for i, b := range bs {
+			sampling.Go(func() {
+				resp, err := hc.Get("http://" + b.admin + "/readyz")
+				if err == nil {
+					resp.Body.Close()
+					ready[i] = resp.StatusCode == http.StatusOK
 				}
-			}
-			if n > 1 {
-				two++
+			})
+		}
+		sampling.Wait()
+		n := 0
+		for _, r := range ready {
+			if r {
+				n++
 			}
 		}
-	}()
-	return func() int { close(done); wg.Wait(); return two }
+		if n > 1 {
+			two++
+		}
+	})
+	return func() int { stopSampling(); return two }
 }
 
 // longestGap is the longest time without an ACK between from and to,
