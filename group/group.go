@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -161,7 +162,7 @@ type Group struct {
 	ticked  atomic.Int64
 	stalled atomic.Bool
 
-	stale clientv3.LeaseID // a term's lease not revoked yet (Run's goroutine only)
+	stale []clientv3.LeaseID // terms' leases not revoked yet (Run's goroutine only)
 
 	elections  prometheus.Counter
 	changes    prometheus.Counter
@@ -372,23 +373,21 @@ func newSession(ctx context.Context, cli *clientv3.Client, g Options) (*concurre
 	return session, nil
 }
 
-// revokeStale revokes the lease of an earlier term that could not be
-// revoked when it ended (etcd was away), if any.
+// revokeStale revokes the leases of earlier terms that could not be
+// revoked when they ended (etcd was away).
 func (g *Group) revokeStale() {
-	if g.stale == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), g.opts.Timeout)
-	defer cancel()
-	if _, err := g.cli.Revoke(ctx, g.stale); err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		g.stale = 0
-	}
+	g.stale = slices.DeleteFunc(g.stale, func(id clientv3.LeaseID) bool {
+		ctx, cancel := context.WithTimeout(context.Background(), g.opts.Timeout)
+		defer cancel()
+		_, err := g.cli.Revoke(ctx, id)
+		return err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound)
+	})
 }
 
 // term is one campaign and, if won, one leadership; served says whether
 // its broker came to serve.
 func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err error) {
-	granted := time.Now()
+	granted := uptime()
 	session, err := newSession(ctx, g.cli, g.opts)
 	if err != nil {
 		return false, err
@@ -401,7 +400,7 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 		// lease, and this broker's key would hold the election up for
 		// a TTL more. The next term revokes it first.
 		if session.Close() != nil {
-			g.stale = session.Lease()
+			g.stale = append(g.stale, session.Lease())
 		}
 	}()
 	// Renewing outlives ctx as the session does: a leader told to stop
@@ -409,7 +408,7 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 	rctx, stopRenewing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRenewing()
 	expired := renew(rctx, g.cli, session.Lease(), granted, g.opts.LeaderTTL)
-	el := concurrency.NewElection(session, LeaderPrefix(g.opts.Prefix))
+	el := concurrency.NewElection(session, LeaderPrefix(g.opts.Prefix)) // its keys: LeaderPrefix + "/" + lease
 	// Who leads now, before this broker says it stands by; then follow.
 	lctx, cancel := context.WithTimeout(ctx, g.opts.Timeout)
 	if resp, err := el.Leader(lctx); err == nil && len(resp.Kvs) > 0 {
@@ -420,25 +419,8 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 	octx, stopFollowing := context.WithCancel(ctx)
 	go g.follow(octx, el)
 	g.log.Info("standby: campaigning for the group's leadership", "name", g.opts.Name, "etcd", strings.Join(g.opts.Endpoints, ","))
-	// A campaign whose lease ended (etcd away for a TTL) must not win:
-	// its key is gone, and Campaign would return once the keys before
-	// it are, as if this broker led.
-	cctx, stopCampaign := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-expired:
-			stopCampaign()
-		case <-cctx.Done():
-		}
-	}()
-	err = el.Campaign(cctx, g.opts.Name)
-	stopCampaign()
+	el, err = campaign(ctx, session, LeaderPrefix(g.opts.Prefix)+"/", g.opts.Name, g.opts.Timeout, expired)
 	stopFollowing()
-	select {
-	case <-expired:
-		return false, errors.New("campaign: this broker's lease ended while it campaigned (etcd away for its TTL)")
-	default:
-	}
 	if err != nil {
 		return false, fmt.Errorf("campaign: %w", err)
 	}
@@ -541,12 +523,10 @@ func (g *Group) watch(b *broker.Broker, lost chan struct{}) {
 	}
 }
 
-// sinceStart is the monotonic clock's time since the process started, in
-// nanoseconds: what the watchdog measures with. A step of the wall clock
-// (NTP, an operator) is not a pause, and must not cost a failover. Like
-// etcd's own lease timers, it does not count a suspended machine's sleep;
-// what such a leader would still do is fenced by the journal.
-func sinceStart() int64 { return int64(time.Since(processStart)) }
+// sinceStart is what the watchdog measures with, in nanoseconds: the
+// clock of uptime. A step of the wall clock (NTP, an operator) is not a
+// pause and must not cost a failover; a suspended machine's sleep is one.
+func sinceStart() int64 { return int64(uptime()) }
 
 var processStart = time.Now()
 

@@ -89,7 +89,7 @@ func TestRenewKeepsTheLeaseAndSaysWhenItEnds(t *testing.T) {
 	defer cli.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	granted := time.Now()
+	granted := uptime()
 	lease, err := cli.Grant(ctx, 1)
 	if err != nil {
 		t.Fatal(err)

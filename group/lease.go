@@ -21,17 +21,18 @@ import (
 // bounded by TTL/3.
 //
 // The lease lives at least a TTL past the sending of a renewal that
-// succeeded (etcd counts from when it applies it, later). The returned
+// succeeded (etcd counts from when it applies it, later; a new etcd
+// leader extends every lease by more), measured on uptime's clock. The returned
 // channel is closed once that bound has passed with no later success, or
 // etcd says the lease is gone, or ctx ends: from then on the lease may
 // have ended, and whoever held it must stop acting on it.
-func renew(ctx context.Context, cli *clientv3.Client, id clientv3.LeaseID, granted time.Time, ttl time.Duration) <-chan struct{} {
+func renew(ctx context.Context, cli *clientv3.Client, id clientv3.LeaseID, granted, ttl time.Duration) <-chan struct{} {
 	expired := make(chan struct{})
 	go func() {
 		defer close(expired)
-		valid := granted.Add(ttl) // until when the lease surely lives
+		valid := granted + ttl // until when (uptime) the lease surely lives
 		for {
-			sent := time.Now()
+			sent := uptime()
 			kctx, cancel := context.WithTimeout(ctx, ttl/3)
 			resp, err := cli.KeepAliveOnce(kctx, id)
 			cancel()
@@ -41,21 +42,17 @@ func renew(ctx context.Context, cli *clientv3.Client, id clientv3.LeaseID, grant
 			case errors.Is(err, rpctypes.ErrLeaseNotFound):
 				return
 			case err == nil && resp.TTL > 0:
-				valid = sent.Add(ttl)
+				valid = sent + ttl
 			}
-			next := sent.Add(ttl / 3)
-			if !time.Now().Before(valid) {
+			if uptime() >= valid {
 				return
-			}
-			if next.After(valid) {
-				next = valid
 			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(time.Until(next)):
+			case <-time.After(min(sent+ttl/3, valid) - uptime()):
 			}
-			if !time.Now().Before(valid) {
+			if uptime() >= valid {
 				return
 			}
 		}

@@ -51,12 +51,21 @@ func watchMembers(ctx context.Context, cli *clientv3.Client, g Options, log *slo
 	for _, ep := range g.Endpoints {
 		one := g
 		one.Endpoints = []string{ep}
-		pc, err := NewClient(one)
-		if err != nil {
-			log.Warn("etcd: cannot make a client to probe a member; it stays in use unprobed", "endpoint", ep, "err", err)
-			continue
-		}
 		wg.Go(func() {
+			// A client authenticates as it is made (with etcd-user): to a
+			// member away now, that fails; it is tried again.
+			var pc *clientv3.Client
+			for pc == nil {
+				var err error
+				if pc, err = NewClient(one); err != nil {
+					m.answered(ep, err)
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(probeEvery):
+					}
+				}
+			}
 			defer pc.Close()
 			m.probe(ctx, pc, ep, g.Prefix+"health")
 		})
