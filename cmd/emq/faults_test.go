@@ -66,6 +66,14 @@ func TestGroupFaults(t *testing.T) {
 			both := sampleReady(a, b)
 			l := startLoad(t, 4, a, b)
 			f := &fault{t: t, lab: lab, etcd: etcd, etcdNodes: etcdNodes, brokers: []*groupBroker{a, b}, load: l}
+			t.Cleanup(func() { // a round that failed half-way leaves no cut to the next class
+				if err := lab.HealAll(); err != nil {
+					t.Error(err)
+				}
+				for i := range etcdNodes {
+					etcd.Signal(i, syscall.SIGCONT)
+				}
+			})
 			var worst time.Duration
 			for round := range rounds {
 				l.waitAcks(t, 50, fmt.Sprintf("round %d: jobs ACKed", round))
@@ -142,12 +150,12 @@ func faultClasses() []faultClass {
 			last := watchAcks(cutOff)
 			at := time.Now()
 			for _, e := range f.etcdNodes {
-				f.lab.Cut(cutOff.node, e)
+				f.must(f.lab.Cut(cutOff.node, e))
 			}
 			bt.Eventually(f.t, "the standby leading", other.ready)
 			lastAck := last()
 			for _, e := range f.etcdNodes {
-				f.lab.Heal(cutOff.node, e)
+				f.must(f.lab.Heal(cutOff.node, e))
 			}
 			after := max(0, lastAck.Sub(at)) // 0: none after the cut
 			if after > ttl {
@@ -159,28 +167,28 @@ func faultClasses() []faultClass {
 			i := f.etcdLeader()
 			for j, e := range f.etcdNodes {
 				if j != i {
-					f.lab.Cut(f.etcdNodes[i], e)
+					f.must(f.lab.Cut(f.etcdNodes[i], e))
 				}
 			}
 			<-time.After(hold) // the fault's length
-			f.lab.HealAll()
+			f.must(f.lab.HealAll())
 		}},
 		{"one etcd member partitioned", func(f *fault) {
 			m := f.etcdNodes[(f.etcdLeader()+1)%3] // a follower
-			f.lab.Isolate(m, f.others(m)...)
+			f.must(f.lab.Isolate(m, f.others(m)...))
 			<-time.After(hold) // the fault's length
-			f.lab.HealAll()
+			f.must(f.lab.HealAll())
 		}},
 		{"etcd majority lost, then healed", func(f *fault) {
 			i := f.etcdLeader()
 			lost := []*netlab.Node{f.etcdNodes[i], f.etcdNodes[(i+1)%3]}
 			for _, m := range lost {
-				f.lab.Isolate(m, f.others(m)...)
+				f.must(f.lab.Isolate(m, f.others(m)...))
 			}
 			at := time.Now()
 			answers := askWhileCut(f.leader, hold)
 			healed := time.Now()
-			f.lab.HealAll()
+			f.must(f.lab.HealAll())
 			// What was committed before the cut may be ACKed just after it.
 			if n := f.load.acksBetween(at.Add(500*time.Millisecond), healed); n > 0 {
 				f.t.Errorf("round %d: %d jobs ACKed while etcd had no majority", f.round, n)
@@ -194,10 +202,10 @@ func faultClasses() []faultClass {
 		}},
 		{"clients partitioned from the leader, then healed", func(f *fault) {
 			l := f.leader
-			f.lab.CutPorts(f.lab.Host(), l.node, l.ports()...)
+			f.must(f.lab.CutPorts(f.lab.Host(), l.node, l.ports()...))
 			<-time.After(hold) // the fault's length
 			healed := time.Now()
-			f.lab.HealAll()
+			f.must(f.lab.HealAll())
 			bt.Eventually(f.t, "an ACK after the heal", func() bool { return !f.load.firstAckAfter(healed).IsZero() })
 			f.note("service back after the heal", f.load.firstAckAfter(healed).Sub(healed))
 		}},
@@ -231,6 +239,14 @@ func faultClasses() []faultClass {
 			}
 			f.leader.start()
 		}},
+	}
+}
+
+// must fails the round's test on a lab's error.
+func (f *fault) must(err error) {
+	f.t.Helper()
+	if err != nil {
+		f.t.Fatal(err)
 	}
 }
 

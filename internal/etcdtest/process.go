@@ -94,13 +94,18 @@ func StartProcs(t testing.TB, hosts []string, command func(i int, name string, a
 		initial = append(initial, fmt.Sprintf("m%d=http://%s:2380", i, h))
 		p.clients = append(p.clients, fmt.Sprintf("http://%s:2379", h))
 	}
+	dirs := make([]string, len(hosts))
+	for i := range dirs {
+		dirs[i] = t.TempDir() // before the cleanup that stops members: removed after it
+	}
 	t.Cleanup(p.stop)
 	for i, h := range hosts {
-		mc, _ := json.Marshal(memberConfig{Name: fmt.Sprintf("m%d", i), Dir: t.TempDir(),
+		mc, _ := json.Marshal(memberConfig{Name: fmt.Sprintf("m%d", i), Dir: dirs[i],
 			Peer: fmt.Sprintf("http://%s:2380", h), Client: p.clients[i], Cluster: strings.Join(initial, ",")})
 		cmd := command(i, os.Args[0])
 		cmd.Env = append(os.Environ(), MemberEnv+"="+string(mc))
 		cmd.Stderr = os.Stderr
+		testutil.DieWithParent(cmd)
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("etcd member %d: %v", i, err)
 		}

@@ -14,11 +14,14 @@ package netlab
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/eventmq/emq/internal/testutil"
@@ -74,7 +77,8 @@ func New(t testing.TB) *Lab {
 	if err := Available(); err != nil {
 		testutil.Missing(t, RequireEnv, "netlab: %v", err)
 	}
-	l := &Lab{t: t, tag: fmt.Sprintf("%x", os.Getpid()&0xfffff)}
+	sweep()
+	l := &Lab{t: t, tag: fmt.Sprintf("%x", os.Getpid())}
 	for n := os.Getpid() % 250; ; n = (n + 1) % 250 {
 		prefix := fmt.Sprintf("10.213.%d.", n+1)
 		if !routed(prefix + "1") {
@@ -122,43 +126,50 @@ func (l *Lab) Node(name string) *Node {
 
 // Command runs a program in the node's namespace. The process is the
 // program itself (ip netns exec execs it): signals reach it directly.
+// It gets SIGKILL if the test binary dies first.
 func (n *Node) Command(name string, args ...string) *exec.Cmd {
-	if n.NS == "" {
-		return exec.Command(name, args...)
+	cmd := exec.Command(name, args...)
+	if n.NS != "" {
+		cmd = exec.Command("ip", append([]string{"netns", "exec", n.NS, name}, args...)...)
 	}
-	return exec.Command("ip", append([]string{"netns", "exec", n.NS, name}, args...)...)
+	testutil.DieWithParent(cmd)
+	return cmd
 }
 
 // Addr is the node's address with port, host:port.
 func (n *Node) Addr(port int) string { return fmt.Sprintf("%s:%d", n.IP, port) }
 
-// Cut stops every packet between a and b, both ways, until Heal.
-func (l *Lab) Cut(a, b *Node) {
+// Cut stops every packet between a and b, both ways, until Heal. The
+// methods that change cuts may be called from any test's goroutine: they
+// return their error, for the caller's test to report.
+func (l *Lab) Cut(a, b *Node) error {
 	l.mu.Lock()
 	l.cuts = append(l.cuts, cut{from: a, to: b}, cut{from: b, to: a})
 	l.mu.Unlock()
-	l.apply(a, b)
+	return l.apply(a, b)
 }
 
 // CutPorts stops the TCP traffic between a and the given ports of b,
 // both ways, until Heal: a cannot reach those services of b, and
 // reaches the rest.
-func (l *Lab) CutPorts(a, b *Node, ports ...int) {
+func (l *Lab) CutPorts(a, b *Node, ports ...int) error {
 	l.mu.Lock()
 	l.cuts = append(l.cuts, cut{from: a, to: b, ports: ports})
 	l.mu.Unlock()
-	l.apply(a, b)
+	return l.apply(a, b)
 }
 
 // Isolate cuts n from each of from.
-func (l *Lab) Isolate(n *Node, from ...*Node) {
+func (l *Lab) Isolate(n *Node, from ...*Node) error {
+	var errs []error
 	for _, o := range from {
-		l.Cut(n, o)
+		errs = append(errs, l.Cut(n, o))
 	}
+	return errors.Join(errs...)
 }
 
 // Heal removes every cut between a and b.
-func (l *Lab) Heal(a, b *Node) {
+func (l *Lab) Heal(a, b *Node) error {
 	l.mu.Lock()
 	var kept []cut
 	for _, c := range l.cuts {
@@ -168,21 +179,20 @@ func (l *Lab) Heal(a, b *Node) {
 	}
 	l.cuts = kept
 	l.mu.Unlock()
-	l.apply(a, b)
+	return l.apply(a, b)
 }
 
 // HealAll removes every cut.
-func (l *Lab) HealAll() {
+func (l *Lab) HealAll() error {
 	l.mu.Lock()
 	l.cuts = nil
 	nodes := append([]*Node{l.host}, l.nodes...)
 	l.mu.Unlock()
-	l.apply(nodes...)
+	return l.apply(nodes...)
 }
 
 // apply writes the input rules of the given nodes from the cuts.
-func (l *Lab) apply(nodes ...*Node) {
-	l.t.Helper()
+func (l *Lab) apply(nodes ...*Node) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, n := range nodes {
@@ -205,9 +215,10 @@ func (l *Lab) apply(nodes ...*Node) {
 		cmd := n.Command("nft", "-f", "-")
 		cmd.Stdin = strings.NewReader(script.String())
 		if out, err := cmd.CombinedOutput(); err != nil {
-			l.t.Fatalf("netlab: nft on %s: %v: %s", n.Name, err, out)
+			return fmt.Errorf("netlab: nft on %s: %v: %s", n.Name, err, bytes.TrimSpace(out))
 		}
 	}
+	return nil
 }
 
 // routed says whether a route other than the default covers ip.
@@ -242,6 +253,48 @@ func (l *Lab) run(name string, args ...string) {
 	l.t.Helper()
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		l.t.Fatalf("netlab: %s %s: %v: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+}
+
+// sweep removes what labs of test processes that no longer run left
+// behind (killed before their cleanups): namespaces, the host's links and
+// nftables tables, all named after the pid.
+func sweep() {
+	gone := func(hexPid string) bool {
+		pid, err := strconv.ParseInt(hexPid, 16, 32)
+		return err == nil && syscall.Kill(int(pid), 0) == syscall.ESRCH
+	}
+	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil {
+		for line := range strings.Lines(string(out)) {
+			name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+			if tag, ok := strings.CutPrefix(name, "emq"); ok {
+				if pid, _, ok := strings.Cut(tag, "-"); ok && gone(pid) {
+					exec.Command("ip", "netns", "del", name).Run()
+				}
+			}
+		}
+	}
+	if out, err := exec.Command("ip", "-o", "link", "show", "type", "veth").Output(); err == nil {
+		for line := range strings.Lines(string(out)) {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
+			if pid, ok := strings.CutPrefix(name, "emq"); ok && gone(pid) {
+				exec.Command("ip", "link", "del", name).Run()
+			}
+		}
+	}
+	if out, err := exec.Command("nft", "list", "tables").Output(); err == nil {
+		for line := range strings.Lines(string(out)) {
+			f := strings.Fields(line) // table inet NAME
+			if len(f) == 3 {
+				if pid, ok := strings.CutPrefix(f[2], "emqlab"); ok && pid != "" && gone(pid) {
+					exec.Command("nft", "delete", "table", f[1], f[2]).Run()
+				}
+			}
+		}
 	}
 }
 

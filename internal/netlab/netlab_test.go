@@ -56,25 +56,32 @@ func TestCutAndHeal(t *testing.T) {
 		return err
 	}
 	testutil.Eventually(t, "the node's server answering", func() bool { return reach(7001) == nil })
-	lab.Cut(lab.Host(), n)
+	must(t, lab.Cut(lab.Host(), n))
 	if err := reach(7001); err == nil {
 		t.Fatal("reached a node that is cut off")
 	} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
 		t.Fatalf("a cut should be silence (a timeout), got %v", err)
 	}
-	lab.Heal(lab.Host(), n)
+	must(t, lab.Heal(lab.Host(), n))
 	if err := reach(7001); err != nil {
 		t.Fatalf("after healing: %v", err)
 	}
-	lab.CutPorts(lab.Host(), n, 7001)
+	must(t, lab.CutPorts(lab.Host(), n, 7001))
 	if reach(7001) == nil {
 		t.Fatal("reached a port that is cut off")
 	}
 	if err := reach(7002); err != nil {
 		t.Fatalf("the port not cut: %v", err)
 	}
-	lab.HealAll()
+	must(t, lab.HealAll())
 	if err := reach(7001); err != nil {
 		t.Fatalf("after healing all: %v", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
