@@ -66,7 +66,7 @@ torture: ## the reliability suite at full length (100 broker kills, 200 power cu
 	set -o pipefail; EMQ_GROUP_ROUNDS=100 $(GO) test -v -count=1 -timeout 60m -run 'TestGroupLeaderKilledUnderLoad' ./cmd/emq/ 2>&1 \
 		| grep -E '^(--- |ok|FAIL|panic)|_test.go:[0-9]+: '
 
-faults: ## a group's faults for 20 rounds each while jobs flow, in network namespaces (root, nftables): partitions, pauses, a stepped clock, SIGKILL, SIGTERM: the table (~50 min)
+faults: ## a group's faults for 20 rounds each while jobs flow, in network namespaces (root, nftables): partitions, pauses, a stepped clock, SIGKILL, SIGTERM: the table (~45 min)
 	set -o pipefail; EMQ_REQUIRE_NETNS=1 EMQ_FAULT_ROUNDS=20 $(GO) test -v -count=1 -timeout 90m -run 'TestGroupFaults' ./cmd/emq/ 2>&1 \
 		| grep -E '^\s*(--- |ok|FAIL|panic|\|)|_test.go:[0-9]+: '
 
