@@ -15,6 +15,7 @@ import (
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
 )
 
 func TestMain(m *testing.M) {
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 		runWorkerChild()
 		return
 	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(boltstore.StoppedCheck), goleak.Cleanup(func(code int) {
 		suite.print()
 		os.Exit(code) // the cleanup replaces goleak's own exit
 	}))

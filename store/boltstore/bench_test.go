@@ -276,7 +276,7 @@ func BenchmarkAppendFull(b *testing.B) {
 }
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, append(etcdtest.Leftovers, goleak.Cleanup(func(code int) {
+	goleak.VerifyTestMain(m, append(etcdtest.Leftovers, goleak.IgnoreAnyFunction(boltstore.StoppedCheck), goleak.Cleanup(func(code int) {
 		if bigDir != "" {
 			os.RemoveAll(bigDir)
 		}
