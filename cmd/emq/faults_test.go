@@ -38,6 +38,11 @@ import (
 // ACKs only what its guarded etcd transaction committed: the journal's
 // fencing, tested in store/etcdstore; here the ACK counter of the
 // cut-off leader and the ACKs the senders got are what is checked).
+//
+// To try a fault or a setting: EMQ_FAULT_CLASS (a part of a class's
+// name), EMQ_FAULT_HOLD (a cut's or an etcd pause's length, 6 s),
+// EMQ_FAULT_BROKER_ARGS (more broker flags), EMQ_FAULT_LOGS (print the
+// brokers' logs even when the test passes).
 func TestGroupFaults(t *testing.T) {
 	rounds := 2
 	if v, err := strconv.Atoi(os.Getenv("EMQ_FAULT_ROUNDS")); err == nil && v > 0 {
