@@ -11,7 +11,7 @@ import (
 
 // campaign runs for the group's leadership on session until this broker
 // leads (it returns its election), ctx ends, or the lease ends (expired:
-// a key of an ended lease is gone, and must not win).
+// a key of an ended lease is gone, and must not win; nil: never).
 //
 // It is etcd's concurrency.Election.Campaign (a key per lease under the
 // prefix; the oldest key leads) with waits that end. That one waits for

@@ -13,7 +13,9 @@ import (
 func uptime() time.Duration {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
-		return time.Since(processStart)
+		return time.Since(processStart) // not on Linux before 2.6.39
 	}
 	return time.Duration(ts.Nano())
 }
+
+var processStart = time.Now()

@@ -8,3 +8,5 @@ import "time"
 // stepped; whether it counts a suspended machine's sleep depends on the
 // system.
 func uptime() time.Duration { return time.Since(processStart) }
+
+var processStart = time.Now()

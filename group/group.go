@@ -109,6 +109,10 @@ func JournalPrefix(prefix string) string { return prefix + "journal/" }
 // LeaderPrefix is where the group's election runs under prefix.
 func LeaderPrefix(prefix string) string { return prefix + "leader/" }
 
+// electionPrefix is what the election's keys start with: etcd's
+// concurrency.NewElection adds a "/" to the prefix it is given.
+func electionPrefix(prefix string) string { return LeaderPrefix(prefix) + "/" }
+
 // JournalOptions are the options of the group's journal for whoever won
 // el: every write guarded by its election key at its revision, so that
 // none lands once another leads.
@@ -156,7 +160,8 @@ type Group struct {
 	closing bool // Close: a broker elected from now on stops at once
 	done    chan struct{}
 
-	// The leader's watchdog (watch): when it last ran (sinceStart), and
+	// The leader's watchdog (watch): when it last ran (uptime: a step of
+	// the wall clock is not a pause; a suspended machine's sleep is), and
 	// whether it once found this process stopped for long enough that the
 	// lease may have ended.
 	ticked  atomic.Int64
@@ -419,7 +424,7 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 	octx, stopFollowing := context.WithCancel(ctx)
 	go g.follow(octx, el)
 	g.log.Info("standby: campaigning for the group's leadership", "name", g.opts.Name, "etcd", strings.Join(g.opts.Endpoints, ","))
-	el, err = campaign(ctx, session, LeaderPrefix(g.opts.Prefix)+"/", g.opts.Name, g.opts.Timeout, expired)
+	el, err = campaign(ctx, session, electionPrefix(g.opts.Prefix), g.opts.Name, g.opts.Timeout, expired)
 	stopFollowing()
 	if err != nil {
 		return false, fmt.Errorf("campaign: %w", err)
@@ -460,7 +465,7 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 	}()
 	lost := make(chan struct{})
 	g.stalled.Store(false)
-	g.ticked.Store(sinceStart())
+	g.ticked.Store(int64(uptime()))
 	go g.watch(b, lost)
 	go func() {
 		select {
@@ -510,7 +515,7 @@ func (g *Group) watch(b *broker.Broker, lost chan struct{}) {
 		case <-lost:
 			return
 		case <-tick.C:
-			now := sinceStart()
+			now := int64(uptime())
 			gap := time.Duration(now - g.ticked.Load())
 			if gap >= g.opts.LeaderTTL {
 				g.stalled.Store(true) // before the tick below: running never sees it fresh
@@ -523,13 +528,6 @@ func (g *Group) watch(b *broker.Broker, lost chan struct{}) {
 	}
 }
 
-// sinceStart is what the watchdog measures with, in nanoseconds: the
-// clock of uptime. A step of the wall clock (NTP, an operator) is not a
-// pause and must not cost a failover; a suspended machine's sleep is one.
-func sinceStart() int64 { return int64(uptime()) }
-
-var processStart = time.Now()
-
 // watchEvery is how often the leader's watchdog runs.
 const watchEvery = 100 * time.Millisecond
 
@@ -539,7 +537,7 @@ func (g *Group) running() error {
 	if g.stalled.Load() {
 		return errors.New("this broker was stopped for its lease's TTL: it steps down")
 	}
-	if quiet := time.Duration(sinceStart() - g.ticked.Load()); quiet >= g.opts.LeaderTTL/2 {
+	if quiet := time.Duration(int64(uptime()) - g.ticked.Load()); quiet >= g.opts.LeaderTTL/2 {
 		return fmt.Errorf("this broker's watchdog has not run for %v: its lease may have ended", quiet.Round(time.Millisecond))
 	}
 	return nil
@@ -616,9 +614,9 @@ func OpenJournal(g Options) (j store.Journal, release func(), err error) {
 	if err != nil {
 		return fail(err)
 	}
-	el := concurrency.NewElection(session, LeaderPrefix(g.Prefix))
 	host, _ := os.Hostname()
-	if err := el.Campaign(ctx, fmt.Sprintf("emq admin (%s:%d)", host, os.Getpid())); err != nil {
+	el, err := campaign(ctx, session, electionPrefix(g.Prefix), fmt.Sprintf("emq admin (%s:%d)", host, os.Getpid()), g.Timeout, nil)
+	if err != nil {
 		session.Close()
 		return fail(fmt.Errorf("a broker of the group started meanwhile (%w): use --admin", err))
 	}
