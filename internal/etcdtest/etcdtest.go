@@ -42,6 +42,23 @@ type Config struct {
 // stopped at cleanup.
 func StartWith(t testing.TB, n int, with Config) *Cluster {
 	t.Helper()
+	// A port freeURL found free may be taken by another process before a
+	// member binds it: then the cluster starts again on other ports.
+	for range 2 {
+		if c, err := startWith(t, n, with); err == nil {
+			return c
+		} else if !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("etcd: %v", err)
+		}
+	}
+	c, err := startWith(t, n, with)
+	if err != nil {
+		t.Fatalf("etcd: %v", err)
+	}
+	return c
+}
+
+func startWith(t testing.TB, n int, with Config) (*Cluster, error) {
 	c := &Cluster{t: t, members: make([]*embed.Etcd, n), clients: make([]string, n)}
 	cfgs := make([]*embed.Config, n)
 	var initial []string
@@ -87,12 +104,19 @@ func StartWith(t testing.TB, n int, with Config) *Cluster {
 			c.Stop(i)
 		}
 	})
+	var first error
 	for range n {
-		if err := <-errs; err != nil {
-			t.Fatalf("etcd: %v", err)
+		if err := <-errs; err != nil && first == nil {
+			first = err
 		}
 	}
-	return c
+	if first != nil {
+		for i := range c.members {
+			c.Stop(i)
+		}
+		return nil, first
+	}
+	return c, nil
 }
 
 // Endpoints are the members' client URLs.
