@@ -92,6 +92,24 @@ func Decode(frames [][]byte) (Message, error) {
 			return nil, err
 		}
 		return (*Unschedule)(s), nil
+	case CmdCancel:
+		id := string(frames[3])
+		if err := checkID(cmd, id, "orig msgid", f[0]); err != nil {
+			return nil, err
+		}
+		return &Cancel{MsgID: id, OrigMsgID: string(f[0])}, nil
+	case CmdProgress:
+		id := string(frames[3])
+		if err := checkID(cmd, id, "orig msgid", f[0]); err != nil {
+			return nil, err
+		}
+		switch text := f[1]; {
+		case len(text) > MaxProgressLen:
+			return nil, errorf(ErrProgress, cmd, id, "PROGRESS: the text is %d bytes, over the limit of %d", len(text), MaxProgressLen)
+		case !utf8.Valid(text):
+			return nil, errorf(ErrProgress, cmd, id, "PROGRESS: the text is not valid UTF-8")
+		}
+		return &Progress{MsgID: id, OrigMsgID: string(f[0]), Text: string(f[1])}, nil
 	case CmdPublish:
 		id := string(frames[3])
 		if len(f[0]) > MaxTopicLen {
@@ -141,6 +159,10 @@ func parseCommand(b []byte) (Command, bool) {
 		return CmdUnschedule, true
 	case "PUBLISH":
 		return CmdPublish, true
+	case "CANCEL":
+		return CmdCancel, true
+	case "PROGRESS":
+		return CmdProgress, true
 	}
 	return "", false
 }
@@ -151,11 +173,11 @@ func frameCounts(c Command) (min, max int) {
 	switch c {
 	case CmdRequest, CmdError:
 		return 7, 7
-	case CmdAck:
+	case CmdAck, CmdCancel:
 		return 5, 5
 	case CmdInform, CmdReply:
 		return 5, 6
-	case CmdFail, CmdPublish:
+	case CmdFail, CmdPublish, CmdProgress:
 		return 6, 6
 	case CmdHeartbeat:
 		return 4, 5

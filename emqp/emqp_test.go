@@ -48,6 +48,8 @@ func TestRoundTripEveryCommand(t *testing.T) {
 		&emqp.Unschedule{MsgID: id, Queue: "q", Interval: 60, Payload: []byte("x")},
 		&emqp.Publish{MsgID: id, Topic: "orders.eu", Message: binary},
 		&emqp.Publish{MsgID: id},
+		&emqp.Cancel{MsgID: id, OrigMsgID: orig},
+		&emqp.Progress{MsgID: id, OrigMsgID: orig, Text: "40 copied"},
 	}
 	seen := map[emqp.Command]bool{}
 	for _, m := range msgs {
@@ -61,8 +63,8 @@ func TestRoundTripEveryCommand(t *testing.T) {
 			t.Fatalf("%s: round trip\n got %#v\nwant %#v", m.Command(), got, m)
 		}
 	}
-	if len(seen) != 13 {
-		t.Fatalf("round trip covers %d commands, want all 13", len(seen))
+	if len(seen) != 15 {
+		t.Fatalf("round trip covers %d commands, want all 15", len(seen))
 	}
 }
 
@@ -310,5 +312,46 @@ func TestUnscheduleNeedsNoCron(t *testing.T) {
 		[]byte("guarantee"), []byte("-1"), []byte(`["run", {}]`), []byte("")})
 	if u, ok := m.(*emqp.Unschedule); err != nil || !ok || u.Interval != emqp.CronInterval {
 		t.Fatalf("UNSCHEDULE as EventMQ's client sends it: %+v, %v", m, err)
+	}
+}
+
+// The headers of priorities and unique jobs: their values, their
+// defaults, and a bad value refused naming its header.
+func TestJobHeaders(t *testing.T) {
+	t.Parallel()
+	if p, err := mustHeaders(t, "").Priority(); err != nil || p != emqp.DefaultPriority {
+		t.Fatalf("no header: priority %d, %v; want %d", p, err, emqp.DefaultPriority)
+	}
+	for v, want := range map[string]uint16{"0": 0, "7": 7, "65535": 65535} {
+		if p, err := mustHeaders(t, "priority:"+v).Priority(); err != nil || p != want {
+			t.Fatalf("priority:%s: %d, %v", v, p, err)
+		}
+	}
+	for _, v := range []string{"-1", "65536", "1.5", "x", ""} {
+		if _, err := mustHeaders(t, "priority:"+v).Priority(); err == nil || !strings.Contains(err.Error(), "header priority") {
+			t.Fatalf("priority:%q: %v, want an error naming the header", v, err)
+		}
+	}
+	k, hold, err := mustHeaders(t, "unique:user-42,unique-for:3600").Unique()
+	if err != nil || k != "user-42" || hold != time.Hour {
+		t.Fatalf("unique: %q %v %v", k, hold, err)
+	}
+	if k, _, err := mustHeaders(t, "x").Unique(); err != nil || k != "" {
+		t.Fatalf("no unique key: %q %v", k, err)
+	}
+	for h, name := range map[string]string{
+		"unique:" + strings.Repeat("k", 256): "header unique:",
+		`{"unique": ""}`:                     "header unique:",
+		"unique:k,unique-for:-1":             "header unique-for",
+		"unique:k,unique-for:1h":             "header unique-for",
+		"unique-for:10":                      "header unique-for needs header unique",
+	} {
+		if _, _, err := mustHeaders(t, h).Unique(); err == nil || !strings.Contains(err.Error(), name) {
+			t.Fatalf("%.40q: %v, want an error naming %q", h, err, name)
+		}
+	}
+	text := emqp.DuplicateText("q", "user-42", "job-1")
+	if id, ok := emqp.DuplicateHolder(text); !ok || id != "job-1" {
+		t.Fatalf("DuplicateHolder(%q) = %q, %v", text, id, ok)
 	}
 }

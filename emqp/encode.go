@@ -14,7 +14,7 @@ var (
 
 func init() {
 	for _, c := range []Command{CmdRequest, CmdAck, CmdInform, CmdReady, CmdReply, CmdFail,
-		CmdError, CmdHeartbeat, CmdKbye, CmdDisconnect, CmdSchedule, CmdUnschedule, CmdPublish} {
+		CmdError, CmdHeartbeat, CmdKbye, CmdDisconnect, CmdSchedule, CmdUnschedule, CmdPublish, CmdCancel, CmdProgress} {
 		cmdFrames[c] = []byte(c)
 	}
 }
@@ -50,6 +50,10 @@ func Encode(m Message) [][]byte {
 		return encodeSchedule(CmdUnschedule, (*Schedule)(m))
 	case *Publish:
 		return frames(CmdPublish, 2, m.Message, m.MsgID, m.Topic)
+	case *Cancel:
+		return frames(CmdCancel, -1, nil, m.MsgID, m.OrigMsgID)
+	case *Progress:
+		return frames(CmdProgress, -1, nil, m.MsgID, m.OrigMsgID, m.Text)
 	}
 	panic("emqp: Encode of an unknown message type")
 }

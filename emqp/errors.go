@@ -19,6 +19,7 @@ const (
 	ErrHeaders  Class = "headers"  // the headers frame cannot be read
 	ErrInterval Class = "interval" // SCHEDULE's interval is not a whole number >= -1
 	ErrCron     Class = "cron"     // SCHEDULE's cron expression is missing or malformed
+	ErrProgress Class = "progress" // a PROGRESS text is over MaxProgressLen bytes or not UTF-8
 )
 
 // Error returns the class name.

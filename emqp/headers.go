@@ -20,6 +20,9 @@ const (
 	HeaderNoHaste        = "nohaste"
 	HeaderRunCount       = "run_count"
 	HeaderDelay          = "delay"
+	HeaderPriority       = "priority"   // 0 to 65535, lower runs first; DefaultPriority when absent
+	HeaderUnique         = "unique"     // a key no other live job of the queue may hold
+	HeaderUniqueFor      = "unique-for" // seconds the key stays held after the job is done
 
 	// Of schedules kept by the broker.
 	HeaderScheduleID = "schedule-id" // names a schedule whose payload is not EventMQ's
@@ -212,6 +215,79 @@ func (h Headers) RetryCount(def int) (int, error) {
 func (h Headers) RunCount() (int, error) {
 	n, _, err := h.count(HeaderRunCount)
 	return n, err
+}
+
+// DefaultPriority is a job's priority without the priority header
+// (beanstalkd's default); lower runs first.
+const DefaultPriority = 1024
+
+// MaxUniqueLen bounds a unique key, in bytes.
+const MaxUniqueLen = 255
+
+// Priority returns the job's priority: 0 to 65535, lower first.
+func (h Headers) Priority() (uint16, error) {
+	v, ok := h.Get(HeaderPriority)
+	if !ok {
+		return DefaultPriority, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 16)
+	if err != nil {
+		return 0, errorf(ErrHeaders, "", "", "header %s: %q is not a whole number from 0 to 65535", HeaderPriority, v)
+	}
+	return uint16(n), nil
+}
+
+// Unique returns the job's unique key ("" = none) and how long it stays
+// held after the job is done.
+func (h Headers) Unique() (key string, hold time.Duration, err error) {
+	key, ok := h.Get(HeaderUnique)
+	switch {
+	case ok && key == "":
+		return "", 0, errorf(ErrHeaders, "", "", "header %s: the key is empty", HeaderUnique)
+	case len(key) > MaxUniqueLen:
+		return "", 0, errorf(ErrHeaders, "", "", "header %s: the key is %d bytes, over the limit of %d", HeaderUnique, len(key), MaxUniqueLen)
+	}
+	v, ok := h.Get(HeaderUniqueFor)
+	if !ok {
+		return key, 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 32)
+	switch {
+	case err != nil:
+		return "", 0, errorf(ErrHeaders, "", "", "header %s: %q is not a whole number of seconds from 0 to %d", HeaderUniqueFor, v, uint32(math.MaxUint32))
+	case key == "":
+		return "", 0, errorf(ErrHeaders, "", "", "header %s needs header %s", HeaderUniqueFor, HeaderUnique)
+	}
+	return key, time.Duration(n) * time.Second, nil
+}
+
+// DuplicateHolder reads the msgid of the job holding a unique key from
+// the text of an ERROR duplicate ("", false when it names none).
+func DuplicateHolder(text string) (string, bool) {
+	i := strings.LastIndex(text, duplicateMark)
+	if i < 0 {
+		return "", false
+	}
+	id := text[i+len(duplicateMark):]
+	return id, id != "" && len(id) <= MaxIDLen
+}
+
+// DuplicateText is the text of an ERROR duplicate.
+func DuplicateText(queue, key, holder string) string {
+	return "queue " + strconv.Quote(queue) + ": unique key " + strconv.Quote(key) + duplicateMark + holder
+}
+
+const duplicateMark = " is held by job "
+
+// splitProgress reads a PROGRESS text: a number from 0 to 100 first, if
+// any, then the note.
+func splitProgress(s string) (percent int, note string, ok bool) {
+	word, rest, _ := strings.Cut(s, " ")
+	n, err := strconv.Atoi(word)
+	if err != nil || n < 0 || n > 100 || word != strconv.Itoa(n) {
+		return 0, s, false
+	}
+	return n, strings.TrimSpace(rest), true
 }
 
 func (h Headers) count(name string) (int, bool, error) {

@@ -38,6 +38,8 @@ const (
 	CmdSchedule   Command = "SCHEDULE"
 	CmdUnschedule Command = "UNSCHEDULE"
 	CmdPublish    Command = "PUBLISH"
+	CmdCancel     Command = "CANCEL"   // client → broker: cancel a job; broker → worker: stop running it
+	CmdProgress   Command = "PROGRESS" // worker → broker: how far a job has come
 )
 
 // Peer types an INFORM may name.
@@ -55,7 +57,15 @@ const (
 	CodeQueueFull          = "queue_full"
 	CodeUnavailable        = "unavailable"
 	CodeForbidden          = "forbidden" // the peer's roles do not allow the command (CURVE, PLAIN)
+	// CodeDuplicate refuses a REQUEST whose unique key another job holds;
+	// the text ends with "held by job MSGID" (DuplicateHolder reads it).
+	CodeDuplicate = "duplicate"
+	CodeNotFound  = "not_found" // CANCEL of a job the broker does not hold
+	CodeConflict  = "conflict"  // CANCEL of a job that is done, dead or cancelled already
 )
+
+// MaxProgressLen bounds the text of a PROGRESS, in bytes.
+const MaxProgressLen = 1024
 
 // Message is one decoded eMQP message.
 type Message interface {
@@ -185,6 +195,47 @@ type Publish struct {
 	Topic   string
 	Message []byte
 }
+
+// Cancel asks for a job to be cancelled (client → broker, answered with
+// ACK or ERROR), or tells the worker running it to stop (broker → worker,
+// not answered).
+type Cancel struct {
+	MsgID     string
+	OrigMsgID string // the job's msgid
+}
+
+// Progress reports how far a job has come: worker → broker. Text is a
+// number from 0 to 100, a short note, or both ("40 copied 4 of 10 files").
+type Progress struct {
+	MsgID     string
+	OrigMsgID string // the job's msgid
+	Text      string
+}
+
+// Percent returns the number the text starts with, if it starts with one
+// from 0 to 100.
+func (m *Progress) Percent() (int, bool) {
+	p, _, ok := splitProgress(m.Text)
+	return p, ok
+}
+
+// Note returns the text after the number, or the whole text without one.
+func (m *Progress) Note() string {
+	_, note, _ := splitProgress(m.Text)
+	return note
+}
+
+// Command returns CANCEL.
+func (*Cancel) Command() Command { return CmdCancel }
+
+// Command returns PROGRESS.
+func (*Progress) Command() Command { return CmdProgress }
+
+// ID returns the msgid.
+func (m *Cancel) ID() string { return m.MsgID }
+
+// ID returns the msgid.
+func (m *Progress) ID() string { return m.MsgID }
 
 // Command returns REQUEST.
 func (*Request) Command() Command { return CmdRequest }

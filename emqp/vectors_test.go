@@ -16,6 +16,9 @@ import (
 // checkout, both on a developer's machine and in CI.
 var vectorsPath = filepath.Join("..", "..", "shared", "emqp-vectors.json")
 
+// extPath holds the cases of EMQ's own commands, in the same form.
+var extPath = filepath.Join("testdata", "vectors-ext.json")
+
 type vectorCase struct {
 	Name      string         `json:"name"`
 	Frames    []string       `json:"frames"`
@@ -26,19 +29,24 @@ type vectorCase struct {
 
 func loadVectors(t testing.TB) []vectorCase {
 	t.Helper()
-	data, err := os.ReadFile(vectorsPath)
+	return append(readVectors(t, vectorsPath), readVectors(t, extPath)...)
+}
+
+func readVectors(t testing.TB, path string) []vectorCase {
+	t.Helper()
+	data, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("the shared wire cases are missing: %v (expected ../shared/emqp-vectors.json beside the checkout)", err)
+		t.Fatalf("the wire cases are missing: %v (expected ../shared/emqp-vectors.json beside the checkout)", err)
 	}
 	var file struct {
 		Version int          `json:"version"`
 		Decode  []vectorCase `json:"decode"`
 	}
 	if err := json.Unmarshal(data, &file); err != nil {
-		t.Fatalf("%s: %v", vectorsPath, err)
+		t.Fatalf("%s: %v", path, err)
 	}
 	if len(file.Decode) == 0 {
-		t.Fatalf("%s holds no decode cases", vectorsPath)
+		t.Fatalf("%s holds no decode cases", path)
 	}
 	return file.Decode
 }
@@ -125,6 +133,14 @@ func asVector(t *testing.T, m emqp.Message) map[string]any {
 		v["queue"], v["headers"], v["interval"], v["payload"], v["cron"] = m.Queue, headers(m.Headers), float64(m.Interval), string(m.Payload), m.Cron
 	case *emqp.Publish:
 		v["topic"], v["message"] = m.Topic, string(m.Message)
+	case *emqp.Cancel:
+		v["orig_msgid"] = m.OrigMsgID
+	case *emqp.Progress:
+		p, ok := m.Percent()
+		if !ok {
+			p = -1
+		}
+		v["orig_msgid"], v["text"], v["percent"], v["note"] = m.OrigMsgID, m.Text, float64(p), m.Note()
 	case *emqp.Unschedule:
 		v["queue"], v["headers"], v["interval"], v["payload"], v["cron"] = m.Queue, headers(m.Headers), float64(m.Interval), string(m.Payload), m.Cron
 	default:
