@@ -25,7 +25,7 @@ import (
 
 // The journal's buckets are store's layout (store.BucketJobs, ...); the
 // steps create them: result_exp since step 2, schedules since 3, queues
-// since 4, done since 5.
+// since 4, done since 5, cancelled, unique and unique_exp since 7.
 var (
 	meta      = store.BucketMeta
 	schemaKey = []byte("schema")
@@ -80,6 +80,14 @@ var Steps = []Step{
 		return err
 	}, nil},
 	{6, "seal every value with its checksum; the job sequence in meta; a bucket for damaged values", finishSealing, sealInChunks},
+	{7, "keep cancelled jobs and unique keys", func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{store.BucketCancelled, store.BucketUnique, store.BucketUniqueExp} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil},
 }
 
 // Step 6 gives every value but the schema version its checksum

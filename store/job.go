@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -16,6 +17,9 @@ const (
 	Pending State = 1 // waiting for (or held by) a worker
 	Dead    State = 2 // out of attempts; in the dead-letter list
 	Done    State = 3 // replied to, kept with its result until that expires
+	// Cancelled: an operator or client cancelled it; kept like a done job
+	// (with a keep time) so that it can be seen, never run again.
+	Cancelled State = 4
 )
 
 func (s State) String() string {
@@ -26,6 +30,8 @@ func (s State) String() string {
 		return "dead"
 	case Done:
 		return "done"
+	case Cancelled:
+		return "cancelled"
 	}
 	return fmt.Sprintf("state(%d)", uint8(s))
 }
@@ -39,8 +45,10 @@ func ParseState(s string) (State, error) {
 		return Dead, nil
 	case "done":
 		return Done, nil
+	case "cancelled":
+		return Cancelled, nil
 	}
-	return 0, fmt.Errorf("%w: unknown job state %q (want pending, dead or done)", ErrBadFilter, s)
+	return 0, fmt.Errorf("%w: unknown job state %q (want pending, dead, done or cancelled)", ErrBadFilter, s)
 }
 
 // Job is one stored job: everything the broker needs to dispatch it again
@@ -55,7 +63,7 @@ type Job struct {
 	Attempts  int       // deliveries that ended without a REPLY
 	LastError string    // why the last attempt ended
 	NotBefore time.Time // not to be dispatched before this (delay, backoff); zero = now
-	Finished  time.Time // when it was done (state Done; kept where NotBefore is)
+	Finished  time.Time // when it was done or cancelled (kept where NotBefore is)
 	State     State
 	Seq       uint64 // position in its queue: FIFO order
 	// PayloadSize is len(Payload), also where Payload is left out (Load).
@@ -64,7 +72,15 @@ type Job struct {
 	// events the broker wrote with its changes (RecordAttempt, Bury,
 	// Complete, Revive). Its receipt is Enqueued.
 	Trail []TrailEvent
+	// Unique is the job's unique key in its queue (header unique:), ""
+	// for none: while the job is pending the journal stores no other job
+	// with it, and for UniqueFor after it is done (UniqueError).
+	Unique    string
+	UniqueFor time.Duration // whole seconds
 }
+
+// finished reports whether the job's time field is Finished.
+func (s State) finished() bool { return s == Done || s == Cancelled }
 
 // TrailEvent is one step of a job's history.
 type TrailEvent struct {
@@ -99,19 +115,25 @@ func withTrail(trail, events []TrailEvent) []TrailEvent {
 
 // Limits of what a job may hold, so a record always fits bbolt's limits.
 const (
-	MaxIDLen    = 255
-	MaxQueueLen = 255
+	MaxIDLen     = 255
+	MaxQueueLen  = 255
+	MaxUniqueLen = 255
 )
 
 // recordVersion is what encode writes; version 1 records (no trail) are
-// read too.
-const recordVersion = 2
+// read too. A job with a unique key is written as version 3 (the key and
+// its hold after the trail), others stay version 2.
+const (
+	recordVersion = 2
+	uniqueVersion = 3
+)
 
 // A record: version byte, state byte, the sequence as 8 fixed bytes (so
 // the committer can set it in an encoded record), then enqueue time, not
 // before, attempts as varints, then queue, headers, client id, last error
 // and payload, each with a uvarint length; version 2 then has the trail:
-// a count, and each event's time, attempt, kind, worker and reason.
+// a count, and each event's time, attempt, kind, worker and reason;
+// version 3 then the unique key (uvarint length) and its hold in seconds.
 const (
 	recState  = 1
 	recSeq    = 2
@@ -125,11 +147,16 @@ func (j *Job) encode() []byte {
 	for _, e := range j.Trail {
 		n += 5*binary.MaxVarintLen64 + len(e.Kind) + len(e.Worker) + len(e.Reason)
 	}
+	n += len(j.Unique) + binary.MaxVarintLen64
 	b := make([]byte, 0, n)
-	b = append(b, recordVersion, byte(j.State))
+	v := byte(recordVersion)
+	if j.Unique != "" {
+		v = uniqueVersion
+	}
+	b = append(b, v, byte(j.State))
 	b = binary.BigEndian.AppendUint64(b, j.Seq)
 	b = binary.AppendVarint(b, j.Enqueued.UnixNano())
-	if j.State == Done {
+	if j.State.finished() {
 		b = binary.AppendVarint(b, unixNano(j.Finished))
 	} else {
 		b = binary.AppendVarint(b, unixNano(j.NotBefore))
@@ -148,11 +175,18 @@ func (j *Job) encode() []byte {
 			b = append(b, s...)
 		}
 	}
+	if v == uniqueVersion {
+		b = binary.AppendUvarint(b, uint64(len(j.Unique)))
+		b = append(b, j.Unique...)
+		b = binary.AppendUvarint(b, uint64(j.UniqueFor/time.Second))
+	}
 	return b
 }
 
 // knownVersion reports a record version this binary reads.
-func knownVersion(b []byte) bool { return len(b) >= recFields && (b[0] == 1 || b[0] == recordVersion) }
+func knownVersion(b []byte) bool {
+	return len(b) >= recFields && (b[0] == 1 || b[0] == recordVersion || b[0] == uniqueVersion)
+}
 
 // decodeJob reads a record; it copies everything, so the result outlives
 // the transaction. Without withPayload it leaves the payload where it is
@@ -164,7 +198,7 @@ func decodeJob(msgid, b []byte, withPayload bool) (*Job, error) {
 	j := &Job{MsgID: string(msgid), State: State(b[recState]), Seq: binary.BigEndian.Uint64(b[recSeq:])}
 	r := reader{b: b[recFields:]}
 	j.Enqueued = time.Unix(0, r.varint())
-	if nb := r.varint(); nb != 0 && j.State == Done {
+	if nb := r.varint(); nb != 0 && j.State.finished() {
 		j.Finished = time.Unix(0, nb)
 	} else if nb != 0 {
 		j.NotBefore = time.Unix(0, nb)
@@ -186,6 +220,10 @@ func decodeJob(msgid, b []byte, withPayload bool) (*Job, error) {
 			e.Kind, e.Worker, e.Reason = string(r.bytes()), string(r.bytes()), string(r.bytes())
 			j.Trail = append(j.Trail, e)
 		}
+	}
+	if b[0] >= uniqueVersion {
+		j.Unique = string(r.bytes())
+		j.UniqueFor = time.Duration(min(r.uvarint(), math.MaxUint32)) * time.Second
 	}
 	if r.bad {
 		return nil, fmt.Errorf("%w: the record of job %q is truncated", ErrCorrupt, msgid)
@@ -291,6 +329,15 @@ func queueKey(queue string, seq uint64) []byte {
 	k = append(k, byte(len(queue)))
 	k = append(k, queue...)
 	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+// uniqueKey is a unique key's key in the unique index: the queue name
+// with its length in front, then the key.
+func uniqueKey(queue, key string) []byte {
+	k := make([]byte, 0, 1+len(queue)+len(key))
+	k = append(k, byte(len(queue)))
+	k = append(k, queue...)
+	return append(k, key...)
 }
 
 // queuePrefix is the key prefix of one queue in an index.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -26,7 +27,9 @@ import (
 type Journal interface {
 	// Append stores a new pending job at the tail of its queue. dup reports
 	// that the msgid was already stored (pending or dead), or that its job
-	// is done and its result still kept: nothing changed. Once the job is
+	// is done and its result still kept, or done within the hold of its
+	// unique key: nothing changed. A job with a unique key (Job.Unique)
+	// that another job of its queue holds is refused with a *UniqueError. Once the job is
 	// stored, Append sets j.Seq before it calls done, so the caller must
 	// leave j alone until then. A bad msgid or queue name is
 	// ErrInvalidJob; a job over the backend's size limit, ErrTooLarge.
@@ -54,6 +57,13 @@ type Journal interface {
 	// Revive brings a dead job back to the tail of its queue with its
 	// attempts reset. ErrNotFound, or ErrWrongState when it is not dead.
 	Revive(msgid string, trail []TrailEvent, done func(*Job, error))
+	// Cancel takes a pending job out of its queue for good, its unique key
+	// let go. With keepUntil set it is kept until then in state
+	// Cancelled, with the trail events added, as Complete keeps a done
+	// job; else it is deleted. done gets the job as it was cancelled.
+	// ErrNotFound, or ErrWrongState when it is not pending (dead, done,
+	// cancelled).
+	Cancel(msgid string, keepUntil time.Time, trail []TrailEvent, done func(*Job, error))
 	// PurgeQueue deletes every pending job of a queue.
 	PurgeQueue(queue string, done func(removed int, err error))
 	// ExpireResults deletes results whose time is up at now, and reports
@@ -194,7 +204,8 @@ type Count struct {
 	Queue   string
 	Pending int
 	Dead    int
-	Done    int // kept with their result (Complete with a keep time)
+	Done      int // kept with their result (Complete with a keep time)
+	Cancelled int // kept after a Cancel with a keep time
 }
 
 // CompactStats tells what a compaction did.
@@ -211,6 +222,9 @@ var (
 	ErrInvalidJob = errors.New("invalid job")
 	ErrTooLarge   = errors.New("job is over the journal's size limit")
 	ErrBadFilter  = errors.New("bad listing filter or cursor")
+	// ErrDuplicate: another job holds the unique key (a *UniqueError
+	// says which).
+	ErrDuplicate = errors.New("another job holds the unique key")
 
 	// The same refusals about a schedule: errors.Is matches them with
 	// ErrNotFound and ErrInvalidJob too.
@@ -233,6 +247,20 @@ var (
 	ErrCorrupt = errors.New("journal is damaged (or the file is not a bbolt file)")
 	ErrTooNew  = errors.New("journal schema is newer than this binary knows")
 )
+
+// UniqueError refuses an Append whose unique key another job of its
+// queue holds; errors.Is matches it with ErrDuplicate.
+type UniqueError struct {
+	Queue, Key string
+	Holder     string // the msgid of the job that holds the key
+}
+
+func (e *UniqueError) Error() string {
+	return fmt.Sprintf("queue %q: unique key %q is held by job %s", e.Queue, e.Key, e.Holder)
+}
+
+// Is matches ErrDuplicate.
+func (e *UniqueError) Is(target error) bool { return target == ErrDuplicate }
 
 // kindOf is an error with its own text that errors.Is also matches with
 // a more general one.

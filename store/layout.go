@@ -20,6 +20,9 @@ var (
 	BucketQueues    = []byte("queues")     // queue name -> its controls, JSON
 	BucketDone      = []byte("done")       // queue key + seq -> msgid: jobs done, kept with their result
 	BucketDamaged   = []byte("damaged")    // bucket "/" key -> what failed its checksum, and why (Quarantine)
+	BucketCancelled = []byte("cancelled")  // queue key + seq -> msgid: jobs cancelled, kept like done ones
+	BucketUnique    = []byte("unique")     // queue key + unique key -> expiry (8; 0 = held by a live job) + msgid
+	BucketUniqueExp = []byte("unique_exp") // expiry (8) + unique index key -> nothing: holds that end
 )
 
 // ResultExpKey is the result_exp index key for an expiry (8 bytes, big

@@ -102,7 +102,7 @@ func quarantine(t Tx, d Damage, now time.Time) error {
 
 // isIndex reports an index bucket (queue key -> msgid).
 func isIndex(bucket []byte) bool {
-	return bytes.Equal(bucket, BucketPending) || bytes.Equal(bucket, BucketDead) || bytes.Equal(bucket, BucketDone)
+	return bytes.Equal(bucket, BucketPending) || bytes.Equal(bucket, BucketDead) || bytes.Equal(bucket, BucketDone) || bytes.Equal(bucket, BucketCancelled)
 }
 
 func damagedKey(bucket, key []byte) []byte {

@@ -184,6 +184,9 @@ func (jn *Core) Result(msgid string) ([]byte, error) {
 		if v == nil || int64(binary.BigEndian.Uint64(v[:8])) < time.Now().UnixNano() {
 			return fmt.Errorf("%w: no result kept for %s", ErrNotFound, msgid)
 		}
+		if rec := t.Get(BucketJobs, []byte(msgid)); len(rec) > recState && State(rec[recState]) == Cancelled {
+			return fmt.Errorf("%w: job %s was cancelled: it has no result", ErrNotFound, msgid)
+		}
 		out = bytes.Clone(v[8:])
 		return nil
 	})
@@ -203,7 +206,7 @@ func (jn *Core) List(opts ListOptions) (Page, error) {
 	states := []State{Pending, Dead}
 	switch opts.State {
 	case 0:
-	case Pending, Dead, Done:
+	case Pending, Dead, Done, Cancelled:
 		states = []State{opts.State}
 	default:
 		return Page{}, fmt.Errorf("%w: unknown job state %s", ErrBadFilter, opts.State)
@@ -331,7 +334,7 @@ func parseCursor(c string) (State, []byte, error) {
 // Counts implements Journal. It reads the index keys only.
 func (jn *Core) Counts(only ...State) ([]Count, error) {
 	if len(only) == 0 {
-		only = []State{Pending, Dead, Done}
+		only = []State{Pending, Dead, Done, Cancelled}
 	}
 	var out []Count
 	at := map[string]int{}
@@ -355,6 +358,8 @@ func (jn *Core) Counts(only ...State) ([]Count, error) {
 					out[i].Dead++
 				case Done:
 					out[i].Done++
+				case Cancelled:
+					out[i].Cancelled++
 				}
 				return true, nil
 			})

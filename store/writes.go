@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -14,6 +15,8 @@ func index(s State) []byte {
 		return BucketDead
 	case Done:
 		return BucketDone
+	case Cancelled:
+		return BucketCancelled
 	}
 	return BucketPending
 }
@@ -27,6 +30,8 @@ func (jn *Core) validate(j *Job) error {
 		return fmt.Errorf("%w: msgid must be 1 to %d bytes, got %d", ErrInvalidJob, MaxIDLen, len(j.MsgID))
 	case j.Queue == "" || len(j.Queue) > MaxQueueLen:
 		return fmt.Errorf("%w: queue name must be 1 to %d bytes, got %d", ErrInvalidJob, MaxQueueLen, len(j.Queue))
+	case len(j.Unique) > MaxUniqueLen:
+		return fmt.Errorf("%w: unique key must be at most %d bytes, got %d", ErrInvalidJob, MaxUniqueLen, len(j.Unique))
 	}
 	return nil
 }
@@ -48,6 +53,12 @@ func (jn *Core) Append(j *Job, done func(dup bool, err error)) {
 	val := rec.encode()
 	id := []byte(j.MsgID)
 	queue := j.Queue
+	reads := takenReads(id)
+	var uk []byte
+	if j.Unique != "" {
+		uk = uniqueKey(queue, j.Unique)
+		reads = append(reads, Key{BucketUnique, uk})
+	}
 	var dup bool
 	var seq uint64
 	jn.enqueue(write{
@@ -55,6 +66,11 @@ func (jn *Core) Append(j *Job, done func(dup bool, err error)) {
 			var err error
 			if dup, err = taken(t, id); dup || err != nil {
 				return err
+			}
+			if uk != nil {
+				if dup, err = takeUnique(t, uk, id, queue, rec.Unique); dup || err != nil {
+					return err
+				}
 			}
 			if seq, err = t.NextSeq(); err != nil {
 				return err
@@ -65,7 +81,7 @@ func (jn *Core) Append(j *Job, done func(dup bool, err error)) {
 			}
 			return t.Put(BucketPending, queueKey(queue, seq), id)
 		},
-		reads: takenReads(id),
+		reads: reads,
 		finish: func(err error) {
 			if err == nil && !dup {
 				j.Seq = seq // only once it is stored: a failed commit stored nothing
@@ -86,11 +102,52 @@ func taken(t Tx, id []byte) (bool, error) {
 	switch {
 	case rec == nil:
 		return resultKept(t, id), nil
-	case len(rec) <= recState || State(rec[recState]) != Done || resultKept(t, id):
+	case len(rec) <= recState || !State(rec[recState]).finished() || resultKept(t, id):
 		return true, nil
 	}
 	_, err := deleteJob(t, id)
 	return false, err
+}
+
+// takeUnique gives unique key uk to job id, unless another job holds
+// it: a pending one, or one done less than its UniqueFor ago (a
+// UniqueError). dup reports that id itself holds it, done within its
+// hold: sent again, it is the same job, not a new one.
+func takeUnique(t Tx, uk, id []byte, queue, key string) (dup bool, err error) {
+	if v := t.Get(BucketUnique, uk); len(v) >= 8 {
+		exp, holder := int64(binary.BigEndian.Uint64(v[:8])), v[8:]
+		held := exp == 0 || exp > time.Now().UnixNano()
+		switch {
+		case held && bytes.Equal(holder, id):
+			return true, nil
+		case held:
+			return false, jobError{&UniqueError{Queue: queue, Key: key, Holder: string(holder)}}
+		}
+	}
+	return false, t.Put(BucketUnique, uk, append(make([]byte, 8, 8+len(id)), id...))
+}
+
+// releaseUnique lets go of the unique key of a pending job's record rec:
+// at once, or, done with a hold, when the hold ends. A job that is not
+// pending holds no key (one done may hold it for its hold, which is
+// swept).
+func releaseUnique(t Tx, id, rec []byte, done bool, now time.Time) error {
+	if len(rec) <= recState || rec[0] != uniqueVersion || State(rec[recState]) != Pending {
+		return nil
+	}
+	j, err := decodeJob(id, rec, false)
+	if err != nil {
+		return jobError{err}
+	}
+	uk := uniqueKey(j.Queue, j.Unique)
+	if !done || j.UniqueFor <= 0 {
+		return t.Delete(BucketUnique, uk)
+	}
+	exp := ExpiryBytes(now.Add(j.UniqueFor).UnixNano())
+	if err := t.Put(BucketUnique, uk, append(exp, id...)); err != nil {
+		return err
+	}
+	return t.Put(BucketUniqueExp, append(exp[:8:8], uk...), nil)
 }
 
 // takenReads are the keys taken reads.
@@ -145,7 +202,11 @@ func (jn *Core) Complete(msgid string, result []byte, keepUntil time.Time, trail
 	var found bool
 	jn.enqueue(write{
 		apply: func(t Tx) (err error) {
-			if keepUntil.IsZero() || !jn.fits(len(t.Get(BucketJobs, id))+len(result)) {
+			rec := t.Get(BucketJobs, id)
+			if err := releaseUnique(t, id, rec, true, now); err != nil {
+				return err
+			}
+			if keepUntil.IsZero() || !jn.fits(len(rec)+len(result)) {
 				found, err = deleteJob(t, id)
 				return err
 			}
@@ -190,6 +251,9 @@ func (jn *Core) Remove(msgid string, done func(found bool, err error)) {
 	var found bool
 	jn.enqueue(write{
 		apply: func(t Tx) (err error) {
+			if err := releaseUnique(t, id, t.Get(BucketJobs, id), false, time.Time{}); err != nil {
+				return err
+			}
 			if found, err = deleteJob(t, id); err != nil || !found {
 				return err
 			}
@@ -261,6 +325,11 @@ func (jn *Core) Bury(msgid, reason string, trail []TrailEvent, done func(*Job, e
 		if err := t.Delete(BucketPending, key); err != nil {
 			return err
 		}
+		if j.Unique != "" { // a dead job lets its key go: see doc.go
+			if err := t.Delete(BucketUnique, uniqueKey(j.Queue, j.Unique)); err != nil {
+				return err
+			}
+		}
 		j.Attempts++
 		j.LastError, j.State, j.NotBefore = reason, Dead, time.Time{}
 		j.Trail = withTrail(j.Trail, trail)
@@ -283,6 +352,17 @@ func (jn *Core) Revive(msgid string, trail []TrailEvent, done func(*Job, error))
 		}
 		j.Seq, j.State, j.Attempts, j.NotBefore = seq, Pending, 0, time.Time{}
 		j.Trail = withTrail(j.Trail, trail)
+		if j.Unique != "" {
+			// Its key back, unless another job took it meanwhile: then it
+			// runs without one.
+			var re jobError
+			if _, err := takeUnique(t, uniqueKey(j.Queue, j.Unique), []byte(msgid), j.Queue, j.Unique); errors.As(err, &re) {
+				j.Trail = withTrail(j.Trail, []TrailEvent{{Time: time.Now(), Kind: "revived", Reason: re.Error() + "; it runs without the key"}})
+				j.Unique, j.UniqueFor = "", 0
+			} else if err != nil {
+				return err
+			}
+		}
 		return t.Put(BucketPending, queueKey(j.Queue, seq), []byte(msgid))
 	}, done)
 }
@@ -344,8 +424,12 @@ func (jn *Core) PurgeQueue(queue string, done func(removed int, err error)) {
 		if err != nil {
 			return 0, false, err
 		}
+		recs := t.Gets(BucketJobs, ids)
 		for i := range keys {
 			if err := t.Delete(BucketPending, keys[i]); err != nil {
+				return 0, false, err
+			}
+			if err := releaseUnique(t, ids[i], recs[i], false, time.Time{}); err != nil {
 				return 0, false, err
 			}
 			if err := t.Delete(BucketJobs, ids[i]); err != nil {
@@ -390,7 +474,7 @@ func (jn *Core) ExpireResults(now time.Time, done func(removed int, err error)) 
 				if err := t.Delete(BucketResults, k[8:]); err != nil {
 					return 0, false, err
 				}
-				if rec := t.Get(BucketJobs, k[8:]); len(rec) > recState && State(rec[recState]) == Done {
+				if rec := t.Get(BucketJobs, k[8:]); len(rec) > recState && State(rec[recState]).finished() {
 					if _, err := deleteJob(t, k[8:]); err != nil { // the done job goes with its result
 						return 0, false, err
 					}
@@ -398,6 +482,98 @@ func (jn *Core) ExpireResults(now time.Time, done func(removed int, err error)) 
 				removed++
 			}
 		}
-		return removed, more, nil
+		if more {
+			return removed, more, nil
+		}
+		n, more, err := expireUnique(t, limit, most-len(keys))
+		return removed + n, more, err
 	}, done)
+}
+
+// expireUnique deletes up to most unique keys whose hold ended by limit.
+func expireUnique(t Tx, limit []byte, most int) (int, bool, error) {
+	var keys [][]byte
+	more := false
+	err := t.Scan(BucketUniqueExp, nil, func(k, _ []byte) (bool, error) {
+		if len(k) < 8 || bytes.Compare(k[:8], limit) > 0 {
+			return false, nil
+		}
+		if more = len(keys) >= most; more {
+			return false, nil
+		}
+		keys = append(keys, bytes.Clone(k))
+		return true, nil
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	for _, k := range keys {
+		if err := t.Delete(BucketUniqueExp, k); err != nil {
+			return 0, false, err
+		}
+		// Only if the key's hold is the one this entry is for: a job
+		// done since holds it for its own.
+		if v := t.Get(BucketUnique, k[8:]); len(v) >= 8 && bytes.Equal(v[:8], k[:8]) {
+			if err := t.Delete(BucketUnique, k[8:]); err != nil {
+				return 0, false, err
+			}
+		}
+	}
+	return 0, more, nil
+}
+
+// Cancel implements Journal.
+func (jn *Core) Cancel(msgid string, keepUntil time.Time, trail []TrailEvent, done func(*Job, error)) {
+	id := []byte(msgid)
+	now := time.Now()
+	var out *Job
+	jn.enqueue(write{
+		reads: []Key{{BucketJobs, id}},
+		apply: func(t Tx) error {
+			rec := t.Get(BucketJobs, id)
+			if rec == nil {
+				return jobError{fmt.Errorf("%w: %s", ErrNotFound, msgid)}
+			}
+			j, err := decodeJob(id, rec, true)
+			if err != nil {
+				return jobError{err}
+			}
+			if j.State != Pending {
+				return jobError{fmt.Errorf("%w: job %s is %s", ErrWrongState, msgid, j.State)}
+			}
+			if err := releaseUnique(t, id, rec, false, now); err != nil {
+				return err
+			}
+			key := queueKey(j.Queue, j.Seq)
+			if err := t.Delete(BucketPending, key); err != nil {
+				return err
+			}
+			j.State, j.Finished, j.NotBefore = Cancelled, now, time.Time{}
+			j.Trail = withTrail(j.Trail, trail)
+			out = j
+			if keepUntil.IsZero() {
+				return t.Delete(BucketJobs, id)
+			}
+			if err := t.Put(BucketCancelled, key, id); err != nil {
+				return err
+			}
+			if err := t.Put(BucketJobs, id, j.encode()); err != nil {
+				return err
+			}
+			exp := ExpiryBytes(keepUntil.UnixNano())
+			if err := t.Put(BucketResults, id, exp); err != nil { // an empty result: kept as a done job's is
+				return err
+			}
+			return t.Put(BucketResultExp, ResultExpKey(exp, id), nil)
+		},
+		finish: func(err error) {
+			if done == nil {
+				return
+			}
+			if err != nil {
+				out = nil
+			}
+			done(out, err)
+		},
+	})
 }

@@ -21,7 +21,8 @@ import (
 
 // buckets are the journal's buckets by their number in the log.
 var buckets = [][]byte{store.BucketMeta, store.BucketJobs, store.BucketPending, store.BucketDead,
-	store.BucketResults, store.BucketResultExp, store.BucketSchedules, store.BucketQueues, store.BucketDone, store.BucketDamaged}
+	store.BucketResults, store.BucketResultExp, store.BucketSchedules, store.BucketQueues, store.BucketDone, store.BucketDamaged,
+	store.BucketCancelled, store.BucketUnique, store.BucketUniqueExp}
 
 // bucketID is a bucket's number in the log.
 func bucketID(name []byte) (uint8, error) {

@@ -313,7 +313,8 @@ func (e *Journal) oldestView() int64 {
 // pageOf is how many keys of bucket a scan reads at once.
 func pageOf(bucket []byte) int64 {
 	switch string(bucket) {
-	case string(store.BucketPending), string(store.BucketDead), string(store.BucketDone), string(store.BucketResultExp):
+	case string(store.BucketPending), string(store.BucketDead), string(store.BucketDone), string(store.BucketResultExp),
+		string(store.BucketCancelled), string(store.BucketUniqueExp):
 		return indexPage
 	}
 	return scanPage

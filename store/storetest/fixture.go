@@ -445,6 +445,9 @@ func diffJob(got, want *store.Job) string {
 	if got.Seq != want.Seq {
 		d = append(d, fmt.Sprintf("Seq %d, want %d", got.Seq, want.Seq))
 	}
+	if got.Unique != want.Unique || got.UniqueFor != want.UniqueFor {
+		d = append(d, fmt.Sprintf("Unique %q for %v, want %q for %v", got.Unique, got.UniqueFor, want.Unique, want.UniqueFor))
+	}
 	return strings.Join(d, "; ")
 }
 
@@ -453,8 +456,8 @@ func describe(j *store.Job) string {
 	if j == nil {
 		return "no job"
 	}
-	return fmt.Sprintf("%q queue=%q headers=%q payload=%q client=%q enqueued=%d attempts=%d error=%q notbefore=%d state=%s seq=%d",
-		j.MsgID, j.Queue, j.Headers, j.Payload, j.ClientID, nanos(j.Enqueued), j.Attempts, j.LastError, nanos(j.NotBefore), j.State, j.Seq)
+	return fmt.Sprintf("%q queue=%q headers=%q payload=%q client=%q enqueued=%d attempts=%d error=%q notbefore=%d state=%s seq=%d unique=%q/%v",
+		j.MsgID, j.Queue, j.Headers, j.Payload, j.ClientID, nanos(j.Enqueued), j.Attempts, j.LastError, nanos(j.NotBefore), j.State, j.Seq, j.Unique, j.UniqueFor)
 }
 
 func nanos(t time.Time) int64 {

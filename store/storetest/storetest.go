@@ -76,6 +76,14 @@ var checks = []check{
 	{name: "FireEndsSchedules", run: fireEndsSchedules},
 	{name: "FireTakesAnExpiredDoneMsgID", run: fireTakesAnExpiredDoneMsgID},
 
+	{name: "UniqueKeyIsHeldWhileItsJobIsPending", run: uniqueHeldWhilePending},
+	{name: "UniqueKeyIsHeldForItsHoldAfterDone", run: uniqueHeldForItsHold},
+	{name: "DeadCancelledRemovedOrPurgedJobsLetTheirKeyGo", run: uniqueLetGo},
+	{name: "ReviveTakesTheKeyBackWhenFree", run: uniqueRevive},
+	{name: "AppendsOfOneUniqueKeyAtOnceStoreOne", run: uniqueAppendsAtOnce},
+	{name: "CancelTakesAPendingJobOutForGood", run: cancelTakesOut},
+	{name: "CancelledJobsAreKeptLikeDoneOnes", run: cancelledAreKept},
+
 	{name: "QueueSettingsAreKept", run: queueSettingsAreKept},
 	{name: "BadQueueSettingsAreRefused", run: badQueueSettingsAreRefused},
 }
