@@ -201,9 +201,9 @@ type Page struct {
 
 // Count is the number of jobs of one queue in each state.
 type Count struct {
-	Queue   string
-	Pending int
-	Dead    int
+	Queue     string
+	Pending   int
+	Dead      int
 	Done      int // kept with their result (Complete with a keep time)
 	Cancelled int // kept after a Cancel with a keep time
 }
