@@ -204,7 +204,7 @@ func (b *Broker) liveQueues() []QueueInfo {
 		qi := QueueInfo{Name: q.name, Pending: q.jobs.len(), Workers: len(q.workers),
 			Acked: q.acked, Replied: q.replied, Failed: q.failed}.WithControls(q.set)
 		if q.jobs.len() > 0 {
-			qi.OldestAge = age(now, q.jobs.front())
+			qi.OldestAge = age(now, q.jobs.oldest())
 		}
 		out = append(out, qi)
 	}
@@ -543,7 +543,7 @@ func (b *Broker) removeJob(ctx context.Context, msgid string, unlessHeld bool) e
 		if j != nil {
 			b.emitJob(EventRemoved, j, "")
 			if j.state == journaling {
-				j.removed = true
+				j.dropped = true
 			} else {
 				b.unlink(j)
 			}
@@ -599,7 +599,7 @@ func (b *Broker) purge(queue string) {
 			continue
 		}
 		if j.state == journaling { // the journal purges it after storing it
-			j.removed = true
+			j.dropped = true
 			continue
 		}
 		if j.state == inFlight {
@@ -610,7 +610,7 @@ func (b *Broker) purge(queue string) {
 		delete(b.trails, j)
 		q.live--
 	}
-	q.jobs = deque{}
+	q.jobs = jobQueue{}
 	b.timers.removeIf(func(x timed) bool { j, ok := x.(*job); return ok && j.q == q && j.state == delayed })
 	b.dropIfUnused(q)
 }

@@ -106,6 +106,7 @@ type Broker struct {
 	toFill       []*queue                       // queues whose concurrency freed a place this turn (controls.go)
 	listeners    []*listener                    // of the event stream (events.go)
 	trails       map[*job][]store.TrailEvent    // events of jobs not yet written to their trail (events.go)
+	progressOf   map[*job]*progressReport       // the latest PROGRESS of jobs in flight (cancel.go)
 	controls     map[string]store.QueueSettings // the operator's queue controls that apply (controls.go)
 	controlsNext map[string]pendingControls     // written, not yet durable (controls.go)
 	journaling   int                            // appends not yet done
@@ -153,6 +154,7 @@ func New(opts Options) (*Broker, error) {
 		queues:       make(map[string]*queue),
 		controls:     make(map[string]store.QueueSettings),
 		trails:       make(map[*job][]store.TrailEvent),
+		progressOf:   make(map[*job]*progressReport),
 		controlsNext: make(map[string]pendingControls),
 		peers:        make(map[peerKey]*peer),
 		scheds:       make(map[string]*schedule),
@@ -694,6 +696,10 @@ func (b *Broker) handle(in inbound) {
 		b.reply(p, m)
 	case *emqp.Fail:
 		b.fail(p, m)
+	case *emqp.Cancel:
+		b.clientCancel(in.from, m)
+	case *emqp.Progress:
+		b.progress(p, m)
 	case *emqp.Heartbeat:
 		// lastSeen is updated above; a peer that has not INFORMed gets no answer.
 	case *emqp.Kbye, *emqp.Disconnect:

@@ -2,11 +2,11 @@ package broker
 
 import "github.com/eventmq/emq/store"
 
-// queue is one named queue: its pending jobs in FIFO order and the workers
-// that serve it.
+// queue is one named queue: its pending jobs in order (by priority, then
+// FIFO) and the workers that serve it.
 type queue struct {
 	name    string
-	jobs    deque
+	jobs    jobQueue
 	live    int // jobs held in memory (journaling, pending, delayed, in flight)
 	workers []*peer
 
@@ -111,11 +111,193 @@ func (b *Broker) release(j *job) {
 	b.stopReading(j, false)
 	if j.holder != nil {
 		delete(j.holder.held, j.id)
+		delete(b.progressOf, j)
 		j.holder = nil
 		b.inFlight--
 		b.freed(j.q)
 	}
 	b.timers.stop(j)
+}
+
+// jobQueue is a queue's pending jobs: by priority (lower first), FIFO
+// among equals, and able to take a job back at the head of its priority.
+// Each priority in use is a deque; a heap orders the priorities that have
+// jobs, so a push or a pop costs O(1), plus O(log p) when a priority
+// starts or stops having jobs (p: the priorities in use, at most 65,536).
+// A job taken out from the middle (an admin's remove, a cancel) is left
+// where it is, marked by its state, and skipped when it comes up; the
+// deque is compacted once it holds more of those than jobs.
+type jobQueue struct {
+	levels map[uint16]*level // the priorities that have jobs
+	heap   []*level          // the same, the lowest priority first
+	size   int               // jobs, without those taken out
+}
+
+// level is one priority's jobs.
+type level struct {
+	prio  uint16
+	at    int // index in heap
+	jobs  deque
+	stale int // jobs taken out, still in jobs
+}
+
+func (q *jobQueue) len() int { return q.size }
+
+// level returns the level of prio, made if it has no jobs.
+func (q *jobQueue) level(prio uint16) *level {
+	if len(q.heap) > 0 && q.heap[0].prio == prio { // most queues use one priority
+		return q.heap[0]
+	}
+	if l := q.levels[prio]; l != nil {
+		return l
+	}
+	if q.levels == nil {
+		q.levels = make(map[uint16]*level)
+	}
+	l := &level{prio: prio, at: len(q.heap)}
+	q.levels[prio] = l
+	q.heap = append(q.heap, l)
+	q.up(l.at)
+	return l
+}
+
+func (q *jobQueue) pushBack(j *job) {
+	q.level(j.prio).jobs.pushBack(j)
+	q.size++
+}
+
+// pushFront puts j at the head of its priority.
+func (q *jobQueue) pushFront(j *job) {
+	q.level(j.prio).jobs.pushFront(j)
+	q.size++
+}
+
+// front returns the next job; the queue must not be empty.
+func (q *jobQueue) front() *job {
+	l := q.heap[0]
+	l.skipStale()
+	return l.jobs.front()
+}
+
+// popFront takes the next job; the queue must not be empty.
+func (q *jobQueue) popFront() *job {
+	l := q.heap[0]
+	l.skipStale()
+	j := l.jobs.popFront()
+	q.size--
+	if l.jobs.len() == l.stale {
+		q.drop(l)
+	}
+	return j
+}
+
+// remove takes out j, a pending job of this queue, before its state
+// changes: it is skipped when it comes up.
+func (q *jobQueue) remove(j *job) {
+	l := q.levels[j.prio]
+	if l == nil {
+		return
+	}
+	q.size--
+	l.stale++
+	j.state = removed
+	switch {
+	case l.jobs.len() == l.stale:
+		q.drop(l)
+	case l.stale > 64 && l.stale > l.jobs.len()/2:
+		l.compact()
+	}
+}
+
+// oldest returns the job stored first among the heads of the priorities;
+// the queue must not be empty.
+func (q *jobQueue) oldest() *job {
+	var old *job
+	for _, l := range q.heap {
+		l.skipStale()
+		if j := l.jobs.front(); old == nil || j.enqueued < old.enqueued {
+			old = j
+		}
+	}
+	return old
+}
+
+// each calls fn for every job, by priority, FIFO within one.
+func (q *jobQueue) each(fn func(*job)) {
+	for _, l := range q.heap {
+		for i := range l.jobs.len() {
+			if j := l.jobs.at(i); j.state == pending {
+				fn(j)
+			}
+		}
+	}
+}
+
+// skipStale drops the jobs taken out that are at the head.
+func (l *level) skipStale() {
+	for l.stale > 0 && l.jobs.front().state != pending {
+		l.jobs.popFront()
+		l.stale--
+	}
+}
+
+// compact drops every job taken out.
+func (l *level) compact() {
+	var kept deque
+	for i := range l.jobs.len() {
+		if j := l.jobs.at(i); j.state == pending {
+			kept.pushBack(j)
+		}
+	}
+	l.jobs, l.stale = kept, 0
+}
+
+// drop forgets a level whose jobs are all gone.
+func (q *jobQueue) drop(l *level) {
+	delete(q.levels, l.prio)
+	last := len(q.heap) - 1
+	if l.at != last {
+		q.swap(l.at, last)
+	}
+	q.heap[last] = nil
+	q.heap = q.heap[:last]
+	if l.at < last {
+		q.down(l.at)
+		q.up(l.at)
+	}
+}
+
+func (q *jobQueue) swap(i, k int) {
+	q.heap[i], q.heap[k] = q.heap[k], q.heap[i]
+	q.heap[i].at, q.heap[k].at = i, k
+}
+
+func (q *jobQueue) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if q.heap[p].prio <= q.heap[i].prio {
+			return
+		}
+		q.swap(i, p)
+		i = p
+	}
+}
+
+func (q *jobQueue) down(i int) {
+	for {
+		c := 2*i + 1
+		if c >= len(q.heap) {
+			return
+		}
+		if c+1 < len(q.heap) && q.heap[c+1].prio < q.heap[c].prio {
+			c++
+		}
+		if q.heap[i].prio <= q.heap[c].prio {
+			return
+		}
+		q.swap(i, c)
+		i = c
+	}
 }
 
 // deque is a FIFO of jobs that can also take one back at its head.
@@ -150,20 +332,7 @@ func (d *deque) pushFront(j *job) {
 	d.size++
 }
 
-// remove takes j out, wherever it is (an admin's action: linear).
-func (d *deque) remove(j *job) {
-	for i := 0; i < d.size; i++ {
-		if d.buf[(d.head+i)%len(d.buf)] != j {
-			continue
-		}
-		for k := i; k < d.size-1; k++ {
-			d.buf[(d.head+k)%len(d.buf)] = d.buf[(d.head+k+1)%len(d.buf)]
-		}
-		d.buf[(d.head+d.size-1)%len(d.buf)] = nil
-		d.size--
-		return
-	}
-}
+func (d *deque) at(i int) *job { return d.buf[(d.head+i)%len(d.buf)] }
 
 func (d *deque) front() *job { return d.buf[d.head] }
 

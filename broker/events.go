@@ -34,6 +34,8 @@ const (
 	EventBuried        = "buried"         // out of attempts: a dead letter (Reason)
 	EventRevived       = "revived"        // a dead letter sent back by an admin
 	EventRemoved       = "removed"        // deleted by an admin
+	EventCancelled     = "cancelled"      // cancelled (Reason: by whom); never runs again
+	EventProgress      = "progress"       // its worker reported progress (Reason: the report)
 	EventPurged        = "purged"         // a queue's pending jobs deleted by an admin
 	EventWorkerJoined  = "worker_joined"  // a worker INFORMed (Reason: its queues)
 	EventWorkerLeft    = "worker_left"    // a worker is gone (Reason)

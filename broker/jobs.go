@@ -18,6 +18,7 @@ const (
 	pending                    // in its queue's FIFO
 	delayed                    // waiting for notBefore (its deadline)
 	inFlight                   // held by a worker (its deadline: the timeout)
+	removed                    // taken out of its queue (removed, cancelled): forgotten
 )
 
 // job is a job the broker holds in memory: every stored pending job, and
@@ -38,9 +39,10 @@ type job struct {
 	notBefore int64    // delay or retry backoff
 	due       deadline // delayed: notBefore; in flight: the timeout (deadlines.go)
 	attempts  int32
-	retries   int32 // retry-count
+	retries   int32  // retry-count
+	prio      uint16 // priority: lower first
 	state     jobState
-	removed   bool   // by an admin while it was journaling: forget it once stored
+	dropped   bool   // removed or cancelled while it was journaling: forget it once stored
 	reading   bool   // given to its holder; its payload is being read
 	front     bool   // delayed after a failed read: due, it goes to the head of its queue
 	readSeq   uint32 // which delivery's read is current (payloads.go)
@@ -73,6 +75,9 @@ func newJob(id string, q *queue, h emqp.Headers) (*job, error) {
 		return nil, err
 	}
 	j.timeout = min(j.timeout, maxWait)
+	if j.prio, err = h.Priority(); err != nil {
+		return nil, err
+	}
 	return j, nil
 }
 
@@ -123,6 +128,11 @@ func (b *Broker) request(from peerKey, m *emqp.Request, held zmtp.Held) {
 		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
 		return
 	}
+	unique, hold, err := m.Headers.Unique()
+	if err != nil {
+		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
+		return
+	}
 	delay = min(delay, maxWait)
 	q := b.queues[m.Queue]
 	if q != nil && b.opts.MaxPending > 0 && q.live >= b.opts.MaxPending {
@@ -149,6 +159,8 @@ func (b *Broker) request(from peerKey, m *emqp.Request, held zmtp.Held) {
 		ClientID:  []byte(from.id),
 		Enqueued:  now,
 		NotBefore: fromNanos(j.notBefore),
+		Unique:    unique,
+		UniqueFor: hold,
 	}
 	b.journal.Append(sj, func(dup bool, err error) {
 		b.post(func() { b.appended(j, sj.Seq, dup, err, held) })
@@ -165,6 +177,14 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error, held zmtp.Hel
 	if more, ok := b.resent[j]; ok { // rare: the client sent it again meanwhile
 		to = append(to, more...)
 		delete(b.resent, j)
+	}
+	var ue *store.UniqueError
+	if errors.As(err, &ue) { // another job holds its key: not stored
+		b.forget(j)
+		for _, peer := range to {
+			b.refuse(peer, j.id, emqp.CodeDuplicate, emqp.DuplicateText(ue.Queue, ue.Key, ue.Holder))
+		}
+		return
 	}
 	if err != nil {
 		b.forget(j)
@@ -198,7 +218,7 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error, held zmtp.Hel
 	b.stats.Acked.Add(1)
 	j.q.acked++
 	b.stats.Duplicates.Add(int64(len(to) - 1))
-	if j.removed { // an admin removed it meanwhile; the journal did after storing it
+	if j.dropped { // an admin removed it meanwhile; the journal did after storing it
 		b.forget(j)
 		return
 	}

@@ -61,6 +61,7 @@ var commandRole = map[string]Roles{
 	string(emqp.CmdUnschedule): RoleClient, string(emqp.CmdPublish): RoleClient,
 	string(emqp.CmdInform): RoleWorker, string(emqp.CmdReady): RoleWorker,
 	string(emqp.CmdReply): RoleWorker, string(emqp.CmdFail): RoleWorker,
+	string(emqp.CmdCancel): RoleClient, string(emqp.CmdProgress): RoleWorker,
 }
 
 // ParseRoles reads roles written comma-separated (client,worker,subscriber).

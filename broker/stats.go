@@ -21,6 +21,8 @@ type Stats struct {
 	TimedOut     atomic.Int64
 	DeadLettered atomic.Int64
 	Ignored      atomic.Int64
+	Cancelled    atomic.Int64
+	Progress     atomic.Int64
 
 	SchedulesForwarded atomic.Int64
 	SchedulesFired     atomic.Int64
@@ -57,6 +59,8 @@ var Counters = []Counter{
 	{"retried", "emq_jobs_retried_total", "Attempts after which a job was tried again.", func(s *Stats) *atomic.Int64 { return &s.Retried }},
 	{"timed_out", "emq_jobs_timed_out_total", "Deliveries that passed the job's timeout.", func(s *Stats) *atomic.Int64 { return &s.TimedOut }},
 	{"dead_lettered", "emq_jobs_dead_lettered_total", "Jobs moved to the dead letters.", func(s *Stats) *atomic.Int64 { return &s.DeadLettered }},
+	{"cancelled", "emq_jobs_cancelled_total", "Jobs cancelled (emq jobs cancel, the API, a client's CANCEL).", func(s *Stats) *atomic.Int64 { return &s.Cancelled }},
+	{"progress", "emq_job_progress_total", "PROGRESS reports taken from workers.", func(s *Stats) *atomic.Int64 { return &s.Progress }},
 	{"ignored", "emq_messages_ignored_total", "Late or foreign REPLYs and FAILs, stray ACKs and ERRORs.", func(s *Stats) *atomic.Int64 { return &s.Ignored }},
 	{"schedules_forwarded", "emq_schedules_forwarded_total", "SCHEDULEs and UNSCHEDULEs passed to schedulers (forward-schedules).", func(s *Stats) *atomic.Int64 { return &s.SchedulesForwarded }},
 	{"schedules_fired", "emq_schedule_fires_total", "Jobs made by schedules the broker keeps.", func(s *Stats) *atomic.Int64 { return &s.SchedulesFired }},
