@@ -68,12 +68,40 @@ type Options struct {
 }
 
 // BrokerError is the broker's refusal of a request (an ERROR message).
+// errors.Is matches ErrDuplicate, ErrNotFound and ErrConflict by its code.
 type BrokerError struct {
 	Code string // emqp.Code*: bad_request, queue_full, ...
 	Text string
+	// Holder is, for ErrDuplicate, the msgid of the job that holds the
+	// unique key.
+	Holder string
 }
 
 func (e *BrokerError) Error() string { return "broker refused the job: " + e.Code + ": " + e.Text }
+
+// Is matches the sentinel of the error's code.
+func (e *BrokerError) Is(target error) bool {
+	switch target {
+	case ErrDuplicate:
+		return e.Code == emqp.CodeDuplicate
+	case ErrNotFound:
+		return e.Code == emqp.CodeNotFound
+	case ErrConflict:
+		return e.Code == emqp.CodeConflict
+	}
+	return false
+}
+
+// Refusals a caller may want to tell apart (errors.Is on a BrokerError).
+var (
+	// ErrDuplicate: another job of the queue holds the unique key (Unique);
+	// the BrokerError's Holder is its msgid. Nothing was stored.
+	ErrDuplicate = errors.New("client: another job holds the unique key")
+	// ErrNotFound: Cancel of a job the broker does not have.
+	ErrNotFound = errors.New("client: no such job")
+	// ErrConflict: Cancel of a job that is done, dead or cancelled already.
+	ErrConflict = errors.New("client: the job is done, dead or cancelled already")
+)
 
 // ErrClosed is returned by calls on a closed Client.
 var ErrClosed = errors.New("client: closed")
@@ -181,6 +209,23 @@ func OnAck(fn func()) Option { return func(o *sendOptions) { o.onAck = fn } }
 // msgid twice stores one job.
 func MsgID(id string) Option { return func(o *sendOptions) { o.msgid = id } }
 
+// Priority runs the job before the queue's jobs of a higher number:
+// 0 to 65535, 1024 without it (emqp.DefaultPriority).
+func Priority(n uint16) Option { return Header(emqp.HeaderPriority, strconv.Itoa(int(n))) }
+
+// Unique stores the job only if no other job of its queue holds key: one
+// pending, delayed or in flight, or done less than hold ago (0: the key
+// is let go when the job is done). Otherwise Send fails with ErrDuplicate
+// naming the holder. A job that dies or is cancelled lets its key go.
+func Unique(key string, hold time.Duration) Option {
+	return func(o *sendOptions) {
+		o.headers = o.headers.Set(emqp.HeaderUnique, key)
+		if hold > 0 {
+			o.headers = o.headers.Set(emqp.HeaderUniqueFor, seconds(hold))
+		}
+	}
+}
+
 func seconds(d time.Duration) string {
 	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
 }
@@ -251,6 +296,24 @@ func (c *Client) Unschedule(ctx context.Context, queue string, payload []byte, o
 	return err
 }
 
+// Cancel cancels the job msgid: it is taken out of its queue, or, if a
+// worker is running it, the worker is told to stop and whatever it
+// answers is ignored. It returns once the broker has the change:
+// ErrNotFound when it has no such job, ErrConflict when the job is done,
+// dead or cancelled already.
+func (c *Client) Cancel(ctx context.Context, msgid string) error {
+	if msgid == "" || len(msgid) > emqp.MaxIDLen {
+		return fmt.Errorf("client: msgid must be 1 to %d bytes", emqp.MaxIDLen)
+	}
+	_, _, err := c.do(ctx, noQueue, false, nil, func(id string, _ emqp.Headers) emqp.Message {
+		return &emqp.Cancel{MsgID: id, OrigMsgID: msgid}
+	})
+	return err
+}
+
+// noQueue is do's queue for a message that names none (CANCEL).
+const noQueue = "\x00"
+
 func (c *Client) request(ctx context.Context, queue string, payload []byte, wantReply bool, opts []Option) (string, []byte, error) {
 	return c.do(ctx, queue, wantReply, opts, func(msgid string, h emqp.Headers) emqp.Message {
 		return &emqp.Request{MsgID: msgid, Queue: queue, Headers: h, Payload: payload}
@@ -273,6 +336,7 @@ func (c *Client) do(ctx context.Context, queue string, wantReply bool, opts []Op
 	// Refused here what the broker would refuse for sure; anything else it
 	// answers with an ERROR, which becomes a BrokerError.
 	switch {
+	case queue == noQueue:
 	case queue == "" || len(queue) > emqp.MaxQueueLen || !utf8.ValidString(queue):
 		return "", nil, fmt.Errorf("client: queue name %q must be 1 to %d bytes of UTF-8", queue, emqp.MaxQueueLen)
 	case len(o.msgid) > emqp.MaxIDLen:
@@ -667,6 +731,9 @@ func (c *Client) read(conn *zmtp.Conn, heard *atomic.Int64) {
 			}
 			if cl := c.calls[m.RefMsgID]; cl != nil {
 				berr := &BrokerError{Code: m.Code, Text: m.Text}
+				if m.Code == emqp.CodeDuplicate {
+					berr.Holder, _ = emqp.DuplicateHolder(m.Text)
+				}
 				if m.Code == emqp.CodeUnavailable {
 					cl.lastErr = berr // resent after ResendAfter
 				} else {
