@@ -141,7 +141,11 @@ var (
 
 // Etcd layout facts.
 const (
-	etcdFormat = "1"
+	// etcdFormat is the prefix's format: "2" since unique keys and
+	// cancelled jobs (records of version 3, their key ranges); a prefix of
+	// format "1" is brought to "2" when opened for writing, and a binary
+	// that knows only "1" refuses it then, by name.
+	etcdFormat = "2"
 	seqBlock   = 1 << 16 // sequences reserved at a time
 	getChunk   = 32      // keys read in one request: a bound on the records held at once
 	// Keys a scan reads at once: many of an index (small values, and
@@ -172,7 +176,7 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 	}
 	format, seq := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
 	switch {
-	case len(format) == 1 && string(format[0].Value) != etcdFormat:
+	case len(format) == 1 && string(format[0].Value) != etcdFormat && string(format[0].Value) != "1":
 		return nil, fmt.Errorf("%w: journal on etcd %s has format %q; this binary knows %q", store.ErrTooNew, opts.Prefix, format[0].Value, etcdFormat)
 	case len(seq) == 1 && len(seq[0].Value) != 8:
 		return nil, fmt.Errorf("%w: journal on etcd %s: its sequence is %d bytes, not 8", store.ErrCorrupt, opts.Prefix, len(seq[0].Value))
@@ -186,7 +190,7 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 		MaxWrite:  opts.MaxRequestBytes - etcdOverhead, // one request
 		LoadChunk: 4 * getChunk,                        // copied out of etcd, payloads with them: 4 requests at once
 	})
-	if len(format) == 0 && !opts.ReadOnly {
+	if (len(format) == 0 || string(format[0].Value) != etcdFormat) && !opts.ReadOnly {
 		if err := wait1(func(done func(error)) {
 			e.Write(func(t store.Tx) error { return t.Put(store.BucketMeta, formatKey, []byte(etcdFormat)) }, done)
 		}); err != nil {

@@ -302,3 +302,40 @@ func TestEtcdFullIsNotFenced(t *testing.T) {
 		t.Fatalf("after the refusal: %+v %v, want %d pending", counts, cerr, stored)
 	}
 }
+
+// A prefix of format 1 (before unique keys and cancelled jobs) is
+// brought to format 2 when opened for writing, and keeps its jobs; a
+// format this binary does not know is refused, by name.
+func TestFormatOneIsUpgradedAndNewerRefused(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	opts := etcdstore.DefaultOptions()
+	opts.Prefix = "/old/"
+	j, err := etcdstore.Open(cli, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: "m", Queue: "q"}, done) }); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	ctx := context.Background()
+	if _, err := cli.Put(ctx, "/old/meta/format", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if j, err = etcdstore.Open(cli, opts); err != nil {
+		t.Fatalf("open of a format 1 prefix: %v", err)
+	}
+	if got, err := j.Get("m"); err != nil || got.Queue != "q" {
+		t.Fatalf("job of the format 1 prefix: %v, %v", got, err)
+	}
+	j.Close()
+	if resp, err := cli.Get(ctx, "/old/meta/format"); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "2" {
+		t.Fatalf("format after the open: %v, %v; want 2", resp, err)
+	}
+	if _, err := cli.Put(ctx, "/old/meta/format", "3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := etcdstore.Open(cli, opts); !errors.Is(err, store.ErrTooNew) || !strings.Contains(err.Error(), "/old/") {
+		t.Fatalf("open of a format 3 prefix: %v; want ErrTooNew naming the prefix", err)
+	}
+}
