@@ -145,8 +145,21 @@ func (h Headers) Has(name string) bool {
 
 // Set returns headers with name set to value (a flag when value is empty).
 func (h Headers) Set(name, value string) Headers {
-	if v, ok := h.Get(name); ok && v == value && !isJSON(h.s) {
+	v, ok := h.Get(name)
+	switch {
+	case ok && v == value && !isJSON(h.s):
 		return h
+	case !ok && !isJSON(h.s) && csvSafe(Header{name, value}) && name != "":
+		// Added to the comma form as it is: the broker does this for
+		// every job it forwards (reply-requested), so it is one string.
+		item := name
+		if value != "" {
+			item = name + ":" + value
+		}
+		if strings.TrimSpace(h.s) == "" {
+			return Headers{s: item}
+		}
+		return Headers{s: h.s + "," + item}
 	}
 	return HeadersFrom(append(h.Items(), Header{name, value})...)
 }
