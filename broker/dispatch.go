@@ -255,15 +255,15 @@ func (l *level) compact() {
 // drop forgets a level whose jobs are all gone.
 func (q *jobQueue) drop(l *level) {
 	delete(q.levels, l.prio)
-	last := len(q.heap) - 1
-	if l.at != last {
-		q.swap(l.at, last)
+	i, last := l.at, len(q.heap)-1
+	if i != last {
+		q.swap(i, last)
 	}
 	q.heap[last] = nil
 	q.heap = q.heap[:last]
-	if l.at < last {
-		q.down(l.at)
-		q.up(l.at)
+	if i < last {
+		q.down(i)
+		q.up(i)
 	}
 }
 
