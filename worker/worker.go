@@ -10,16 +10,23 @@
 //
 // The worker INFORMs the broker of its queues and offers one READY per free
 // slot, never more, so no more than Concurrency jobs run at once. A job's
-// handler gets a context that ends at the job's timeout:N or when the
-// worker stops for good; its result becomes a REPLY, its error (or panic) a
-// FAIL, which the broker retries. Each finished job frees its slot: a new
-// READY follows the REPLY or FAIL in the same write.
+// handler gets a context that ends at the job's timeout:N, at its CANCEL,
+// or when the worker stops for good; its result becomes a REPLY, its
+// error (or panic) a FAIL, which the broker retries. Each finished job
+// frees its slot: a new READY follows the REPLY or FAIL in the same write.
 //
 // Heartbeats go both ways every HeartbeatInterval. When the broker has
 // been silent for HeartbeatTimeout, or the connection breaks, or the
 // broker says KBYE, the worker makes a new connection (same routing id),
 // INFORMs again and offers its free slots again. Jobs running meanwhile
 // finish; their REPLYs wait and are sent once connected.
+//
+// When the broker sends CANCEL for a job running here (an operator
+// cancelled it), the job's context ends with the cause ErrCancelled. The
+// CANCEL is not answered: the handler's FAIL or REPLY, which the broker
+// ignores, and the READY after it go as for any job. A handler reports
+// how far its job has come with Job.Progress: PROGRESS messages, at most
+// 10 a second per job, none after the job's REPLY or FAIL.
 //
 // On ctx's end the worker offers no more slots, lets running jobs finish
 // for up to Grace, then cancels their contexts, sends their results, says
@@ -34,7 +41,9 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
@@ -64,6 +73,10 @@ type Options struct {
 	Security client.Security
 }
 
+// ErrCancelled is the cause (context.Cause) of a job's context when the
+// broker cancelled the job.
+var ErrCancelled = errors.New("worker: job cancelled")
+
 // Job is one job handed to a Handler.
 type Job struct {
 	MsgID   string // the client's msgid: the same on every attempt
@@ -71,11 +84,56 @@ type Job struct {
 	Headers emqp.Headers
 	Payload []byte
 	Attempt int // 1 the first time, 2 the first retry, ...
+
+	progress *progress // nil in a Job made outside a Run
+}
+
+// Progress reports how far the job has come: percent from 0 to 100 (above
+// 100 counts as 100, below 0 sends no number) and a short note, which may
+// be "". The broker gets it as PROGRESS "40 resizing" (a note alone that
+// starts with a number from 0 to 100 reads there as that percent), cut to
+// emqp.MaxProgressLen bytes.
+//
+// Progress is safe from any goroutine and does not wait for the network.
+// At most 10 reports a second go out: one made sooner waits for its turn,
+// and a newer one replaces it, so the latest report arrives. Nothing goes
+// once the handler has returned (a report still waiting then is dropped:
+// the REPLY or FAIL tells more), nor while the worker is not connected,
+// nor for a Job made outside a Run, as in a handler's tests.
+func (j *Job) Progress(percent int, note string) {
+	if j == nil || j.progress == nil {
+		return
+	}
+	if text := progressText(percent, note); text != "" {
+		j.progress.report(text)
+	}
+}
+
+// progressText is a report in the wire's form, "40 note", "40" or "note".
+func progressText(percent int, note string) string {
+	text := strings.ToValidUTF8(note, "\uFFFD")
+	if percent >= 0 {
+		if text == "" {
+			text = strconv.Itoa(min(percent, 100))
+		} else {
+			text = strconv.Itoa(min(percent, 100)) + " " + text
+		}
+	}
+	if len(text) <= emqp.MaxProgressLen {
+		return text
+	}
+	cut := emqp.MaxProgressLen
+	for cut > 0 && !utf8.RuneStart(text[cut]) {
+		cut--
+	}
+	return text[:cut]
 }
 
 // Handler runs one job. It returns the REPLY's payload, or an error that
 // becomes a FAIL (the broker retries the job up to its retry-count). ctx
-// ends at the job's timeout or when the worker stops for good.
+// ends at the job's timeout, when the broker cancels the job
+// (context.Cause(ctx) is then ErrCancelled), or when the worker stops for
+// good.
 type Handler func(ctx context.Context, job *Job) ([]byte, error)
 
 // Worker runs jobs; configure it with Handle, then Run it once.
@@ -151,6 +209,85 @@ type result struct {
 	msg   emqp.Message // REPLY or FAIL
 }
 
+// task is a job running here.
+type task struct {
+	cancel   context.CancelCauseFunc
+	progress *progress
+}
+
+// report is a PROGRESS on its way to the run loop, with the job it is from.
+type report struct {
+	from *progress
+	msg  *emqp.Progress
+}
+
+// progressGap is the least time between two PROGRESS of one job: at most
+// 10 a second.
+const progressGap = 100 * time.Millisecond
+
+// progress holds a job's reports until they go to the run loop: one at
+// once when its turn has come, else when it comes (a newer report
+// replacing it meanwhile).
+type progress struct {
+	msgid string
+	out   chan<- report
+
+	mu      sync.Mutex
+	text    string // the report that waits, when waiting
+	waiting bool
+	timer   *time.Timer // set while a report waits for its turn
+	next    time.Time   // the next turn
+	ended   bool        // the handler returned: no more reports
+}
+
+func (p *progress) report(text string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return
+	}
+	p.text, p.waiting = text, true
+	if p.timer == nil {
+		p.tryLocked()
+	}
+}
+
+// tryLocked hands the waiting report to the run loop if its turn has
+// come, or sets the timer for its turn. The caller holds mu.
+func (p *progress) tryLocked() {
+	now := time.Now()
+	if wait := p.next.Sub(now); wait > 0 {
+		p.timer = time.AfterFunc(wait, p.turn)
+		return
+	}
+	select {
+	case p.out <- report{p, &emqp.Progress{MsgID: emqp.NewID(), OrigMsgID: p.msgid, Text: p.text}}:
+		p.text, p.waiting, p.next = "", false, now.Add(progressGap)
+	default: // the run loop is behind: the report waits for the next turn
+		p.timer = time.AfterFunc(progressGap, p.turn)
+	}
+}
+
+func (p *progress) turn() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.timer = nil
+	if p.waiting && !p.ended {
+		p.tryLocked()
+	}
+}
+
+// end drops what waits and refuses what comes.
+func (p *progress) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ended, p.waiting = true, false
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
+}
+
 // session is one connection to the broker.
 type session struct {
 	conn *zmtp.Conn
@@ -161,8 +298,9 @@ type session struct {
 type run struct {
 	*Worker
 	sess     *session
-	running  map[string]context.CancelFunc
+	running  map[string]*task
 	results  chan result
+	reports  chan report    // PROGRESS, sent only while their job runs here
 	unsent   []emqp.Message // REPLY/FAIL waiting for a connection
 	jobsCtx  context.Context
 	lastSeen time.Time // of the broker
@@ -188,8 +326,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer cancelJobs()
 	r := &run{
 		Worker:  w,
-		running: make(map[string]context.CancelFunc),
+		running: make(map[string]*task),
 		results: make(chan result, w.opts.Concurrency),
+		reports: make(chan report, 2*w.opts.Concurrency+16),
 		jobsCtx: jobsCtx,
 	}
 	// Silence is checked four times an interval, so a silent broker is
@@ -233,6 +372,8 @@ func (w *Worker) Run(ctx context.Context) error {
 					continue // not taken: the broker requeues it after our KBYE
 				}
 				r.start(m)
+			case *emqp.Cancel:
+				r.cancel(m.OrigMsgID)
 			case *emqp.Kbye, *emqp.Disconnect:
 				w.log.Info("worker: the broker said goodbye; reconnecting", "broker", w.opts.Broker)
 				r.disconnect(dialTimer, backoff.Delay())
@@ -251,6 +392,12 @@ func (w *Worker) Run(ctx context.Context) error {
 				}
 			}
 			r.flush(!stopping)
+		case rep := <-r.reports:
+			// A job's result removes it from running: no PROGRESS follows
+			// its REPLY or FAIL.
+			if t := r.running[rep.msg.OrigMsgID]; t != nil && t.progress == rep.from {
+				r.send(rep.msg)
+			}
 		case now := <-tick.C:
 			if r.sess == nil {
 				continue
@@ -275,6 +422,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			giveUp = time.After(5 * time.Second)
 		case <-giveUp:
 			w.log.Error("worker: jobs did not return after cancel; leaving them to the broker", "running", len(r.running))
+			for _, t := range r.running {
+				t.progress.end()
+			}
 			r.running = nil
 		}
 	}
@@ -402,20 +552,36 @@ func (r *run) start(req *emqp.Request) {
 			job.Attempt = n
 		}
 	}
-	// One context per job: a second one made over the first would leave
-	// the first registered with jobsCtx until Run ends.
-	var ctx context.Context
-	var cancel context.CancelFunc
+	// One context per job, that a CANCEL ends with its cause, and for a
+	// timeout a second under it, whose Err says DeadlineExceeded. Both
+	// are released when the handler returns: neither stays registered
+	// with jobsCtx until Run ends.
+	jobCtx, cancel := context.WithCancelCause(r.jobsCtx)
+	ctx, stopTimeout := jobCtx, context.CancelFunc(func() {})
 	if d, err := req.Headers.Timeout(); err == nil && d > 0 {
-		ctx, cancel = context.WithTimeout(r.jobsCtx, d)
-	} else {
-		ctx, cancel = context.WithCancel(r.jobsCtx)
+		ctx, stopTimeout = context.WithTimeout(jobCtx, d)
 	}
-	r.running[req.MsgID] = cancel
+	job.progress = &progress{msgid: req.MsgID, out: r.reports}
+	r.running[req.MsgID] = &task{cancel: cancel, progress: job.progress}
 	go func() {
-		defer cancel()
-		r.results <- result{req.MsgID, call(ctx, h, job)}
+		defer cancel(nil)
+		defer stopTimeout()
+		m := call(ctx, h, job)
+		job.progress.end() // before the REPLY or FAIL
+		r.results <- result{req.MsgID, m}
 	}()
+}
+
+// cancel ends the context of a job the broker cancelled. The CANCEL is not
+// answered.
+func (r *run) cancel(msgid string) {
+	t := r.running[msgid]
+	if t == nil {
+		r.log.Debug("worker: CANCEL for a job not running here", "msgid", msgid)
+		return
+	}
+	r.log.Info("worker: the broker cancelled a job; ending its context", "msgid", msgid)
+	t.cancel(ErrCancelled)
 }
 
 // call runs a handler and turns its outcome into a REPLY or a FAIL.
@@ -430,7 +596,11 @@ func call(ctx context.Context, h Handler, job *Job) (m emqp.Message) {
 	}
 	out, err := h(ctx, job)
 	if err != nil {
-		return &emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: job.MsgID, Reason: truncate(err.Error(), 4096)}
+		reason := err.Error()
+		if errors.Is(context.Cause(ctx), ErrCancelled) && !errors.Is(err, ErrCancelled) {
+			reason = ErrCancelled.Error() + ": " + reason
+		}
+		return &emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: job.MsgID, Reason: truncate(reason, 4096)}
 	}
 	return &emqp.Reply{MsgID: emqp.NewID(), Payload: out, OrigMsgID: job.MsgID}
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -17,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/worker"
 )
 
@@ -31,9 +34,19 @@ func newWorkerCmd() *cobra.Command {
 its standard output is the REPLY. The environment has EMQ_MSGID, EMQ_QUEUE,
 EMQ_ATTEMPT, EMQ_HEADERS (the headers as sent) and EMQ_HEADER_<NAME> for each
 header item (name upper-cased, - as _). A non-zero exit is a FAIL with the
-tail of standard error; the broker retries the job. At the job's timeout
-the command's whole process group is killed. SIGTERM or SIGINT: no new jobs,
-running ones get --grace to finish.`,
+tail of standard error; the broker retries the job. At the job's timeout,
+or when the job is cancelled, the command's whole process group is killed
+(SIGKILL) and the job FAILs saying which. SIGTERM or SIGINT: no new jobs,
+running ones get --grace to finish.
+
+Progress (unix): the command gets a pipe as file descriptor 3, named by
+EMQ_PROGRESS_FD=3. Each line written there is one progress report for the
+broker: a percent from 0 to 100, a short note, or both ("40", "resizing",
+"40 resizing"), cut to 1024 bytes. At most 10 a second go out; a newer one
+replaces one that waits, so the latest arrives, but one still waiting when
+the command ends is dropped. For example:
+
+  emq worker --exec 'echo "10 downloading" >&3; fetch; echo "60 resizing" >&3; resize'`,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
@@ -106,8 +119,8 @@ func parseQueues(s string) ([]worker.Queue, error) {
 	return qs, nil
 }
 
-// execHandler runs command for each job; a cancel kills it (on unix with
-// what it started: see killGroupOnCancel).
+// execHandler runs command for each job; a timeout or a cancel kills it
+// (on unix with what it started: see killGroupOnCancel).
 func execHandler(command string) worker.Handler {
 	return func(ctx context.Context, job *worker.Job) ([]byte, error) {
 		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
@@ -129,14 +142,99 @@ func execHandler(command string) worker.Handler {
 			}, h.Name))
 			cmd.Env = append(cmd.Env, "EMQ_HEADER_"+name+"="+h.Value)
 		}
-		err := cmd.Run()
+		progress, err := progressPipe(cmd)
+		if err != nil {
+			return nil, fmt.Errorf("%s: progress pipe: %w", command, err)
+		}
+		err = cmd.Start()
+		progress.read(job) // after Start: the command has its end of the pipe
+		if err == nil {
+			err = cmd.Wait()
+		}
+		progress.close(cmd.WaitDelay)
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%s: killed: %w", command, ctx.Err())
+			// context.Cause tells a timeout from a cancel (worker.ErrCancelled).
+			return nil, fmt.Errorf("%s: killed: %w", command, context.Cause(ctx))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %v: %s", command, err, strings.TrimSpace(stderr.String()))
 		}
 		return stdout.Bytes(), nil
+	}
+}
+
+// progressFD is the command's file descriptor for progress lines.
+const progressFD = 3
+
+// progressLines is the pipe a command writes its progress lines to; nil
+// where commands get none.
+type progressLines struct {
+	r, w *os.File
+	done chan struct{} // closed when the reader has ended
+}
+
+// newProgressLines gives cmd a pipe as file descriptor progressFD, and
+// names it in EMQ_PROGRESS_FD; cmd.Env must be set already.
+func newProgressLines(cmd *exec.Cmd) (*progressLines, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.ExtraFiles = []*os.File{w} // the first one is descriptor 3
+	cmd.Env = append(cmd.Env, "EMQ_PROGRESS_FD="+strconv.Itoa(progressFD))
+	return &progressLines{r: r, w: w, done: make(chan struct{})}, nil
+}
+
+// read closes the parent's write end and passes each line to
+// job.Progress, in a goroutine, so that the command never waits for us.
+func (p *progressLines) read(job *worker.Job) {
+	if p == nil {
+		return
+	}
+	p.w.Close()
+	go func() {
+		defer close(p.done)
+		readProgress(p.r, job)
+	}()
+}
+
+// close waits for the lines left in the pipe, then closes it. A process
+// the command left running may hold the pipe open: then it waits no more
+// than wait.
+func (p *progressLines) close(wait time.Duration) {
+	if p == nil {
+		return
+	}
+	select {
+	case <-p.done:
+	case <-time.After(wait):
+	}
+	p.r.Close() // ends the read that a leftover process holds up
+	<-p.done
+}
+
+// readProgress passes each line from r to job.Progress until r ends: a
+// percent, a note or both, as in a PROGRESS. A line longer than
+// emqp.MaxProgressLen is cut (by Progress, on a UTF-8 boundary).
+func readProgress(r io.Reader, job *worker.Job) {
+	br := bufio.NewReaderSize(r, 2*emqp.MaxProgressLen)
+	for {
+		line, err := br.ReadSlice('\n')
+		text := strings.TrimRight(string(line), "\r\n")
+		for errors.Is(err, bufio.ErrBufferFull) { // the rest of a long line is dropped
+			_, err = br.ReadSlice('\n')
+		}
+		if text != "" {
+			report := emqp.Progress{Text: text}
+			percent, ok := report.Percent()
+			if !ok {
+				percent = -1
+			}
+			job.Progress(percent, report.Note())
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 

@@ -10,3 +10,7 @@ import "os/exec"
 func killGroupOnCancel(cmd *exec.Cmd) {
 	cmd.Cancel = func() error { return cmd.Process.Kill() }
 }
+
+// progressPipe gives cmd no progress pipe: exec.Cmd.ExtraFiles, which
+// would carry it, does not work on Windows.
+func progressPipe(*exec.Cmd) (*progressLines, error) { return nil, nil }

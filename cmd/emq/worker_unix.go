@@ -13,3 +13,6 @@ func killGroupOnCancel(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 }
+
+// progressPipe gives cmd its progress pipe, file descriptor 3.
+func progressPipe(cmd *exec.Cmd) (*progressLines, error) { return newProgressLines(cmd) }
