@@ -14,6 +14,7 @@ import (
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/etcdtest"
 	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/store/boltstore"
 )
@@ -27,10 +28,11 @@ func TestMain(m *testing.M) {
 		runWorkerChild()
 		return
 	}
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(boltstore.StoppedCheck), goleak.Cleanup(func(code int) {
+	leaks := append([]goleak.Option{goleak.IgnoreAnyFunction(boltstore.StoppedCheck), goleak.Cleanup(func(code int) {
 		suite.print()
 		os.Exit(code) // the cleanup replaces goleak's own exit
-	}))
+	})}, etcdtest.Leftovers...)
+	goleak.VerifyTestMain(m, leaks...)
 }
 
 func fast(o *broker.Options) {

@@ -1,6 +1,9 @@
 package broker_test
 
 import (
+	"bufio"
+	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -44,5 +47,47 @@ func TestInteropLibzmqSchedules(t *testing.T) {
 	out, err := exec.Command(python, "testdata/interop_schedules.py", b.Frontend(), b.Backend(), b.AdminAddr()).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "ok" {
 		t.Fatalf("interop_schedules.py: %v\n%s", err, out)
+	}
+}
+
+// The headers and commands of issue 30 from a libzmq peer: priorities
+// order a queue, a unique key refuses a second job naming the first, bad
+// values are refused by name, a client's CANCEL reaches the running job's
+// worker (its late REPLY ignored), and a worker's PROGRESS is kept.
+func TestInteropLibzmqJobControls(t *testing.T) {
+	t.Parallel()
+	python := pythonZMQ(t)
+	b := bt.Start(t, "", nil)
+	cmd := exec.Command(python, "testdata/interop_jobs.py", b.Frontend(), b.Backend())
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() {
+		cmd.Wait()
+		t.Fatalf("interop_jobs.py ended before its progress step:\n%s", stderr.String())
+	}
+	word, job, _ := strings.Cut(lines.Text(), " ")
+	if word != "progress" {
+		t.Fatalf("interop_jobs.py said %q", lines.Text())
+	}
+	p, err := b.JobProgress(context.Background(), job)
+	if err != nil || p == nil || p.Percent != 50 || p.Note != "halfway" {
+		t.Errorf("progress of %s from the libzmq worker: %+v, %v", job, p, err)
+	}
+	fmt.Fprintln(stdin, "go")
+	lines.Scan()
+	if err := cmd.Wait(); err != nil || lines.Text() != "ok" {
+		t.Fatalf("interop_jobs.py: %v, last line %q\n%s", err, lines.Text(), stderr.String())
 	}
 }

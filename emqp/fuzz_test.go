@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/eventmq/emq/emqp"
@@ -80,6 +81,47 @@ func FuzzHeaders(f *testing.F) {
 		}
 		if !reflect.DeepEqual(emqp.HeadersFrom(h.Items()...).Map(), h.Map()) {
 			t.Fatalf("HeadersFrom(Items) of %q changed the items", h)
+		}
+	})
+}
+
+// FuzzJobControls: CANCEL and PROGRESS frames of any content decode to a
+// message that round-trips, or to a classified error; a progress text's
+// percent and note never panic, the percent is from 0 to 100, and the
+// job headers' readers refuse what they refuse by name.
+func FuzzJobControls(f *testing.F) {
+	f.Add("CANCEL", "m", "job", "", "priority:5")
+	f.Add("PROGRESS", "m", "job", "40 copied 4 of 10", "unique:k,unique-for:60")
+	f.Add("PROGRESS", "m", "", "101", "priority:-3")
+	f.Add("PROGRESS", "m", "job", "\xff", `{"unique": "a,b"}`)
+	f.Fuzz(func(t *testing.T, cmd, id, orig, text, headers string) {
+		frames := [][]byte{{}, []byte(emqp.Version), []byte(cmd), []byte(id), []byte(orig)}
+		if cmd != "CANCEL" {
+			frames = append(frames, []byte(text))
+		}
+		m, err := emqp.Decode(frames)
+		if err != nil {
+			var de *emqp.DecodeError
+			if !errors.As(err, &de) || de.Class == "" || de.Text == "" {
+				t.Fatalf("error %v is not a classified *DecodeError", err)
+			}
+		} else if again, err := emqp.Decode(emqp.Encode(m)); err != nil || !reflect.DeepEqual(again, m) {
+			t.Fatalf("%#v round trip: %#v, %v", m, again, err)
+		}
+		p := &emqp.Progress{Text: text}
+		if n, ok := p.Percent(); ok && (n < 0 || n > 100) {
+			t.Fatalf("percent %d of %q", n, text)
+		}
+		_ = p.Note()
+		h, err := emqp.ParseHeaders(headers)
+		if err != nil {
+			return
+		}
+		if _, err := h.Priority(); err != nil && !strings.Contains(err.Error(), "header priority") {
+			t.Fatalf("priority error %v does not name the header", err)
+		}
+		if key, _, err := h.Unique(); err != nil && !strings.Contains(err.Error(), "header unique") || len(key) > emqp.MaxUniqueLen {
+			t.Fatalf("unique: %q, %v", key, err)
 		}
 	})
 }
