@@ -15,16 +15,16 @@ func TestBadJobHeadersAreRefusedByName(t *testing.T) {
 	b := bt.Start(t, "", fast)
 	client := bt.Dial(t, b.Frontend(), "c")
 	cases := map[string]string{
-		"priority:-1":                       "header priority",
-		"priority:65536":                    "header priority",
-		"priority:high":                     "header priority",
-		"priority:":                         "header priority",
-		`{"unique": ""}`:                    "header unique",
+		"priority:-1":                        "header priority",
+		"priority:65536":                     "header priority",
+		"priority:high":                      "header priority",
+		"priority:":                          "header priority",
+		`{"unique": ""}`:                     "header unique",
 		"unique:" + strings.Repeat("k", 256): "header unique",
-		"unique:k,unique-for:-1":            "header unique-for",
-		"unique:k,unique-for:1.5":           "header unique-for",
-		"unique:k,unique-for:99999999999":   "header unique-for",
-		"unique-for:60":                     "header unique-for needs header unique",
+		"unique:k,unique-for:-1":             "header unique-for",
+		"unique:k,unique-for:1.5":            "header unique-for",
+		"unique:k,unique-for:99999999999":    "header unique-for",
+		"unique-for:60":                      "header unique-for needs header unique",
 	}
 	for headers, name := range cases {
 		h, err := emqp.ParseHeaders(headers)
