@@ -88,8 +88,9 @@
 //	 1. REQUEST: every REQUEST gets exactly one answer, ACK or ERROR,
 //	    whoever sends it and whatever state its job is in. It is refused
 //	    with ERROR when the broker is stopping (unavailable), the queue
-//	    holds MaxPending live jobs (queue_full, nothing journaled), or a
-//	    known header has a bad value (bad_request). A msgid the broker
+//	    holds MaxPending live jobs (queue_full, nothing journaled), a
+//	    known header has a bad value (bad_request, naming the header), or
+//	    its unique key is held (duplicate, below). A msgid the broker
 //	    holds pending, delayed or in flight is ACKed again; one whose
 //	    write is in progress is ACKed (or refused) when the write lands,
 //	    once for each REQUEST, the same peer's included (at most 256
@@ -104,8 +105,8 @@
 //	    forgotten: the client never saw an ACK.
 //	 3. Dispatch happens whenever a job becomes pending or a worker offers a
 //	    slot (READY). A worker takes from its highest-weight queue that has
-//	    jobs; a queue gives its next job to the free worker that weighs it
-//	    highest, least recently used first. Each delivery uses one slot. The
+//	    jobs; a queue gives its next job (below: Priorities) to the free
+//	    worker that weighs it highest, least recently used first. Each delivery uses one slot. The
 //	    forwarded REQUEST keeps the client's msgid and has reply-requested
 //	    added, and attempt:N from the second delivery on.
 //	 4. REPLY from the worker holding the job: Complete in the journal (it
@@ -115,7 +116,8 @@
 //	    counted.
 //	 5. Attempts: a worker lost (heartbeat timeout, KBYE, DISCONNECT), a job
 //	    past its timeout:N, or a FAIL counts one attempt, recorded in the
-//	    journal. Lost and timed-out jobs go back to the head of their queue,
+//	    journal. Lost and timed-out jobs go back to the head of their queue
+//	    (of their priority),
 //	    oldest first; FAILed ones wait RetryBackoff·2^(attempts-1) (at most
 //	    MaxRetryBackoff) and then join the tail. When attempts exceed
 //	    retry-count (default 3) the job is buried: the dead letters keep it
@@ -126,6 +128,45 @@
 //	 7. A REQUEST message that could not be written to a worker (its
 //	    connection closed with it queued) puts the job back at the head of its
 //	    queue without counting an attempt.
+//
+// # Priorities
+//
+// A job's header priority:N (0 to 65535, emqp.DefaultPriority 1024
+// without it) orders its queue: lower first, FIFO among equals. Across
+// a worker's queues the weights decide as before. A queue's pending jobs
+// are a deque per priority in use under a heap of those priorities
+// (dispatch.go, jobQueue): a push or a pop is O(1), plus O(log p) when a
+// priority starts or stops having jobs. "The head of its queue" (a lost
+// or timed-out job) is the head of its priority. The priority is in the
+// stored headers, so a restart or a failover, loading each queue in FIFO
+// order, orders it again the same way. A job taken out of the middle of
+// its queue (removed, cancelled) is marked and skipped when it comes up.
+//
+// # Unique jobs
+//
+// A REQUEST with unique:KEY (and unique-for:SECONDS) is stored only if
+// no other job of its queue holds KEY: one pending, delayed or in flight,
+// or done less than its unique-for ago. The journal decides, in its
+// committer (store: the unique index), so REQUESTs of one key at once,
+// from any number of clients, store one job; the others get ERROR
+// duplicate whose text ends with "is held by job MSGID". The holder's own
+// msgid sent again is a duplicate REQUEST as any (ACKed), also within its
+// hold after it is done. A job that dies, is cancelled, removed or purged
+// lets its key go at once: nothing will run under it, and a dead letter
+// that kept its key would block the job that replaces it until an
+// operator acts. A revived dead job takes its key back if it is free, and
+// otherwise runs without one (its trail says so).
+//
+// # Cancelling and progress
+//
+// Cancel (cancel.go; emq jobs cancel, the admin API, a client's CANCEL)
+// takes a job out for good in any state the broker holds it, as cancel.go
+// describes: in flight, its worker is sent CANCEL and whatever it answers
+// is ignored. The journal keeps it in state cancelled for ResultTTL with
+// retain-done, else deletes it; it is never retried. PROGRESS from the
+// worker holding a job is kept in memory only (the latest, while the job
+// is in flight), shown by JobProgress, and announced as an event at most
+// 10 times a second per job.
 //
 // Admin reads and changes (api.go) run on the loop too, as posted
 // closures: a purge or a retry changes memory and journal together, and

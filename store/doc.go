@@ -34,6 +34,9 @@
 //	pending     len(queue) queue seq(8, big endian) -> msgid
 //	dead        the same, for dead letters
 //	done        the same, for jobs done and kept with their result
+//	cancelled   the same, for jobs cancelled and kept (Cancel with a keep time)
+//	unique      len(queue) queue KEY -> expiry(8; 0 = held by a pending job) msgid
+//	unique_exp  expiry(8) unique key -> (nothing): the holds that end
 //	results     msgid -> expiry(8) result
 //	result_exp  expiry(8) msgid -> (nothing)
 //	schedules   schedule id -> schedule record
@@ -44,6 +47,17 @@
 // not-before, until ExpireResults sweeps it with its result; a resend of
 // its msgid meanwhile is a duplicate, and after its time, even before the
 // sweep, a new job.
+//
+// A job with a unique key (Job.Unique, record version 3) holds it in the
+// unique index while it is pending: Append, in the committer, refuses
+// another msgid with a UniqueError naming the holder, so appends of one
+// key at once store one job whatever their number, at the cost of one
+// more key read. Complete leaves the key held for the job's UniqueFor,
+// with an entry in unique_exp that ExpireResults sweeps (the hold is
+// checked by its time at every Append, swept or not); Bury, Cancel,
+// Remove and PurgeQueue of a pending job let it go at once. Revive takes
+// it back when it is free. Only a pending job's record can hold a key,
+// so none of these reads the index to let it go.
 //
 // Order comes from the sequence, not the msgid: a queue's keys in the
 // pending index are its FIFO, whatever ids clients send. Time-ordered
@@ -151,7 +165,10 @@
 // SEQ) after reading two (jobs/MSGID and results/MSGID, for duplicates);
 // Complete reads one and deletes the two. So 4 key changes, 3 reads and
 // about a fiftieth of a transaction a job when the broker is busy.
-// Keeping a result (retain-done) puts three more and deletes one. A job
+// Keeping a result (retain-done) puts three more and deletes one. A
+// unique key reads one key and puts it with the Append, and is deleted
+// with the Complete (or, with a hold, put again with its unique_exp
+// entry, both deleted by the sweep). A job
 // is one value: MaxJobSize is at most what one request carries less
 // 64 KiB, for the keys beside it and what its record gains over its life
 // (reasons, trail). A write must fit in one request: a result too large
