@@ -41,6 +41,16 @@ type API interface {
 	// which), or counts them.
 	BulkDead(ctx context.Context, f JobFilter, remove, confirmed bool) (BulkResult, error)
 	BulkRemove(ctx context.Context, f JobFilter, confirmed bool) (BulkResult, error)
+	// CancelJob cancels a pending, delayed or in-flight job for good (a
+	// worker running it is told to stop) and returns it as it was
+	// cancelled: store.ErrNotFound for an unknown job, ErrWrongState for
+	// one dead, done or cancelled already. It is kept in state cancelled
+	// while a done job would be (retain-done); else deleted.
+	CancelJob(ctx context.Context, msgid string) (JobInfo, error)
+	// BulkCancel cancels every pending, delayed and in-flight job f
+	// matches (f.State "" or pending; inflight: those in flight alone);
+	// not confirmed, it only counts them.
+	BulkCancel(ctx context.Context, f JobFilter, confirmed bool) (BulkResult, error)
 	PurgeQueue(ctx context.Context, queue string) (int, error)
 	ChangeQueue(ctx context.Context, queue string, c broker.QueueChange) (broker.QueueInfo, error)
 	Compact(ctx context.Context) (store.CompactStats, error)

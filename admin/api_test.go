@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,10 +20,12 @@ import (
 
 // fixture is what each implementation of the API is checked on: in
 // queue q a pending job, one in flight at worker w (pending, to a
-// journal no broker holds), a dead one and a done one kept with its
-// result.
+// journal no broker holds) that reported its progress, a dead one and a
+// done one kept with its result; and two pending jobs the first cases
+// cancel: one with a priority and a unique key, one with header batch.
 type fixture struct {
 	pending, inflight, dead, done string
+	cancel, batch                 string
 }
 
 // makeFixture stores the fixture in b.
@@ -44,7 +47,11 @@ func makeFixture(t *testing.T, b *bt.Broker) fixture {
 	f.inflight = client.Request("q", "", []byte("running"))
 	w.Ready(1)
 	bt.Expect[*emqp.Request](w)
+	w.Send(&emqp.Progress{MsgID: emqp.NewID(), OrigMsgID: f.inflight, Text: "40 resizing"})
+	bt.Eventually(t, "progress taken", func() bool { return b.Stats().Progress.Load() == 1 })
 	f.pending = client.Request("q", "", []byte("pending"))
+	f.cancel = client.Request("q", "priority:7,unique:invoice-42,unique-for:60", []byte("to cancel"))
+	f.batch = client.Request("q", "batch:1", []byte("to cancel in bulk"))
 	return f
 }
 
@@ -132,6 +139,132 @@ func TestAPIImplementationsAgree(t *testing.T) {
 }
 
 var apiCases = []apiCase{
+	// Cancelling first: the cases after see the fixture without f.cancel
+	// and f.batch.
+	{name: "Job with a priority and a unique key", call: func(ctx context.Context, a admin.API, f fixture) (any, error) {
+		return a.Job(ctx, f.cancel, false)
+	}, check: func(got any, _ fixture, _ bool) error {
+		if ji := got.(admin.JobInfo); ji.State != "pending" || ji.Priority != 7 || ji.Unique != "invoice-42" || ji.UniqueFor != 60 {
+			return fmt.Errorf("%+v, want it pending with priority 7, key invoice-42 held 60 s", ji)
+		}
+		return nil
+	}},
+	{name: "Cancel a pending job", call: func(ctx context.Context, a admin.API, f fixture) (any, error) {
+		return a.CancelJob(ctx, f.cancel)
+	}, check: func(got any, f fixture, _ bool) error {
+		ji := got.(admin.JobInfo)
+		last := ji.Trail[len(ji.Trail)-1]
+		if ji.MsgID != f.cancel || ji.State != "cancelled" || last.Kind != broker.EventCancelled || last.Reason != "cancelled by admin" {
+			return fmt.Errorf("%+v, want it cancelled by admin", ji)
+		}
+		return nil
+	}},
+	{name: "The cancelled job", call: func(ctx context.Context, a admin.API, f fixture) (any, error) {
+		ji, err := a.Job(ctx, f.cancel, false)
+		if errors.Is(err, store.ErrNotFound) {
+			return "gone", nil
+		}
+		return ji.State, err
+	}, check: func(got any, _ fixture, online bool) error {
+		want := "cancelled" // the broker keeps done jobs an hour: cancelled ones too
+		if !online {
+			want = "gone" // offline nothing says how long to keep it
+		}
+		if got != want {
+			return fmt.Errorf("%v, want %s", got, want)
+		}
+		return nil
+	}},
+	{name: "Jobs cancelled", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		return a.Jobs(ctx, admin.JobFilter{State: "cancelled"})
+	}, check: func(got any, f fixture, online bool) error {
+		p := got.(admin.JobPage)
+		if online && (len(p.Jobs) != 1 || p.Jobs[0].MsgID != f.cancel || p.Jobs[0].State != "cancelled" || p.Jobs[0].Priority != 7) {
+			return fmt.Errorf("%+v, want the cancelled job", p)
+		}
+		if !online && len(p.Jobs) != 0 {
+			return fmt.Errorf("%+v, want none kept", p)
+		}
+		return nil
+	}},
+	{name: "Cancel it again", call: func(ctx context.Context, a admin.API, f fixture) (any, error) {
+		_, err := a.CancelJob(ctx, f.cancel)
+		return err, nil
+	}, check: func(got any, _ fixture, online bool) error {
+		want := store.ErrWrongState
+		if !online {
+			want = store.ErrNotFound
+		}
+		if err, _ := got.(error); !errors.Is(err, want) {
+			return fmt.Errorf("%v, want %v", got, want)
+		}
+		return nil
+	}},
+	{name: "Cancel a dead job", err: store.ErrWrongState, call: func(ctx context.Context, a admin.API, f fixture) (any, error) {
+		return a.CancelJob(ctx, f.dead)
+	}},
+	{name: "Cancel a done job", err: store.ErrWrongState, call: func(ctx context.Context, a admin.API, f fixture) (any, error) {
+		return a.CancelJob(ctx, f.done)
+	}},
+	{name: "Cancel an unknown job", err: store.ErrNotFound, call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		return a.CancelJob(ctx, "nope")
+	}},
+	{name: "Bulk cancel, counted", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		return a.BulkCancel(ctx, admin.JobFilter{Header: "batch"}, false)
+	}, check: func(got any, _ fixture, _ bool) error {
+		if r := got.(admin.BulkResult); r.Matched != 1 || r.Done != 0 || !r.DryRun {
+			return fmt.Errorf("%+v, want 1 matched, a dry run", r)
+		}
+		return nil
+	}},
+	{name: "Bulk cancel", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		r, err := a.BulkCancel(ctx, admin.JobFilter{Queue: "q", Header: "batch"}, true)
+		if err != nil {
+			return nil, err
+		}
+		p, err := a.Jobs(ctx, admin.JobFilter{State: "pending", Header: "batch"})
+		return []any{r, p}, err
+	}, check: func(got any, _ fixture, _ bool) error {
+		r, p := got.([]any)[0].(admin.BulkResult), got.([]any)[1].(admin.JobPage)
+		if r.Matched != 1 || r.Done != 1 || r.DryRun || len(p.Jobs) != 0 {
+			return fmt.Errorf("%+v, then %d pending with the header: want the one cancelled", r, len(p.Jobs))
+		}
+		return nil
+	}},
+	{name: "Bulk cancel in flight, counted", needsBroker: true, call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		return a.BulkCancel(ctx, admin.JobFilter{State: "inflight"}, false)
+	}, check: func(got any, _ fixture, _ bool) error {
+		if r := got.(admin.BulkResult); r.Matched != 1 {
+			return fmt.Errorf("%+v, want the job w holds", r)
+		}
+		return nil
+	}},
+	{name: "Bulk cancel of every job, counted", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		return a.BulkCancel(ctx, admin.JobFilter{Queue: "q"}, false)
+	}, check: func(got any, _ fixture, _ bool) error {
+		if r := got.(admin.BulkResult); r.Matched != 2 { // pending and in flight; not the dead or done
+			return fmt.Errorf("%+v, want 2", r)
+		}
+		return nil
+	}},
+	{name: "Bulk cancel of dead jobs", err: store.ErrBadFilter, call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		return a.BulkCancel(ctx, admin.JobFilter{State: "dead"}, true)
+	}},
+	{name: "Job in flight with its progress", call: func(ctx context.Context, a admin.API, f fixture) (any, error) {
+		return a.Job(ctx, f.inflight, false)
+	}, check: func(got any, _ fixture, online bool) error {
+		ji := got.(admin.JobInfo)
+		p := ji.Progress
+		switch {
+		case online && (p == nil || p.Percent != 40 || p.Note != "resizing" || !strings.HasSuffix(p.Worker, "w")):
+			return fmt.Errorf("progress %+v, want 40 resizing from w", p)
+		case !online && p != nil:
+			return fmt.Errorf("progress %+v offline, want none", p)
+		case ji.Priority != emqp.DefaultPriority:
+			return fmt.Errorf("priority %d, want the default", ji.Priority)
+		}
+		return nil
+	}},
 	{name: "Queues", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) { return a.Queues(ctx) },
 		check: func(got any, _ fixture, online bool) error {
 			qs := got.([]broker.QueueInfo)
@@ -154,8 +287,9 @@ var apiCases = []apiCase{
 		}},
 	{name: "Stats", needsBroker: true, call: func(ctx context.Context, a admin.API, _ fixture) (any, error) { return a.Stats(ctx) },
 		check: func(got any, _ fixture, _ bool) error {
-			if s := got.(admin.StatsInfo); s.Get("acked") != 4 || s.Get("dead_lettered") != 1 || len(s.Errors) != len(broker.ErrorCodes) {
-				return fmt.Errorf("%+v, want 4 acked, 1 dead-lettered, every error code", s)
+			if s := got.(admin.StatsInfo); s.Get("acked") != 6 || s.Get("dead_lettered") != 1 || s.Get("cancelled") != 2 ||
+				len(s.Errors) != len(broker.ErrorCodes) {
+				return fmt.Errorf("%+v, want 6 acked, 1 dead-lettered, 2 cancelled, every error code", s)
 			}
 			return nil
 		}},

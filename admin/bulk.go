@@ -16,7 +16,7 @@ import (
 // match each one set).
 type JobFilter struct {
 	Queue       string
-	State       string // pending, inflight, dead, done; "" = pending then dead
+	State       string // pending, inflight, dead, done, cancelled; "" = pending then dead
 	After       string // the Next of the previous page
 	Limit       int    // 0 = 100
 	MsgIDPrefix string
@@ -67,9 +67,9 @@ func ParseJobFilter(q url.Values) (JobFilter, error) {
 		}
 	}
 	switch f.State {
-	case "", "pending", "inflight", "dead", "done":
+	case "", "pending", "inflight", "dead", "done", "cancelled":
 	default:
-		return f, fmt.Errorf("%w: state %q: want pending, inflight, dead or done", store.ErrBadFilter, f.State)
+		return f, fmt.Errorf("%w: state %q: want pending, inflight, dead, done or cancelled", store.ErrBadFilter, f.State)
 	}
 	return f, nil
 }
@@ -108,7 +108,27 @@ type BulkResult struct {
 }
 
 // ErrNeedState is BulkRemove's answer to a filter without a stored state.
-var ErrNeedState = fmt.Errorf("%w: state: bulk remove wants pending, dead or done", store.ErrBadFilter)
+var ErrNeedState = fmt.Errorf("%w: state: bulk remove wants pending, dead, done or cancelled", store.ErrBadFilter)
+
+// ErrCancelState is BulkCancel's answer to a filter of jobs that cannot
+// be cancelled.
+var ErrCancelState = fmt.Errorf("%w: state: bulk cancel wants pending (delayed and in flight included) or inflight", store.ErrBadFilter)
+
+// cancelFilter checks f for a bulk cancel and reports whether it wants
+// the jobs in flight alone.
+func cancelFilter(f JobFilter) (inFlightOnly bool, err error) {
+	switch f.State {
+	case "", "pending":
+		return false, nil
+	case "inflight":
+		return true, nil
+	}
+	return false, ErrCancelState
+}
+
+// CancelledBy is who the trail of a job cancelled through the admin API
+// says cancelled it: the admin token has no name to give.
+const CancelledBy = "admin"
 
 // bulk goes through the jobs in state that f matches (from the start:
 // f.After is a listing's, not a bulk action's), 1,000 at a time, as list

@@ -209,6 +209,18 @@ func (c *Client) BulkRemove(ctx context.Context, f JobFilter, confirmed bool) (r
 	return r, c.call(ctx, "POST", "/api/v1/jobs/remove?"+q.Encode(), &r)
 }
 
+func (c *Client) CancelJob(ctx context.Context, msgid string) (j JobInfo, err error) {
+	return j, c.call(ctx, "POST", "/api/v1/jobs/"+url.PathEscape(msgid)+"/cancel", &j)
+}
+
+func (c *Client) BulkCancel(ctx context.Context, f JobFilter, confirmed bool) (r BulkResult, err error) {
+	q := f.Query()
+	if confirmed {
+		q.Set("confirm", "yes")
+	}
+	return r, c.call(ctx, "POST", "/api/v1/jobs/cancel?"+q.Encode(), &r)
+}
+
 func (c *Client) PurgeQueue(ctx context.Context, queue string) (int, error) {
 	var r struct{ Removed int }
 	err := c.call(ctx, "POST", "/api/v1/queues/"+url.PathEscape(queue)+"/purge?confirm="+url.QueryEscape(queue), &r)

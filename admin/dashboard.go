@@ -27,7 +27,8 @@ import (
 //	POST /ui/logout          ends the session
 //	GET  /api/v1/overview    an Overview; /api/v1/overview/stream sends one a second (SSE)
 //	GET  /api/v1/jobs/{msgid}/payload, /result   the whole payload or result, as a download
-//	POST /api/v1/jobs/remove?FILTERS[&confirm=yes]   delete the pending, dead or done jobs the filters match
+//	POST /api/v1/jobs/remove?FILTERS[&confirm=yes]   delete the pending, dead, done or cancelled jobs the filters match
+//	POST /api/v1/jobs/{msgid}/cancel, /api/v1/jobs/cancel?FILTERS[&confirm=yes]   cancel one job, or those the filters match
 //
 // A session is HttpOnly and SameSite=Strict, lasts SessionTTL, and is
 // held in memory (at most MaxSessions of each token; the oldest goes

@@ -34,10 +34,12 @@
 //	GET    /api/v1/queues                    []QueueInfo, with each queue's controls
 //	GET    /api/v1/workers                   []WorkerInfo
 //	GET    /api/v1/jobs?queue=&state=&limit=&after=&msgid_prefix=&header=&error=&older_than=&newer_than=
-//	                                         a page of JobInfo (state pending, inflight, dead or done; bulk.go)
+//	                                         a page of JobInfo (state pending, inflight, dead, done or cancelled; bulk.go)
 //	GET    /api/v1/jobs/{msgid}[?payload=1]  one JobInfo with its trail; the whole payload (and a done job's result) in base64 when asked
 //	DELETE /api/v1/jobs/{msgid}              delete a job in any state
 //	POST   /api/v1/jobs/{msgid}/retry        a dead job back to its queue
+//	POST   /api/v1/jobs/{msgid}/cancel       cancel a pending, delayed or in-flight job; the JobInfo as it was cancelled
+//	POST   /api/v1/jobs/cancel?[state=pending|inflight&]FILTERS[&confirm=yes]   bulk cancel; counts only without confirm
 //	POST   /api/v1/dead/retry, /dead/remove?FILTERS[&confirm=yes]   every dead job the filters match; counts only without confirm
 //	POST   /api/v1/queues/{queue}/purge?confirm={queue}   delete the queue's pending jobs
 //	POST   /api/v1/queues/{queue}/pause, /resume, /settings   an operator's controls
@@ -50,7 +52,7 @@
 //	POST   /api/v1/schedules/{id}/pause, /resume
 //	GET    /api/v1/overview[/stream]          the dashboard's first page, once or once a second (dashboard.go)
 //	GET    /api/v1/jobs/{msgid}/payload, /result   the whole payload or result, as a download
-//	POST   /api/v1/jobs/remove?state=pending|dead|done&FILTERS[&confirm=yes]   bulk delete; counts only without confirm
+//	POST   /api/v1/jobs/remove?state=pending|dead|done|cancelled&FILTERS[&confirm=yes]   bulk delete; counts only without confirm
 //	GET    /, /ui/...                         the dashboard, and its login (dashboard.go)
 //
 // Every request must name this listener as its Host, and one that changes

@@ -65,12 +65,51 @@ func (l *Live) Jobs(ctx context.Context, f JobFilter) (JobPage, error) {
 	return page, nil
 }
 
+// Job shows a job; one in flight with its worker's latest progress.
 func (l *Live) Job(ctx context.Context, msgid string, payload bool) (JobInfo, error) {
 	j, worker, err := l.b.Job(ctx, msgid)
 	if err != nil {
 		return JobInfo{}, err
 	}
-	return jobInfoWithTrail(j, worker, payload, l.b.Result), nil
+	ji := jobInfoWithTrail(j, worker, payload, l.b.Result)
+	if worker != "" {
+		if ji.Progress, err = l.b.JobProgress(ctx, msgid); err != nil {
+			return JobInfo{}, err
+		}
+	}
+	return ji, nil
+}
+
+// CancelJob cancels a job the broker holds pending, delayed or in flight
+// (its worker is sent CANCEL) and returns it as it was cancelled.
+func (l *Live) CancelJob(ctx context.Context, msgid string) (JobInfo, error) {
+	j, err := l.b.Cancel(ctx, msgid, CancelledBy)
+	if err != nil {
+		return JobInfo{}, err
+	}
+	return jobInfoWithTrail(j, "", false, l.b.Result), nil
+}
+
+// BulkCancel cancels the matching jobs a page at a time, each page's
+// writes sharing commits; one finished meanwhile is skipped.
+func (l *Live) BulkCancel(ctx context.Context, f JobFilter, confirmed bool) (BulkResult, error) {
+	inFlightOnly, err := cancelFilter(f)
+	if err != nil {
+		return BulkResult{}, err
+	}
+	var keep func(*store.Job) bool
+	if inFlightOnly {
+		held, err := l.b.InFlight(ctx, f.Queue)
+		if err != nil {
+			return BulkResult{}, err
+		}
+		keep = func(j *store.Job) bool { return held[j.MsgID] != "" }
+	}
+	var act func([]*store.Job) (int, error)
+	if confirmed {
+		act = func(jobs []*store.Job) (int, error) { return l.b.CancelJobs(ctx, msgids(jobs), CancelledBy) }
+	}
+	return bulk(ctx, l.list, f, store.Pending, keep, act)
 }
 
 func (l *Live) Payload(_ context.Context, msgid string) ([]byte, error) { return l.b.Payload(msgid) }
@@ -133,7 +172,7 @@ func (l *Live) BulkRemove(ctx context.Context, f JobFilter, confirmed bool) (Bul
 // when f names none (ErrNeedState).
 func bulkState(f JobFilter) (store.State, error) {
 	switch f.State {
-	case "pending", "dead", "done":
+	case "pending", "dead", "done", "cancelled":
 		st, _ := store.ParseState(f.State)
 		return st, nil
 	}

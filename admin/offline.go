@@ -81,6 +81,47 @@ func (o *Offline) RetryJob(_ context.Context, msgid string) error {
 	return err
 }
 
+// CancelJob cancels a pending job (offline, a job in flight is pending
+// too). No broker runs to say how long its done jobs are kept
+// (result-ttl), so the cancelled job is deleted, not kept: the JobInfo
+// returned is the last of it.
+func (o *Offline) CancelJob(_ context.Context, msgid string) (JobInfo, error) {
+	j, err := store.Wait(func(done func(*store.Job, error)) { o.j.Cancel(msgid, time.Time{}, cancelTrail(), done) })
+	if err != nil {
+		return JobInfo{}, err
+	}
+	return jobInfoWithTrail(j, "", false, o.j.Result), nil
+}
+
+// cancelTrail is the trail event of a cancel through the admin API.
+func cancelTrail() []store.TrailEvent {
+	return []store.TrailEvent{{Time: time.Now(), Kind: broker.EventCancelled, Reason: "cancelled by " + CancelledBy}}
+}
+
+// BulkCancel cancels the matching pending jobs, a page at a time, each
+// page's writes queued at once; like CancelJob it keeps none. Jobs in
+// flight alone (state inflight) only a running broker knows.
+func (o *Offline) BulkCancel(ctx context.Context, f JobFilter, confirmed bool) (BulkResult, error) {
+	switch inFlightOnly, err := cancelFilter(f); {
+	case err != nil:
+		return BulkResult{}, err
+	case inFlightOnly:
+		return BulkResult{}, ErrNeedsBroker
+	}
+	var act func([]*store.Job) (int, error)
+	if confirmed {
+		act = func(jobs []*store.Job) (int, error) {
+			errs := make(chan error, len(jobs))
+			trail := cancelTrail()
+			for _, j := range jobs {
+				o.j.Cancel(j.MsgID, time.Time{}, trail, func(_ *store.Job, err error) { errs <- err })
+			}
+			return tally(len(jobs), errs)
+		}
+	}
+	return bulk(ctx, o.j.List, f, store.Pending, nil, act)
+}
+
 // BulkDead retries or removes the matching dead jobs, a page at a time,
 // each page's writes queued at once.
 func (o *Offline) BulkDead(ctx context.Context, f JobFilter, remove, confirmed bool) (BulkResult, error) {

@@ -60,6 +60,9 @@ func (s *Server) Handler() http.Handler {
 			reply(w, map[string]bool{"retried": err == nil}, err)
 		})
 	})
+	mux.HandleFunc("POST /api/v1/jobs/{msgid}/cancel", func(w http.ResponseWriter, r *http.Request) {
+		s.with(w, func(a API) { ji, err := a.CancelJob(r.Context(), r.PathValue("msgid")); reply(w, ji, err) })
+	})
 	download := func(w http.ResponseWriter, name string, data []byte) {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name))
@@ -94,6 +97,17 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.with(w, func(a API) {
 			res, err := a.BulkRemove(r.Context(), f, r.URL.Query().Get("confirm") == "yes")
+			reply(w, res, err)
+		})
+	})
+	mux.HandleFunc("POST /api/v1/jobs/cancel", func(w http.ResponseWriter, r *http.Request) {
+		f, err := ParseJobFilter(r.URL.Query())
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		s.with(w, func(a API) {
+			res, err := a.BulkCancel(r.Context(), f, r.URL.Query().Get("confirm") == "yes")
 			reply(w, res, err)
 		})
 	})

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/store"
 )
 
@@ -20,9 +21,12 @@ import (
 type JobInfo struct {
 	MsgID       string    `json:"msgid"`
 	Queue       string    `json:"queue"`
-	State       string    `json:"state"` // pending, inflight, dead or done
+	State       string    `json:"state"` // pending, inflight, dead, done or cancelled
 	Worker      string    `json:"worker,omitempty"`
 	Headers     string    `json:"headers"`
+	Priority    int       `json:"priority"`                     // from its headers: 0 to 65535, lower runs first (1024 without one)
+	Unique      string    `json:"unique,omitempty"`             // its unique key in the queue ("" = none)
+	UniqueFor   int64     `json:"unique_for_seconds,omitempty"` // how long the key stays held after it is done
 	Enqueued    time.Time `json:"enqueued"`
 	Attempts    int       `json:"attempts"`
 	LastError   string    `json:"last_error,omitempty"`
@@ -37,6 +41,9 @@ type JobInfo struct {
 	// those of the broker not yet written (a delivery under way).
 	// Only in the answer about one job, not in listings.
 	Trail []store.TrailEvent `json:"trail,omitempty"`
+	// Progress is the latest report of the worker running it: only in
+	// the answer about one job in flight, from a running broker.
+	Progress *broker.Progress `json:"progress,omitempty"`
 }
 
 // PreviewLen is how many payload bytes a JobInfo's preview shows.
@@ -48,6 +55,7 @@ func NewJobInfo(j *store.Job, worker string, withPayload bool) JobInfo {
 		MsgID: j.MsgID, Queue: j.Queue, State: j.State.String(), Worker: worker,
 		Headers: j.Headers, Enqueued: j.Enqueued, Attempts: j.Attempts, LastError: j.LastError,
 		NotBefore: j.NotBefore, Finished: j.Finished, PayloadSize: len(j.Payload),
+		Priority: priority(j.Headers), Unique: j.Unique, UniqueFor: int64(j.UniqueFor / time.Second),
 	}
 	if worker != "" {
 		ji.State = "inflight"
@@ -57,6 +65,23 @@ func NewJobInfo(j *store.Job, worker string, withPayload bool) JobInfo {
 		ji.Payload = base64.StdEncoding.EncodeToString(j.Payload)
 	}
 	return ji
+}
+
+// priority is the priority the headers give a job; a header the broker
+// could not read (it refused such jobs) counts as the default.
+func priority(headers string) int {
+	if !strings.Contains(headers, emqp.HeaderPriority) {
+		return emqp.DefaultPriority
+	}
+	h, err := emqp.ParseHeaders(headers)
+	if err != nil {
+		return emqp.DefaultPriority
+	}
+	p, err := h.Priority()
+	if err != nil {
+		return emqp.DefaultPriority
+	}
+	return int(p)
 }
 
 // jobInfoWithTrail is NewJobInfo with the job's trail (received first)

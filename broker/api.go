@@ -98,8 +98,9 @@ type QueueInfo struct {
 	Pending   int     `json:"pending"` // waiting for a worker
 	Delayed   int     `json:"delayed"` // waiting for their time (delay, retry backoff)
 	InFlight  int     `json:"in_flight"`
-	Dead      int     `json:"dead"` // in the dead letters (from the journal; 0 where a damaged file cannot be counted)
-	Done      int     `json:"done"` // done and kept with their result (retain-done; from the journal; likewise)
+	Dead      int     `json:"dead"`      // in the dead letters (from the journal; 0 where a damaged file cannot be counted)
+	Done      int     `json:"done"`      // done and kept with their result (retain-done; from the journal; likewise)
+	Cancelled int     `json:"cancelled"` // cancelled and kept (retain-done; from the journal; likewise)
 	Workers   int     `json:"workers"`
 	OldestAge float64 `json:"oldest_age_seconds"` // of the jobs not done; 0 when none
 
@@ -131,7 +132,7 @@ func (b *Broker) Queues(ctx context.Context) ([]QueueInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	counts, err := b.journal.Counts(store.Dead, store.Done) // pending: from memory
+	counts, err := b.journal.Counts(store.Dead, store.Done, store.Cancelled) // pending: from memory
 	if errors.Is(err, store.ErrCorrupt) {
 		// A damaged file cannot be counted, and the queues are what an
 		// operator watches through it: what memory knows, and the damage
@@ -174,7 +175,7 @@ func withStored(qs []QueueInfo, counts []store.Count, pending bool) []QueueInfo 
 		index[q.Name] = i
 	}
 	for _, c := range counts {
-		if c.Dead == 0 && c.Done == 0 && (!pending || c.Pending == 0) {
+		if c.Dead == 0 && c.Done == 0 && c.Cancelled == 0 && (!pending || c.Pending == 0) {
 			continue
 		}
 		i, ok := index[c.Queue]
@@ -183,7 +184,7 @@ func withStored(qs []QueueInfo, counts []store.Count, pending bool) []QueueInfo 
 			index[c.Queue] = i
 			qs = append(qs, QueueInfo{Name: c.Queue})
 		}
-		qs[i].Dead, qs[i].Done = c.Dead, c.Done
+		qs[i].Dead, qs[i].Done, qs[i].Cancelled = c.Dead, c.Done, c.Cancelled
 		if pending {
 			qs[i].Pending = c.Pending
 		}

@@ -24,6 +24,11 @@ with --slots slots. Every job is durable (fsync before ACK). Prints jobs/s
 and REQUEST→ACK and REQUEST→REPLY latencies; lost (ACKed, never run) must
 be 0. --rate paces the senders; --preload stores that many jobs first (in
 a queue nobody serves) to measure start-up and a full journal.
+--priorities N gives every job a priority header (N values in turn, 1 the
+same on every job), --unique a unique key of its own: run with and
+without to see what they cost. With more than one value the jobs of the
+high numbers wait behind the others, and senders waiting for their
+REPLYs wait with them; --ack-only takes the senders out of that.
 
 With --pubsub it measures pub/sub instead: one publisher sends --messages
 PUBLISHes of --size bytes as fast as it can to --subscribers SUB
@@ -44,6 +49,8 @@ publish→received latencies.`,
 	f.Float64("rate", 0, "jobs a second in all (0 = as fast as it goes)")
 	f.Int("preload", 0, "jobs stored before the broker starts")
 	f.Bool("ack-only", false, "senders wait for the ACK only, as the anchors' producers do; jobs/s runs to the last job run by the worker")
+	f.Int("priorities", 0, "every job has a priority header, this many values in turn (1: the same on every job; 0: none)")
+	f.Bool("unique", false, "every job has a unique key (a distinct one each)")
 	f.Bool("curve", false, "its own broker speaks CURVE, senders and worker each with a key (for a running broker: the --curve-* or --plain-* flags)")
 	addSecurityFlags(f)
 	f.Bool("pubsub", false, "measure pub/sub fan-out instead of jobs")
@@ -62,7 +69,7 @@ publish→received latencies.`,
 			return err
 		}
 		o := bench.Options{Frontend: c.str("frontend"), Backend: c.str("backend"), Rate: c.v.GetFloat64("rate"),
-			AckOnly: c.v.GetBool("ack-only"), Curve: c.v.GetBool("curve")}
+			AckOnly: c.v.GetBool("ack-only"), Curve: c.v.GetBool("curve"), Priorities: c.v.GetInt("priorities"), Unique: c.v.GetBool("unique")}
 		if o.Security, err = securityFrom(c); err != nil {
 			return err
 		}
@@ -137,6 +144,12 @@ func printResult(w io.Writer, r bench.Result) {
 	}
 	if r.Rate > 0 {
 		fmt.Fprintf(w, ", paced at %.0f jobs/s", r.Rate)
+	}
+	if r.Priorities > 0 {
+		fmt.Fprintf(w, ", %d priorities", r.Priorities)
+	}
+	if r.Unique {
+		fmt.Fprint(w, ", a unique key each")
 	}
 	fmt.Fprintf(w, "\n%.0f jobs/s (%.2f s)\n", r.JobsPerSec, r.Seconds)
 	fmt.Fprintf(w, "REQUEST→ACK    p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.2f ms\n", r.AckP50, r.AckP99, r.AckP999, r.AckMax)

@@ -16,9 +16,9 @@ import (
 )
 
 func newJobsCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "jobs", Short: "List, show, delete and purge stored jobs"}
+	cmd := &cobra.Command{Use: "jobs", Short: "List, show, cancel, delete and purge stored jobs"}
 	adminFlags(cmd)
-	cmd.AddCommand(listCmd("ls", "List jobs", ""), showCmd(), removeCmd())
+	cmd.AddCommand(listCmd("ls", "List jobs", ""), showCmd(), removeCmd(), cancelCmd())
 
 	purge := adminCmd("purge --queue Q --yes", "Delete every pending job of a queue", cobra.NoArgs,
 		func(cmd *cobra.Command, a admin.API, c *config, _ []string) error {
@@ -100,6 +100,62 @@ func bulkCmd(remove bool) *cobra.Command {
 	return cmd
 }
 
+// cancelCmd is jobs cancel: one MSGID, or every pending, delayed and
+// in-flight job that --all or the filter flags match, which it counts
+// and cancels with --yes.
+func cancelCmd() *cobra.Command {
+	cmd := adminCmd("cancel MSGID | --all | FILTERS", "Cancel jobs: pending and delayed ones never run, workers running one are told to stop", cobra.MaximumNArgs(1),
+		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
+			state := "pending"
+			if c.v.GetBool("inflight") {
+				state = "inflight"
+			}
+			f, err := filterFlags(c, state)
+			if err != nil {
+				return err
+			}
+			bulk := c.v.GetBool("all") || f != (admin.JobFilter{State: "pending"})
+			if bulk == (len(args) == 1) {
+				return errors.New("name one MSGID, or --all, or filters (--queue, --inflight, --error, --header, --msgid-prefix, --older-than, --newer-than)")
+			}
+			if !bulk {
+				j, err := a.CancelJob(cmd.Context(), args[0])
+				if err != nil {
+					return fmt.Errorf("cancel: %w", err)
+				}
+				return output(cmd, c, j, func(w io.Writer) { printJob(w, j) })
+			}
+			yes := c.v.GetBool("yes")
+			res, err := a.BulkCancel(cmd.Context(), f, yes)
+			switch {
+			case err != nil && res.Done > 0:
+				return fmt.Errorf("%w (cancelled %d of %d matching jobs before it)", err, res.Done, res.Matched)
+			case err != nil:
+				return err
+			}
+			return output(cmd, c, res, func(w io.Writer) {
+				if !yes {
+					fmt.Fprintf(w, "%d jobs match; add --yes to cancel them\n", res.Matched)
+					return
+				}
+				fmt.Fprintf(w, "cancelled %d of %d matching jobs\n", res.Done, res.Matched)
+			})
+		})
+	cmd.Long = `Cancel a job by its MSGID, or every job --all or the filters match: a
+pending or delayed job leaves its queue and never runs; the worker running
+one in flight is sent CANCEL, and what it answers is ignored. A broker
+with retain-done keeps cancelled jobs as long as done ones (emq jobs ls
+--state cancelled); offline (--data-dir) they are deleted. A job done,
+dead or cancelled already is refused. In bulk, without --yes it only
+counts what matches.`
+	f := cmd.Flags()
+	f.Bool("all", false, "every pending, delayed and in-flight job (of --queue, if given)")
+	f.Bool("inflight", false, "only jobs in flight (a running broker's)")
+	f.Bool("yes", false, "act on what matches (without it: count only)")
+	addFilterFlags(cmd)
+	return cmd
+}
+
 // addFilterFlags adds a listing's filters.
 func addFilterFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
@@ -146,9 +202,9 @@ func listCmd(use, short, state string) *cobra.Command {
 			return err
 		}
 		return output(cmd, c, p, func(w io.Writer) {
-			fmt.Fprintln(w, "MSGID\tQUEUE\tSTATE\tATTEMPTS\tAGE\tSIZE\tLAST ERROR")
+			fmt.Fprintln(w, "MSGID\tQUEUE\tSTATE\tPRIORITY\tATTEMPTS\tAGE\tSIZE\tLAST ERROR")
 			for _, j := range p.Jobs {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\t%s\n", j.MsgID, j.Queue, j.State, j.Attempts,
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%d\t%s\n", j.MsgID, j.Queue, j.State, j.Priority, j.Attempts,
 					time.Since(j.Enqueued).Round(time.Second), j.PayloadSize, oneLine(j.LastError, 60))
 			}
 			if p.Next != "" {
@@ -159,7 +215,7 @@ func listCmd(use, short, state string) *cobra.Command {
 	f := cmd.Flags()
 	addFilterFlags(cmd)
 	if state == "" {
-		f.String("state", "", "pending, inflight, dead or done (default: pending and dead)")
+		f.String("state", "", "pending, inflight, dead, done or cancelled (default: pending and dead)")
 	}
 	f.Int("limit", 100, "jobs to show")
 	f.String("after", "", "continue a listing (the cursor it printed)")
@@ -191,7 +247,18 @@ func printJob(w io.Writer, j admin.JobInfo) {
 	if j.Worker != "" {
 		fmt.Fprintf(w, "worker\t%s\n", j.Worker)
 	}
-	fmt.Fprintf(w, "headers\t%s\nenqueued\t%s\nattempts\t%d\n", j.Headers, j.Enqueued.Format(time.RFC3339), j.Attempts)
+	fmt.Fprintf(w, "headers\t%s\npriority\t%d\n", j.Headers, j.Priority)
+	if j.Unique != "" {
+		hold := ""
+		if j.UniqueFor > 0 {
+			hold = fmt.Sprintf(" (held %s after it is done)", time.Duration(j.UniqueFor)*time.Second)
+		}
+		fmt.Fprintf(w, "unique key\t%s%s\n", j.Unique, hold)
+	}
+	if p := j.Progress; p != nil {
+		fmt.Fprintf(w, "progress\t%s\n", progressLine(*p))
+	}
+	fmt.Fprintf(w, "enqueued\t%s\nattempts\t%d\n", j.Enqueued.Format(time.RFC3339), j.Attempts)
 	if j.LastError != "" {
 		fmt.Fprintf(w, "last error\t%s\n", oneLine(j.LastError, 500))
 	}
@@ -213,6 +280,19 @@ func printJob(w io.Writer, j admin.JobInfo) {
 		}
 		fmt.Fprintf(w, "%s\t%s\n", label, eventLine(broker.Event{Time: e.Time, Kind: e.Kind, Worker: e.Worker, Attempt: e.Attempt, Reason: e.Reason}))
 	}
+}
+
+// progressLine is a worker's latest report: "40% resizing (3s ago)".
+func progressLine(p broker.Progress) string {
+	var parts []string
+	if p.Percent >= 0 {
+		parts = append(parts, fmt.Sprintf("%d%%", p.Percent))
+	}
+	if p.Note != "" {
+		parts = append(parts, oneLine(p.Note, 200))
+	}
+	parts = append(parts, fmt.Sprintf("(%s ago)", time.Since(p.Time).Round(time.Second)))
+	return strings.Join(parts, " ")
 }
 
 func removeCmd() *cobra.Command {

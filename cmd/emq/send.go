@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -21,7 +23,17 @@ func newSendCmd() *cobra.Command {
 with "-" (no argument: an empty payload). Prints the msgid once the broker
 has ACKed the job (it is durable then), or with --reply the worker's REPLY.
 Exits non-zero with the broker's error when it refuses the job, or when no
-answer comes within --wait.`,
+answer comes within --wait.
+
+--priority runs the job before the queue's jobs of a higher number (0 to
+65535; 1024 without it). --unique stores the job only if no other job of
+the queue holds KEY (pending, delayed, in flight, or done less than
+--unique-for ago); otherwise nothing is stored and emq prints
+"duplicate: held by job MSGID" to standard error, naming the holder.
+
+Exit status: 0 the job was stored (and, with --reply, answered); 3 it was
+refused as a duplicate of a job holding its --unique key; 1 any other
+failure.`,
 		Args: cobra.MaximumNArgs(1),
 	}
 	f := cmd.Flags()
@@ -31,6 +43,9 @@ answer comes within --wait.`,
 	f.StringArray("header", nil, "header item name=value, or a flag name (repeatable)")
 	f.Duration("timeout", 0, "the job's timeout (header timeout:N)")
 	f.Int("retry-count", -1, "retries after failures (header retry-count:N; -1 = the broker's default)")
+	f.Int("priority", -1, "0 to 65535, lower runs first (header priority:N; -1 = none: 1024)")
+	f.String("unique", "", "a key no other job of the queue may hold (header unique:KEY)")
+	f.Duration("unique-for", 0, "with --unique: how long the key stays held after the job is done (header unique-for:N)")
 	f.Duration("wait", defaultWait, "how long to wait for the ACK (or the REPLY)")
 	addSecurityFlags(f)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -58,6 +73,23 @@ answer comes within --wait.`,
 		} else if n >= 0 {
 			opts = append(opts, client.RetryCount(n))
 		}
+		if n, err := c.integer("priority"); err != nil {
+			return err
+		} else if n > math.MaxUint16 || n < -1 {
+			return fmt.Errorf("priority: %d: want 0 to 65535", n)
+		} else if n >= 0 {
+			opts = append(opts, client.Priority(uint16(n)))
+		}
+		hold, err := c.duration("unique-for")
+		if err != nil {
+			return err
+		}
+		switch key := c.str("unique"); {
+		case key != "":
+			opts = append(opts, client.Unique(key, hold))
+		case hold != 0:
+			return errors.New("unique-for: goes with --unique KEY")
+		}
 		wait, err := c.duration("wait")
 		if err != nil {
 			return err
@@ -77,19 +109,37 @@ answer comes within --wait.`,
 		if c.v.GetBool("reply") {
 			reply, err := cl.Request(ctx, c.str("queue"), payload, opts...)
 			if err != nil {
-				return err
+				return duplicate(err)
 			}
 			_, err = cmd.OutOrStdout().Write(reply)
 			return err
 		}
 		id, err := cl.Send(ctx, c.str("queue"), payload, opts...)
 		if err != nil {
-			return err
+			return duplicate(err)
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), id)
 		return nil
 	}
 	return cmd
+}
+
+// exitDuplicate is emq send's exit status for a job refused as a
+// duplicate (see its help).
+const exitDuplicate = 3
+
+// duplicate returns err, unless it is the broker's refusal of a
+// duplicate: then an error that says who holds the key and makes main
+// exit with exitDuplicate.
+func duplicate(err error) error {
+	var refused *client.BrokerError
+	if !errors.Is(err, client.ErrDuplicate) || !errors.As(err, &refused) {
+		return err
+	}
+	if refused.Holder != "" {
+		return exitError{exitDuplicate, fmt.Errorf("duplicate: held by job %s", refused.Holder)}
+	}
+	return exitError{exitDuplicate, fmt.Errorf("duplicate: %s", refused.Text)} // a broker that did not name it
 }
 
 func readPayload(stdin io.Reader, args []string) ([]byte, error) {

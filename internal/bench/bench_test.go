@@ -7,6 +7,11 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/emqp"
+	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -92,5 +97,43 @@ func TestRunAckOnly(t *testing.T) {
 	}
 	if r.AckP50 <= 0 || r.E2EP50 <= 0 || r.E2EP50 > r.E2EMax {
 		t.Fatalf("latencies: %+v", r)
+	}
+}
+
+// With Priorities and Unique every job the bench sends carries a priority
+// (ten of them in turn) and a unique key of its own; all of them run.
+func TestRunPriorityAndUnique(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", func(o *broker.Options) { o.ResultTTL = time.Hour }) // the done jobs stay to be looked at
+	const jobs = 60
+	r, err := Run(context.Background(), Options{Frontend: b.Frontend(), Backend: b.Backend(), Senders: 2, Window: 4, Slots: 2,
+		Jobs: jobs, Size: 10, Priorities: 10, Unique: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Priorities != 10 || !r.Unique || r.Lost != 0 || r.Errors != 0 || r.Duplicates != 0 {
+		t.Fatalf("result %+v", r)
+	}
+	p, err := b.List(store.ListOptions{Queue: queue, State: store.Done, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	priorities, keys := map[uint16]int{}, map[string]bool{}
+	for _, j := range p.Jobs {
+		h, err := emqp.ParseHeaders(j.Headers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr, err := h.Priority()
+		if err != nil || !h.Has(emqp.HeaderPriority) {
+			t.Fatalf("job %s: headers %q: %v", j.MsgID, j.Headers, err)
+		}
+		priorities[pr]++
+		if j.Unique != "" {
+			keys[j.Unique] = true
+		}
+	}
+	if len(p.Jobs) != jobs || len(priorities) != 10 || len(keys) != jobs {
+		t.Fatalf("%d jobs done, %d priorities, %d unique keys: want %d, 10 and %d", len(p.Jobs), len(priorities), len(keys), jobs, jobs)
 	}
 }

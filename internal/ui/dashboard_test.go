@@ -160,8 +160,8 @@ func TestPages(t *testing.T) {
 	// pending), with its state.
 	for id, want := range map[string]string{s.pending: "pending", s.delayed: "pending", s.inflight: "inflight"} {
 		tb.until("the row of "+want, sel(`document.querySelector('tr[data-msgid="%s"]')`, id))
-		if got := tb.texts(sel(`tr[data-msgid="%s"] td`, id)); got[1] != want {
-			t.Errorf("state column of a %s job: %q", want, got)
+		if got := tb.texts(sel(`tr[data-msgid="%s"] td`, id)); got[1] != want || got[2] != "1024" {
+			t.Errorf("state and priority columns of a %s job: %q, want %s and the default priority", want, got, want)
 		}
 	}
 	tb.click(`[data-state="dead"]`)
@@ -188,6 +188,22 @@ func TestPages(t *testing.T) {
 		t.Errorf("downloaded payload: %q", got)
 	}
 	tb.shot("job")
+
+	// A job in flight: its worker's progress, as it comes.
+	tb.open("job/" + s.inflight)
+	tb.until("the job in flight", `document.querySelector('#fields [data-field="Progress"]')`)
+	if got := tb.texts(`#fields [data-field="Progress"]`); got[0] != "none reported" {
+		t.Errorf("progress before any report: %q", got)
+	}
+	s.worker.Send(&emqp.Progress{MsgID: emqp.NewID(), OrigMsgID: s.inflight, Text: "40 resizing"})
+	tb.until("the progress shown", `document.querySelector('#progress progress') && document.querySelector('#progress progress').value === 40`+
+		` && document.querySelector('#progress').textContent.includes('40% resizing')`)
+	s.worker.Send(&emqp.Progress{MsgID: emqp.NewID(), OrigMsgID: s.inflight, Text: "75 sharpening"})
+	tb.until("the next progress shown", `document.querySelector('#progress') && document.querySelector('#progress').textContent.includes('75% sharpening')`)
+	if got := tb.texts(`[data-action="cancel"]`); len(got) != 1 {
+		t.Errorf("cancel buttons on the page of a job in flight: %q, want one", got)
+	}
+	tb.shot("job-progress")
 
 	tb.open("dead")
 	tb.until("the dead letters", sel(`document.querySelector('tr[data-msgid="%s"]')`, s.dead))
@@ -329,6 +345,45 @@ func TestActions(t *testing.T) {
 	bt.Eventually(t, "deleted", func() bool { return s.state(t, s.pending) == "" })
 	tb.until("back on the queue page", `location.hash === '#/queue/emails'`)
 
+	// A pending job cancelled from its page, which shows its priority and
+	// unique key, then the job cancelled (the broker keeps done jobs: it
+	// keeps cancelled ones too).
+	urgent := s.client.Request("emails", "priority:5,unique:welcome-ann", []byte(`{"to":"ann@example.com"}`))
+	tb.open("job/" + urgent)
+	tb.until("the job's fields", `document.querySelector('#fields [data-field="Unique key"]')`)
+	if got := tb.texts(`#fields [data-field="Priority"], #fields [data-field="Unique key"]`); fmt.Sprint(got) != "[5 welcome-ann]" {
+		t.Errorf("priority and unique key: %q", got)
+	}
+	tb.click(`[data-action="cancel"]`)
+	tb.until("the question", `document.querySelector('.confirm') && document.querySelector('.confirm').textContent.includes('Cancel this job?')`)
+	tb.click(`[data-confirm]`)
+	bt.Eventually(t, "cancelled", func() bool { return s.state(t, urgent) == "cancelled" })
+	tb.until("the page shows it cancelled", `document.querySelector('#fields [data-field="State"]').textContent === 'cancelled'`+
+		` && !document.querySelector('[data-action="cancel"]') && document.body.textContent.includes('cancelled by admin')`)
+	tb.open("queue/emails")
+	tb.click(`[data-state="cancelled"]`)
+	tb.until("the cancelled tab", sel(`document.querySelector('tr[data-msgid="%s"]')`, urgent))
+	if got := tb.texts(sel(`tr[data-msgid="%s"] td`, urgent)); got[1] != "cancelled" || got[2] != "5" {
+		t.Errorf("the cancelled job's row: %q", got)
+	}
+
+	// Bulk: the pending jobs a search matches cancelled; the others stay.
+	batch := []string{s.client.Request("emails", "batch:1", nil), s.client.Request("emails", "batch:1", nil)}
+	tb.click(`[data-state="pending"]`)
+	tb.fill(`input[name="header"]`, "batch")
+	tb.click(`form[role="search"] button[type="submit"]`)
+	tb.until("the search", `document.querySelectorAll('tbody tr[data-msgid]').length === 2`)
+	tb.click(`[data-bulk="cancel"]`)
+	tb.until("the bulk question", `document.querySelector('.confirm') && document.querySelector('.confirm').textContent.includes('Cancel 2 pending jobs')`)
+	tb.click(`[data-confirm]`)
+	for _, id := range batch {
+		bt.Eventually(t, "bulk cancelled", func() bool { return s.state(t, id) == "cancelled" })
+	}
+	tb.until("the bulk cancel's toast", `document.querySelector('#toast').textContent === 'Cancel: 2 of 2'`)
+	if st := s.state(t, s.delayed); st != "pending" {
+		t.Errorf("a job the search did not match is %s", st)
+	}
+
 	// A dead job retried and one deleted from the dead letters page.
 	d1, d2 := s.bury(t, "emails", "x"), s.bury(t, "emails", "y")
 	tb.open("dead")
@@ -348,6 +403,16 @@ func TestActions(t *testing.T) {
 	tb.click(sel(`tr[data-schedule="%s"] [data-action="remove"]`, s.schedule))
 	tb.click(`[data-confirm]`)
 	bt.Eventually(t, "schedule removed", func() bool { return s.schedulePaused(t) == -1 })
+
+	// The job in flight cancelled from its page: its worker is told.
+	tb.open("job/" + s.inflight)
+	tb.click(`[data-action="cancel"]`)
+	tb.until("the question", `document.querySelector('.confirm') && document.querySelector('.confirm').textContent.includes('Its worker is told to stop')`)
+	tb.click(`[data-confirm]`)
+	if c := bt.Expect[*emqp.Cancel](s.worker); c.OrigMsgID != s.inflight {
+		t.Errorf("the worker was told to cancel %s, want %s", c.OrigMsgID, s.inflight)
+	}
+	tb.until("the page shows it cancelled", `document.querySelector('#fields [data-field="State"]').textContent === 'cancelled'`)
 	tb.noErrors()
 }
 

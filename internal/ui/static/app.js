@@ -27,7 +27,9 @@ const SERIES = [
 ];
 const KEEP_POINTS = 300; // five minutes of one a second
 const JOB_EVENTS = ['acked', 'dispatched', 'replied', 'failed', 'timed_out', 'worker_lost', 'retry',
-  'requeued', 'buried', 'revived', 'removed', 'purged'];
+  'requeued', 'buried', 'revived', 'removed', 'purged', 'cancelled', 'progress'];
+// The states of a job that a cancel takes (pending includes delayed).
+const CANCELLABLE = ['pending', 'inflight'];
 
 // el makes an element: attrs are properties (class, href, onclick, ...)
 // or, for names with a dash, attributes; children are nodes or text.
@@ -132,11 +134,12 @@ function table(headers, rows, empty) {
 const td = (v, cls) => el('td', { class: cls }, v);
 const tdn = (v) => el('td', { class: 'num' }, v);
 
-// confirmInline asks in the page (no dialog box) before a change.
+// confirmInline asks in the page (no dialog box) before a change. Its
+// "No" is not called Cancel: cancelling a job is one of the changes.
 function confirmInline(where, question, label, fn) {
   where.replaceChildren(el('span', { class: 'confirm', role: 'alert' }, question,
     el('button', { type: 'button', class: 'danger', 'data-confirm': 'yes', onclick: async () => { where.replaceChildren(); await fn(); } }, label),
-    el('button', { type: 'button', onclick: () => where.replaceChildren() }, 'Cancel')));
+    el('button', { type: 'button', 'data-dismiss': 'yes', onclick: () => where.replaceChildren() }, 'No')));
   where.querySelector('[data-confirm]').focus();
 }
 
@@ -283,7 +286,7 @@ function overviewPage() {
       ['Workers', num(o.workers)], ['Schedulers', num(o.schedulers)],
       ['Received', num(stat(o, 'received'))], ['Acknowledged', num(stat(o, 'acked'))],
       ['Replied', num(stat(o, 'replied'))], ['Failed', num(stat(o, 'failed'))],
-      ['Dead-lettered', num(stat(o, 'dead_lettered'))],
+      ['Dead-lettered', num(stat(o, 'dead_lettered'))], ['Cancelled', num(stat(o, 'cancelled'))],
     ].map(([k, v]) => el('div', { class: 'card', 'data-stat': k }, el('div', { class: 'k' }, k), el('div', { class: 'v' }, v))));
     const rows = o.queues.map((q) => {
       const r = app.rates[q.name] || {};
@@ -400,14 +403,17 @@ function jobList(fixed, opts) {
     bulk.replaceChildren();
     if (!canChange()) return;
     const st = fixed().state;
-    const bulkAct = (verb, path) => el('button', { type: 'button', class: verb === 'Delete' ? 'danger' : '', 'data-bulk': verb.toLowerCase(),
+    const bulkAct = (verb, path) => el('button', { type: 'button', class: verb === 'Retry' ? '' : 'danger', 'data-bulk': verb.toLowerCase(),
       onclick: async () => {
         const these = applied; // the list on the screen, whatever is typed since
         let res;
         try { res = await api('POST', path + '?' + these); } catch (e) { toast(e.message); return; }
         if (res.matched === 0) { toast('No jobs match.'); return; }
-        confirmInline(ask, verb + ' ' + num(res.matched) + ' ' + st + ' job' + (res.matched === 1 ? '' : 's') + ' matching this search?' +
-          (st === 'pending' ? ' (Jobs in flight are left alone.)' : ''),
+        const what = st === 'inflight' ? 'in-flight' : st;
+        let note = '';
+        if (verb === 'Delete' && st === 'pending') note = ' (Jobs in flight are left alone.)';
+        if (verb === 'Cancel') note = st === 'pending' ? ' (Delayed ones and those in flight too: their workers are told to stop.)' : ' (Their workers are told to stop.)';
+        confirmInline(ask, verb + ' ' + num(res.matched) + ' ' + what + ' job' + (res.matched === 1 ? '' : 's') + ' matching this search?' + note,
         verb + ' ' + num(res.matched), () => act(verb, async () => {
           const done = await api('POST', path + '?' + withExtra(these, { confirm: 'yes' }));
           await load(false);
@@ -415,7 +421,8 @@ function jobList(fixed, opts) {
         }));
       } }, verb + ' all matching');
     if (st === 'dead') bulk.append(bulkAct('Retry', '/api/v1/dead/retry'));
-    if (st === 'dead' || st === 'pending' || st === 'done') bulk.append(bulkAct('Delete', '/api/v1/jobs/remove'));
+    if (CANCELLABLE.includes(st)) bulk.append(bulkAct('Cancel', '/api/v1/jobs/cancel'));
+    if (['dead', 'pending', 'done', 'cancelled'].includes(st)) bulk.append(bulkAct('Delete', '/api/v1/jobs/remove'));
   }
   return { el: wrap, load };
 }
@@ -428,6 +435,12 @@ function jobRow(j, opts, reload) {
       buttons.append(el('button', { type: 'button', 'data-action': 'retry', 'aria-label': 'Retry ' + j.msgid,
         onclick: () => act('Retry', async () => { await api('POST', '/api/v1/jobs/' + enc(j.msgid) + '/retry'); reload(); return 'Sent back to ' + j.queue; }) }, 'Retry'), ' ');
     }
+    if (CANCELLABLE.includes(j.state)) {
+      buttons.append(el('button', { type: 'button', class: 'danger', 'data-action': 'cancel', 'aria-label': 'Cancel ' + j.msgid,
+        onclick: () => confirmInline(ask, 'Cancel this job?', 'Cancel job', () => act('Cancel', async () => {
+          await api('POST', '/api/v1/jobs/' + enc(j.msgid) + '/cancel'); reload(); return 'Cancelled ' + j.msgid;
+        })) }, 'Cancel'), ' ');
+    }
     buttons.append(el('button', { type: 'button', class: 'danger', 'data-action': 'delete', 'aria-label': 'Delete ' + j.msgid,
       onclick: () => confirmInline(ask, 'Delete this job?', 'Delete', () => act('Delete', async () => {
         await api('DELETE', '/api/v1/jobs/' + enc(j.msgid)); reload(); return 'Deleted ' + j.msgid;
@@ -437,6 +450,7 @@ function jobRow(j, opts, reload) {
     msgid: td(el('a', { href: '#/job/' + enc(j.msgid) }, j.msgid)),
     queue: td(el('a', { href: '#/queue/' + enc(j.queue) }, j.queue)),
     state: td(j.state),
+    priority: tdn(j.priority === undefined ? '–' : String(j.priority)),
     age: tdn(ago(j.enqueued)),
     attempts: tdn(num(j.attempts)),
     error: td(j.last_error || '', 'wrap err'),
@@ -455,10 +469,10 @@ function queuePage(name) {
   const list = jobList(() => ({ queue: name, state: stateNow }), {
     // The journal keeps jobs in flight as pending: the pending tab shows
     // them too, with their state.
-    columns: ['msgid', 'state', 'age', 'attempts', 'error', 'size', 'preview'],
-    headers: ['Msgid', 'State', ['Age', 'num'], ['Attempts', 'num'], 'Last error', ['Size', 'num'], 'Payload', ''],
+    columns: ['msgid', 'state', 'priority', 'age', 'attempts', 'error', 'size', 'preview'],
+    headers: ['Msgid', 'State', ['Priority', 'num'], ['Age', 'num'], ['Attempts', 'num'], 'Last error', ['Size', 'num'], 'Payload', ''],
   });
-  for (const st of ['pending', 'inflight', 'dead', 'done']) {
+  for (const st of ['pending', 'inflight', 'dead', 'done', 'cancelled']) {
     tabs.append(el('button', { type: 'button', 'data-state': st, 'aria-pressed': String(st === stateNow), onclick: (ev) => {
       stateNow = st;
       for (const b of tabs.children) b.setAttribute('aria-pressed', String(b === ev.currentTarget));
@@ -522,18 +536,26 @@ function queuePage(name) {
 async function jobPage(id) {
   document.title = 'EMQ · job ' + id;
   const main = $('#main');
+  const actions = el('div', { class: 'row', id: 'actions' });
   const body = el('div');
-  main.append(el('h1', null, 'Job ', el('span', { class: 'muted' }, id)), body);
+  main.append(el('h1', null, 'Job ', el('span', { class: 'muted' }, id)), actions, body);
   let pending = false;
+  let drawn = ''; // the state the buttons are for: redrawn when it changes, so a question asked stays
   const load = async () => {
     let j;
     try {
       j = await api('GET', '/api/v1/jobs/' + enc(id));
     } catch (e) {
-      body.replaceChildren(el('p', { class: 'err', role: 'alert' }, e.status === 404 ? 'No such job: replied and deleted, expired or removed.' : e.message));
+      drawn = '';
+      actions.replaceChildren();
+      body.replaceChildren(el('p', { class: 'err', role: 'alert' }, e.status === 404 ? 'No such job: replied and deleted, expired, cancelled or removed.' : e.message));
       return;
     }
-    body.replaceChildren(...jobView(j, load));
+    if (j.state !== drawn) {
+      drawn = j.state;
+      actions.replaceChildren(...jobActions(j, load));
+    }
+    body.replaceChildren(...jobView(j));
   };
   // Its events, live; reloads at most once a second.
   const es = new EventSource('/api/v1/events?msgid=' + enc(id));
@@ -544,28 +566,55 @@ async function jobPage(id) {
     timer = setTimeout(() => { pending = false; load(); }, 1000);
   };
   for (const k of JOB_EVENTS) es.addEventListener(k, again);
+  // A job in flight also every 2 s: the broker announces at most ten
+  // progress reports a second, so the last one may come unannounced.
+  let n = 0;
+  app.onTick = () => { if (drawn === 'inflight' && ++n % 2 === 0) again(); };
   app.cleanup.push(() => { es.close(); clearTimeout(timer); });
   await load();
 }
 
-function jobView(j, reload) {
+// jobActions are the buttons for what may be done to job j now.
+function jobActions(j, reload) {
+  if (!canChange()) return [];
   const out = [];
-  const actions = el('div', { class: 'row' });
-  if (canChange()) {
-    const ask = el('span');
-    if (j.state === 'dead') {
-      actions.append(el('button', { type: 'button', 'data-action': 'retry', onclick: () => act('Retry', async () => {
-        await api('POST', '/api/v1/jobs/' + enc(j.msgid) + '/retry'); reload(); return 'Sent back to ' + j.queue;
-      }) }, 'Retry'));
-    }
-    actions.append(el('button', { type: 'button', class: 'danger', 'data-action': 'delete', onclick: () => confirmInline(ask, 'Delete this job?', 'Delete',
-      () => act('Delete', async () => { await api('DELETE', '/api/v1/jobs/' + enc(j.msgid)); location.hash = '#/queue/' + enc(j.queue); return 'Deleted'; })) }, 'Delete'), ask);
+  const ask = el('span');
+  const path = '/api/v1/jobs/' + enc(j.msgid);
+  if (j.state === 'dead') {
+    out.push(el('button', { type: 'button', 'data-action': 'retry', onclick: () => act('Retry', async () => {
+      await api('POST', path + '/retry'); reload(); return 'Sent back to ' + j.queue;
+    }) }, 'Retry'));
   }
-  out.push(actions);
+  if (CANCELLABLE.includes(j.state)) {
+    const question = j.state === 'inflight' ? 'Cancel this job? Its worker is told to stop, and it never runs again.' : 'Cancel this job? It never runs.';
+    out.push(el('button', { type: 'button', class: 'danger', 'data-action': 'cancel', onclick: () => confirmInline(ask, question, 'Cancel job',
+      () => act('Cancel', async () => { await api('POST', path + '/cancel'); reload(); return 'Cancelled'; })) }, 'Cancel job'));
+  }
+  out.push(el('button', { type: 'button', class: 'danger', 'data-action': 'delete', onclick: () => confirmInline(ask, 'Delete this job?', 'Delete',
+    () => act('Delete', async () => { await api('DELETE', path); location.hash = '#/queue/' + enc(j.queue); return 'Deleted'; })) }, 'Delete'), ask);
+  return out;
+}
+
+// progressView is a worker's latest report: a bar and its percent when
+// it gave one, its note, and how long ago.
+function progressView(p) {
+  if (!p) return 'none reported';
+  const parts = [];
+  if (p.percent >= 0) parts.push(el('progress', { max: 100, value: p.percent }), ' ', p.percent + '%');
+  if (p.note) parts.push(' ', el('span', { class: 'note' }, p.note));
+  parts.push(el('span', { class: 'muted' }, ' (' + ago(p.time) + ')'));
+  return el('span', { id: 'progress', 'data-percent': String(p.percent) }, parts);
+}
+
+function jobView(j) {
+  const out = [];
+  const unique = !j.unique ? '–' : j.unique_for_seconds ? j.unique + ' (held ' + dur(j.unique_for_seconds) + ' after it is done)' : j.unique;
   const f = [['Queue', el('a', { href: '#/queue/' + enc(j.queue) }, j.queue)], ['State', j.state], ['Worker', j.worker || '–'],
-    ['Enqueued', when(j.enqueued) + ' (' + ago(j.enqueued) + ')'], ['Attempts', num(j.attempts)],
+    ['Priority', j.priority === undefined ? '–' : String(j.priority)], ['Unique key', unique]];
+  if (j.state === 'inflight') f.push(['Progress', progressView(j.progress)]);
+  f.push(['Enqueued', when(j.enqueued) + ' (' + ago(j.enqueued) + ')'], ['Attempts', num(j.attempts)],
     ['Last error', j.last_error || '–'], ['Not before', j.not_before ? when(j.not_before) : '–'],
-    ['Finished', j.finished ? when(j.finished) : '–'], ['Headers', j.headers || '–']];
+    ['Finished', j.finished ? when(j.finished) : '–'], ['Headers', j.headers || '–']);
   out.push(el('dl', { class: 'fields', id: 'fields' }, f.map(([k, v]) => [el('dt', null, k), el('dd', { 'data-field': k }, v)])));
   out.push(el('h2', null, 'Payload ', el('span', { class: 'muted' }, bytes(j.payload_size))),
     el('pre', { id: 'preview' }, j.preview + (j.payload_size > j.preview.length ? ' …' : '')),
@@ -591,8 +640,8 @@ function deadPage() {
   document.title = 'EMQ · Dead letters';
   const list = jobList(() => ({ state: 'dead' }), {
     queueField: true,
-    columns: ['queue', 'msgid', 'error', 'age', 'attempts', 'size'],
-    headers: ['Queue', 'Msgid', 'Reason', ['Age', 'num'], ['Attempts', 'num'], ['Size', 'num'], ''],
+    columns: ['queue', 'msgid', 'error', 'age', 'attempts', 'priority', 'size'],
+    headers: ['Queue', 'Msgid', 'Reason', ['Age', 'num'], ['Attempts', 'num'], ['Priority', 'num'], ['Size', 'num'], ''],
   });
   $('#main').append(el('h1', null, 'Dead letters'),
     el('p', { class: 'muted' }, 'Jobs out of attempts. Retry sends one back to its queue with its attempts reset; delete removes it for good.'),
