@@ -304,6 +304,37 @@ func (r *reader) bytes() []byte {
 	return s
 }
 
+// uniqueOf reads a version 3 record's queue, unique key and hold without
+// decoding (or copying) the rest: every Complete of a job with a key
+// reads them.
+func uniqueOf(msgid, b []byte) (queue, key []byte, hold time.Duration, err error) {
+	if len(b) < recFields || b[0] != uniqueVersion {
+		return nil, nil, 0, fmt.Errorf("%w: the record of job %q has no unique key", ErrCorrupt, msgid)
+	}
+	r := reader{b: b[recFields:]}
+	r.varint()
+	r.varint()
+	r.uvarint()
+	queue = r.bytes()
+	for range 4 { // headers, client id, last error, payload
+		r.bytes()
+	}
+	n := r.uvarint()
+	for i := uint64(0); i < n && !r.bad; i++ { // the trail
+		r.varint()
+		r.uvarint()
+		r.bytes()
+		r.bytes()
+		r.bytes()
+	}
+	key = r.bytes()
+	hold = time.Duration(min(r.uvarint(), math.MaxUint32)) * time.Second
+	if r.bad {
+		return nil, nil, 0, fmt.Errorf("%w: the record of job %q is truncated", ErrCorrupt, msgid)
+	}
+	return queue, key, hold, nil
+}
+
 // indexKey reads from a record the job's key in its state's index,
 // without decoding the rest.
 func indexKey(msgid, b []byte) (State, []byte, error) {

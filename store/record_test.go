@@ -28,3 +28,31 @@ func TestRecordVersions(t *testing.T) {
 		t.Fatal("an unknown version decoded")
 	}
 }
+
+// A version 3 record keeps the unique key and its hold beside everything
+// else; uniqueOf reads the same without decoding the rest; a job without
+// a key stays version 2.
+func TestUniqueRecord(t *testing.T) {
+	j := &Job{MsgID: "m", Queue: "q", Headers: "unique:k", Payload: []byte("p"), ClientID: []byte{0, 1},
+		LastError: "e", Trail: []TrailEvent{{Time: time.Unix(5, 0), Kind: "failed", Worker: "w", Attempt: 2, Reason: "r"}},
+		Unique: "user-42", UniqueFor: time.Hour, State: Pending, Seq: 9}
+	rec := j.encode()
+	if rec[0] != uniqueVersion {
+		t.Fatalf("version %d", rec[0])
+	}
+	got, err := decodeJob([]byte("m"), rec, true)
+	if err != nil || got.Unique != "user-42" || got.UniqueFor != time.Hour || len(got.Trail) != 1 || string(got.Payload) != "p" {
+		t.Fatalf("decoded %+v, %v", got, err)
+	}
+	q, k, hold, err := uniqueOf([]byte("m"), rec)
+	if err != nil || string(q) != "q" || string(k) != "user-42" || hold != time.Hour {
+		t.Fatalf("uniqueOf: %q %q %v %v", q, k, hold, err)
+	}
+	if _, _, _, err := uniqueOf([]byte("m"), rec[:len(rec)-3]); err == nil {
+		t.Fatal("uniqueOf of a truncated record: no error")
+	}
+	j.Unique, j.UniqueFor = "", 0
+	if v := j.encode()[0]; v != recordVersion {
+		t.Fatalf("a job without a key written as version %d", v)
+	}
+}

@@ -135,15 +135,15 @@ func releaseUnique(t Tx, id, rec []byte, done bool, now time.Time) error {
 	if len(rec) <= recState || rec[0] != uniqueVersion || State(rec[recState]) != Pending {
 		return nil
 	}
-	j, err := decodeJob(id, rec, false)
+	queue, key, hold, err := uniqueOf(id, rec)
 	if err != nil {
 		return jobError{err}
 	}
-	uk := uniqueKey(j.Queue, j.Unique)
-	if !done || j.UniqueFor <= 0 {
+	uk := uniqueKey(string(queue), string(key))
+	if !done || hold <= 0 {
 		return t.Delete(BucketUnique, uk)
 	}
-	exp := ExpiryBytes(now.Add(j.UniqueFor).UnixNano())
+	exp := ExpiryBytes(now.Add(hold).UnixNano())
 	if err := t.Put(BucketUnique, uk, append(exp, id...)); err != nil {
 		return err
 	}
