@@ -128,18 +128,24 @@ func (b *Broker) release(j *job) {
 // where it is, marked by its state, and skipped when it comes up; the
 // deque is compacted once it holds more of those than jobs.
 type jobQueue struct {
-	levels map[uint16]*level // the priorities that have jobs
-	heap   []*level          // the same, the lowest priority first
+	levels map[uint16]*level // the priorities in use, with jobs or idle
+	heap   []*level          // those with jobs, the lowest priority first
 	size   int               // jobs, without those taken out
 }
 
 // level is one priority's jobs.
 type level struct {
 	prio  uint16
-	at    int // index in heap
+	at    int // index in heap; -1 while it has no jobs
 	jobs  deque
 	stale int // jobs taken out, still in jobs
 }
+
+// maxIdleLevels is how many priorities without jobs a queue keeps, with
+// their deques, for when they have jobs again: a queue whose jobs of
+// several priorities come and go would otherwise make and drop a level
+// for each job.
+const maxIdleLevels = 64
 
 func (q *jobQueue) len() int { return q.size }
 
@@ -148,14 +154,18 @@ func (q *jobQueue) level(prio uint16) *level {
 	if len(q.heap) > 0 && q.heap[0].prio == prio { // most queues use one priority
 		return q.heap[0]
 	}
-	if l := q.levels[prio]; l != nil {
+	l := q.levels[prio]
+	switch {
+	case l != nil && l.at >= 0:
 		return l
+	case l == nil:
+		if q.levels == nil {
+			q.levels = make(map[uint16]*level)
+		}
+		l = &level{prio: prio}
+		q.levels[prio] = l
 	}
-	if q.levels == nil {
-		q.levels = make(map[uint16]*level)
-	}
-	l := &level{prio: prio, at: len(q.heap)}
-	q.levels[prio] = l
+	l.at = len(q.heap)
 	q.heap = append(q.heap, l)
 	q.up(l.at)
 	return l
@@ -195,7 +205,7 @@ func (q *jobQueue) popFront() *job {
 // changes: it is skipped when it comes up.
 func (q *jobQueue) remove(j *job) {
 	l := q.levels[j.prio]
-	if l == nil {
+	if l == nil || l.at < 0 {
 		return
 	}
 	q.size--
@@ -222,17 +232,6 @@ func (q *jobQueue) oldest() *job {
 	return old
 }
 
-// each calls fn for every job, by priority, FIFO within one.
-func (q *jobQueue) each(fn func(*job)) {
-	for _, l := range q.heap {
-		for i := range l.jobs.len() {
-			if j := l.jobs.at(i); j.state == pending {
-				fn(j)
-			}
-		}
-	}
-}
-
 // skipStale drops the jobs taken out that are at the head.
 func (l *level) skipStale() {
 	for l.stale > 0 && l.jobs.front().state != pending {
@@ -252,16 +251,22 @@ func (l *level) compact() {
 	l.jobs, l.stale = kept, 0
 }
 
-// drop forgets a level whose jobs are all gone.
+// drop takes a level whose jobs are all gone out of the heap; it stays
+// idle, or is forgotten when the queue has maxIdleLevels idle already.
 func (q *jobQueue) drop(l *level) {
-	delete(q.levels, l.prio)
+	l.jobs.clear()
+	l.stale = 0
+	if len(q.levels)-len(q.heap) >= maxIdleLevels {
+		delete(q.levels, l.prio)
+	}
 	i, last := l.at, len(q.heap)-1
 	if i != last {
 		q.swap(i, last)
 	}
+	l.at = -1
 	q.heap[last] = nil
 	q.heap = q.heap[:last]
-	if i < last {
+	if i < last { // the level that was last is at i now
 		q.down(i)
 		q.up(i)
 	}
@@ -333,6 +338,14 @@ func (d *deque) pushFront(j *job) {
 }
 
 func (d *deque) at(i int) *job { return d.buf[(d.head+i)%len(d.buf)] }
+
+// clear empties the deque, keeping its buffer.
+func (d *deque) clear() {
+	for i := range d.size {
+		d.buf[(d.head+i)%len(d.buf)] = nil
+	}
+	d.head, d.size = 0, 0
+}
 
 func (d *deque) front() *job { return d.buf[d.head] }
 
