@@ -4,6 +4,7 @@ package worker_test
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,4 +138,61 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// The same job manager against a real EMQ broker: the job it runs is
+// cancelled by an operator; the job manager logs the CANCEL, its late
+// REPLY is ignored (the client that asked gets none), and it goes on to
+// run the next job, whose REPLY reaches the client.
+func TestEventMQJobManagerThroughBrokerCancel(t *testing.T) {
+	t.Parallel()
+	src := os.Getenv("EMQ_EVENTMQ_SRC")
+	if src == "" {
+		testutil.Missing(t, "EMQ_REQUIRE_EVENTMQ", "EMQ_EVENTMQ_SRC is not set: it names a checkout of github.com/eventmq/eventmq, whose job manager this test runs")
+	}
+	python := testutil.Python(t, false)
+	env := append(os.Environ(), "PYTHONPATH="+src, "PYTHONUNBUFFERED=1",
+		"EVENTMQ_CONFIG_FILE="+filepath.Join(t.TempDir(), "none.conf"), `EVENTMQ_QUEUES=[[10, "default"]]`)
+	b := bt.Start(t, "", nil)
+	jm := exec.Command(python, filepath.Join(src, "bin", "emq-jobmanager"), "--broker-addr", b.Backend(), "--jobs", "1")
+	jm.Env = env
+	var logs syncBuffer
+	jm.Stdout, jm.Stderr = &logs, &logs
+	testutil.DieWithParent(jm)
+	jm.SysProcAttr.Setpgid = true
+	if err := jm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopJobManager(t, jm, &logs) })
+
+	fifo := filepath.Join(t.TempDir(), "release")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	client := bt.Dial(t, b.Frontend(), "c")
+	first := eventmqJob(emqp.NewID(), "subprocess", "getoutput", `"cat `+fifo+`"`)
+	client.Send(first)
+	bt.Expect[*emqp.Ack](client)
+	var fd int
+	bt.Eventually(t, "the job manager running the job", func() bool {
+		var err error
+		fd, err = syscall.Open(fifo, syscall.O_WRONLY|syscall.O_NONBLOCK, 0)
+		return err == nil
+	})
+	if _, err := b.Cancel(context.Background(), first.MsgID, "admin"); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	bt.Eventually(t, "the job manager logging the CANCEL", func() bool { return strings.Contains(logs.String(), "No handler for CANCEL") })
+	ignored := b.Stats().Ignored.Load()
+	syscall.Write(fd, []byte("released\n"))
+	syscall.Close(fd)
+	bt.Eventually(t, "the cancelled job's late REPLY ignored", func() bool { return b.Stats().Ignored.Load() > ignored })
+
+	next := eventmqJob(emqp.NewID(), "os.path", "join", `"a", "b"`)
+	client.Send(next)
+	bt.Expect[*emqp.Ack](client)
+	r := bt.Expect[*emqp.Reply](client) // not the cancelled job's: that would come first
+	if r.OrigMsgID != next.MsgID || string(r.Payload) != `{"value": "a/b"}` {
+		t.Fatalf("REPLY for %s: %s; want the next job's", r.OrigMsgID, r.Payload)
+	}
 }
