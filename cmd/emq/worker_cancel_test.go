@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,14 +13,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/internal/zmtp"
+	"github.com/eventmq/emq/store"
 )
 
-// rawBroker is the test playing the broker on a raw ZMTP ROUTER, for what
-// the real broker does not do yet (CANCEL, PROGRESS). It ACKs each INFORM,
-// answers each HEARTBEAT, and hands the test everything else.
+// rawBroker is the test playing the broker on a raw ZMTP ROUTER, to see
+// each message the worker sends (CANCEL's FAIL, PROGRESS) as it comes. It
+// ACKs each INFORM, answers each HEARTBEAT, and hands the test everything
+// else.
 type rawBroker struct {
 	t      *testing.T
 	router *zmtp.Router
@@ -183,5 +187,48 @@ echo done`)
 	}
 	if _, r := recv[*emqp.Reply](rb); r.OrigMsgID != job || string(r.Payload) != "done\n" {
 		t.Fatalf("REPLY %+v", r)
+	}
+}
+
+// The same through a real broker: an operator cancels the job a command
+// runs; the broker shows the command's progress, then the command's whole
+// process group is killed, the job is kept cancelled, the worker's FAIL
+// after it is ignored, and the worker runs the next job.
+func TestWorkerExecCancelledThroughTheBroker(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", func(o *broker.Options) {
+		o.HeartbeatInterval, o.HeartbeatTimeout = 100*time.Millisecond, time.Second
+		o.ResultTTL = time.Hour
+	})
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	startWorkerProcess(t, "--broker", b.Backend(), "--queues", "q",
+		"--exec", `[ -s `+pidFile+` ] && { echo second; exit 0; }; sleep 300 & echo $! > `+pidFile+`; echo 30 started >&3; wait`)
+	client := bt.Dial(t, b.Frontend(), "c")
+	job := client.Request("q", "reply-requested", nil)
+	ctx := context.Background()
+	bt.Eventually(t, "the command's progress at the broker", func() bool {
+		p, err := b.JobProgress(ctx, job)
+		return err == nil && p != nil && p.Percent == 30 && p.Note == "started"
+	})
+	raw, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatalf("pid file: %q", raw)
+	}
+	ignored := b.Stats().Ignored.Load()
+	if _, err := b.Cancel(ctx, job, "admin"); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	bt.Eventually(t, "the background sleep killed with the group", func() bool { return processGone(pid) })
+	bt.Eventually(t, "the worker's FAIL for the cancelled job ignored", func() bool { return b.Stats().Ignored.Load() > ignored })
+	if j, _, err := b.Job(ctx, job); err != nil || j.State != store.Cancelled {
+		t.Fatalf("the job after its cancel: %+v, %v", j, err)
+	}
+	next := client.Request("q", "reply-requested", nil)
+	if r := bt.Expect[*emqp.Reply](client); r.OrigMsgID != next || string(r.Payload) != "second\n" {
+		t.Fatalf("REPLY %+v; want the next job's", r)
 	}
 }
