@@ -13,6 +13,20 @@
 // JSON headers); Encode always writes the richest form. Decode(Encode(m))
 // gives m back.
 //
+// Beside DESIGN.md's commands, EMQ's own (their wire cases are in
+// testdata/vectors-ext.json):
+//
+//	CANCEL   msgid job_msgid          client → broker: cancel that job (ACK, or
+//	                                  ERROR not_found / conflict); broker → the
+//	                                  worker running it: stop, no answer
+//	PROGRESS msgid job_msgid text     worker → broker: "40", "40 note" or "note",
+//	                                  at most MaxProgressLen bytes of UTF-8
+//
+// and the REQUEST headers priority:N (0-65535, lower first, 1024 without),
+// unique:KEY (at most 255 bytes) and unique-for:SECONDS, read by
+// Headers.Priority and Headers.Unique; a unique key held by another job is
+// refused with ERROR duplicate, its text ending "is held by job MSGID".
+//
 // Every decode failure is a *DecodeError whose Class (ErrFrames,
 // ErrVersion, ...) can be matched with errors.Is; its text is meant for a
 // person ("REQUEST needs 7 frames, got 5").
