@@ -271,6 +271,12 @@ func (jn *Core) Remove(msgid string, done func(found bool, err error)) {
 // change reads one job, lets fn change it (and its index entries), and
 // writes it back. fn refuses with a jobError before it changes anything.
 func (jn *Core) change(msgid string, fn func(t Tx, j *Job) error, done func(*Job, error)) {
+	jn.rewrite(msgid, func(t Tx, j *Job, _ []byte) (bool, error) { return true, fn(t, j) }, done)
+}
+
+// rewrite is change for an fn that may delete the job instead (keep
+// false: rewrite writes nothing back); fn also gets the stored record.
+func (jn *Core) rewrite(msgid string, fn func(t Tx, j *Job, rec []byte) (keep bool, err error), done func(*Job, error)) {
 	id := []byte(msgid)
 	var out *Job
 	jn.enqueue(write{
@@ -284,10 +290,14 @@ func (jn *Core) change(msgid string, fn func(t Tx, j *Job) error, done func(*Job
 			if err != nil {
 				return jobError{err}
 			}
-			if err := fn(t, j); err != nil {
+			keep, err := fn(t, j, rec)
+			if err != nil {
 				return err
 			}
 			out = j
+			if !keep {
+				return nil
+			}
 			return t.Put(BucketJobs, id, j.encode())
 		},
 		finish: func(err error) {
@@ -524,56 +534,31 @@ func expireUnique(t Tx, limit []byte, most int) (int, bool, error) {
 
 // Cancel implements Journal.
 func (jn *Core) Cancel(msgid string, keepUntil time.Time, trail []TrailEvent, done func(*Job, error)) {
-	id := []byte(msgid)
 	now := time.Now()
-	var out *Job
-	jn.enqueue(write{
-		reads: []Key{{BucketJobs, id}},
-		apply: func(t Tx) error {
-			rec := t.Get(BucketJobs, id)
-			if rec == nil {
-				return jobError{fmt.Errorf("%w: %s", ErrNotFound, msgid)}
-			}
-			j, err := decodeJob(id, rec, true)
-			if err != nil {
-				return jobError{err}
-			}
-			if j.State != Pending {
-				return jobError{fmt.Errorf("%w: job %s is %s", ErrWrongState, msgid, j.State)}
-			}
-			if err := releaseUnique(t, id, rec, false, now); err != nil {
-				return err
-			}
-			key := queueKey(j.Queue, j.Seq)
-			if err := t.Delete(BucketPending, key); err != nil {
-				return err
-			}
-			j.State, j.Finished, j.NotBefore = Cancelled, now, time.Time{}
-			j.Trail = withTrail(j.Trail, trail)
-			out = j
-			if keepUntil.IsZero() {
-				return t.Delete(BucketJobs, id)
-			}
-			if err := t.Put(BucketCancelled, key, id); err != nil {
-				return err
-			}
-			if err := t.Put(BucketJobs, id, j.encode()); err != nil {
-				return err
-			}
-			exp := ExpiryBytes(keepUntil.UnixNano())
-			if err := t.Put(BucketResults, id, exp); err != nil { // an empty result: kept as a done job's is
-				return err
-			}
-			return t.Put(BucketResultExp, ResultExpKey(exp, id), nil)
-		},
-		finish: func(err error) {
-			if done == nil {
-				return
-			}
-			if err != nil {
-				out = nil
-			}
-			done(out, err)
-		},
-	})
+	jn.rewrite(msgid, func(t Tx, j *Job, rec []byte) (bool, error) {
+		id := []byte(msgid)
+		if j.State != Pending {
+			return false, jobError{fmt.Errorf("%w: job %s is %s", ErrWrongState, msgid, j.State)}
+		}
+		if err := releaseUnique(t, id, rec, false, now); err != nil {
+			return false, err
+		}
+		key := queueKey(j.Queue, j.Seq)
+		if err := t.Delete(BucketPending, key); err != nil {
+			return false, err
+		}
+		j.State, j.Finished, j.NotBefore = Cancelled, now, time.Time{}
+		j.Trail = withTrail(j.Trail, trail)
+		if keepUntil.IsZero() {
+			return false, t.Delete(BucketJobs, id)
+		}
+		if err := t.Put(BucketCancelled, key, id); err != nil {
+			return false, err
+		}
+		exp := ExpiryBytes(keepUntil.UnixNano())
+		if err := t.Put(BucketResults, id, exp); err != nil { // an empty result: kept as a done job's is
+			return false, err
+		}
+		return true, t.Put(BucketResultExp, ResultExpKey(exp, id), nil)
+	}, done)
 }

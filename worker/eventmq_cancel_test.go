@@ -27,31 +27,8 @@ import (
 // job manager needs python3-zmq, python3-six and python3-future.
 func TestEventMQJobManagerIgnoresCancel(t *testing.T) {
 	t.Parallel()
-	src := os.Getenv("EMQ_EVENTMQ_SRC")
-	if src == "" {
-		testutil.Missing(t, "EMQ_REQUIRE_EVENTMQ", "EMQ_EVENTMQ_SRC is not set: it names a checkout of github.com/eventmq/eventmq, whose job manager this test runs")
-	}
-	python := testutil.Python(t, false)
-	env := append(os.Environ(), "PYTHONPATH="+src, "PYTHONUNBUFFERED=1",
-		"EVENTMQ_CONFIG_FILE="+filepath.Join(t.TempDir(), "none.conf"), // not /etc/eventmq.conf
-		`EVENTMQ_QUEUES=[[10, "default"]]`)
-	probe := exec.Command(python, "-c", "import eventmq.jobmanager")
-	probe.Env = env
-	if out, err := probe.CombinedOutput(); err != nil {
-		testutil.Missing(t, "EMQ_REQUIRE_EVENTMQ", "EventMQ's job manager in %s does not import (apt-get install -y python3-zmq python3-six python3-future): %v\n%s", src, err, out)
-	}
-
 	fb := startFakeBroker(t)
-	jm := exec.Command(python, filepath.Join(src, "bin", "emq-jobmanager"), "--broker-addr", fb.Endpoint(), "--jobs", "1")
-	jm.Env = env
-	var logs syncBuffer
-	jm.Stdout, jm.Stderr = &logs, &logs
-	testutil.DieWithParent(jm)
-	jm.SysProcAttr.Setpgid = true // its worker processes and multiprocessing's manager too
-	if err := jm.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopJobManager(t, jm, &logs) })
+	logs := startJobManager(t, fb.Endpoint())
 
 	// fakeBroker ACKs the INFORM and sends a HEARTBEAT: the job manager
 	// starts its worker processes on its first HEARTBEAT, and each says
@@ -93,6 +70,37 @@ func TestEventMQJobManagerIgnoresCancel(t *testing.T) {
 		t.Fatalf("REPLY for %s: %s; want the next job's", r.OrigMsgID, r.Payload)
 	}
 	expect[*emqp.Ready](fb)
+}
+
+// startJobManager runs EventMQ's job manager (one worker process, queue
+// default) against the broker at addr, until the test ends; the test is
+// skipped without EventMQ's source (EMQ_EVENTMQ_SRC) or its modules.
+func startJobManager(t *testing.T, addr string) *syncBuffer {
+	t.Helper()
+	src := os.Getenv("EMQ_EVENTMQ_SRC")
+	if src == "" {
+		testutil.Missing(t, "EMQ_REQUIRE_EVENTMQ", "EMQ_EVENTMQ_SRC is not set: it names a checkout of github.com/eventmq/eventmq, whose job manager this test runs")
+	}
+	python := testutil.Python(t, false)
+	env := append(os.Environ(), "PYTHONPATH="+src, "PYTHONUNBUFFERED=1",
+		"EVENTMQ_CONFIG_FILE="+filepath.Join(t.TempDir(), "none.conf"), // not /etc/eventmq.conf
+		`EVENTMQ_QUEUES=[[10, "default"]]`)
+	probe := exec.Command(python, "-c", "import eventmq.jobmanager")
+	probe.Env = env
+	if out, err := probe.CombinedOutput(); err != nil {
+		testutil.Missing(t, "EMQ_REQUIRE_EVENTMQ", "EventMQ's job manager in %s does not import (apt-get install -y python3-zmq python3-six python3-future): %v\n%s", src, err, out)
+	}
+	jm := exec.Command(python, filepath.Join(src, "bin", "emq-jobmanager"), "--broker-addr", addr, "--jobs", "1")
+	jm.Env = env
+	logs := new(syncBuffer)
+	jm.Stdout, jm.Stderr = logs, logs
+	testutil.DieWithParent(jm)
+	jm.SysProcAttr.Setpgid = true // its worker processes and multiprocessing's manager too
+	if err := jm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopJobManager(t, jm, logs) })
+	return logs
 }
 
 // eventmqJob is a REQUEST as EventMQ's clients send it, calling
@@ -146,25 +154,8 @@ func (s *syncBuffer) String() string {
 // run the next job, whose REPLY reaches the client.
 func TestEventMQJobManagerThroughBrokerCancel(t *testing.T) {
 	t.Parallel()
-	src := os.Getenv("EMQ_EVENTMQ_SRC")
-	if src == "" {
-		testutil.Missing(t, "EMQ_REQUIRE_EVENTMQ", "EMQ_EVENTMQ_SRC is not set: it names a checkout of github.com/eventmq/eventmq, whose job manager this test runs")
-	}
-	python := testutil.Python(t, false)
-	env := append(os.Environ(), "PYTHONPATH="+src, "PYTHONUNBUFFERED=1",
-		"EVENTMQ_CONFIG_FILE="+filepath.Join(t.TempDir(), "none.conf"), `EVENTMQ_QUEUES=[[10, "default"]]`)
 	b := bt.Start(t, "", nil)
-	jm := exec.Command(python, filepath.Join(src, "bin", "emq-jobmanager"), "--broker-addr", b.Backend(), "--jobs", "1")
-	jm.Env = env
-	var logs syncBuffer
-	jm.Stdout, jm.Stderr = &logs, &logs
-	testutil.DieWithParent(jm)
-	jm.SysProcAttr.Setpgid = true
-	if err := jm.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopJobManager(t, jm, &logs) })
-
+	logs := startJobManager(t, b.Backend())
 	fifo := filepath.Join(t.TempDir(), "release")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
