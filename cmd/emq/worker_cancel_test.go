@@ -157,9 +157,10 @@ func TestWorkerExecProgressLines(t *testing.T) {
 	}
 	startWorkerProcess(t, "--broker", rb.router.Endpoint(), "--queues", "q",
 		"--exec", `[ "$EMQ_PROGRESS_FD" = 3 ] || exit 9
-echo "10 first" >&3; read x < `+fifo+`
-head -c 3000 /dev/zero | tr '\0' x >&3; echo >&3; read x < `+fifo+`
-echo 'last, no number' >&3; read x < `+fifo+`
+wait_go() { while ! read x < `+fifo+`; do :; done; } # an EOF (a writer gone before the read) is no go
+echo "10 first" >&3; wait_go
+head -c 3000 /dev/zero | tr '\0' x >&3; echo >&3; wait_go
+echo 'last, no number' >&3; wait_go
 echo done`)
 	id, _ := recv[*emqp.Inform](rb)
 	recv[*emqp.Ready](rb)
