@@ -20,6 +20,7 @@ type Metrics struct {
 	commitBatch  prometheus.Histogram
 	replay       prometheus.Gauge
 	fireLateness prometheus.Histogram
+	ackTime      prometheus.Histogram
 }
 
 var _ broker.Observer = (*Metrics)(nil)
@@ -46,8 +47,13 @@ func newMetrics(s *Server) *Metrics {
 			Help:    "How long after its due time a schedule's fire was made (catch-up fires included).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 20),
 		}),
+		ackTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "emq_request_ack_duration_seconds",
+			Help:    "From a REQUEST read to its ACK sent: the journal's commit and the broker's turn.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
 	}
-	m.reg.MustRegister(m.commitTime, m.commitBatch, m.replay, m.fireLateness, brokerCollector{s},
+	m.reg.MustRegister(m.commitTime, m.commitBatch, m.replay, m.fireLateness, m.ackTime, brokerCollector{s}, serverCollector{s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(s.opts.Collectors...)
 	return m
@@ -65,32 +71,71 @@ func (m *Metrics) Replayed(took time.Duration) { m.replay.Set(took.Seconds()) }
 // Fired implements broker.Observer.
 func (m *Metrics) Fired(late time.Duration) { m.fireLateness.Observe(late.Seconds()) }
 
+// Acked implements broker.Observer.
+func (m *Metrics) Acked(took time.Duration) { m.ackTime.Observe(took.Seconds()) }
+
+// serverCollector reports what the admin listener knows with or without
+// a broker served: whether it is ready (as /readyz), and its place in a
+// replicated group.
+type serverCollector struct{ s *Server }
+
+var (
+	descReady     = prometheus.NewDesc("emq_ready", "1 when the broker serves (as /readyz answers 200), 0 when not: starting, draining, a standby.", nil, nil)
+	descLeader    = prometheus.NewDesc("emq_group_leader", "In a replicated group: 1 when this broker leads, 0 when it stands by.", nil, nil)
+	descElections = prometheus.NewDesc("emq_group_elections_total", "In a replicated group: leaderships this broker has won.", nil, nil)
+)
+
+func (c serverCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descReady
+	ch <- descLeader
+	ch <- descElections
+}
+
+func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
+	ready := 0.0
+	if c.s.ready() == nil {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
+	if c.s.opts.Group == nil {
+		return
+	}
+	g := c.s.opts.Group()
+	leader := 0.0
+	if g.State == "leader" {
+		leader = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
+	ch <- prometheus.MustNewConstMetric(descElections, prometheus.CounterValue, float64(g.Elections))
+}
+
 // brokerCollector reports the broker served: its counters, the ERRORs it
 // sent by code, what its loop holds (one State at scrape time) and
 // pub/sub's figures. With no broker served it reports none of them.
 type brokerCollector struct{ s *Server }
 
 var (
-	descPending   = prometheus.NewDesc("emq_queue_pending_jobs", "Jobs waiting for a worker.", []string{"queue"}, nil)
-	descDelayed   = prometheus.NewDesc("emq_queue_delayed_jobs", "Jobs waiting for their time (delay, retry backoff).", []string{"queue"}, nil)
-	descInFlight  = prometheus.NewDesc("emq_queue_inflight_jobs", "Jobs held by workers.", []string{"queue"}, nil)
-	descOldest    = prometheus.NewDesc("emq_queue_oldest_job_age_seconds", "Age of the oldest job not done.", []string{"queue"}, nil)
-	descQWorkers  = prometheus.NewDesc("emq_queue_workers", "Workers serving the queue.", []string{"queue"}, nil)
-	descQPaused   = prometheus.NewDesc("emq_queue_paused", "1 when an operator paused the queue: it stores jobs, dispatches none.", []string{"queue"}, nil)
-	descQConc     = prometheus.NewDesc("emq_queue_concurrency_limit", "Most jobs of the queue in flight at once; 0 = no limit.", []string{"queue"}, nil)
-	descConns     = prometheus.NewDesc("emq_connections", "Connections of every eMQP and pub/sub endpoint, handshakes included (max-connections).", nil, nil)
-	descRefused   = prometheus.NewDesc("emq_connections_refused_total", "Connections closed at once: max-connections or max-connections-per-ip reached.", nil, nil)
-	descHandshake = prometheus.NewDesc("emq_handshakes_failed_total", "Connections that ended in their ZMTP handshake: timed out, closed, not ZMTP.", nil, nil)
-	descListeners = prometheus.NewDesc("emq_event_listeners", "Listeners of the event stream (/api/v1/events).", nil, nil)
-	descQRate     = prometheus.NewDesc("emq_queue_rate_limit", "Most dispatches of the queue a second; 0 = no limit.", []string{"queue"}, nil)
-	descWorkers   = prometheus.NewDesc("emq_workers", "Connected workers.", nil, nil)
-	descScheds    = prometheus.NewDesc("emq_schedulers", "Connected schedulers (peers that SCHEDULEs are passed to).", nil, nil)
-	descFreeSlots = prometheus.NewDesc("emq_worker_free_slots", "Slots offered by workers (READY) and not used.", nil, nil)
-	descErrors    = prometheus.NewDesc("emq_"+broker.ErrorsName+"_total", "ERRORs sent to peers, by code.", []string{"code"}, nil)
-	descCache     = prometheus.NewDesc("emq_payload_cache_bytes", "Bytes of payloads held in memory for dispatch (payload-cache).", nil, nil)
-	descReceived  = prometheus.NewDesc("emq_receive_buffer_bytes", "Bytes of received messages held (max-receive-buffer).", nil, nil)
-	descSending   = prometheus.NewDesc("emq_send_queue_bytes", "Bytes queued for sending, all connections together (max-send-buffer).", nil, nil)
-	descSchedules = prometheus.NewDesc("emq_schedules", "Schedules the broker keeps, by state.", []string{"state"}, nil)
+	descPending    = prometheus.NewDesc("emq_queue_pending_jobs", "Jobs waiting for a worker.", []string{"queue"}, nil)
+	descDelayed    = prometheus.NewDesc("emq_queue_delayed_jobs", "Jobs waiting for their time (delay, retry backoff).", []string{"queue"}, nil)
+	descInFlight   = prometheus.NewDesc("emq_queue_inflight_jobs", "Jobs held by workers.", []string{"queue"}, nil)
+	descOldest     = prometheus.NewDesc("emq_queue_oldest_job_age_seconds", "Age of the oldest job not done.", []string{"queue"}, nil)
+	descQWorkers   = prometheus.NewDesc("emq_queue_workers", "Workers serving the queue.", []string{"queue"}, nil)
+	descQPaused    = prometheus.NewDesc("emq_queue_paused", "1 when an operator paused the queue: it stores jobs, dispatches none.", []string{"queue"}, nil)
+	descQConc      = prometheus.NewDesc("emq_queue_concurrency_limit", "Most jobs of the queue in flight at once; 0 = no limit.", []string{"queue"}, nil)
+	descConns      = prometheus.NewDesc("emq_connections", "Connections of every eMQP and pub/sub endpoint, handshakes included (max-connections).", nil, nil)
+	descRefused    = prometheus.NewDesc("emq_connections_refused_total", "Connections closed at once: max-connections or max-connections-per-ip reached.", nil, nil)
+	descHandshake  = prometheus.NewDesc("emq_handshakes_failed_total", "Connections that ended in their ZMTP handshake: timed out, closed, not ZMTP.", nil, nil)
+	descListeners  = prometheus.NewDesc("emq_event_listeners", "Listeners of the event stream (/api/v1/events).", nil, nil)
+	descQRate      = prometheus.NewDesc("emq_queue_rate_limit", "Most dispatches of the queue a second; 0 = no limit.", []string{"queue"}, nil)
+	descWorkers    = prometheus.NewDesc("emq_workers", "Connected workers.", nil, nil)
+	descScheds     = prometheus.NewDesc("emq_schedulers", "Connected schedulers (peers that SCHEDULEs are passed to).", nil, nil)
+	descFreeSlots  = prometheus.NewDesc("emq_worker_free_slots", "Slots offered by workers (READY) and not used.", nil, nil)
+	descErrors     = prometheus.NewDesc("emq_"+broker.ErrorsName+"_total", "ERRORs sent to peers, by code.", []string{"code"}, nil)
+	descCache      = prometheus.NewDesc("emq_payload_cache_bytes", "Bytes of payloads held in memory for dispatch (payload-cache).", nil, nil)
+	descReceived   = prometheus.NewDesc("emq_receive_buffer_bytes", "Bytes of received messages held (max-receive-buffer).", nil, nil)
+	descReceiveMax = prometheus.NewDesc("emq_receive_buffer_limit_bytes", "The bound of emq_receive_buffer_bytes (max-receive-buffer).", nil, nil)
+	descSending    = prometheus.NewDesc("emq_send_queue_bytes", "Bytes queued for sending, all connections together (max-send-buffer).", nil, nil)
+	descSchedules  = prometheus.NewDesc("emq_schedules", "Schedules the broker keeps, by state.", []string{"state"}, nil)
 )
 
 var (
@@ -119,7 +164,7 @@ func (c brokerCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descQPaused, descQConc, descQRate,
-		descListeners, descConns, descRefused, descHandshake, descWorkers, descScheds, descFreeSlots, descErrors, descCache, descReceived,
+		descListeners, descConns, descRefused, descHandshake, descWorkers, descScheds, descFreeSlots, descErrors, descCache, descReceived, descReceiveMax,
 		descSending, descSchedules, descPublished, descDelivered, descDropped, descSubRefused, descSubs, descSubPrefix, descPubQueued, descLastValues} {
 		ch <- d
 	}
@@ -186,4 +231,5 @@ func (c brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descCache, float64(s.CachedBytes))
 	gauge(descSending, float64(s.SendQueueBytes))
 	gauge(descReceived, float64(s.ReceivedBytes))
+	gauge(descReceiveMax, float64(s.ReceiveLimit))
 }

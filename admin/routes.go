@@ -2,6 +2,7 @@ package admin
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -184,6 +185,16 @@ func leads(g GroupInfo) string {
 
 // readyz: 200 while the broker served is ready and not stopping.
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if err := s.ready(); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+// ready says why the broker is not ready to serve, or nil when it is
+// (/readyz, emq_ready).
+func (s *Server) ready() error {
 	t := s.current()
 	var notReady error
 	if t != nil && s.opts.Ready != nil {
@@ -191,15 +202,14 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	}
 	switch {
 	case t != nil && t.b.Serving() && notReady == nil:
-		fmt.Fprintln(w, "ready")
+		return nil
 	case notReady != nil:
-		http.Error(w, notReady.Error(), http.StatusServiceUnavailable)
+		return notReady
 	case t == nil && s.opts.Group != nil:
 		g := s.opts.Group()
-		http.Error(w, g.State+": "+leads(g), http.StatusServiceUnavailable)
-	default:
-		http.Error(w, "not ready", http.StatusServiceUnavailable)
+		return errors.New(g.State + ": " + leads(g))
 	}
+	return errors.New("not ready")
 }
 
 // controlRoutes serve the queue controls: pause, resume, and settings

@@ -283,6 +283,7 @@ type State struct {
 	CachedBytes      int64 // payloads held in memory for dispatch
 	SendQueueBytes   int64 // queued for sending, every connection together
 	ReceivedBytes    int64 // received messages held (the receive budget)
+	ReceiveLimit     int64 // the receive budget's bound (max-receive-buffer)
 	Listeners        int   // of the event stream
 	Connections      int   // every eMQP and pub/sub endpoint's, handshakes included
 	Refused          int64 // connections closed at once: a bound reached
@@ -293,7 +294,7 @@ type State struct {
 func (b *Broker) State(ctx context.Context) (State, error) {
 	return query(ctx, b, func() State {
 		s := State{Queues: b.liveQueues(), Schedulers: len(b.schedulers), CachedBytes: b.cached,
-			Listeners: len(b.listeners), ReceivedBytes: b.budget.Used(),
+			Listeners: len(b.listeners), ReceivedBytes: b.budget.Used(), ReceiveLimit: b.opts.MaxReceiveBuffer,
 			Connections: b.conns.Connections(), Refused: b.conns.Refused(), HandshakesFailed: b.conns.HandshakesFailed()}
 		for _, r := range b.routers {
 			s.SendQueueBytes += r.QueuedBytes()

@@ -207,6 +207,7 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error, held zmtp.Hel
 	for _, peer := range to {
 		b.ack(peer, j.id)
 	}
+	b.observe.Acked(time.Duration(time.Now().UnixNano() - j.enqueued))
 	if dup { // stored before: dead, or done with its result kept
 		b.stats.Duplicates.Add(int64(len(to)))
 		b.forget(j)

@@ -276,6 +276,9 @@ type Observer interface {
 	Replayed(took time.Duration)
 	// Fired: a schedule's fire was made late after its due time.
 	Fired(late time.Duration)
+	// Acked: a REQUEST was ACKed took after it was read (its journal
+	// write included).
+	Acked(took time.Duration)
 }
 
 // ignore is the Observer of a broker that has none.
@@ -284,3 +287,4 @@ type ignore struct{}
 func (ignore) Committed(int, time.Duration) {}
 func (ignore) Replayed(time.Duration)       {}
 func (ignore) Fired(time.Duration)          {}
+func (ignore) Acked(time.Duration)          {}

@@ -291,6 +291,7 @@ func (c *commitCount) Committed(writes int, took time.Duration) {
 
 func (c *commitCount) Replayed(time.Duration) {}
 func (c *commitCount) Fired(time.Duration)    {}
+func (c *commitCount) Acked(time.Duration)    {}
 
 func (c *commitCount) reset() { c.n.Store(0); c.writes.Store(0); c.nanos.Store(0) }
 
