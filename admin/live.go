@@ -67,16 +67,12 @@ func (l *Live) Jobs(ctx context.Context, f JobFilter) (JobPage, error) {
 
 // Job shows a job; one in flight with its worker's latest progress.
 func (l *Live) Job(ctx context.Context, msgid string, payload bool) (JobInfo, error) {
-	j, worker, err := l.b.Job(ctx, msgid)
+	j, h, err := l.b.Job(ctx, msgid)
 	if err != nil {
 		return JobInfo{}, err
 	}
-	ji := jobInfoWithTrail(j, worker, payload, l.b.Result)
-	if worker != "" {
-		if ji.Progress, err = l.b.JobProgress(ctx, msgid); err != nil {
-			return JobInfo{}, err
-		}
-	}
+	ji := jobInfoWithTrail(j, h.Worker, payload, l.b.Result)
+	ji.Progress = h.Progress
 	return ji, nil
 }
 

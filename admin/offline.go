@@ -86,16 +86,11 @@ func (o *Offline) RetryJob(_ context.Context, msgid string) error {
 // (result-ttl), so the cancelled job is deleted, not kept: the JobInfo
 // returned is the last of it.
 func (o *Offline) CancelJob(_ context.Context, msgid string) (JobInfo, error) {
-	j, err := store.Wait(func(done func(*store.Job, error)) { o.j.Cancel(msgid, time.Time{}, cancelTrail(), done) })
+	j, err := store.Wait(func(done func(*store.Job, error)) { o.j.Cancel(msgid, time.Time{}, broker.CancelledBy(CancelledBy), done) })
 	if err != nil {
 		return JobInfo{}, err
 	}
 	return jobInfoWithTrail(j, "", false, o.j.Result), nil
-}
-
-// cancelTrail is the trail event of a cancel through the admin API.
-func cancelTrail() []store.TrailEvent {
-	return []store.TrailEvent{{Time: time.Now(), Kind: broker.EventCancelled, Reason: "cancelled by " + CancelledBy}}
 }
 
 // BulkCancel cancels the matching pending jobs, a page at a time, each
@@ -112,7 +107,7 @@ func (o *Offline) BulkCancel(ctx context.Context, f JobFilter, confirmed bool) (
 	if confirmed {
 		act = func(jobs []*store.Job) (int, error) {
 			errs := make(chan error, len(jobs))
-			trail := cancelTrail()
+			trail := broker.CancelledBy(CancelledBy)
 			for _, j := range jobs {
 				o.j.Cancel(j.MsgID, time.Time{}, trail, func(_ *store.Job, err error) { errs <- err })
 			}

@@ -335,16 +335,23 @@ func (b *Broker) holders(queue string) map[string]string {
 	return out
 }
 
-// Job returns a stored job and the worker holding it ("" = none). Its
-// Trail has the events the journal keeps, then those of the broker not
-// yet written (a delivery under way).
-func (b *Broker) Job(ctx context.Context, msgid string) (*store.Job, string, error) {
+// Holder is who holds a job in flight, and how far it says the job has
+// come; the zero Holder: no worker holds it.
+type Holder struct {
+	Worker   string
+	Progress *Progress // nil: no PROGRESS yet
+}
+
+// Job returns a stored job and who holds it. Its Trail has the events the
+// journal keeps, then those of the broker not yet written (a delivery
+// under way).
+func (b *Broker) Job(ctx context.Context, msgid string) (*store.Job, Holder, error) {
 	j, err := b.journal.Get(msgid)
 	if err != nil {
-		return nil, "", err
+		return nil, Holder{}, err
 	}
 	type live struct {
-		worker string
+		holder Holder
 		trail  []store.TrailEvent
 	}
 	l, err := query(ctx, b, func() live {
@@ -352,18 +359,26 @@ func (b *Broker) Job(ctx context.Context, msgid string) (*store.Job, string, err
 		if lj == nil {
 			return live{}
 		}
-		var l live
-		if lj.holder != nil {
-			l.worker = printableID(lj.holder.key.id)
-		}
-		l.trail = slices.Clone(b.trails[lj])
-		return l
+		return live{b.holding(lj), slices.Clone(b.trails[lj])}
 	})
 	if err != nil {
-		return nil, "", err
+		return nil, Holder{}, err
 	}
 	j.Trail = append(j.Trail, l.trail...)
-	return j, l.worker, nil
+	return j, l.holder, nil
+}
+
+// holding is who holds j and its latest progress, copied.
+func (b *Broker) holding(j *job) Holder {
+	if j.holder == nil {
+		return Holder{}
+	}
+	h := Holder{Worker: printableID(j.holder.key.id)}
+	if p := b.progressOf[j]; p != nil {
+		out := p.Progress
+		h.Progress = &out
+	}
+	return h
 }
 
 // List returns a page of the stored jobs opts selects (jobs in flight

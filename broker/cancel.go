@@ -66,21 +66,19 @@ func (b *Broker) CancelJobs(ctx context.Context, msgids []string, by string) (in
 
 // cancel runs on the loop; done gets the journal's outcome.
 func (b *Broker) cancel(msgid, by string, done func(*store.Job, error)) {
-	reason := "cancelled by " + by
-	var trail []store.TrailEvent
-	if j := b.jobs[msgid]; j != nil && j.state != removed {
+	// A job not in memory is not pending: the journal refuses it.
+	trail := CancelledBy(by)
+	if j := b.jobs[msgid]; j != nil {
 		if j.holder != nil {
 			b.send(j.holder.key, &emqp.Cancel{MsgID: emqp.NewID(), OrigMsgID: j.id})
 		}
-		b.emitJob(EventCancelled, j, reason)
+		b.emitJob(EventCancelled, j, trail[0].Reason)
 		trail = b.takeTrail(j)
 		if j.state == journaling {
 			j.dropped = true
 		} else {
 			b.unlink(j)
 		}
-	} else {
-		trail = []store.TrailEvent{{Time: time.Now(), Kind: EventCancelled, Reason: reason}}
 	}
 	var keepUntil time.Time
 	if b.opts.ResultTTL > 0 {
@@ -150,11 +148,13 @@ func (b *Broker) progress(w *peer, m *emqp.Progress) {
 func (b *Broker) JobProgress(ctx context.Context, msgid string) (*Progress, error) {
 	return query(ctx, b, func() *Progress {
 		if j := b.jobs[msgid]; j != nil {
-			if p := b.progressOf[j]; p != nil {
-				out := p.Progress
-				return &out
-			}
+			return b.holding(j).Progress
 		}
 		return nil
 	})
+}
+
+// CancelledBy is the trail of a job cancelled by whom.
+func CancelledBy(by string) []store.TrailEvent {
+	return []store.TrailEvent{{Time: time.Now(), Kind: EventCancelled, Reason: "cancelled by " + by}}
 }

@@ -66,9 +66,9 @@ func TestAdminCallsCancelledMidFlight(t *testing.T) {
 			return err
 		}},
 		{"Job", func(ctx context.Context) error {
-			j, worker, err := b.Job(ctx, some)
-			if err == nil && (j.MsgID != some || worker != "w") {
-				return fmt.Errorf("job %s held by %q, want %s held by w", j.MsgID, worker, some)
+			j, h, err := b.Job(ctx, some)
+			if err == nil && (j.MsgID != some || h.Worker != "w") {
+				return fmt.Errorf("job %s held by %q, want %s held by w", j.MsgID, h.Worker, some)
 			}
 			return err
 		}},
