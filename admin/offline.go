@@ -86,7 +86,9 @@ func (o *Offline) RetryJob(_ context.Context, msgid string) error {
 // (result-ttl), so the cancelled job is deleted, not kept: the JobInfo
 // returned is the last of it.
 func (o *Offline) CancelJob(_ context.Context, msgid string) (JobInfo, error) {
-	j, err := store.Wait(func(done func(*store.Job, error)) { o.j.Cancel(msgid, time.Time{}, broker.CancelledBy(CancelledBy), done) })
+	j, err := store.Wait(func(done func(*store.Job, error)) {
+		o.j.Cancel(msgid, time.Time{}, broker.CancelledBy(CancelledBy), done)
+	})
 	if err != nil {
 		return JobInfo{}, err
 	}
