@@ -158,7 +158,11 @@ func takenReads(id []byte) []Key {
 // deleteJob removes a job and its index entry; found is false when it
 // was not stored.
 func deleteJob(t Tx, id []byte) (found bool, err error) {
-	rec := t.Get(BucketJobs, id)
+	return deleteRecord(t, id, t.Get(BucketJobs, id))
+}
+
+// deleteRecord is deleteJob of a job whose record rec was read already.
+func deleteRecord(t Tx, id, rec []byte) (found bool, err error) {
 	if rec == nil {
 		return false, nil
 	}
@@ -207,7 +211,7 @@ func (jn *Core) Complete(msgid string, result []byte, keepUntil time.Time, trail
 				return err
 			}
 			if keepUntil.IsZero() || !jn.fits(len(rec)+len(result)) {
-				found, err = deleteJob(t, id)
+				found, err = deleteRecord(t, id, rec)
 				return err
 			}
 			if found, err = keepDone(t, id, now, trail); err != nil || !found {
@@ -251,10 +255,11 @@ func (jn *Core) Remove(msgid string, done func(found bool, err error)) {
 	var found bool
 	jn.enqueue(write{
 		apply: func(t Tx) (err error) {
-			if err := releaseUnique(t, id, t.Get(BucketJobs, id), false, time.Time{}); err != nil {
+			rec := t.Get(BucketJobs, id)
+			if err := releaseUnique(t, id, rec, false, time.Time{}); err != nil {
 				return err
 			}
-			if found, err = deleteJob(t, id); err != nil || !found {
+			if found, err = deleteRecord(t, id, rec); err != nil || !found {
 				return err
 			}
 			return t.Delete(BucketResults, id) // its expiry entry finds nothing to delete
