@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -141,6 +142,9 @@ func TestUniqueKeyStoresOneJob(t *testing.T) {
 		}
 		for _, m := range refused {
 			refusedAsDuplicate(t, m, holder)
+		}
+		if n := b.Stats().Errors(emqp.CodeDuplicate); n != clients*each-1 || !slices.Contains(broker.ErrorCodes, emqp.CodeDuplicate) {
+			t.Errorf("ERRORs duplicate counted %d (shown: %v); want %d, in the stats and /metrics", n, slices.Contains(broker.ErrorCodes, emqp.CodeDuplicate), clients*each-1)
 		}
 		if n := pendingOf(t, b, "q"); n != 1 {
 			t.Fatalf("queue q holds %d jobs; want 1", n)
