@@ -281,7 +281,10 @@ func (c *Client) Schedule(ctx context.Context, queue string, when When, payload 
 	if when.cron == "" && when.interval < 1 {
 		return errors.New("client: a schedule needs Every (a second or more) or At")
 	}
-	_, _, err := c.do(ctx, queue, false, opts, func(msgid string, h emqp.Headers) emqp.Message {
+	if err := checkQueue(queue); err != nil {
+		return err
+	}
+	_, _, err := c.do(ctx, false, opts, func(msgid string, h emqp.Headers) emqp.Message {
 		return &emqp.Schedule{MsgID: msgid, Queue: queue, Headers: h, Interval: when.interval, Payload: payload, Cron: when.cron}
 	})
 	return err
@@ -290,7 +293,10 @@ func (c *Client) Schedule(ctx context.Context, queue string, when When, payload 
 // Unschedule removes the schedule that queue, payload and options name
 // (as Schedule named it); removing one that is not there is no error.
 func (c *Client) Unschedule(ctx context.Context, queue string, payload []byte, opts ...Option) error {
-	_, _, err := c.do(ctx, queue, false, opts, func(msgid string, h emqp.Headers) emqp.Message {
+	if err := checkQueue(queue); err != nil {
+		return err
+	}
+	_, _, err := c.do(ctx, false, opts, func(msgid string, h emqp.Headers) emqp.Message {
 		return &emqp.Unschedule{MsgID: msgid, Queue: queue, Headers: h, Interval: emqp.CronInterval, Payload: payload}
 	})
 	return err
@@ -305,24 +311,32 @@ func (c *Client) Cancel(ctx context.Context, msgid string) error {
 	if msgid == "" || len(msgid) > emqp.MaxIDLen {
 		return fmt.Errorf("client: msgid must be 1 to %d bytes", emqp.MaxIDLen)
 	}
-	_, _, err := c.do(ctx, noQueue, false, nil, func(id string, _ emqp.Headers) emqp.Message {
+	_, _, err := c.do(ctx, false, nil, func(id string, _ emqp.Headers) emqp.Message {
 		return &emqp.Cancel{MsgID: id, OrigMsgID: msgid}
 	})
 	return err
 }
 
-// noQueue is do's queue for a message that names none (CANCEL).
-const noQueue = "\x00"
-
 func (c *Client) request(ctx context.Context, queue string, payload []byte, wantReply bool, opts []Option) (string, []byte, error) {
-	return c.do(ctx, queue, wantReply, opts, func(msgid string, h emqp.Headers) emqp.Message {
+	if err := checkQueue(queue); err != nil {
+		return "", nil, err
+	}
+	return c.do(ctx, wantReply, opts, func(msgid string, h emqp.Headers) emqp.Message {
 		return &emqp.Request{MsgID: msgid, Queue: queue, Headers: h, Payload: payload}
 	})
 }
 
+// checkQueue refuses a queue name the broker would refuse for sure.
+func checkQueue(queue string) error {
+	if queue == "" || len(queue) > emqp.MaxQueueLen || !utf8.ValidString(queue) {
+		return fmt.Errorf("client: queue name %q must be 1 to %d bytes of UTF-8", queue, emqp.MaxQueueLen)
+	}
+	return nil
+}
+
 // do sends the message msg makes and waits for its ACK (and, with
 // wantReply, the REPLY).
-func (c *Client) do(ctx context.Context, queue string, wantReply bool, opts []Option, msg func(msgid string, h emqp.Headers) emqp.Message) (string, []byte, error) {
+func (c *Client) do(ctx context.Context, wantReply bool, opts []Option, msg func(msgid string, h emqp.Headers) emqp.Message) (string, []byte, error) {
 	var o sendOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -333,13 +347,10 @@ func (c *Client) do(ctx context.Context, queue string, wantReply bool, opts []Op
 	if o.msgid == "" {
 		o.msgid = emqp.NewID()
 	}
-	// Refused here what the broker would refuse for sure; anything else it
-	// answers with an ERROR, which becomes a BrokerError.
-	switch {
-	case queue == noQueue:
-	case queue == "" || len(queue) > emqp.MaxQueueLen || !utf8.ValidString(queue):
-		return "", nil, fmt.Errorf("client: queue name %q must be 1 to %d bytes of UTF-8", queue, emqp.MaxQueueLen)
-	case len(o.msgid) > emqp.MaxIDLen:
+	// Refused here what the broker would refuse for sure (and the callers
+	// a bad queue name: checkQueue); anything else it answers with an
+	// ERROR, which becomes a BrokerError.
+	if len(o.msgid) > emqp.MaxIDLen {
 		return "", nil, fmt.Errorf("client: msgid is %d bytes, over %d", len(o.msgid), emqp.MaxIDLen)
 	}
 	cl := &call{
