@@ -207,7 +207,8 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error, held zmtp.Hel
 	for _, peer := range to {
 		b.ack(peer, j.id)
 	}
-	b.observe.Acked(time.Duration(time.Now().UnixNano() - j.enqueued))
+	now := time.Now()
+	b.observe.Acked(time.Duration(now.UnixNano() - j.enqueued))
 	if dup { // stored before: dead, or done with its result kept
 		b.stats.Duplicates.Add(int64(len(to)))
 		b.forget(j)
@@ -225,7 +226,7 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error, held zmtp.Hel
 	}
 	b.emitJob(EventAcked, j, "")
 	j.seq = seq
-	b.enqueue(j, time.Now())
+	b.enqueue(j, now)
 }
 
 // resendResult answers a REQUEST sent again for a job that is done, its
