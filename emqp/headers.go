@@ -28,6 +28,10 @@ const (
 	HeaderScheduleID = "schedule-id" // names a schedule whose payload is not EventMQ's
 	HeaderTZ         = "tz"          // the Area/City of a cron expression
 	HeaderMisfire    = "misfire"     // misfire:skip: no catch-up fire
+
+	// W3C Trace Context: the trace a job belongs to (internal/jobtrace).
+	HeaderTraceparent = "traceparent"
+	HeaderTracestate  = "tracestate"
 )
 
 // Header is one header item. A flag (such as reply-requested) has an empty

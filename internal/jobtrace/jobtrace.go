@@ -1,0 +1,144 @@
+// Package jobtrace carries a job's trace in its headers and names the
+// spans of its life in OpenTelemetry's terms, for the client, the broker
+// and the worker alike.
+//
+// The trace context travels as W3C Trace Context: the headers
+// traceparent and tracestate of the REQUEST (emqp.HeaderTraceparent,
+// emqp.HeaderTracestate). They are headers like any other: stored with
+// the job, shown by the admin tools, passed on to the worker, and passed
+// through untouched by peers that do not know them (original EventMQ job
+// managers). A tracestate with several members holds commas, so headers
+// that carry one are sent in the JSON form (emqp.Headers).
+//
+// Spans follow OpenTelemetry's semantic conventions for messaging
+// (messaging.system=emq, messaging.operation.name publish, receive,
+// dispatch, process); see Attrs. This package only uses the OpenTelemetry
+// API: an SDK, with its exporter and sampler, is the program's choice
+// (internal/otelenv for EMQ's commands).
+package jobtrace
+
+import (
+	"context"
+	"log/slog"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/eventmq/emq/emqp"
+)
+
+// ScopeName is the instrumentation scope of EMQ's spans.
+const ScopeName = "github.com/eventmq/emq"
+
+// Operation names (messaging.operation.name) of EMQ's spans.
+const (
+	OpPublish  = "publish"  // client: a REQUEST sent, until its ACK
+	OpReceive  = "receive"  // broker: a REQUEST received, until it is journaled and ACKed
+	OpWait     = "wait"     // broker: the job waits in its queue (or for its retry)
+	OpDispatch = "dispatch" // broker: one delivery to a worker, until its REPLY, FAIL or loss
+	OpProcess  = "process"  // worker: the handler's run
+)
+
+// System is messaging.system.
+var System = semconv.MessagingSystemKey.String("emq")
+
+var w3c = propagation.TraceContext{}
+
+// carrier is a job's headers as a propagation.TextMapCarrier.
+type carrier struct{ h *emqp.Headers }
+
+func (c carrier) Get(key string) string {
+	v, _ := c.h.Get(key)
+	return v
+}
+
+func (c carrier) Set(key, value string) { *c.h = c.h.Set(key, value) }
+
+func (c carrier) Keys() []string {
+	var keys []string
+	for _, it := range c.h.Items() {
+		keys = append(keys, it.Name)
+	}
+	return keys
+}
+
+// Inject returns h with the trace context of ctx's span in it
+// (traceparent, and tracestate when there is one). Without a valid span
+// context in ctx, h comes back unchanged.
+func Inject(ctx context.Context, h emqp.Headers) emqp.Headers {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return h
+	}
+	w3c.Inject(ctx, carrier{&h})
+	return h
+}
+
+// WithSpanContext returns h whose traceparent (and tracestate) name sc;
+// h unchanged when sc is not valid.
+func WithSpanContext(h emqp.Headers, sc trace.SpanContext) emqp.Headers {
+	if !sc.IsValid() {
+		return h
+	}
+	return Inject(trace.ContextWithSpanContext(context.Background(), sc), h)
+}
+
+// SpanContext returns the remote span context that h's traceparent and
+// tracestate name; not valid when h has none, or a malformed one.
+func SpanContext(h emqp.Headers) trace.SpanContext {
+	if !h.Has(emqp.HeaderTraceparent) {
+		return trace.SpanContext{}
+	}
+	return trace.SpanContextFromContext(w3c.Extract(context.Background(), carrier{&h}))
+}
+
+// Extract returns ctx with the remote span context of h, or ctx as it is
+// when h has none.
+func Extract(ctx context.Context, h emqp.Headers) context.Context {
+	sc := SpanContext(h)
+	if !sc.IsValid() {
+		return ctx
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, sc)
+}
+
+// Attrs are the attributes every span of a job has.
+func Attrs(op, queue, msgid string) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		System,
+		semconv.MessagingOperationName(op),
+		operationType(op),
+		semconv.MessagingDestinationName(queue),
+		semconv.MessagingMessageID(msgid),
+	}
+}
+
+func operationType(op string) attribute.KeyValue {
+	switch op {
+	case OpPublish, OpDispatch:
+		return semconv.MessagingOperationTypeSend
+	case OpReceive:
+		return semconv.MessagingOperationTypeReceive
+	case OpWait:
+		return semconv.MessagingOperationTypeKey.String("wait")
+	}
+	return semconv.MessagingOperationTypeProcess
+}
+
+// SpanName is a span's name: the operation and the queue, as the
+// conventions have it ("publish email").
+func SpanName(op, queue string) string { return op + " " + queue }
+
+// Attempt is the attribute of a delivery's number: 1 the first time.
+func Attempt(n int) attribute.KeyValue { return attribute.Int("emq.attempt", n) }
+
+// LogAttrs are the attributes a log line about a job with the span
+// context sc carries: trace_id and span_id, or none when sc is not
+// valid.
+func LogAttrs(sc trace.SpanContext) []any {
+	if !sc.IsValid() {
+		return nil
+	}
+	return []any{slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String())}
+}
