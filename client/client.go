@@ -33,6 +33,18 @@
 // An ERROR from the broker ends the call with a *BrokerError, except
 // ERROR unavailable (the broker is stopping, or its disk is full), which is
 // retried like a missing ACK until the context ends.
+//
+// # Tracing
+//
+// Send and Request take part in the caller's OpenTelemetry trace: each
+// makes a span "publish QUEUE" (kind producer, until the ACK) under the
+// span of ctx, and sends its trace context in the job's headers
+// traceparent and tracestate (W3C Trace Context), where the broker and
+// the worker pick it up. Spans go to Options.TracerProvider, by default
+// OpenTelemetry's global one (which drops them until the program sets
+// an SDK); the headers are sent whenever ctx holds a valid span context,
+// whatever the provider. Schedules carry no trace: each of their jobs
+// is a trace of its own.
 package client
 
 import (
@@ -48,7 +60,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/jobtrace"
 	"github.com/eventmq/emq/internal/redial"
 	"github.com/eventmq/emq/internal/zmtp"
 )
@@ -65,6 +83,9 @@ type Options struct {
 	HeartbeatTimeout  time.Duration
 	Logger            *slog.Logger // nil = slog.Default()
 	Security          Security     // CURVE or PLAIN; the zero value = NULL
+	// TracerProvider takes the spans of Send and Request (package doc:
+	// Tracing); nil = OpenTelemetry's global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // BrokerError is the broker's refusal of a request (an ERROR message).
@@ -108,9 +129,10 @@ var ErrClosed = errors.New("client: closed")
 
 // Client sends jobs. It is safe for concurrent use.
 type Client struct {
-	opts Options
-	log  *slog.Logger
-	sec  *zmtp.ClientSecurity
+	opts   Options
+	log    *slog.Logger
+	sec    *zmtp.ClientSecurity
+	tracer trace.Tracer
 
 	pubMu   sync.RWMutex // Publish queues under it; Close closes under it
 	mu      sync.Mutex
@@ -162,10 +184,14 @@ func New(opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
+	if opts.TracerProvider == nil {
+		opts.TracerProvider = otel.GetTracerProvider()
+	}
 	c := &Client{
 		opts:    opts,
 		log:     opts.Logger,
 		sec:     sec,
+		tracer:  opts.TracerProvider.Tracer(jobtrace.ScopeName),
 		calls:   make(map[string]*call),
 		outq:    make(chan *call, 1024),
 		done:    make(chan struct{}),
@@ -185,6 +211,8 @@ type sendOptions struct {
 	headers emqp.Headers
 	msgid   string
 	onAck   func()
+	queue   string // of a REQUEST, which is traced
+	size    int    // its payload's
 }
 
 // Header sets a header item; value "" makes it a flag.
@@ -321,9 +349,33 @@ func (c *Client) request(ctx context.Context, queue string, payload []byte, want
 	if err := checkQueue(queue); err != nil {
 		return "", nil, err
 	}
+	opts = append(opts, func(o *sendOptions) { o.queue, o.size = queue, len(payload) })
 	return c.do(ctx, wantReply, opts, func(msgid string, h emqp.Headers) emqp.Message {
 		return &emqp.Request{MsgID: msgid, Queue: queue, Headers: h, Payload: payload}
 	})
+}
+
+// publishSpan starts the span of a REQUEST, until its ACK, and puts its
+// trace context in the headers. Its end takes the call's error.
+func (c *Client) publishSpan(ctx context.Context, o *sendOptions) func(error) {
+	_, span := c.tracer.Start(ctx, jobtrace.SpanName(jobtrace.OpPublish, o.queue), trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		span.SetAttributes(jobtrace.Attrs(jobtrace.OpPublish, o.queue, o.msgid)...)
+		span.SetAttributes(semconv.MessagingMessageBodySize(o.size))
+	}
+	o.headers = jobtrace.WithSpanContext(o.headers, span.SpanContext())
+	ended := false
+	return func(err error) {
+		if ended {
+			return
+		}
+		ended = true
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
 }
 
 // checkQueue refuses a queue name the broker would refuse for sure.
@@ -353,6 +405,18 @@ func (c *Client) do(ctx context.Context, wantReply bool, opts []Option, msg func
 	if len(o.msgid) > emqp.MaxIDLen {
 		return "", nil, fmt.Errorf("client: msgid is %d bytes, over %d", len(o.msgid), emqp.MaxIDLen)
 	}
+	endSpan := func(error) {}
+	if o.queue != "" {
+		endSpan = c.publishSpan(ctx, &o)
+	}
+	id, reply, err := c.call(ctx, wantReply, &o, msg, endSpan)
+	endSpan(err)
+	return id, reply, err
+}
+
+// call sends the message and waits for its answers; acked (with nil) is
+// called at the ACK.
+func (c *Client) call(ctx context.Context, wantReply bool, o *sendOptions, msg func(msgid string, h emqp.Headers) emqp.Message, acked func(error)) (string, []byte, error) {
 	cl := &call{
 		frames:    emqp.Encode(msg(o.msgid, o.headers)),
 		wantReply: wantReply,
@@ -389,6 +453,7 @@ func (c *Client) do(ctx context.Context, wantReply bool, opts []Option, msg func
 	case <-c.done:
 		return o.msgid, nil, ErrClosed
 	}
+	acked(nil)
 	if o.onAck != nil {
 		o.onAck()
 	}
