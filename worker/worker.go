@@ -31,6 +31,18 @@
 // On ctx's end the worker offers no more slots, lets running jobs finish
 // for up to Grace, then cancels their contexts, sends their results, says
 // KBYE and closes.
+//
+// # Tracing
+//
+// A job whose headers carry a trace context (traceparent, tracestate:
+// W3C Trace Context, as package client sends them) runs in that trace:
+// its handler's ctx holds a span "process QUEUE" (kind consumer) under
+// the broker's delivery, ended when the handler returns, with an error
+// status for a FAIL and an event when the broker cancels the job. Spans
+// go to Options.TracerProvider, by default OpenTelemetry's global one;
+// without an SDK the handler's ctx still holds the job's remote span
+// context, so whatever the handler traces joins the job's trace. The
+// worker's log lines about a job carry its trace_id and span_id.
 package worker
 
 import (
@@ -45,8 +57,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/jobtrace"
 	"github.com/eventmq/emq/internal/redial"
 	"github.com/eventmq/emq/internal/zmtp"
 )
@@ -71,6 +88,9 @@ type Options struct {
 	// them (its curve-clients or plain-users list this worker with the
 	// worker role); the zero value = NULL.
 	Security client.Security
+	// TracerProvider takes the spans of the jobs run (package doc:
+	// Tracing); nil = OpenTelemetry's global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // ErrCancelled is the cause (context.Cause) of a job's context when the
@@ -141,6 +161,7 @@ type Worker struct {
 	opts     Options
 	sec      *zmtp.ClientSecurity
 	log      *slog.Logger
+	tracer   trace.Tracer
 	handlers map[string]Handler
 }
 
@@ -178,7 +199,11 @@ func New(opts Options) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	return &Worker{opts: opts, sec: sec, log: opts.Logger, handlers: make(map[string]Handler)}, nil
+	if opts.TracerProvider == nil {
+		opts.TracerProvider = otel.GetTracerProvider()
+	}
+	return &Worker{opts: opts, sec: sec, log: opts.Logger, handlers: make(map[string]Handler),
+		tracer: opts.TracerProvider.Tracer(jobtrace.ScopeName)}, nil
 }
 
 // Handle sets the handler of a queue. The queue "*" catches the jobs of
@@ -213,6 +238,7 @@ type result struct {
 type task struct {
 	cancel   context.CancelCauseFunc
 	progress *progress
+	span     trace.Span // its process span (non-recording when not sampled)
 }
 
 // report is a PROGRESS on its way to the run loop, with the job it is from.
@@ -561,15 +587,35 @@ func (r *run) start(req *emqp.Request) {
 	if d, err := req.Headers.Timeout(); err == nil && d > 0 {
 		ctx, stopTimeout = context.WithTimeout(jobCtx, d)
 	}
+	ctx, span := r.tracer.Start(jobtrace.Extract(ctx, req.Headers), jobtrace.SpanName(jobtrace.OpProcess, req.Queue),
+		trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		span.SetAttributes(jobtrace.Attrs(jobtrace.OpProcess, req.Queue, req.MsgID)...)
+		span.SetAttributes(jobtrace.Attempt(job.Attempt))
+	}
 	job.progress = &progress{msgid: req.MsgID, out: r.reports}
-	r.running[req.MsgID] = &task{cancel: cancel, progress: job.progress}
+	r.running[req.MsgID] = &task{cancel: cancel, progress: job.progress, span: span}
 	go func() {
 		defer cancel(nil)
 		defer stopTimeout()
 		m := call(ctx, h, job)
 		job.progress.end() // before the REPLY or FAIL
+		r.ended(span, job, m)
 		r.results <- result{req.MsgID, m}
 	}()
+}
+
+// ended closes a job's span with its outcome, and logs a FAIL.
+func (r *run) ended(span trace.Span, job *Job, m emqp.Message) {
+	if f, ok := m.(*emqp.Fail); ok {
+		if span.IsRecording() {
+			span.SetStatus(codes.Error, f.Reason)
+		}
+		r.log.Info("worker: job failed; the broker retries it while it has attempts left",
+			append([]any{"msgid", job.MsgID, "queue", job.Queue, "attempt", job.Attempt, "reason", f.Reason},
+				jobtrace.LogAttrs(span.SpanContext())...)...)
+	}
+	span.End()
 }
 
 // cancel ends the context of a job the broker cancelled. The CANCEL is not
@@ -580,7 +626,9 @@ func (r *run) cancel(msgid string) {
 		r.log.Debug("worker: CANCEL for a job not running here", "msgid", msgid)
 		return
 	}
-	r.log.Info("worker: the broker cancelled a job; ending its context", "msgid", msgid)
+	t.span.AddEvent("cancelled by the broker")
+	r.log.Info("worker: the broker cancelled a job; ending its context",
+		append([]any{"msgid", msgid}, jobtrace.LogAttrs(t.span.SpanContext())...)...)
 	t.cancel(ErrCancelled)
 }
 
