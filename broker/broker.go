@@ -107,6 +107,7 @@ type Broker struct {
 	listeners    []*listener                    // of the event stream (events.go)
 	trails       map[*job][]store.TrailEvent    // events of jobs not yet written to their trail (events.go)
 	progressOf   map[*job]*progressReport       // the latest PROGRESS of jobs in flight (cancel.go)
+	tr           *tracing                       // spans of jobs; nil = tracing off (tracing.go)
 	controls     map[string]store.QueueSettings // the operator's queue controls that apply (controls.go)
 	controlsNext map[string]pendingControls     // written, not yet durable (controls.go)
 	journaling   int                            // appends not yet done
@@ -161,6 +162,7 @@ func New(opts Options) (*Broker, error) {
 		schedWriting: make(map[string]int),
 		epoch:        time.Now(),
 		clock:        time.NewTimer(time.Hour),
+		tr:           newTracing(opts.TracerProvider),
 	}
 	b.clock.Stop()
 	b.errLog = lograte.New(logBurst, "protocol errors not logged in the last second")

@@ -68,7 +68,9 @@ func (b *Broker) CancelJobs(ctx context.Context, msgids []string, by string) (in
 func (b *Broker) cancel(msgid, by string, done func(*store.Job, error)) {
 	// A job not in memory is not pending: the journal refuses it.
 	trail := CancelledBy(by)
+	var logAttrs []any
 	if j := b.jobs[msgid]; j != nil {
+		logAttrs = b.tr.logAttrs(j)
 		if j.holder != nil {
 			b.send(j.holder.key, &emqp.Cancel{MsgID: emqp.NewID(), OrigMsgID: j.id})
 		}
@@ -87,7 +89,7 @@ func (b *Broker) cancel(msgid, by string, done func(*store.Job, error)) {
 	b.journal.Cancel(msgid, keepUntil, trail, func(sj *store.Job, err error) {
 		if err == nil {
 			b.stats.Cancelled.Add(1)
-			b.log.Info("job cancelled", "msgid", msgid, "queue", sj.Queue, "by", by)
+			b.log.Info("job cancelled", append([]any{"msgid", msgid, "queue", sj.Queue, "by", by}, logAttrs...)...)
 		}
 		b.adminWriteFailed(err, "journal could not cancel a job; it stays stored and runs again after the next start", msgid)
 		done(sj, err)

@@ -206,6 +206,7 @@ func (b *Broker) emitJob(kind string, j *job, reason string) {
 	if len(b.listeners) > 0 {
 		b.emit(Event{Kind: kind, Queue: j.q.name, MsgID: j.id, Worker: worker, Attempt: attempt, Reason: reason})
 	}
+	b.tr.event(kind, j, reason)
 }
 
 // AdminRevived is the trail of a dead job an admin sends back.

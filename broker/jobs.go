@@ -151,6 +151,7 @@ func (b *Broker) request(from peerKey, m *emqp.Request, held zmtp.Held) {
 	b.jobs[j.id] = j
 	q.live++
 	b.journaling++
+	b.tr.received(j, now)
 	sj := &store.Job{
 		MsgID:     j.id,
 		Queue:     m.Queue,
@@ -180,9 +181,11 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error, held zmtp.Hel
 	}
 	var ue *store.UniqueError
 	if errors.As(err, &ue) { // another job holds its key: not stored
+		text := emqp.DuplicateText(ue.Queue, ue.Key, ue.Holder)
+		b.tr.refused(j, emqp.CodeDuplicate, text)
 		b.forget(j)
 		for _, peer := range to {
-			b.refuse(peer, j.id, emqp.CodeDuplicate, emqp.DuplicateText(ue.Queue, ue.Key, ue.Holder))
+			b.refuse(peer, j.id, emqp.CodeDuplicate, text)
 		}
 		return
 	}
@@ -197,8 +200,10 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error, held zmtp.Hel
 		case errors.Is(err, store.ErrFenced):
 			b.fence(err)
 		default:
-			b.log.Error("journal write failed; job refused", "msgid", j.id, "queue", j.q.name, "err", err)
+			b.log.Error("journal write failed; job refused",
+				append([]any{"msgid", j.id, "queue", j.q.name, "err", err}, b.tr.logAttrs(j)...)...)
 		}
+		b.tr.refused(j, code, err.Error())
 		for _, peer := range to {
 			b.refuse(peer, j.id, code, "the journal could not store the job: "+err.Error())
 		}
@@ -267,6 +272,7 @@ func (b *Broker) forget(j *job) {
 		delete(b.jobs, j.id)
 	}
 	delete(b.trails, j)
+	b.tr.forget(j)
 	b.uncache(j)
 	j.q.live--
 	b.dropIfUnused(j.q)
@@ -339,12 +345,13 @@ func (b *Broker) fail(w *peer, m *emqp.Fail) {
 func (b *Broker) attempt(j *job, reason string, backoff bool) {
 	j.attempts++
 	if j.attempts > j.retries {
+		logAttrs := b.tr.logAttrs(j) // of the attempt that ended
 		b.emitJob(EventBuried, j, reason)
 		trail := b.takeTrail(j)
 		b.forget(j)
 		b.stats.DeadLettered.Add(1)
-		b.log.Warn("job out of attempts; moved to the dead letters", "msgid", j.id, "queue", j.q.name,
-			"attempts", j.attempts, "reason", reason)
+		b.log.Warn("job out of attempts; moved to the dead letters", append([]any{"msgid", j.id, "queue", j.q.name,
+			"attempts", j.attempts, "reason", reason}, logAttrs...)...)
 		b.journal.Bury(j.id, reason, trail, func(_ *store.Job, err error) {
 			b.writeFailed(err, "journal could not bury a job", j.id)
 		})
@@ -385,6 +392,7 @@ func (b *Broker) undelivered(to peerKey, msgid string) {
 	}
 	j.holder.free = 0
 	b.release(j)
+	b.tr.undelivered(j)
 	j.state = pending
 	j.q.jobs.pushFront(j)
 	b.fill(j.q)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/eventmq/emq/internal/addr"
 	"github.com/eventmq/emq/store"
 )
@@ -113,6 +115,9 @@ type Options struct {
 	ShutdownTimeout time.Duration // for journal writes in progress at shutdown
 
 	Logger *slog.Logger // nil = slog.Default()
+	// TracerProvider takes the spans of jobs (the package doc's
+	// Tracing); nil = no spans, and nothing paid for them.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultOptions are DESIGN.md's defaults.

@@ -138,13 +138,14 @@ func (b *Broker) payloadsRead(batch []readReq, payloads [][]byte, errs []error) 
 		case err == nil: // stopping: it stays pending, journaled
 			b.takeBack(j)
 		case errors.Is(err, store.ErrNotFound):
-			b.log.Error("the journal has no payload for a job it holds pending; the job is dropped", "msgid", j.id, "err", err)
+			b.log.Error("the journal has no payload for a job it holds pending; the job is dropped",
+				append([]any{"msgid", j.id, "err", err}, b.tr.logAttrs(j)...)...)
 			b.release(j)
 			b.forget(j)
 		case errors.Is(err, store.ErrCorrupt): // reading it again will not mend it
 			b.stats.JournalDamaged.Add(1)
 			b.log.Error("the journal's record of a job is damaged; the broker no longer dispatches it (a record failing its checksum goes to the dead letters: emq dlq ls, emq journal check)",
-				"msgid", j.id, "err", err)
+				append([]any{"msgid", j.id, "err", err}, b.tr.logAttrs(j)...)...)
 			b.release(j)
 			b.forget(j)
 		default:
@@ -199,6 +200,7 @@ func (b *Broker) offerIdle() {
 // queue: no attempt is counted, since no worker saw it.
 func (b *Broker) takeBack(j *job) {
 	b.release(j)
+	b.tr.undelivered(j)
 	j.state = pending
 	j.q.jobs.pushFront(j)
 }
@@ -218,6 +220,7 @@ func (b *Broker) sendJob(w *peer, j *job, payload []byte) {
 	if j.attempts > 0 {
 		h = h.Set(HeaderAttempt, strconv.Itoa(int(j.attempts)+1))
 	}
+	h = b.tr.forwarded(j, h)
 	b.send(w.key, &emqp.Request{MsgID: j.id, Queue: j.q.name, Headers: h, Payload: payload})
 	b.stats.Dispatched.Add(1)
 	if j.timeout > 0 { // from now: the time the worker has, not the time its payload took
