@@ -65,6 +65,8 @@ start).`,
 	f.Duration("retain-done", d.ResultTTL, "keep each done job, listable with its result, this long (0 = deleted when done)")
 	f.Duration("result-ttl", d.ResultTTL, "the same as --retain-done (its former name)")
 	f.Duration("drain-timeout", d.DrainTimeout, "at SIGTERM, wait this long for the jobs in flight before stopping (0 = do not wait)")
+	f.Duration("retry-backoff", d.RetryBackoff, "a FAILed job runs again after this, doubled at each further attempt")
+	f.Duration("max-retry-backoff", d.MaxRetryBackoff, "the longest a FAILed job waits before it runs again")
 	f.String("publisher-incoming", d.PublisherIncoming, "ROUTER endpoint taking PUBLISH only, EventMQ's emq-pubsub address (\"\" = not bound; the frontend takes PUBLISH too)")
 	f.String("publisher-outgoing", d.PublisherOutgoing, "PUB endpoint ZeroMQ SUB sockets connect to (\"\" = pub/sub off)")
 	f.Int("subscriber-hwm", d.SubscriberHWM, "published messages queued per subscriber; past it its messages are dropped (counted)")
@@ -97,6 +99,12 @@ start).`,
 			return fmt.Errorf("log-level: %q is not debug, info, warn or error", c.str("log-level"))
 		}
 		opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+		tp, stopTracing, err := tracerProvider("emq-broker", opts.Logger)
+		if err != nil {
+			return err
+		}
+		defer stopTracing()
+		opts.TracerProvider = tp
 		aopts, err := adminOptions(c, opts)
 		if err != nil {
 			return err
@@ -292,6 +300,12 @@ func brokerOptions(c *config) (broker.Options, error) {
 	}
 	if o.ResultTTL = ttl; retain != 0 {
 		o.ResultTTL = retain
+	}
+	if o.RetryBackoff, err = c.duration("retry-backoff"); err != nil {
+		return o, err
+	}
+	if o.MaxRetryBackoff, err = c.duration("max-retry-backoff"); err != nil {
+		return o, err
 	}
 	if o.DrainTimeout, err = c.duration("drain-timeout"); err != nil {
 		return o, err

@@ -65,9 +65,16 @@ type brokerProcess struct {
 // ends, and returns once /readyz says it is ready.
 func startBrokerProcess(t *testing.T, args ...string) *brokerProcess {
 	t.Helper()
+	return startBrokerProcessEnv(t, nil, args...)
+}
+
+// startBrokerProcessEnv is startBrokerProcess with env added to the
+// broker's environment.
+func startBrokerProcessEnv(t *testing.T, env []string, args ...string) *brokerProcess {
+	t.Helper()
 	bp := &brokerProcess{admin: strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://"), exited: make(chan error, 1), logs: &lockedBuffer{}}
 	bp.cmd = exec.Command(os.Args[0], append(append([]string{"broker"}, args...), "--admin", bp.admin)...)
-	bp.cmd.Env = bt.ChildEnv(mainEnv + "=1")
+	bp.cmd.Env = bt.ChildEnv(append(env, mainEnv+"=1")...)
 	bp.cmd.Stderr = bp.logs
 	if err := bp.cmd.Start(); err != nil {
 		t.Fatal(err)

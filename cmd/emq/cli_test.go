@@ -52,9 +52,16 @@ func emq(t *testing.T, stdin string, args ...string) (string, string, error) {
 // startWorkerProcess runs `emq worker` until the test ends.
 func startWorkerProcess(t *testing.T, args ...string) {
 	t.Helper()
+	startWorkerProcessEnv(t, nil, args...)
+}
+
+// startWorkerProcessEnv is startWorkerProcess with env added to the
+// worker's environment.
+func startWorkerProcessEnv(t *testing.T, env []string, args ...string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"worker", "--heartbeat-interval", "100ms",
 		"--heartbeat-timeout", "1s", "--grace", "2s"}, args...)...)
-	cmd.Env = bt.ChildEnv(mainEnv + "=1")
+	cmd.Env = bt.ChildEnv(append(env, mainEnv+"=1")...)
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {

@@ -31,6 +31,11 @@ the queue holds KEY (pending, delayed, in flight, or done less than
 --unique-for ago); otherwise nothing is stored and emq prints
 "duplicate: held by job MSGID" to standard error, naming the holder.
 
+Tracing: with TRACEPARENT (and TRACESTATE) in the environment, as a traced
+script or an emq worker --exec command has them, the job joins that trace;
+with the OTEL_* variables set (OTEL_EXPORTER_OTLP_ENDPOINT, ...) emq send
+exports its own span too.
+
 Exit status: 0 the job was stored (and, with --reply, answered); 3 it was
 refused as a duplicate of a job holding its --unique key; 1 any other
 failure.`,
@@ -98,13 +103,18 @@ failure.`,
 		if err != nil {
 			return err
 		}
-		cl, err := client.New(client.Options{Broker: c.str("broker"), Security: sec,
-			Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+		tp, stopTracing, err := tracerProvider("emq-client", log)
+		if err != nil {
+			return err
+		}
+		defer stopTracing()
+		cl, err := client.New(client.Options{Broker: c.str("broker"), Security: sec, Logger: log, TracerProvider: tp})
 		if err != nil {
 			return err
 		}
 		defer cl.Close()
-		ctx, cancel := context.WithTimeout(cmd.Context(), wait)
+		ctx, cancel := context.WithTimeout(traceFromEnv(cmd.Context()), wait)
 		defer cancel()
 		if c.v.GetBool("reply") {
 			reply, err := cl.Request(ctx, c.str("queue"), payload, opts...)

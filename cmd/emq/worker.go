@@ -20,6 +20,7 @@ import (
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/jobtrace"
 	"github.com/eventmq/emq/worker"
 )
 
@@ -33,7 +34,11 @@ func newWorkerCmd() *cobra.Command {
 --concurrency at a time. The job's payload is the command's standard input;
 its standard output is the REPLY. The environment has EMQ_MSGID, EMQ_QUEUE,
 EMQ_ATTEMPT, EMQ_HEADERS (the headers as sent) and EMQ_HEADER_<NAME> for each
-header item (name upper-cased, - as _). A non-zero exit is a FAIL with the
+header item (name upper-cased, - as _). A job that carries a trace (W3C Trace
+Context headers) gives the command TRACEPARENT and TRACESTATE naming the
+worker's span of the job, as OpenTelemetry's tools for commands read them;
+with the OTEL_* variables set (OTEL_EXPORTER_OTLP_ENDPOINT, ...) the worker
+exports that span itself. A non-zero exit is a FAIL with the
 tail of standard error; the broker retries the job. At the job's timeout,
 or when the job is cancelled, the command's whole process group is killed
 (SIGKILL) and the job FAILs saying which. SIGTERM or SIGINT: no new jobs,
@@ -87,6 +92,12 @@ the command ends is dropped. For example:
 		if opts.HeartbeatTimeout, err = c.duration("heartbeat-timeout"); err != nil {
 			return err
 		}
+		tp, stopTracing, err := tracerProvider("emq-worker", opts.Logger)
+		if err != nil {
+			return err
+		}
+		defer stopTracing()
+		opts.TracerProvider = tp
 		w, err := worker.New(opts)
 		if err != nil {
 			return err
@@ -142,6 +153,7 @@ func execHandler(command string) worker.Handler {
 			}, h.Name))
 			cmd.Env = append(cmd.Env, "EMQ_HEADER_"+name+"="+h.Value)
 		}
+		cmd.Env = append(cmd.Env, traceEnv(ctx)...)
 		progress, err := progressPipe(cmd)
 		if err != nil {
 			return nil, fmt.Errorf("%s: progress pipe: %w", command, err)
@@ -161,6 +173,20 @@ func execHandler(command string) worker.Handler {
 		}
 		return stdout.Bytes(), nil
 	}
+}
+
+// traceEnv is TRACEPARENT and TRACESTATE of ctx's span: the job's span
+// in this worker, or the job's own trace context when no SDK records.
+func traceEnv(ctx context.Context) []string {
+	h := jobtrace.Inject(ctx, emqp.Headers{})
+	var env []string
+	if v, ok := h.Get(emqp.HeaderTraceparent); ok {
+		env = append(env, "TRACEPARENT="+v)
+	}
+	if v, ok := h.Get(emqp.HeaderTracestate); ok && v != "" {
+		env = append(env, "TRACESTATE="+v)
+	}
+	return env
 }
 
 // progressFD is the command's file descriptor for progress lines.
