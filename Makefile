@@ -2,13 +2,14 @@
 SHELL     := /bin/bash
 GO        ?= go
 BIN       ?= bin/emq
+JAEGER    ?= bin/jaeger
 # A count, not a duration: go1.26's fuzz coordinator can fail a target with
 # "context deadline exceeded" when a -fuzztime duration runs out under CPU
 # load (golang/go#75804, fixed in go1.27); a count has no deadline to race.
 FUZZTIME  ?= 100000x
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: help run build check test vet race memory fuzz fuzz-short bench gobench lint screenshots torture faults ha-demo clean
+.PHONY: help run build check test vet race memory fuzz fuzz-short bench gobench lint screenshots torture faults ha-demo trace-demo clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -28,7 +29,7 @@ check: ## the edit-test loop, under a minute: vet, build, the short tests that n
 	$(GO) build ./...
 	$(GO) test -short -count=1 -skip 'Group|Etcd' $$($(GO) list ./... | grep -Ev '$(CHECK_SKIP_PKGS)')
 
-test: vet race memory fuzz-short ## all tests: go vet, the race detector, the memory tests, a short fuzz pass
+test: vet $(JAEGER) race memory fuzz-short ## all tests: go vet, the race detector, the memory tests, a short fuzz pass
 
 vet:
 	$(GO) vet ./...
@@ -69,6 +70,18 @@ torture: ## the reliability suite at full length (100 broker kills, 200 power cu
 faults: ## a group's faults for 20 rounds each while jobs flow, in network namespaces (root, nftables): partitions, pauses, a stepped clock, SIGKILL, SIGTERM: the table (~45 min)
 	set -o pipefail; EMQ_REQUIRE_NETNS=1 EMQ_FAULT_ROUNDS=20 $(GO) test -v -count=1 -timeout 90m -run 'TestGroupFaults' ./cmd/emq/ 2>&1 \
 		| grep -E '^\s*(--- |ok|FAIL|panic|\|)|_test.go:[0-9]+: '
+
+# Jaeger (the tracing backend the trace tests read back from), built from
+# its Go module as pinned in internal/jaegertest/tool/go.mod; its own
+# module, so its dependencies stay out of ours. The first build takes a
+# few minutes.
+jaeger: $(JAEGER) ## build bin/jaeger, the tracing backend of the trace tests and make trace-demo
+
+$(JAEGER): internal/jaegertest/tool/go.mod internal/jaegertest/tool/go.sum
+	cd internal/jaegertest/tool && $(GO) build -o $(CURDIR)/$(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
+
+trace-demo: build $(JAEGER) ## Jaeger, a broker and a worker exporting spans; emq send sends jobs (one retried) and prints each trace from Jaeger
+	BIN=$(BIN) JAEGER=$(JAEGER) ./scripts/trace-demo.sh
 
 ha-demo: build ## three etcd members, two brokers, a worker and a sender on this machine; SIGKILL the leader, print the failover and lost=0
 	BIN=$(BIN) ./scripts/ha-demo.sh

@@ -45,47 +45,13 @@ func Binary() string {
 	return p
 }
 
-const config = `service:
-  extensions: [jaeger_storage, jaeger_query]
-  pipelines:
-    traces:
-      receivers: [otlp]
-      processors: [batch]
-      exporters: [jaeger_storage_exporter]
-  telemetry:
-    metrics:
-      level: none
-    logs:
-      level: warn
-extensions:
-  jaeger_query:
-    storage:
-      traces: memstore
-    ui:
-      assets_path: "%s"
-    http:
-      endpoint: "%s"
-    grpc:
-      endpoint: "%s"
-  jaeger_storage:
-    backends:
-      memstore:
-        memory:
-          max_traces: 100000
-receivers:
-  otlp:
-    protocols:
-      grpc:
-        endpoint: "%s"
-      http:
-        endpoint: "%s"
-processors:
-  batch:
-    timeout: 100ms
-exporters:
-  jaeger_storage_exporter:
-    trace_storage: memstore
-`
+// ConfigFile is Jaeger's configuration, its addresses from the
+// environment (JAEGER_OTLP_GRPC, JAEGER_OTLP_HTTP, JAEGER_QUERY_HTTP,
+// JAEGER_QUERY_GRPC, JAEGER_UI_ASSETS); make trace-demo uses it too.
+func ConfigFile() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "jaeger.yaml")
+}
 
 // Start runs Jaeger on free loopback ports until the test ends, and
 // returns once its query API answers. uiDir, if not "", holds Jaeger UI's
@@ -97,11 +63,9 @@ func Start(t testing.TB, uiDir string) *Jaeger {
 		testutil.Missing(t, "EMQ_REQUIRE_JAEGER", "no Jaeger binary: run make jaeger (bin/jaeger), or set EMQ_JAEGER")
 	}
 	j := &Jaeger{OTLPGRPC: freePort(t), OTLPHTTP: freePort(t), Query: freePort(t), logs: &buffer{}}
-	cfg := filepath.Join(t.TempDir(), "jaeger.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, config, uiDir, j.Query, freePort(t), j.OTLPGRPC, j.OTLPHTTP), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	j.cmd = exec.Command(bin, "--config", "file:"+cfg)
+	j.cmd = exec.Command(bin, "--config", "file:"+ConfigFile())
+	j.cmd.Env = append(os.Environ(), "JAEGER_OTLP_GRPC="+j.OTLPGRPC, "JAEGER_OTLP_HTTP="+j.OTLPHTTP,
+		"JAEGER_QUERY_HTTP="+j.Query, "JAEGER_QUERY_GRPC="+freePort(t), "JAEGER_UI_ASSETS="+uiDir)
 	j.cmd.Stdout, j.cmd.Stderr = j.logs, j.logs
 	testutil.DieWithParent(j.cmd)
 	if err := j.cmd.Start(); err != nil {
