@@ -46,7 +46,8 @@ var System = semconv.MessagingSystemKey.String("emq")
 
 var w3c = propagation.TraceContext{}
 
-// carrier is a job's headers as a propagation.TextMapCarrier.
+// carrier is a job's headers as a propagation.TextMapCarrier, for
+// reading them with the W3C propagator (which checks every field).
 type carrier struct{ h *emqp.Headers }
 
 func (c carrier) Get(key string) string {
@@ -56,32 +57,27 @@ func (c carrier) Get(key string) string {
 
 func (c carrier) Set(key, value string) { *c.h = c.h.Set(key, value) }
 
-func (c carrier) Keys() []string {
-	var keys []string
-	for _, it := range c.h.Items() {
-		keys = append(keys, it.Name)
-	}
-	return keys
-}
+func (c carrier) Keys() []string { return []string{emqp.HeaderTraceparent, emqp.HeaderTracestate} }
 
 // Inject returns h with the trace context of ctx's span in it
 // (traceparent, and tracestate when there is one). Without a valid span
 // context in ctx, h comes back unchanged.
 func Inject(ctx context.Context, h emqp.Headers) emqp.Headers {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return h
-	}
-	w3c.Inject(ctx, carrier{&h})
-	return h
+	return WithSpanContext(h, trace.SpanContextFromContext(ctx))
 }
 
-// WithSpanContext returns h whose traceparent (and tracestate) name sc;
-// h unchanged when sc is not valid.
+// WithSpanContext returns h whose traceparent (and tracestate) name sc,
+// a tracestate of h dropped when sc has none; h unchanged when sc is not
+// valid.
 func WithSpanContext(h emqp.Headers, sc trace.SpanContext) emqp.Headers {
 	if !sc.IsValid() {
 		return h
 	}
-	return Inject(trace.ContextWithSpanContext(context.Background(), sc), h)
+	h = h.Set(emqp.HeaderTraceparent, "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-"+sc.TraceFlags().String())
+	if ts := sc.TraceState().String(); ts != "" {
+		return h.Set(emqp.HeaderTracestate, ts)
+	}
+	return h.Del(emqp.HeaderTracestate)
 }
 
 // SpanContext returns the remote span context that h's traceparent and
