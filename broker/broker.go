@@ -347,7 +347,9 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 	b.serving.Store(true)
 	close(b.ready)
 
+	stopTracing := b.tr.run()
 	b.loop(ctx)
+	stopTracing()
 
 	if b.fenced != nil {
 		return fmt.Errorf("broker stopped serving: %w", b.fenced)

@@ -45,6 +45,7 @@ type job struct {
 	dropped   bool   // removed or cancelled while it was journaling: forget it once stored
 	reading   bool   // given to its holder; its payload is being read
 	front     bool   // delayed after a failed read: due, it goes to the head of its queue
+	untraced  bool   // its sender did not sample its trace: no spans (tracing.go)
 	readSeq   uint32 // which delivery's read is current (payloads.go)
 }
 

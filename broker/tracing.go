@@ -24,12 +24,61 @@ import (
 // span, which starts a trace. A wait span is made when it ends, with the
 // time it began; nothing is open while a job waits, so a backlog holds
 // no spans, only a jobTrace (about 100 bytes) per sampled job.
+//
+// The loop starts the spans whose ids it needs (receive, dispatch) and
+// leaves the rest to the ender goroutine: ending a span (a copy of it
+// handed to the exporter's batch) and making a wait span cost the loop a
+// channel send. When the ender falls behind by endQueue spans, the loop
+// ends them itself.
 
 // tracing is the loop's record of the traced jobs. A nil *tracing is
 // tracing off: every method returns at once.
 type tracing struct {
 	tracer trace.Tracer
 	jobs   map[*job]*jobTrace
+	ends   chan func()   // to the ender; nil while it does not run
+	ended  chan struct{} // closed when the ender has stopped
+}
+
+// endQueue is how many spans may wait for the ender.
+const endQueue = 4096
+
+// run starts the ender; stop ends what waits and stops it. Both run on
+// the loop's goroutine (Run's).
+func (t *tracing) run() (stop func()) {
+	if t == nil {
+		return func() {}
+	}
+	t.ends, t.ended = make(chan func(), endQueue), make(chan struct{})
+	go func() {
+		defer close(t.ended)
+		for end := range t.ends {
+			end()
+		}
+	}()
+	return func() {
+		close(t.ends)
+		<-t.ended
+		t.ends = nil
+	}
+}
+
+// later has the ender run fn, or runs it now when the ender is behind
+// or not running.
+func (t *tracing) later(fn func()) {
+	if t.ends != nil {
+		select {
+		case t.ends <- fn:
+			return
+		default:
+		}
+	}
+	fn()
+}
+
+// endAt ends span at the time given, later.
+func (t *tracing) endAt(span trace.Span, at time.Time) {
+	t.later(func() { span.End(trace.WithTimestamp(at)) })
 }
 
 // jobTrace is what the loop keeps of a sampled job's trace.
@@ -47,19 +96,40 @@ func newTracing(tp trace.TracerProvider) *tracing {
 	return &tracing{tracer: tp.Tracer(jobtrace.ScopeName), jobs: make(map[*job]*jobTrace)}
 }
 
-// start makes a span of j under its parent, from at.
-func (t *tracing) start(j *job, parent trace.SpanContext, op string, kind trace.SpanKind, at time.Time, opts ...trace.SpanStartOption) trace.Span {
+// start makes a span of the job msgid of queue under its parent, from
+// at.
+func (t *tracing) start(queue, msgid string, parent trace.SpanContext, op string, kind trace.SpanKind, at time.Time, opts ...trace.SpanStartOption) trace.Span {
 	ctx := context.Background()
 	if parent.IsValid() {
 		ctx = trace.ContextWithSpanContext(ctx, parent)
 	}
 	opts = append(opts, trace.WithSpanKind(kind), trace.WithTimestamp(at))
-	_, span := t.tracer.Start(ctx, jobtrace.SpanName(op, j.q.name), opts...)
+	_, span := t.tracer.Start(ctx, jobtrace.SpanName(op, queue), opts...)
 	if span.IsRecording() {
-		span.SetAttributes(jobtrace.Attrs(op, j.q.name, j.id)...)
+		span.SetAttributes(jobtrace.Attrs(op, queue, msgid)...)
 	}
 	return span
 }
+
+// waited makes j's wait span, from since to now, later; reason, if not
+// "", is why it ended other than by a dispatch.
+func (t *tracing) waited(j *job, parent trace.SpanContext, since, now time.Time, reason string) {
+	queue, msgid := j.q.name, j.id
+	t.later(func() {
+		span := t.start(queue, msgid, parent, jobtrace.OpWait, trace.SpanKindInternal, since)
+		if reason != "" {
+			span.AddEvent(reason, trace.WithTimestamp(now))
+		}
+		span.End(trace.WithTimestamp(now))
+	})
+}
+
+// A job whose traceparent says "not sampled" makes no span in the broker,
+// whatever the broker's sampler: the sender's decision holds for the
+// whole trace, as OpenTelemetry's parent-based samplers (the default)
+// have it, and a job that is not traced costs the loop one read of its
+// headers. The broker's sampler decides for jobs that come without a
+// trace.
 
 // received starts the receive span of a new job's REQUEST.
 func (t *tracing) received(j *job, at time.Time) {
@@ -67,8 +137,13 @@ func (t *tracing) received(j *job, at time.Time) {
 		return
 	}
 	parent := jobtrace.SpanContext(j.headers)
-	span := t.start(j, parent, jobtrace.OpReceive, trace.SpanKindServer, at)
+	if parent.IsValid() && !parent.IsSampled() {
+		j.untraced = true // its sender decided (above)
+		return
+	}
+	span := t.start(j.q.name, j.id, parent, jobtrace.OpReceive, trace.SpanKindServer, at)
 	if !span.IsRecording() {
+		j.untraced = true // the broker's sampler said no: not asked again
 		return
 	}
 	if !parent.IsValid() {
@@ -87,40 +162,25 @@ func (t *tracing) refused(j *job, code, text string) {
 	}
 }
 
-// record returns j's trace, made for a job that has none yet (replayed,
-// revived) when the sampler takes it; nil otherwise.
-func (t *tracing) record(j *job) *jobTrace {
-	if jt := t.jobs[j]; jt != nil {
-		return jt
-	}
-	parent := jobtrace.SpanContext(j.headers)
-	if !parent.IsValid() || !parent.IsSampled() {
-		return nil // a new trace would start at the dispatch span: made there
-	}
-	jt := &jobTrace{parent: parent}
-	t.jobs[j] = jt
-	return jt
-}
-
 // event follows j's life: it is called with each of j's events
 // (emitJob).
 func (t *tracing) event(kind string, j *job, reason string) {
-	if t == nil {
+	if t == nil || j.untraced {
 		return
 	}
-	now := time.Now()
 	if kind == EventDispatched {
-		t.dispatched(j, now)
+		t.dispatched(j, time.Now())
 		return
 	}
 	jt := t.jobs[j]
 	if jt == nil {
 		return
 	}
+	now := time.Now()
 	switch kind {
 	case EventAcked:
 		if jt.span != nil {
-			jt.span.End(trace.WithTimestamp(now))
+			t.endAt(jt.span, now)
 			jt.span, jt.since = nil, now
 		}
 	case EventReplied:
@@ -137,36 +197,45 @@ func (t *tracing) event(kind string, j *job, reason string) {
 		t.end(jt, "dead-lettered", reason, now)
 	case EventCancelled, EventRemoved:
 		if jt.span == nil && !jt.since.IsZero() { // it waited: the wait ends here
-			span := t.start(j, jt.parent, jobtrace.OpWait, trace.SpanKindInternal, jt.since)
-			jt.span = span
+			t.waited(j, jt.parent, jt.since, now, kind)
+			return
 		}
 		t.end(jt, kind, reason, now)
 	}
 }
 
-// dispatched ends j's wait and starts its delivery.
+// dispatched ends j's wait and starts its delivery. A job without a
+// record (replayed, revived, or one whose receive was not sampled) gets
+// one here when its delivery is sampled.
 func (t *tracing) dispatched(j *job, now time.Time) {
-	jt := t.record(j)
-	parent := trace.SpanContext{}
+	jt := t.jobs[j]
+	var parent trace.SpanContext
+	var opts []trace.SpanStartOption
 	if jt != nil {
 		parent = jt.parent
 		if !jt.since.IsZero() {
-			t.start(j, parent, jobtrace.OpWait, trace.SpanKindInternal, jt.since).End(trace.WithTimestamp(now))
+			t.waited(j, parent, jt.since, now, "")
+		}
+		if jt.prev.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: jt.prev}))
 		}
 	} else if parent = jobtrace.SpanContext(j.headers); parent.IsValid() && !parent.IsSampled() {
-		return // its sender's trace is not sampled
+		j.untraced = true // its sender's trace is not sampled
+		return
 	}
-	var opts []trace.SpanStartOption
-	if jt != nil && jt.prev.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: jt.prev}))
-	}
-	span := t.start(j, parent, jobtrace.OpDispatch, trace.SpanKindProducer, now, opts...)
+	span := t.start(j.q.name, j.id, parent, jobtrace.OpDispatch, trace.SpanKindProducer, now, opts...)
 	if !span.IsRecording() {
+		if jt == nil {
+			j.untraced = true // the broker's sampler said no: not asked again
+		}
 		return
 	}
 	span.SetAttributes(jobtrace.Attempt(int(j.attempts) + 1))
 	if jt == nil {
-		jt = &jobTrace{parent: span.SpanContext()} // a trace that starts here
+		if !parent.IsValid() {
+			parent = span.SpanContext() // a trace that starts here
+		}
+		jt = &jobTrace{parent: parent}
 		t.jobs[j] = jt
 	}
 	jt.span, jt.since = span, time.Time{}
@@ -203,7 +272,7 @@ func (t *tracing) end(jt *jobTrace, what, reason string, now time.Time) {
 	}
 	jt.span.AddEvent(what, eventReason(reason), trace.WithTimestamp(now))
 	jt.prev = jt.span.SpanContext()
-	jt.span.End(trace.WithTimestamp(now))
+	t.endAt(jt.span, now)
 	jt.span = nil
 }
 
@@ -214,7 +283,7 @@ func (t *tracing) forget(j *job) {
 	}
 	if jt := t.jobs[j]; jt != nil {
 		if jt.span != nil {
-			jt.span.End()
+			t.endAt(jt.span, time.Now())
 		}
 		delete(t.jobs, j)
 	}

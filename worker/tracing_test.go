@@ -258,7 +258,13 @@ func TestTraceContextPassesABrokerWithoutTracing(t *testing.T) {
 			return nil, nil
 		},
 	})
-	msgid, err := c.Send(ctxWait(t), "q", nil, client.Header(emqp.HeaderTracestate, "emq=1,other=2"))
+	// The caller's trace came from elsewhere with a tracestate of two
+	// members: commas, so the headers go in the JSON form.
+	ts, _ := trace.ParseTraceState("emq=1,other=2")
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	remote := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true})
+	msgid, err := c.Send(trace.ContextWithRemoteSpanContext(ctxWait(t), remote), "q", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +277,7 @@ func TestTraceContextPassesABrokerWithoutTracing(t *testing.T) {
 		t.Errorf("handler's span context %v; want the client's publish span %v, remote", sc, publish[0].SpanContext())
 	}
 	if sc.TraceState().String() != "emq=1,other=2" {
-		t.Errorf("handler's tracestate %q; want the one sent (JSON headers through the broker)", sc.TraceState())
+		t.Errorf("handler's tracestate %q; want the caller's (JSON headers through the broker)", sc.TraceState())
 	}
 	job, _, err := b.Job(context.Background(), msgid)
 	if err != nil {

@@ -42,7 +42,9 @@
 // go to Options.TracerProvider, by default OpenTelemetry's global one;
 // without an SDK the handler's ctx still holds the job's remote span
 // context, so whatever the handler traces joins the job's trace. The
-// worker's log lines about a job carry its trace_id and span_id.
+// worker's log lines about a job carry its trace_id and span_id. A job
+// whose trace context says "not sampled" makes no span here, whatever
+// the provider's sampler: its sender decided for the whole trace.
 package worker
 
 import (
@@ -587,8 +589,11 @@ func (r *run) start(req *emqp.Request) {
 	if d, err := req.Headers.Timeout(); err == nil && d > 0 {
 		ctx, stopTimeout = context.WithTimeout(jobCtx, d)
 	}
-	ctx, span := r.tracer.Start(jobtrace.Extract(ctx, req.Headers), jobtrace.SpanName(jobtrace.OpProcess, req.Queue),
-		trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx = jobtrace.Extract(ctx, req.Headers)
+	span := trace.SpanFromContext(ctx) // a job whose sender did not sample it: no span here either
+	if sc := span.SpanContext(); !sc.IsValid() || sc.IsSampled() {
+		ctx, span = r.tracer.Start(ctx, jobtrace.SpanName(jobtrace.OpProcess, req.Queue), trace.WithSpanKind(trace.SpanKindConsumer))
+	}
 	if span.IsRecording() {
 		span.SetAttributes(jobtrace.Attrs(jobtrace.OpProcess, req.Queue, req.MsgID)...)
 		span.SetAttributes(jobtrace.Attempt(job.Attempt))

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime/pprof"
 	"runtime/trace"
@@ -102,6 +103,13 @@ publish→received latencies.`,
 			}
 			defer stop()
 		}
+		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+		tp, stopTracing, err := tracerProvider("emq-bench", log)
+		if err != nil {
+			return err
+		}
+		defer stopTracing()
+		o.TracerProvider = tp
 		r, err := bench.Run(cmd.Context(), o)
 		if err != nil {
 			return err

@@ -37,6 +37,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
@@ -64,8 +66,13 @@ type Options struct {
 	// broker (Frontend, Backend).
 	Curve    bool
 	Security client.Security
-	Progress io.Writer
-	Logger   *slog.Logger
+	// TracerProvider, if set, takes the spans of the senders, the worker
+	// and the bench's own broker: what tracing costs shows against a run
+	// without (whose senders and worker use OpenTelemetry's global
+	// provider, as by default, and make no spans).
+	TracerProvider trace.TracerProvider
+	Progress       io.Writer
+	Logger         *slog.Logger
 }
 
 // Result is what was measured. Times are in milliseconds.
@@ -133,7 +140,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	var ranAll []time.Duration         // AckOnly: enqueue→run of each job, first runs
 	var lastRun time.Time
 	allRun := make(chan struct{})
-	w, err := worker.New(worker.Options{Broker: o.Backend, Concurrency: o.Slots, Logger: o.Logger, Security: o.Security})
+	w, err := worker.New(worker.Options{Broker: o.Backend, Concurrency: o.Slots, Logger: o.Logger, Security: o.Security,
+		TracerProvider: o.TracerProvider})
 	if err != nil {
 		return res, err
 	}
@@ -159,7 +167,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	clients := make([]*client.Client, o.Senders)
 	for i := range clients {
-		if clients[i], err = client.New(client.Options{Broker: o.Frontend, Logger: o.Logger, Security: o.Security}); err != nil {
+		if clients[i], err = client.New(client.Options{Broker: o.Frontend, Logger: o.Logger, Security: o.Security,
+			TracerProvider: o.TracerProvider}); err != nil {
 			return res, err
 		}
 		defer clients[i].Close()
@@ -308,6 +317,7 @@ func startBroker(ctx context.Context, o *Options, commits *commitCount) (stop fu
 		opts.MaxPending = 0
 		opts.Logger = o.Logger
 		opts.Observer = commits
+		opts.TracerProvider = o.TracerProvider
 		if o.Curve {
 			sec, err := curveFiles(opts)
 			if err != nil {

@@ -19,6 +19,7 @@ package jobtrace
 
 import (
 	"context"
+	"encoding/hex"
 	"log/slog"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -46,18 +47,24 @@ var System = semconv.MessagingSystemKey.String("emq")
 
 var w3c = propagation.TraceContext{}
 
-// carrier is a job's headers as a propagation.TextMapCarrier, for
-// reading them with the W3C propagator (which checks every field).
-type carrier struct{ h *emqp.Headers }
+// carrier is a job's trace context headers, read once, as a
+// propagation.TextMapCarrier for the W3C propagator (which checks every
+// field).
+type carrier struct{ traceparent, tracestate string }
 
 func (c carrier) Get(key string) string {
-	v, _ := c.h.Get(key)
-	return v
+	switch key {
+	case emqp.HeaderTraceparent:
+		return c.traceparent
+	case emqp.HeaderTracestate:
+		return c.tracestate
+	}
+	return ""
 }
 
-func (c carrier) Set(key, value string) { *c.h = c.h.Set(key, value) }
+func (carrier) Set(string, string) {}
 
-func (c carrier) Keys() []string { return []string{emqp.HeaderTraceparent, emqp.HeaderTracestate} }
+func (carrier) Keys() []string { return []string{emqp.HeaderTraceparent, emqp.HeaderTracestate} }
 
 // Inject returns h with the trace context of ctx's span in it
 // (traceparent, and tracestate when there is one). Without a valid span
@@ -73,20 +80,35 @@ func WithSpanContext(h emqp.Headers, sc trace.SpanContext) emqp.Headers {
 	if !sc.IsValid() {
 		return h
 	}
-	h = h.Set(emqp.HeaderTraceparent, "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-"+sc.TraceFlags().String())
+	h = h.Set(emqp.HeaderTraceparent, Traceparent(sc))
 	if ts := sc.TraceState().String(); ts != "" {
 		return h.Set(emqp.HeaderTracestate, ts)
 	}
 	return h.Del(emqp.HeaderTracestate)
 }
 
+// Traceparent is sc in W3C's traceparent form, version 00.
+func Traceparent(sc trace.SpanContext) string {
+	var b [55]byte
+	copy(b[:], "00-")
+	tid, sid, flags := sc.TraceID(), sc.SpanID(), sc.TraceFlags()
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52] = '-'
+	hex.Encode(b[53:55], []byte{byte(flags)})
+	return string(b[:])
+}
+
 // SpanContext returns the remote span context that h's traceparent and
 // tracestate name; not valid when h has none, or a malformed one.
 func SpanContext(h emqp.Headers) trace.SpanContext {
-	if !h.Has(emqp.HeaderTraceparent) {
+	tp, ok := h.Get(emqp.HeaderTraceparent)
+	if !ok {
 		return trace.SpanContext{}
 	}
-	return trace.SpanContextFromContext(w3c.Extract(context.Background(), carrier{&h}))
+	ts, _ := h.Get(emqp.HeaderTracestate)
+	return trace.SpanContextFromContext(w3c.Extract(context.Background(), carrier{tp, ts}))
 }
 
 // Extract returns ctx with the remote span context of h, or ctx as it is
