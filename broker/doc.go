@@ -175,6 +175,24 @@
 // its write is in progress is ACKed when the write lands (it was stored)
 // and then forgotten, as the journal deletes it after storing it.
 //
+// # Tracing
+//
+// With Options.TracerProvider (cmd/emq makes one from OTEL_*), each job
+// has OpenTelemetry spans in the broker (tracing.go): receive (REQUEST
+// read until journaled and ACKed), wait (pending until dispatched, made
+// when it ends), dispatch (given to a worker until REPLY, FAIL or loss;
+// its events say which, and a delivery links to the one before). Their
+// parent is the span the job's traceparent header names, or the receive
+// span for a job that came without one; the REQUEST forwarded to the
+// worker carries the dispatch span as its traceparent. The header is the
+// job's, stored and shown as any other: a restart or a failover loses
+// only the in-memory record of a sampled job (its wait's start, its last
+// delivery), and its next delivery is in its trace still. A job whose
+// sender did not sample it makes no span and is marked so, at one header
+// read. The loop starts the spans whose ids it needs and hands every
+// span's end to one goroutine, which copies it for the exporter. Without
+// a TracerProvider each hook is one nil check.
+//
 // # Queue controls
 //
 // An operator may pause a queue, limit its jobs in flight across every

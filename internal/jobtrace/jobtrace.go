@@ -21,9 +21,9 @@ import (
 	"context"
 	"encoding/hex"
 	"log/slog"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -44,27 +44,6 @@ const (
 
 // System is messaging.system.
 var System = semconv.MessagingSystemKey.String("emq")
-
-var w3c = propagation.TraceContext{}
-
-// carrier is a job's trace context headers, read once, as a
-// propagation.TextMapCarrier for the W3C propagator (which checks every
-// field).
-type carrier struct{ traceparent, tracestate string }
-
-func (c carrier) Get(key string) string {
-	switch key {
-	case emqp.HeaderTraceparent:
-		return c.traceparent
-	case emqp.HeaderTracestate:
-		return c.tracestate
-	}
-	return ""
-}
-
-func (carrier) Set(string, string) {}
-
-func (carrier) Keys() []string { return []string{emqp.HeaderTraceparent, emqp.HeaderTracestate} }
 
 // Inject returns h with the trace context of ctx's span in it
 // (traceparent, and tracestate when there is one). Without a valid span
@@ -107,8 +86,50 @@ func SpanContext(h emqp.Headers) trace.SpanContext {
 	if !ok {
 		return trace.SpanContext{}
 	}
+	var cfg trace.SpanContextConfig
+	if !parseTraceparent(tp, &cfg) {
+		return trace.SpanContext{}
+	}
+	// A tracestate that does not parse is dropped; the traceparent
+	// stands (W3C Trace Context, 3.3.1).
 	ts, _ := h.Get(emqp.HeaderTracestate)
-	return trace.SpanContextFromContext(w3c.Extract(context.Background(), carrier{tp, ts}))
+	cfg.TraceState, _ = trace.ParseTraceState(ts)
+	cfg.Remote = true
+	sc := trace.NewSpanContext(cfg)
+	if !sc.IsValid() {
+		return trace.SpanContext{}
+	}
+	return sc
+}
+
+// parseTraceparent reads a traceparent as OpenTelemetry's W3C propagator
+// does (its package imports net/http, which the broker keeps out of its
+// room; a fuzz test holds the two to the same answers): version, trace
+// id, span id and flags in lower-case hex, version ff refused, and
+// nothing after the flags in version 00.
+func parseTraceparent(s string, cfg *trace.SpanContextConfig) bool {
+	var version, flags [1]byte
+	if !hexPart(version[:], &s) || version[0] == 0xff ||
+		!hexPart(cfg.TraceID[:], &s) || !hexPart(cfg.SpanID[:], &s) || !hexPart(flags[:], &s) {
+		return false
+	}
+	if version[0] == 0 && (s != "" || flags[0] > 3) {
+		return false
+	}
+	cfg.TraceFlags = trace.TraceFlags(flags[0]) & (trace.FlagsSampled | trace.FlagsRandom)
+	return true
+}
+
+// hexPart decodes the lower-case hex before the next "-" of s into dst,
+// exactly len(dst) bytes, and leaves s after the "-".
+func hexPart(dst []byte, s *string) bool {
+	part, rest, _ := strings.Cut(*s, "-")
+	*s = rest
+	if len(part) != 2*len(dst) || strings.ContainsAny(part, "ABCDEF") {
+		return false
+	}
+	_, err := hex.Decode(dst, []byte(part))
+	return err == nil
 }
 
 // Extract returns ctx with the remote span context of h, or ctx as it is

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eventmq/emq/emqp"
@@ -86,12 +87,33 @@ func TestLogAttrs(t *testing.T) {
 	}
 }
 
+// headerCarrier is a traceparent and a tracestate for OpenTelemetry's
+// own W3C propagator.
+type headerCarrier map[string]string
+
+func (c headerCarrier) Get(key string) string { return c[key] }
+func (c headerCarrier) Set(key, value string) { c[key] = value }
+func (c headerCarrier) Keys() []string        { return []string{"traceparent", "tracestate"} }
+
+// SpanContext reads what OpenTelemetry's W3C propagator reads, and a span
+// context written to headers reads back the same.
 func FuzzSpanContext(f *testing.F) {
 	f.Add("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "a=b,c=d")
+	f.Add("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03-more", "")
+	f.Add("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-", "")
+	f.Add("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "")
 	f.Add("", "")
 	f.Fuzz(func(t *testing.T, tp, ts string) {
 		h := emqp.HeadersFrom(emqp.Header{Name: emqp.HeaderTraceparent, Value: tp}, emqp.Header{Name: emqp.HeaderTracestate, Value: ts})
 		sc := jobtrace.SpanContext(h)
+		// The headers keep a value as sent but for outer spaces, which
+		// the comma form cannot hold: the propagator reads what they hold.
+		tp, _ = h.Get(emqp.HeaderTraceparent)
+		ts, _ = h.Get(emqp.HeaderTracestate)
+		want := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), headerCarrier{"traceparent": tp, "tracestate": ts}))
+		if !sc.Equal(want) {
+			t.Fatalf("traceparent %q tracestate %q: %+v; OpenTelemetry's propagator reads %+v", tp, ts, sc, want)
+		}
 		if !sc.IsValid() {
 			return
 		}
