@@ -211,8 +211,9 @@ type sendOptions struct {
 	headers emqp.Headers
 	msgid   string
 	onAck   func()
-	queue   string // of a REQUEST, which is traced
-	size    int    // its payload's
+	queue   string     // of a REQUEST, which is traced
+	size    int        // its payload's
+	span    trace.Span // its publish span until the ACK
 }
 
 // Header sets a header item; value "" makes it a flag.
@@ -355,27 +356,29 @@ func (c *Client) request(ctx context.Context, queue string, payload []byte, want
 	})
 }
 
-// publishSpan starts the span of a REQUEST, until its ACK, and puts its
-// trace context in the headers. Its end takes the call's error.
-func (c *Client) publishSpan(ctx context.Context, o *sendOptions) func(error) {
-	_, span := c.tracer.Start(ctx, jobtrace.SpanName(jobtrace.OpPublish, o.queue), trace.WithSpanKind(trace.SpanKindProducer))
-	if span.IsRecording() {
-		span.SetAttributes(jobtrace.Attrs(jobtrace.OpPublish, o.queue, o.msgid)...)
-		span.SetAttributes(semconv.MessagingMessageBodySize(o.size))
+var producer = trace.WithSpanKind(trace.SpanKindProducer)
+
+// publishSpan starts the span of a REQUEST, until its ACK (o.span), and
+// puts its trace context in the headers.
+func (c *Client) publishSpan(ctx context.Context, o *sendOptions) {
+	_, o.span = c.tracer.Start(ctx, jobtrace.SpanName(jobtrace.OpPublish, o.queue), producer)
+	if o.span.IsRecording() {
+		o.span.SetAttributes(append(jobtrace.Attrs(jobtrace.OpPublish, o.queue, o.msgid), semconv.MessagingMessageBodySize(o.size))...)
 	}
-	o.headers = jobtrace.WithSpanContext(o.headers, span.SpanContext())
-	ended := false
-	return func(err error) {
-		if ended {
-			return
-		}
-		ended = true
-		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
-		}
-		span.End()
+	o.headers = jobtrace.WithSpanContext(o.headers, o.span.SpanContext())
+}
+
+// endSpan ends a REQUEST's span, if it is still open, with err.
+func (o *sendOptions) endSpan(err error) {
+	if o.span == nil {
+		return
 	}
+	if err != nil && o.span.IsRecording() {
+		o.span.RecordError(err)
+		o.span.SetStatus(codes.Error, err.Error())
+	}
+	o.span.End()
+	o.span = nil
 }
 
 // checkQueue refuses a queue name the broker would refuse for sure.
@@ -405,18 +408,17 @@ func (c *Client) do(ctx context.Context, wantReply bool, opts []Option, msg func
 	if len(o.msgid) > emqp.MaxIDLen {
 		return "", nil, fmt.Errorf("client: msgid is %d bytes, over %d", len(o.msgid), emqp.MaxIDLen)
 	}
-	endSpan := func(error) {}
 	if o.queue != "" {
-		endSpan = c.publishSpan(ctx, &o)
+		c.publishSpan(ctx, &o)
 	}
-	id, reply, err := c.call(ctx, wantReply, &o, msg, endSpan)
-	endSpan(err)
+	id, reply, err := c.call(ctx, wantReply, &o, msg)
+	o.endSpan(err)
 	return id, reply, err
 }
 
-// call sends the message and waits for its answers; acked (with nil) is
-// called at the ACK.
-func (c *Client) call(ctx context.Context, wantReply bool, o *sendOptions, msg func(msgid string, h emqp.Headers) emqp.Message, acked func(error)) (string, []byte, error) {
+// call sends the message and waits for its answers; a REQUEST's span
+// ends at the ACK.
+func (c *Client) call(ctx context.Context, wantReply bool, o *sendOptions, msg func(msgid string, h emqp.Headers) emqp.Message) (string, []byte, error) {
 	cl := &call{
 		frames:    emqp.Encode(msg(o.msgid, o.headers)),
 		wantReply: wantReply,
@@ -453,7 +455,7 @@ func (c *Client) call(ctx context.Context, wantReply bool, o *sendOptions, msg f
 	case <-c.done:
 		return o.msgid, nil, ErrClosed
 	}
-	acked(nil)
+	o.endSpan(nil)
 	if o.onAck != nil {
 		o.onAck()
 	}

@@ -8,15 +8,16 @@
 # a sink in another process that reads and drops them (a collector's
 # cost is not EMQ's); SINK=jaeger sends them to bin/jaeger instead.
 # BEFORE=path/to/emq adds runs of another binary (one built before
-# tracing) with tracing off. EMQ=path/to/emq (default bin/emq); extra
-# arguments go to every run (--ack-only, --jobs N).
+# tracing) with tracing off. EMQ=path/to/emq (default bin/emq), JOBS a
+# run (default 60000); extra arguments go to every run (--ack-only).
 set -euo pipefail
 EMQ=${EMQ:-bin/emq}
 ROUNDS=${ROUNDS:-8}
+JOBS=${JOBS:-60000}
 SINK=${SINK:-drop}
 out=$(mktemp)
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -f "$out"' EXIT
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -f "$out" "$out.time"' EXIT
 port=47418
 if [ "$SINK" = jaeger ]; then
 	JAEGER_OTLP_GRPC=127.0.0.1:47417 JAEGER_OTLP_HTTP=127.0.0.1:$port JAEGER_QUERY_HTTP=127.0.0.1:47416 \
@@ -48,13 +49,18 @@ for round in $(seq 1 "$ROUNDS"); do
 		bin=$EMQ
 		[ "$name" = before ] && bin=$BEFORE
 		# shellcheck disable=SC2086
-		r=$(env ${cfg#*|} "$bin" bench --senders 16 --window 32 --slots 16 --jobs 30000 --quiet "$@" | awk '/jobs\/s/ {print $1; exit}')
-		echo "$name $r" | tee -a "$out"
+		r=$(env ${cfg#*|} /usr/bin/time -f '%U %S' -o "$out.time" "$bin" bench --senders 16 --window 32 --slots 16 --jobs "$JOBS" --quiet --json "$@")
+		jobs_s=$(echo "$r" | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["jobs_per_sec"]))')
+		cpu=$(awk -v n="$JOBS" '{printf "%.1f", ($1 + $2) / n * 1e6}' "$out.time")
+		echo "$name $jobs_s $cpu" | tee -a "$out"
 	done
 done
 echo
-awk '{runs[$1] = runs[$1] " " $2} END {for (k in runs) print k, runs[k]}' "$out" | sort | while read -r name runs; do
-	sorted=$(echo "$runs" | tr ' ' '\n' | sort -n | tr '\n' ' ')
-	median=$(echo "$runs" | tr ' ' '\n' | sort -n | awk '{v[NR] = $1} END {print (v[int((NR + 1) / 2)] + v[int(NR / 2) + 1]) / 2}')
-	echo "$name: $sorted median $median"
+for col in 2 3; do
+	[ "$col" = 2 ] && echo "jobs/s, each configuration's runs sorted, and the median:" || echo "CPU µs a job (the bench process: broker, senders and worker), sorted, and the median:"
+	awk -v c="$col" '{runs[$1] = runs[$1] " " $c} END {for (k in runs) print k, runs[k]}' "$out" | sort | while read -r name runs; do
+		sorted=$(echo "$runs" | tr ' ' '\n' | sort -n | tr '\n' ' ')
+		median=$(echo "$runs" | tr ' ' '\n' | sort -n | awk '{v[NR] = $1} END {print (v[int((NR + 1) / 2)] + v[int(NR / 2) + 1]) / 2}')
+		echo "  $name: $sorted median $median"
+	done
 done
