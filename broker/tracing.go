@@ -21,73 +21,44 @@ import (
 //
 // Each is a child of the span the job's traceparent names (the client's
 // publish span), or, for a job that came without one, of its receive
-// span, which starts a trace. A wait span is made when it ends, with the
-// time it began; nothing is open while a job waits, so a backlog holds
+// span, which starts a trace. Nothing is open while a job waits: a wait
+// span is made when it ends, with the time it began, so a backlog holds
 // no spans, only a jobTrace (about 100 bytes) per sampled job.
 //
-// The loop starts the spans whose ids it needs (receive, dispatch) and
-// leaves the rest to the ender goroutine: ending a span (a copy of it
-// handed to the exporter's batch) and making a wait span cost the loop a
-// channel send. When the ender falls behind by endQueue spans, the loop
-// ends them itself.
+// The loop only starts the spans whose ids it needs: a delivery's (its
+// id goes to the worker in traceparent) and the receive span of a job
+// that starts its trace here. Everything else, the other spans, their
+// attributes and events, and every end (a copy of the span handed to the
+// exporter's batch), goes in order to the ender goroutine, at the cost of
+// a channel send; a loop that gets endQueue ahead of it waits for it.
+//
+// A job whose traceparent says "not sampled" makes no span in the broker,
+// whatever the broker's sampler: the sender's decision holds for the
+// whole trace, as OpenTelemetry's parent-based samplers (the default)
+// have it, and such a job costs the loop one read of its headers (then
+// it is marked untraced). The broker's sampler decides for jobs that
+// come without a trace.
 
 // tracing is the loop's record of the traced jobs. A nil *tracing is
 // tracing off: every method returns at once.
 type tracing struct {
 	tracer trace.Tracer
 	jobs   map[*job]*jobTrace
-	ends   chan func()   // to the ender; nil while it does not run
+	later  chan func()   // to the ender, in order; nil while it does not run
 	ended  chan struct{} // closed when the ender has stopped
-}
-
-// endQueue is how many spans may wait for the ender.
-const endQueue = 4096
-
-// run starts the ender; stop ends what waits and stops it. Both run on
-// the loop's goroutine (Run's).
-func (t *tracing) run() (stop func()) {
-	if t == nil {
-		return func() {}
-	}
-	t.ends, t.ended = make(chan func(), endQueue), make(chan struct{})
-	go func() {
-		defer close(t.ended)
-		for end := range t.ends {
-			end()
-		}
-	}()
-	return func() {
-		close(t.ends)
-		<-t.ended
-		t.ends = nil
-	}
-}
-
-// later has the ender run fn, or runs it now when the ender is behind
-// or not running.
-func (t *tracing) later(fn func()) {
-	if t.ends != nil {
-		select {
-		case t.ends <- fn:
-			return
-		default:
-		}
-	}
-	fn()
-}
-
-// endAt ends span at the time given, later.
-func (t *tracing) endAt(span trace.Span, at time.Time) {
-	t.later(func() { span.End(trace.WithTimestamp(at)) })
 }
 
 // jobTrace is what the loop keeps of a sampled job's trace.
 type jobTrace struct {
-	parent trace.SpanContext // its spans' parent
-	span   trace.Span        // receive while journaling, dispatch while in flight; else nil
-	since  time.Time         // pending (or delayed) since; zero = not known (replayed)
-	prev   trace.SpanContext // the last attempt's dispatch span
+	parent   trace.SpanContext // its spans' parent
+	span     trace.Span        // dispatch while in flight; a receive span while journaling; else nil
+	received time.Time         // while journaling without a receive span: when the REQUEST came
+	since    time.Time         // pending (or delayed) since; zero = not known (replayed)
+	prev     trace.SpanContext // the last attempt's dispatch span
 }
+
+// endQueue is how many span changes may wait for the ender.
+const endQueue = 4096
 
 func newTracing(tp trace.TracerProvider) *tracing {
 	if tp == nil {
@@ -96,60 +67,122 @@ func newTracing(tp trace.TracerProvider) *tracing {
 	return &tracing{tracer: tp.Tracer(jobtrace.ScopeName), jobs: make(map[*job]*jobTrace)}
 }
 
-// start makes a span of the job msgid of queue under its parent, from
-// at.
-func (t *tracing) start(queue, msgid string, parent trace.SpanContext, op string, kind trace.SpanKind, at time.Time, opts ...trace.SpanStartOption) trace.Span {
+// run starts the ender; stop lets it finish what waits and stops it. Both
+// run on the loop's goroutine (Run's); before run and after stop, span
+// changes are made at once.
+func (t *tracing) run() (stop func()) {
+	if t == nil {
+		return func() {}
+	}
+	t.later, t.ended = make(chan func(), endQueue), make(chan struct{})
+	go func() {
+		defer close(t.ended)
+		for fn := range t.later {
+			fn()
+		}
+	}()
+	return func() {
+		close(t.later)
+		<-t.ended
+		t.later = nil
+	}
+}
+
+// do has the ender run fn after what the loop gave it before.
+func (t *tracing) do(fn func()) {
+	if t.later == nil {
+		fn()
+		return
+	}
+	t.later <- fn
+}
+
+var (
+	kindServer   = trace.WithSpanKind(trace.SpanKindServer)
+	kindInternal = trace.WithSpanKind(trace.SpanKindInternal)
+	kindProducer = trace.WithSpanKind(trace.SpanKindProducer)
+)
+
+// start makes a span of the job msgid of queue under parent, from at.
+func (t *tracing) start(queue, msgid string, parent trace.SpanContext, op string, kind trace.SpanStartOption, at time.Time, opts ...trace.SpanStartOption) trace.Span {
 	ctx := context.Background()
 	if parent.IsValid() {
 		ctx = trace.ContextWithSpanContext(ctx, parent)
 	}
-	opts = append(opts, trace.WithSpanKind(kind), trace.WithTimestamp(at))
+	opts = append(opts, kind, trace.WithTimestamp(at))
 	_, span := t.tracer.Start(ctx, jobtrace.SpanName(op, queue), opts...)
-	if span.IsRecording() {
-		span.SetAttributes(jobtrace.Attrs(op, queue, msgid)...)
-	}
 	return span
 }
 
-// waited makes j's wait span, from since to now, later; reason, if not
-// "", is why it ended other than by a dispatch.
-func (t *tracing) waited(j *job, parent trace.SpanContext, since, now time.Time, reason string) {
-	queue, msgid := j.q.name, j.id
-	t.later(func() {
-		span := t.start(queue, msgid, parent, jobtrace.OpWait, trace.SpanKindInternal, since)
-		if reason != "" {
-			span.AddEvent(reason, trace.WithTimestamp(now))
+// describe sets a span's attributes, on the ender.
+func (t *tracing) describe(span trace.Span, op, queue, msgid string, more ...attribute.KeyValue) {
+	t.do(func() {
+		if span.IsRecording() {
+			span.SetAttributes(append(jobtrace.Attrs(op, queue, msgid), more...)...)
 		}
-		span.End(trace.WithTimestamp(now))
 	})
 }
 
-// A job whose traceparent says "not sampled" makes no span in the broker,
-// whatever the broker's sampler: the sender's decision holds for the
-// whole trace, as OpenTelemetry's parent-based samplers (the default)
-// have it, and a job that is not traced costs the loop one read of its
-// headers. The broker's sampler decides for jobs that come without a
-// trace.
+// made makes a span that began at start and ended at end, on the ender;
+// event, if not "", says how it ended; status, if not "", is an error.
+func (t *tracing) made(queue, msgid string, parent trace.SpanContext, op string, kind trace.SpanStartOption, start, end time.Time, event, status string) {
+	t.do(func() {
+		span := t.start(queue, msgid, parent, op, kind, start)
+		if !span.IsRecording() {
+			return
+		}
+		span.SetAttributes(jobtrace.Attrs(op, queue, msgid)...)
+		if event != "" {
+			span.AddEvent(event, trace.WithTimestamp(end))
+		}
+		if status != "" {
+			span.SetStatus(codes.Error, status)
+		}
+		span.End(trace.WithTimestamp(end))
+	})
+}
 
-// received starts the receive span of a new job's REQUEST.
+// received notes a new job's REQUEST: the receive span of a job in a
+// sampled trace is made when it is journaled; one without a trace starts
+// its trace here.
 func (t *tracing) received(j *job, at time.Time) {
 	if t == nil {
 		return
 	}
 	parent := jobtrace.SpanContext(j.headers)
-	if parent.IsValid() && !parent.IsSampled() {
+	switch {
+	case parent.IsValid() && !parent.IsSampled():
 		j.untraced = true // its sender decided (above)
-		return
+	case parent.IsValid():
+		t.jobs[j] = &jobTrace{parent: parent, received: at}
+	default:
+		span := t.start(j.q.name, j.id, parent, jobtrace.OpReceive, kindServer, at)
+		if !span.IsRecording() {
+			j.untraced = true // the broker's sampler said no: not asked again
+			return
+		}
+		t.describe(span, jobtrace.OpReceive, j.q.name, j.id)
+		t.jobs[j] = &jobTrace{parent: span.SpanContext(), span: span}
 	}
-	span := t.start(j.q.name, j.id, parent, jobtrace.OpReceive, trace.SpanKindServer, at)
-	if !span.IsRecording() {
-		j.untraced = true // the broker's sampler said no: not asked again
-		return
+}
+
+// stored ends the receive span of a job journaled (status "") or not
+// (status says why).
+func (t *tracing) stored(j *job, jt *jobTrace, now time.Time, status string) {
+	switch {
+	case jt.span != nil:
+		span := jt.span
+		t.do(func() {
+			if status != "" {
+				span.SetStatus(codes.Error, status)
+			}
+			span.End(trace.WithTimestamp(now))
+		})
+		jt.span = nil
+	case !jt.received.IsZero():
+		t.made(j.q.name, j.id, jt.parent, jobtrace.OpReceive, kindServer, jt.received, now, "", status)
+		jt.received = time.Time{}
 	}
-	if !parent.IsValid() {
-		parent = span.SpanContext()
-	}
-	t.jobs[j] = &jobTrace{parent: parent, span: span}
 }
 
 // refused ends the receive span of a job that was not stored.
@@ -157,8 +190,8 @@ func (t *tracing) refused(j *job, code, text string) {
 	if t == nil {
 		return
 	}
-	if jt := t.jobs[j]; jt != nil && jt.span != nil {
-		jt.span.SetStatus(codes.Error, code+": "+text)
+	if jt := t.jobs[j]; jt != nil {
+		t.stored(j, jt, time.Now(), code+": "+text)
 	}
 }
 
@@ -179,34 +212,36 @@ func (t *tracing) event(kind string, j *job, reason string) {
 	now := time.Now()
 	switch kind {
 	case EventAcked:
-		if jt.span != nil {
-			t.endAt(jt.span, now)
-			jt.span, jt.since = nil, now
-		}
+		t.stored(j, jt, now, "")
+		jt.since = now
 	case EventReplied:
-		t.end(jt, "replied", "", now)
+		t.end(jt, "replied", "", "", now)
 	case EventFailed, EventTimedOut, EventWorkerLost:
-		if jt.span != nil {
-			jt.span.AddEvent(kind, eventReason(reason))
-			jt.span.SetStatus(codes.Error, kind+": "+reason)
+		if span := jt.span; span != nil {
+			t.do(func() {
+				span.AddEvent(kind, eventReason(reason), trace.WithTimestamp(now))
+				span.SetStatus(codes.Error, kind+": "+reason)
+			})
 		}
 	case EventRetry, EventRequeued:
-		t.end(jt, kind, reason, now)
+		t.end(jt, kind, reason, "", now)
 		jt.since = now
 	case EventBuried:
-		t.end(jt, "dead-lettered", reason, now)
+		t.end(jt, "dead-lettered", reason, "", now)
 	case EventCancelled, EventRemoved:
-		if jt.span == nil && !jt.since.IsZero() { // it waited: the wait ends here
-			t.waited(j, jt.parent, jt.since, now, kind)
-			return
+		switch {
+		case jt.span != nil || !jt.received.IsZero(): // in flight, or journaling
+			t.stored(j, jt, now, "")
+			t.end(jt, kind, reason, "", now)
+		case !jt.since.IsZero(): // it waited: the wait ends here
+			t.made(j.q.name, j.id, jt.parent, jobtrace.OpWait, kindInternal, jt.since, now, kind, "")
+			jt.since = time.Time{}
 		}
-		t.end(jt, kind, reason, now)
 	}
 }
 
 // dispatched ends j's wait and starts its delivery. A job without a
-// record (replayed, revived, or one whose receive was not sampled) gets
-// one here when its delivery is sampled.
+// record (replayed, revived) gets one here when its delivery is sampled.
 func (t *tracing) dispatched(j *job, now time.Time) {
 	jt := t.jobs[j]
 	var parent trace.SpanContext
@@ -214,7 +249,7 @@ func (t *tracing) dispatched(j *job, now time.Time) {
 	if jt != nil {
 		parent = jt.parent
 		if !jt.since.IsZero() {
-			t.waited(j, parent, jt.since, now, "")
+			t.made(j.q.name, j.id, parent, jobtrace.OpWait, kindInternal, jt.since, now, "", "")
 		}
 		if jt.prev.IsValid() {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: jt.prev}))
@@ -223,14 +258,14 @@ func (t *tracing) dispatched(j *job, now time.Time) {
 		j.untraced = true // its sender's trace is not sampled
 		return
 	}
-	span := t.start(j.q.name, j.id, parent, jobtrace.OpDispatch, trace.SpanKindProducer, now, opts...)
+	span := t.start(j.q.name, j.id, parent, jobtrace.OpDispatch, kindProducer, now, opts...)
 	if !span.IsRecording() {
 		if jt == nil {
 			j.untraced = true // the broker's sampler said no: not asked again
 		}
 		return
 	}
-	span.SetAttributes(jobtrace.Attempt(int(j.attempts) + 1))
+	t.describe(span, jobtrace.OpDispatch, j.q.name, j.id, jobtrace.Attempt(int(j.attempts)+1))
 	if jt == nil {
 		if !parent.IsValid() {
 			parent = span.SpanContext() // a trace that starts here
@@ -244,7 +279,7 @@ func (t *tracing) dispatched(j *job, now time.Time) {
 // forwarded returns the headers j goes to its worker with: traceparent
 // names the delivery's span, so the worker's span is its child.
 func (t *tracing) forwarded(j *job, h emqp.Headers) emqp.Headers {
-	if t == nil {
+	if t == nil || j.untraced {
 		return h
 	}
 	if jt := t.jobs[j]; jt != nil && jt.span != nil {
@@ -256,35 +291,42 @@ func (t *tracing) forwarded(j *job, h emqp.Headers) emqp.Headers {
 // undelivered ends the delivery of a job that never reached its worker
 // (its connection closed, or the broker stopped, before it was written).
 func (t *tracing) undelivered(j *job) {
-	if t == nil {
+	if t == nil || j.untraced {
 		return
 	}
 	if jt := t.jobs[j]; jt != nil {
-		t.end(jt, "not delivered", "", time.Now())
-		jt.since = time.Now()
+		now := time.Now()
+		t.end(jt, "not delivered", "", "", now)
+		jt.since = now
 	}
 }
 
-// end ends jt's open span, if any, with an event saying why.
-func (t *tracing) end(jt *jobTrace, what, reason string, now time.Time) {
-	if jt.span == nil {
+// end ends jt's delivery, if it is open, with an event saying why.
+func (t *tracing) end(jt *jobTrace, what, reason, status string, now time.Time) {
+	span := jt.span
+	if span == nil {
 		return
 	}
-	jt.span.AddEvent(what, eventReason(reason), trace.WithTimestamp(now))
-	jt.prev = jt.span.SpanContext()
-	t.endAt(jt.span, now)
-	jt.span = nil
+	jt.prev, jt.span = span.SpanContext(), nil
+	t.do(func() {
+		span.AddEvent(what, eventReason(reason), trace.WithTimestamp(now))
+		if status != "" {
+			span.SetStatus(codes.Error, status)
+		}
+		span.End(trace.WithTimestamp(now))
+	})
 }
 
-// forget drops j's trace; a span still open (a REQUEST not stored) ends.
+// forget drops j's trace; a span still open (a REQUEST not stored, a
+// job whose payload could not be read) ends.
 func (t *tracing) forget(j *job) {
 	if t == nil {
 		return
 	}
 	if jt := t.jobs[j]; jt != nil {
-		if jt.span != nil {
-			t.endAt(jt.span, time.Now())
-		}
+		now := time.Now()
+		t.stored(j, jt, now, "")
+		t.end(jt, "forgotten", "", "", now)
 		delete(t.jobs, j)
 	}
 }
@@ -300,7 +342,7 @@ func eventReason(reason string) trace.EventOption {
 }
 
 // logAttrs are the trace_id and span_id of a log line about j: its
-// current span in the broker, else the span its traceparent names.
+// delivery's span in the broker, else the span its traceparent names.
 func (t *tracing) logAttrs(j *job) []any {
 	if t != nil {
 		if jt := t.jobs[j]; jt != nil && jt.span != nil {
