@@ -94,12 +94,23 @@ func TestCancelRoutes(t *testing.T) {
 		t.Fatalf("after the worker's late REPLY: %+v, want it cancelled by admin", ji)
 	}
 
+	// A job done, its result kept (retain-done).
+	doneClient := bt.Dial(t, b.Frontend(), "c-done")
+	done := doneClient.Request("q", "", []byte("z"))
+	worker.Ready(1)
+	if req := bt.Expect[*emqp.Request](worker); req.MsgID != done {
+		t.Fatalf("the worker got %s, want %s", req.MsgID, done)
+	}
+	worker.Reply(done, []byte("result"))
+	bt.Eventually(t, "the job done", func() bool { return jobState(t, b, token, done) == "done" })
+
 	for _, c := range []struct {
 		name, path string
 		want       int
 		code       string
 	}{
 		{"cancelled twice", cancel(pending), http.StatusConflict, "wrong_state"},
+		{"a done job", cancel(done), http.StatusConflict, "wrong_state"},
 		{"a dead job", cancel(dead), http.StatusConflict, "wrong_state"},
 		{"an unknown job", cancel(emqp.NewID()), http.StatusNotFound, "not_found"},
 		{"bulk, dead jobs", "/api/v1/jobs/cancel?state=dead", http.StatusBadRequest, "bad_filter"},
@@ -118,6 +129,9 @@ func TestCancelRoutes(t *testing.T) {
 	bt.API(t, b, "GET", "/api/v1/jobs?queue=q", token, &page)
 	if len(page.Jobs) != 1 || page.Jobs[0].MsgID != dead {
 		t.Errorf("the queue's jobs after the cancels: %+v, want the dead one alone", page.Jobs)
+	}
+	if st := jobState(t, b, token, done); st != "done" {
+		t.Errorf("the done job after a refused cancel: %s", st)
 	}
 
 	// Bulk: counted, then cancelled; the jobs the filter leaves out stay.

@@ -265,3 +265,38 @@ func TestUniqueKeyHoldsUntilDoneAndForItsHold(t *testing.T) {
 		w.Sync() // a third job would come before the SYNC's answer
 	})
 }
+
+// A hold ends: a key kept for unique-for:2 after its job's REPLY refuses
+// a second job at once, and takes one once the two seconds have passed.
+func TestUniqueKeyHoldEnds(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, start func(func(*broker.Options)) *bt.Broker) {
+		b := start(nil)
+		client := bt.Dial(t, b.Frontend(), "c")
+		first := client.Request("q", "unique:k,unique-for:2", nil)
+		w := bt.Worker(t, b.Backend(), "w", "q")
+		w.Ready(1)
+		if req := bt.Expect[*emqp.Request](w); req.MsgID != first {
+			t.Fatalf("ran %s", req.MsgID)
+		}
+		w.Reply(first, nil)
+		w.Sync()
+		h, _ := emqp.ParseHeaders("unique:k")
+		send := func() emqp.Message {
+			client.Send(&emqp.Request{MsgID: emqp.NewID(), Queue: "q", Headers: h})
+			return client.Recv()
+		}
+		refusedAsDuplicate(t, send(), first)
+		bt.Eventually(t, "the key taken again after its hold", func() bool {
+			switch m := send().(type) {
+			case *emqp.Ack:
+				return true
+			case *emqp.Error:
+				if !strings.Contains(m.Text, first) {
+					t.Fatalf("refused, but not for the holder: %+v", m)
+				}
+			}
+			return false
+		})
+	})
+}

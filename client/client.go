@@ -184,14 +184,15 @@ func New(opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	if opts.TracerProvider == nil {
-		opts.TracerProvider = otel.GetTracerProvider()
+	tp := opts.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
 	}
 	c := &Client{
 		opts:    opts,
 		log:     opts.Logger,
 		sec:     sec,
-		tracer:  opts.TracerProvider.Tracer(jobtrace.ScopeName),
+		tracer:  tp.Tracer(jobtrace.ScopeName),
 		calls:   make(map[string]*call),
 		outq:    make(chan *call, 1024),
 		done:    make(chan struct{}),
@@ -358,9 +359,19 @@ func (c *Client) request(ctx context.Context, queue string, payload []byte, want
 
 var producer = trace.WithSpanKind(trace.SpanKindProducer)
 
+// unsetGlobal is OpenTelemetry's global tracer provider as it starts,
+// which makes no spans until a program sets one: while it is still the
+// global one, a Send pays for no span.
+var unsetGlobal = otel.GetTracerProvider()
+
 // publishSpan starts the span of a REQUEST, until its ACK (o.span), and
 // puts its trace context in the headers.
 func (c *Client) publishSpan(ctx context.Context, o *sendOptions) {
+	if c.opts.TracerProvider == nil && otel.GetTracerProvider() == unsetGlobal {
+		// No SDK anywhere: no span to make, the caller's context to pass.
+		o.headers = jobtrace.Inject(ctx, o.headers)
+		return
+	}
 	_, o.span = c.tracer.Start(ctx, jobtrace.SpanName(jobtrace.OpPublish, o.queue), producer)
 	if o.span.IsRecording() {
 		o.span.SetAttributes(append(jobtrace.Attrs(jobtrace.OpPublish, o.queue, o.msgid), semconv.MessagingMessageBodySize(o.size))...)

@@ -29,12 +29,16 @@ func BenchmarkPublishSpan(b *testing.B) {
 		name string
 		tp   trace.TracerProvider
 	}{
-		{"off", otel.GetTracerProvider()},
+		{"off", nil}, // OpenTelemetry's global provider, no SDK set
 		{"unsampled", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()), sdktrace.WithSpanProcessor(dropSpans{}))},
 		{"sampled", sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(dropSpans{}))},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			cl := &Client{tracer: c.tp.Tracer(jobtrace.ScopeName)}
+			tp := c.tp
+			if tp == nil {
+				tp = otel.GetTracerProvider()
+			}
+			cl := &Client{opts: Options{TracerProvider: c.tp}, tracer: tp.Tracer(jobtrace.ScopeName)}
 			h, _ := emqp.ParseHeaders("timeout:30")
 			b.ReportAllocs()
 			for b.Loop() {

@@ -8,7 +8,8 @@
 # a sink in another process that reads and drops them (a collector's
 # cost is not EMQ's); SINK=jaeger sends them to bin/jaeger instead.
 # BEFORE=path/to/emq adds runs of another binary (one built before
-# tracing) with tracing off. EMQ=path/to/emq (default bin/emq), JOBS a
+# tracing) with tracing off; ONLY="before off" runs those alone.
+# EMQ=path/to/emq (default bin/emq), JOBS a
 # run (default 60000); extra arguments go to every run (--ack-only).
 set -euo pipefail
 EMQ=${EMQ:-bin/emq}
@@ -43,8 +44,20 @@ endpoint=http://127.0.0.1:$port
 configs=("off|" "unsampled|OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_SAMPLER=always_off" "sampled-1%|OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_SAMPLER=parentbased_traceidratio OTEL_TRACES_SAMPLER_ARG=0.01"
 	"sampled-100%|OTEL_EXPORTER_OTLP_ENDPOINT=$endpoint OTEL_TRACES_SAMPLER=parentbased_always_on")
 [ -n "${BEFORE:-}" ] && configs=("before|" "${configs[@]}")
-for round in $(seq 1 "$ROUNDS"); do
+if [ -n "${ONLY:-}" ]; then # ONLY="before off": those configurations alone
+	kept=()
 	for cfg in "${configs[@]}"; do
+		for name in $ONLY; do [ "${cfg%%|*}" = "$name" ] && kept+=("$cfg"); done
+	done
+	configs=("${kept[@]}")
+fi
+for round in $(seq 1 "$ROUNDS"); do
+	# Each round starts one configuration later than the one before, so
+	# that none always runs after the same one (a run leaves its journal's
+	# writes and its freed memory to the next).
+	n=${#configs[@]}
+	for k in $(seq 0 $((n - 1))); do
+		cfg=${configs[$(((round + k) % n))]}
 		name=${cfg%%|*}
 		bin=$EMQ
 		[ "$name" = before ] && bin=$BEFORE

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -286,5 +287,26 @@ func TestTraceContextPassesABrokerWithoutTracing(t *testing.T) {
 	h, _ := emqp.ParseHeaders(job.Headers)
 	if tp, _ := h.Get(emqp.HeaderTraceparent); !strings.Contains(tp, publish[0].SpanContext().SpanID().String()) {
 		t.Errorf("stored traceparent %q; want the publish span's", tp)
+	}
+}
+
+// A client and a worker made with no TracerProvider use OpenTelemetry's
+// global one, also when the program sets it after they were made. (The
+// global provider stays set for the tests after this one.)
+func TestGlobalTracerProvider(t *testing.T) {
+	rec := newRecorder(t)
+	b := bt.Start(t, "", nil)
+	c := newClient(t, b.Frontend())
+	startWorker(t, b.Backend(), worker.Options{}, map[string]worker.Handler{
+		"q": func(context.Context, *worker.Job) ([]byte, error) { return nil, nil },
+	})
+	otel.SetTracerProvider(rec.provider(t, "global"))
+	if _, err := c.Request(ctxWait(t), "q", nil); err != nil {
+		t.Fatal(err)
+	}
+	bt.Eventually(t, "the worker's span", func() bool { return len(rec.spans("process q")) == 1 })
+	publish, process := rec.spans("publish q"), rec.spans("process q")
+	if len(publish) != 1 || process[0].Parent().SpanID() != publish[0].SpanContext().SpanID() {
+		t.Fatalf("spans: publish %d, process's parent %v; want the publish span", len(publish), process[0].Parent())
 	}
 }

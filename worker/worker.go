@@ -201,11 +201,23 @@ func New(opts Options) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	if opts.TracerProvider == nil {
-		opts.TracerProvider = otel.GetTracerProvider()
+	tp := opts.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
 	}
 	return &Worker{opts: opts, sec: sec, log: opts.Logger, handlers: make(map[string]Handler),
-		tracer: opts.TracerProvider.Tracer(jobtrace.ScopeName)}, nil
+		tracer: tp.Tracer(jobtrace.ScopeName)}, nil
+}
+
+// unsetGlobal is OpenTelemetry's global tracer provider as it starts,
+// which makes no spans until a program sets one: while it is still the
+// global one, a job pays for no span.
+var unsetGlobal = otel.GetTracerProvider()
+
+// spans reports whether jobs get spans here: a provider was given, or a
+// program set OpenTelemetry's global one.
+func (w *Worker) spans() bool {
+	return w.opts.TracerProvider != nil || otel.GetTracerProvider() != unsetGlobal
 }
 
 // Handle sets the handler of a queue. The queue "*" catches the jobs of
@@ -591,7 +603,7 @@ func (r *run) start(req *emqp.Request) {
 	}
 	ctx = jobtrace.Extract(ctx, req.Headers)
 	span := trace.SpanFromContext(ctx) // a job whose sender did not sample it: no span here either
-	if sc := span.SpanContext(); !sc.IsValid() || sc.IsSampled() {
+	if sc := span.SpanContext(); r.spans() && (!sc.IsValid() || sc.IsSampled()) {
 		ctx, span = r.tracer.Start(ctx, jobtrace.SpanName(jobtrace.OpProcess, req.Queue), trace.WithSpanKind(trace.SpanKindConsumer))
 	}
 	if span.IsRecording() {
