@@ -47,10 +47,15 @@ func BenchmarkTracingHooks(b *testing.B) {
 			}
 			h, _ := emqp.ParseHeaders(c.headers)
 			q := &queue{name: "q"}
+			jobs := make([]job, b.N) // made before the clock starts: the hooks alone are timed
+			for i := range jobs {
+				jobs[i] = job{id: "01a234cc-504e-75b9-a94e-0b9d7424fccf", q: q, headers: h}
+			}
+			now := time.Now()
 			b.ReportAllocs()
-			for b.Loop() {
-				j := &job{id: "01a234cc-504e-75b9-a94e-0b9d7424fccf", q: q, headers: h}
-				now := time.Now()
+			b.ResetTimer()
+			for i := range b.N {
+				j := &jobs[i]
 				t.received(j, now)
 				t.event(EventAcked, j, "")
 				t.event(EventDispatched, j, "")
