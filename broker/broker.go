@@ -740,6 +740,7 @@ func (b *Broker) send(key peerKey, m emqp.Message) {
 // peer. A REQUEST that cannot be handed over goes back to its queue, which
 // may send again: flush runs until nothing is left.
 func (b *Broker) flush() {
+	b.tr.flush()
 	for b.out.len() > 0 {
 		keys, batches := b.out.take()
 		for i, key := range keys {

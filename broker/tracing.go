@@ -29,8 +29,10 @@ import (
 // id goes to the worker in traceparent) and the receive span of a job
 // that starts its trace here. Everything else, the other spans, their
 // attributes and events, and every end (a copy of the span handed to the
-// exporter's batch), goes in order to the ender goroutine, at the cost of
-// a channel send; a loop that gets endQueue ahead of it waits for it.
+// exporter's batch), goes in order to the ender goroutine: the loop
+// collects them during a turn and hands them over at its end, one
+// channel send and at most one wake-up a turn; a loop that gets endQueue
+// turns ahead of the ender waits for it.
 //
 // A job whose traceparent says "not sampled" makes no span in the broker,
 // whatever the broker's sampler: the sender's decision holds for the
@@ -44,7 +46,8 @@ import (
 type tracing struct {
 	tracer trace.Tracer
 	jobs   map[*job]*jobTrace
-	later  chan func()   // to the ender, in order; nil while it does not run
+	turn   []func()      // this turn's changes, for the ender
+	later  chan []func() // to the ender, in order; nil while it does not run
 	ended  chan struct{} // closed when the ender has stopped
 }
 
@@ -57,8 +60,12 @@ type jobTrace struct {
 	prev     trace.SpanContext // the last attempt's dispatch span
 }
 
-// endQueue is how many span changes may wait for the ender.
-const endQueue = 4096
+// endQueue is how many turns' changes may wait for the ender; endBatch
+// the most one turn hands over at once.
+const (
+	endQueue = 256
+	endBatch = 1024
+)
 
 func newTracing(tp trace.TracerProvider) *tracing {
 	if tp == nil {
@@ -74,14 +81,17 @@ func (t *tracing) run() (stop func()) {
 	if t == nil {
 		return func() {}
 	}
-	t.later, t.ended = make(chan func(), endQueue), make(chan struct{})
+	t.later, t.ended = make(chan []func(), endQueue), make(chan struct{})
 	go func() {
 		defer close(t.ended)
-		for fn := range t.later {
-			fn()
+		for turn := range t.later {
+			for _, fn := range turn {
+				fn()
+			}
 		}
 	}()
 	return func() {
+		t.flush()
 		close(t.later)
 		<-t.ended
 		t.later = nil
@@ -94,7 +104,20 @@ func (t *tracing) do(fn func()) {
 		fn()
 		return
 	}
-	t.later <- fn
+	t.turn = append(t.turn, fn)
+	if len(t.turn) >= endBatch {
+		t.flush()
+	}
+}
+
+// flush hands the turn's changes to the ender; the loop calls it at the
+// end of each turn.
+func (t *tracing) flush() {
+	if t == nil || len(t.turn) == 0 || t.later == nil {
+		return
+	}
+	t.later <- t.turn
+	t.turn = nil
 }
 
 var (

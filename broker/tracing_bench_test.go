@@ -62,6 +62,9 @@ func BenchmarkTracingHooks(b *testing.B) {
 				_ = t.forwarded(j, h)
 				t.event(EventReplied, j, "")
 				t.forget(j)
+				if i%16 == 15 {
+					t.flush() // a loop turn's end, as the broker does
+				}
 			}
 		})
 	}
