@@ -705,3 +705,41 @@ func (b *Broker) PauseSchedule(ctx context.Context, id string, paused bool) erro
 	})
 	return err
 }
+
+// Batch returns a batch as the journal has it (store.ErrNotFound when it
+// is not known), with its jobs in flight now.
+func (b *Broker) Batch(ctx context.Context, name string) (*store.Batch, error) {
+	if !b.running.Load() {
+		return nil, ErrStopped
+	}
+	return b.journal.GetBatch(name)
+}
+
+// Batches lists up to limit batches (0 = 100) whose names come after
+// after, by name, and the after of the next page.
+func (b *Broker) Batches(after string, limit int) ([]*store.Batch, string, error) {
+	if !b.running.Load() {
+		return nil, "", ErrStopped
+	}
+	return b.journal.ListBatches(after, limit)
+}
+
+// OpenBatch opens or closes a batch (made if it is not known) and
+// returns it once the journal has the change; a batch closed with
+// nothing left to run releases the jobs that wait for it.
+func (b *Broker) OpenBatch(ctx context.Context, name string, open bool) (*store.Batch, error) {
+	return change(ctx, b, func(reply func(*store.Batch, error)) {
+		b.journal.OpenBatch(name, open, func(bt *store.Batch, err error) {
+			b.adminWriteFailed(err, "journal could not open or close a batch", name)
+			reply(bt, err)
+		})
+	})
+}
+
+// Children returns up to limit of the jobs that wait for msgid.
+func (b *Broker) Children(msgid string, limit int) ([]string, error) {
+	if !b.running.Load() {
+		return nil, ErrStopped
+	}
+	return b.journal.Children(msgid, limit)
+}

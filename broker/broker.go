@@ -199,6 +199,7 @@ func New(opts Options) (*Broker, error) {
 		return nil, err
 	}
 	b.journal = j
+	j.Follow(func(c store.WorkflowChange) { b.post(func() { b.workflowChanged(c) }) }, opts.ResultTTL)
 	return b, nil
 }
 

@@ -66,9 +66,11 @@ func (b *Broker) CancelJobs(ctx context.Context, msgids []string, by string) (in
 
 // cancel runs on the loop; done gets the journal's outcome.
 func (b *Broker) cancel(msgid, by string, done func(*store.Job, error)) {
-	// A job not in memory is not pending: the journal refuses it.
+	// A job not in memory is not pending: the journal refuses it, unless
+	// it waits for other jobs (workflow.go), which only the journal holds.
 	trail := CancelledBy(by)
 	var logAttrs []any
+	inMemory := b.jobs[msgid] != nil
 	if j := b.jobs[msgid]; j != nil {
 		logAttrs = b.tr.logAttrs(j)
 		if j.holder != nil {
@@ -90,6 +92,9 @@ func (b *Broker) cancel(msgid, by string, done func(*store.Job, error)) {
 		if err == nil {
 			b.stats.Cancelled.Add(1)
 			b.log.Info("job cancelled", append([]any{"msgid", msgid, "queue", sj.Queue, "by", by}, logAttrs...)...)
+			if !inMemory { // it waited; or it was released meanwhile, and is in memory by now
+				b.post(func() { b.cancelledOutside(sj, trail[len(trail)-1].Reason) })
+			}
 		}
 		b.adminWriteFailed(err, "journal could not cancel a job; it stays stored and runs again after the next start", msgid)
 		done(sj, err)

@@ -157,6 +157,28 @@
 // operator acts. A revived dead job takes its key back if it is free, and
 // otherwise runs without one (its trail says so).
 //
+// # Workflows
+//
+// A REQUEST with after:MSGID[;MSGID...] (at most 1,000) or
+// after-batch:NAME waits for those jobs, or for the whole batch, to be
+// done (REPLY); batch:NAME puts a job in a batch (batch-open keeps the
+// batch open for more). The journal decides (store/workflow.go): a
+// parent it does not hold (but one done and kept) refuses the REQUEST
+// with ERROR bad_request, as does a dead or cancelled parent unless
+// after-failed:run; so no cycle can be made. A job with something to
+// wait for is stored Waiting and ACKed, then forgotten by the loop
+// (workflow.go): only the journal holds it. When its last parent is done
+// the journal releases it in the parent's own write and tells the loop
+// (Follow), which queues it as a replayed job; a parent that dies, or is
+// cancelled or removed, cancels it (the default, after-failed:cancel,
+// kept for ResultTTL with the parent named in its trail) or releases it
+// (after-failed:run). A cancel of a waiting job goes to the journal. A
+// restart or failover loses nothing: the waiting jobs, who waits for
+// whom and the batches are in the journal, and a release the journal
+// makes while a broker starts is queued once (the loop skips a job it
+// loaded already). SCHEDULE refuses the workflow headers: a schedule's
+// fires are plain jobs.
+//
 // # Cancelling and progress
 //
 // Cancel (cancel.go; emq jobs cancel, the admin API, a client's CANCEL)

@@ -35,6 +35,8 @@ const (
 	EventRevived       = "revived"        // a dead letter sent back by an admin
 	EventRemoved       = "removed"        // deleted by an admin
 	EventCancelled     = "cancelled"      // cancelled (Reason: by whom); never runs again
+	EventWaiting       = "waiting"        // stored and ACKed, it waits for other jobs or a batch
+	EventReleased      = "released"       // what it waited for is done: pending now
 	EventProgress      = "progress"       // its worker reported progress (Reason: the report)
 	EventPurged        = "purged"         // a queue's pending jobs deleted by an admin
 	EventWorkerJoined  = "worker_joined"  // a worker INFORMed (Reason: its queues)
@@ -195,7 +197,7 @@ func (b *Broker) emitJob(kind string, j *job, reason string) {
 		attempt = int(j.attempts) + 1
 	}
 	switch kind {
-	case EventAcked, EventRemoved, EventRevived:
+	case EventAcked, EventRemoved, EventRevived, EventWaiting:
 	default:
 		t := b.trails[j]
 		if len(t) == store.MaxTrail { // given out again and again, never written: the last ones

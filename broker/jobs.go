@@ -134,6 +134,11 @@ func (b *Broker) request(from peerKey, m *emqp.Request, held zmtp.Held) {
 		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
 		return
 	}
+	wf, err := m.Headers.Workflow()
+	if err != nil {
+		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
+		return
+	}
 	delay = min(delay, maxWait)
 	q := b.queues[m.Queue]
 	if q != nil && b.opts.MaxPending > 0 && q.live >= b.opts.MaxPending {
@@ -163,16 +168,23 @@ func (b *Broker) request(from peerKey, m *emqp.Request, held zmtp.Held) {
 		NotBefore: fromNanos(j.notBefore),
 		Unique:    unique,
 		UniqueFor: hold,
+
+		After:       wf.After,
+		AfterBatch:  wf.AfterBatch,
+		RunIfFailed: wf.RunIfFailed,
+		Batch:       wf.Batch,
+		BatchOpen:   wf.BatchOpen,
 	}
 	b.journal.Append(sj, func(dup bool, err error) {
-		b.post(func() { b.appended(j, sj.Seq, dup, err, held) })
+		waiting := err == nil && !dup && sj.State == store.Waiting
+		b.post(func() { b.appended(j, sj.Seq, dup, waiting, err, held) })
 	})
 	b.hold(j, m.Payload) // the journal has its own copy
 }
 
 // appended is an Append's outcome: ACK and dispatch, or refuse. The
 // REQUEST's frames are no longer needed.
-func (b *Broker) appended(j *job, seq uint64, dup bool, err error, held zmtp.Held) {
+func (b *Broker) appended(j *job, seq uint64, dup, waiting bool, err error, held zmtp.Held) {
 	b.journaling--
 	b.budget.Release(held)
 	to := []peerKey{j.client}
@@ -196,7 +208,8 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error, held zmtp.Hel
 		switch {
 		case errors.Is(err, store.ErrTooLarge):
 			code = emqp.CodeTooLarge
-		case errors.Is(err, store.ErrInvalidJob):
+		case errors.Is(err, store.ErrInvalidJob), errors.Is(err, store.ErrUnknownParent),
+			errors.Is(err, store.ErrParentFailed), errors.Is(err, store.ErrUnknownBatch):
 			code = emqp.CodeBadRequest
 		case errors.Is(err, store.ErrFenced):
 			b.fence(err)
@@ -231,6 +244,11 @@ func (b *Broker) appended(j *job, seq uint64, dup bool, err error, held zmtp.Hel
 		return
 	}
 	b.emitJob(EventAcked, j, "")
+	if waiting { // the journal holds it until what it waits for is done
+		b.emitJob(EventWaiting, j, "")
+		b.forget(j)
+		return
+	}
 	j.seq = seq
 	b.enqueue(j, now)
 }

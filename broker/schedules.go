@@ -459,6 +459,12 @@ func MakeSchedule(queue string, h emqp.Headers, interval int, expr string, paylo
 	if _, err := newJob("", nil, h); err != nil {
 		return nil, err
 	}
+	switch wf, err := h.Workflow(); {
+	case err != nil:
+		return nil, err
+	case wf.Waits() || wf.Batch != "":
+		return nil, fmt.Errorf("headers %s, %s and %s: a schedule's jobs neither wait for other jobs nor join a batch", emqp.HeaderAfter, emqp.HeaderAfterBatch, emqp.HeaderBatch)
+	}
 	if _, err := h.Delay(); err != nil {
 		return nil, err
 	}

@@ -29,6 +29,13 @@ const (
 	HeaderTZ         = "tz"          // the Area/City of a cron expression
 	HeaderMisfire    = "misfire"     // misfire:skip: no catch-up fire
 
+	// Workflows: a job that waits for others, and batches of jobs.
+	HeaderAfter       = "after"        // MSGID[;MSGID...]: runs once every one of them is done
+	HeaderAfterBatch  = "after-batch"  // NAME: runs once the batch is complete
+	HeaderAfterFailed = "after-failed" // cancel (default) or run: what a parent's death does to the job
+	HeaderBatch       = "batch"        // NAME: the job belongs to the batch
+	HeaderBatchOpen   = "batch-open"   // flag: the batch stays open (more jobs come) after this one joins
+
 	// W3C Trace Context: the trace a job belongs to (internal/jobtrace).
 	HeaderTraceparent = "traceparent"
 	HeaderTracestate  = "tracestate"
@@ -276,6 +283,83 @@ func (h Headers) Unique() (key string, hold time.Duration, err error) {
 		return "", 0, errorf(ErrHeaders, "", "", "header %s needs header %s", HeaderUniqueFor, HeaderUnique)
 	}
 	return key, time.Duration(n) * time.Second, nil
+}
+
+// MaxAfter bounds the jobs one job may wait for (header after).
+const MaxAfter = 1000
+
+// MaxBatchLen bounds a batch's name, in bytes.
+const MaxBatchLen = 255
+
+// Workflow is what a job's workflow headers say: the jobs it waits for
+// (after, each once, in order), the batch it waits for (after-batch),
+// whether it runs when one of them dies or is cancelled (after-failed:
+// run), the batch it belongs to (batch) and whether that batch stays
+// open (batch-open). The zero value: none of them.
+type Workflow struct {
+	After       []string
+	AfterBatch  string
+	RunIfFailed bool
+	Batch       string
+	BatchOpen   bool
+}
+
+// Waits reports whether the job waits for other jobs or a batch.
+func (w Workflow) Waits() bool { return len(w.After) > 0 || w.AfterBatch != "" }
+
+// Workflow reads the workflow headers; a bad value is an error naming
+// its header.
+func (h Headers) Workflow() (Workflow, error) {
+	var w Workflow
+	if v, ok := h.Get(HeaderAfter); ok {
+		seen := make(map[string]bool)
+		for _, id := range strings.Split(v, ";") {
+			switch {
+			case id == "" || len(id) > MaxIDLen:
+				return Workflow{}, errorf(ErrHeaders, "", "", "header %s: each msgid must be 1 to %d bytes, separated by ;", HeaderAfter, MaxIDLen)
+			case !seen[id]:
+				seen[id] = true
+				w.After = append(w.After, id)
+			}
+		}
+		if len(w.After) > MaxAfter {
+			return Workflow{}, errorf(ErrHeaders, "", "", "header %s: %d msgids, over the limit of %d", HeaderAfter, len(w.After), MaxAfter)
+		}
+	}
+	var err error
+	if w.AfterBatch, err = batchName(h, HeaderAfterBatch); err != nil {
+		return Workflow{}, err
+	}
+	if w.Batch, err = batchName(h, HeaderBatch); err != nil {
+		return Workflow{}, err
+	}
+	if v, ok := h.Get(HeaderAfterFailed); ok {
+		switch v {
+		case "cancel":
+		case "run":
+			w.RunIfFailed = true
+		default:
+			return Workflow{}, errorf(ErrHeaders, "", "", "header %s: %q is not cancel or run", HeaderAfterFailed, v)
+		}
+		if !w.Waits() {
+			return Workflow{}, errorf(ErrHeaders, "", "", "header %s needs header %s or %s", HeaderAfterFailed, HeaderAfter, HeaderAfterBatch)
+		}
+	}
+	if w.BatchOpen = h.Has(HeaderBatchOpen); w.BatchOpen && w.Batch == "" {
+		return Workflow{}, errorf(ErrHeaders, "", "", "header %s needs header %s", HeaderBatchOpen, HeaderBatch)
+	}
+	return w, nil
+}
+
+func batchName(h Headers, header string) (string, error) {
+	v, ok := h.Get(header)
+	switch {
+	case !ok:
+		return "", nil
+	case v == "" || len(v) > MaxBatchLen:
+		return "", errorf(ErrHeaders, "", "", "header %s: the batch name must be 1 to %d bytes", header, MaxBatchLen)
+	}
+	return v, nil
 }
 
 // DuplicateHolder reads the msgid of the job holding a unique key from

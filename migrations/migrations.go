@@ -88,6 +88,14 @@ var Steps = []Step{
 		}
 		return nil
 	}, nil},
+	{8, "workflows: waiting jobs, who waits for whom, batches", func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{store.BucketWaiting, store.BucketAfter, store.BucketBatches, store.BucketAfterB, store.BucketSettling} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil},
 }
 
 // Step 6 gives every value but the schema version its checksum

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,6 +30,8 @@ type Core struct {
 	quarantining map[string]bool // damaged keys whose move aside is queued (quarantine.go)
 	wake         chan struct{}   // cap 1: there are writes queued
 	stopped      chan struct{}   // closed when the committer has finished
+	follower     follower        // told of each commit's workflow changes (workflow.go)
+	retain       atomic.Int64    // how long jobs a workflow cancels are kept (Follow)
 }
 
 // write is one queued change. apply runs inside the transaction; it

@@ -41,6 +41,13 @@
 //	result_exp  expiry(8) msgid -> (nothing)
 //	schedules   schedule id -> schedule record
 //	queues      queue name -> an operator's controls (JSON)
+//	waiting     len(queue) queue seq -> msgid: jobs that wait for others (workflow.go)
+//	after       len(parent) parent -> 1: something waits for parent;
+//	            len(parent) parent child -> (nothing): child waits for parent
+//	batches     batch name -> open, counts by state, waiters (JSON)
+//	after_batch len(batch) batch child -> (nothing): child waits for the batch
+//	settling    'j' msgid or 'b' batch -> status: an end whose children
+//	            are not all settled yet (a bounded backend's later writes)
 //
 // A job completed with a keep time (the broker's retain-done) stays in
 // jobs with state done, its finish time where a pending job keeps its
@@ -58,6 +65,12 @@
 // Remove and PurgeQueue of a pending job let it go at once. Revive takes
 // it back when it is free. Only a pending job's record can hold a key,
 // so none of these reads the index to let it go.
+//
+// A job of a workflow (record version 4: its parents, the batch it
+// waits for and the one it is in, its after-failed rule, its waits left)
+// is stored Waiting while it waits, only in the journal; workflow.go
+// says how a parent's end releases or cancels it in the parent's own
+// write, and how batches count.
 //
 // Order comes from the sequence, not the msgid: a queue's keys in the
 // pending index are its FIFO, whatever ids clients send. Time-ordered

@@ -20,6 +20,9 @@ const (
 	// Cancelled: an operator or client cancelled it; kept like a done job
 	// (with a keep time) so that it can be seen, never run again.
 	Cancelled State = 4
+	// Waiting: stored and ACKed, it waits for other jobs (Job.After) or a
+	// batch (Job.AfterBatch) before it is pending (workflow.go).
+	Waiting State = 5
 )
 
 func (s State) String() string {
@@ -32,15 +35,19 @@ func (s State) String() string {
 		return "done"
 	case Cancelled:
 		return "cancelled"
+	case Waiting:
+		return "waiting"
 	}
 	return fmt.Sprintf("state(%d)", uint8(s))
 }
 
-// ParseState reads "pending" or "dead".
+// ParseState reads a state's name.
 func ParseState(s string) (State, error) {
 	switch s {
 	case "pending":
 		return Pending, nil
+	case "waiting":
+		return Waiting, nil
 	case "dead":
 		return Dead, nil
 	case "done":
@@ -48,7 +55,7 @@ func ParseState(s string) (State, error) {
 	case "cancelled":
 		return Cancelled, nil
 	}
-	return 0, fmt.Errorf("%w: unknown job state %q (want pending, dead, done or cancelled)", ErrBadFilter, s)
+	return 0, fmt.Errorf("%w: unknown job state %q (want waiting, pending, dead, done or cancelled)", ErrBadFilter, s)
 }
 
 // Job is one stored job: everything the broker needs to dispatch it again
@@ -77,6 +84,27 @@ type Job struct {
 	// with it, and for UniqueFor after it is done (UniqueError).
 	Unique    string
 	UniqueFor time.Duration // whole seconds
+	// Workflow (workflow.go): the jobs it waits for (header after), the
+	// batch it waits for, whether a parent's death cancels it (the
+	// default) or lets it run, and the batch it belongs to. Waits is how
+	// many of its parents (and its batch) it still waits for, while
+	// Waiting.
+	After       []string
+	AfterBatch  string
+	RunIfFailed bool
+	Batch       string
+	Waits       int
+	// BatchOpen, given to Append, leaves Batch open for more jobs (header
+	// batch-open); it is not stored with the job.
+	BatchOpen bool
+}
+
+// live reports whether a job in state s may still run.
+func (s State) live() bool { return s == Pending || s == Waiting }
+
+// workflow reports whether the record needs version 4.
+func (j *Job) workflow() bool {
+	return len(j.After) > 0 || j.AfterBatch != "" || j.Batch != "" || j.RunIfFailed || j.Waits > 0
 }
 
 // finished reports whether the job's time field is Finished.
@@ -124,8 +152,9 @@ const (
 // read too. A job with a unique key is written as version 3 (the key and
 // its hold after the trail), others stay version 2.
 const (
-	recordVersion = 2
-	uniqueVersion = 3
+	recordVersion   = 2
+	uniqueVersion   = 3
+	workflowVersion = 4
 )
 
 // A record: version byte, state byte, the sequence as 8 fixed bytes (so
@@ -133,7 +162,10 @@ const (
 // before, attempts as varints, then queue, headers, client id, last error
 // and payload, each with a uvarint length; version 2 then has the trail:
 // a count, and each event's time, attempt, kind, worker and reason;
-// version 3 then the unique key (uvarint length) and its hold in seconds.
+// version 3 then the unique key (uvarint length) and its hold in seconds;
+// version 4 (a job of a workflow) has those too, then the batch, the
+// batch waited for, a flags byte (1: run if a parent failed), the waits
+// left, and the parents (a count, then each with its length).
 const (
 	recState  = 1
 	recSeq    = 2
@@ -148,11 +180,18 @@ func (j *Job) encode() []byte {
 		n += 5*binary.MaxVarintLen64 + len(e.Kind) + len(e.Worker) + len(e.Reason)
 	}
 	n += len(j.Unique) + binary.MaxVarintLen64
-	b := make([]byte, 0, n)
 	v := byte(recordVersion)
 	if j.Unique != "" {
 		v = uniqueVersion
 	}
+	if j.workflow() {
+		v = workflowVersion
+		n += len(j.Batch) + len(j.AfterBatch) + 4*binary.MaxVarintLen64
+		for _, p := range j.After {
+			n += len(p) + binary.MaxVarintLen64
+		}
+	}
+	b := make([]byte, 0, n)
 	b = append(b, v, byte(j.State))
 	b = binary.BigEndian.AppendUint64(b, j.Seq)
 	b = binary.AppendVarint(b, j.Enqueued.UnixNano())
@@ -175,17 +214,34 @@ func (j *Job) encode() []byte {
 			b = append(b, s...)
 		}
 	}
-	if v == uniqueVersion {
+	if v >= uniqueVersion {
 		b = binary.AppendUvarint(b, uint64(len(j.Unique)))
 		b = append(b, j.Unique...)
 		b = binary.AppendUvarint(b, uint64(j.UniqueFor/time.Second))
+	}
+	if v >= workflowVersion {
+		for _, s := range []string{j.Batch, j.AfterBatch} {
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
+		flags := byte(0)
+		if j.RunIfFailed {
+			flags |= 1
+		}
+		b = append(b, flags)
+		b = binary.AppendUvarint(b, uint64(j.Waits))
+		b = binary.AppendUvarint(b, uint64(len(j.After)))
+		for _, p := range j.After {
+			b = binary.AppendUvarint(b, uint64(len(p)))
+			b = append(b, p...)
+		}
 	}
 	return b
 }
 
 // knownVersion reports a record version this binary reads.
 func knownVersion(b []byte) bool {
-	return len(b) >= recFields && (b[0] == 1 || b[0] == recordVersion || b[0] == uniqueVersion)
+	return len(b) >= recFields && b[0] >= 1 && b[0] <= workflowVersion
 }
 
 // decodeJob reads a record; it copies everything, so the result outlives
@@ -224,6 +280,17 @@ func decodeJob(msgid, b []byte, withPayload bool) (*Job, error) {
 	if b[0] >= uniqueVersion {
 		j.Unique = string(r.bytes())
 		j.UniqueFor = time.Duration(min(r.uvarint(), math.MaxUint32)) * time.Second
+	}
+	if b[0] >= workflowVersion {
+		j.Batch, j.AfterBatch = string(r.bytes()), string(r.bytes())
+		if flags := r.u8(); flags&1 != 0 {
+			j.RunIfFailed = true
+		}
+		j.Waits = int(min(r.uvarint(), math.MaxInt32))
+		n := r.uvarint()
+		for i := uint64(0); i < n && !r.bad; i++ {
+			j.After = append(j.After, string(r.bytes()))
+		}
 	}
 	if r.bad {
 		return nil, fmt.Errorf("%w: the record of job %q is truncated", ErrCorrupt, msgid)
@@ -293,6 +360,16 @@ func (r *reader) varint() int64 {
 	return v
 }
 
+func (r *reader) u8() byte {
+	if len(r.b) == 0 {
+		r.bad = true
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
 func (r *reader) bytes() []byte {
 	n := r.uvarint()
 	if r.bad || n > uint64(len(r.b)) {
@@ -308,7 +385,7 @@ func (r *reader) bytes() []byte {
 // decoding (or copying) the rest: every Complete of a job with a key
 // reads them.
 func uniqueOf(msgid, b []byte) (queue, key []byte, hold time.Duration, err error) {
-	if len(b) < recFields || b[0] != uniqueVersion {
+	if len(b) < recFields || b[0] < uniqueVersion || b[0] > workflowVersion {
 		return nil, nil, 0, fmt.Errorf("%w: the record of job %q has no unique key", ErrCorrupt, msgid)
 	}
 	r := reader{b: b[recFields:]}

@@ -57,14 +57,14 @@ type Journal interface {
 	// Revive brings a dead job back to the tail of its queue with its
 	// attempts reset. ErrNotFound, or ErrWrongState when it is not dead.
 	Revive(msgid string, trail []TrailEvent, done func(*Job, error))
-	// Cancel takes a pending job out of its queue for good, its unique key
-	// let go. With keepUntil set it is kept until then in state
+	// Cancel takes a pending or waiting job out of its queue for good,
+	// its unique key let go. With keepUntil set it is kept until then in state
 	// Cancelled, with the trail events added, as Complete keeps a done
 	// job; else it is deleted. done gets the job as it was cancelled.
 	// ErrNotFound, or ErrWrongState when it is not pending (dead, done,
 	// cancelled).
 	Cancel(msgid string, keepUntil time.Time, trail []TrailEvent, done func(*Job, error))
-	// PurgeQueue deletes every pending job of a queue.
+	// PurgeQueue deletes every pending and waiting job of a queue.
 	PurgeQueue(queue string, done func(removed int, err error))
 	// ExpireResults deletes results whose time is up at now, and reports
 	// how many it deleted.
@@ -131,6 +131,29 @@ type Journal interface {
 	Result(msgid string) ([]byte, error)
 	// QueueSettings returns the controls kept for each queue that has any.
 	QueueSettings() (map[string]QueueSettings, error)
+
+	// Workflows (workflow.go). Append stores a job with After or
+	// AfterBatch as Waiting when it has something to wait for (it sets
+	// j.State and j.Waits before done), or refuses it with
+	// ErrUnknownParent, ErrParentFailed or ErrUnknownBatch.
+	//
+	// Follow sets fn to be told, after each commit, of the jobs it
+	// released (now pending) or cancelled (a job they waited for failed);
+	// fn runs on the committer and must not block. Jobs it cancels are
+	// kept keep long, as Cancel keeps them (0: deleted).
+	Follow(fn func(WorkflowChange), keep time.Duration)
+	// OpenBatch opens (open) or closes a batch, made if it is not known;
+	// a batch closed with nothing left to run is complete and releases
+	// what waits for it. A bad name is ErrInvalidJob.
+	OpenBatch(name string, open bool, done func(*Batch, error))
+	// GetBatch returns a batch; ErrNotFound when it is not known.
+	GetBatch(name string) (*Batch, error)
+	// ListBatches returns up to limit batches (0 = 100) whose names come
+	// after after, by name, and the after of the next page ("" = none).
+	ListBatches(after string, limit int) ([]*Batch, string, error)
+	// Children returns up to limit (0 = all) of the jobs that wait for
+	// msgid.
+	Children(msgid string, limit int) ([]string, error)
 
 	// Close finishes the queued writes and closes the journal. Writes
 	// made after it fail with ErrClosed.
@@ -202,6 +225,7 @@ type Page struct {
 // Count is the number of jobs of one queue in each state.
 type Count struct {
 	Queue     string
+	Waiting   int // for other jobs or a batch (workflow.go)
 	Pending   int
 	Dead      int
 	Done      int // kept with their result (Complete with a keep time)

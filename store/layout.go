@@ -10,19 +10,24 @@ import (
 // migrations creates the buckets in a bbolt file, step by step; doc.go
 // draws what each holds.
 var (
-	BucketMeta      = []byte("meta")       // schema version and other journal-wide facts
-	BucketJobs      = []byte("jobs")       // msgid -> job record
-	BucketPending   = []byte("pending")    // queue key + seq -> msgid: per-queue FIFO of pending jobs
-	BucketDead      = []byte("dead")       // queue key + seq -> msgid: dead letters
-	BucketResults   = []byte("results")    // msgid -> expiry (8 bytes, unix ns) + result payload
-	BucketResultExp = []byte("result_exp") // expiry (8 bytes, unix ns) + msgid -> nothing
-	BucketSchedules = []byte("schedules")  // schedule id -> schedule record
-	BucketQueues    = []byte("queues")     // queue name -> its controls, JSON
-	BucketDone      = []byte("done")       // queue key + seq -> msgid: jobs done, kept with their result
-	BucketDamaged   = []byte("damaged")    // bucket "/" key -> what failed its checksum, and why (Quarantine)
-	BucketCancelled = []byte("cancelled")  // queue key + seq -> msgid: jobs cancelled, kept like done ones
-	BucketUnique    = []byte("unique")     // queue key + unique key -> expiry (8; 0 = held by a live job) + msgid
-	BucketUniqueExp = []byte("unique_exp") // expiry (8) + unique index key -> nothing: holds that end
+	BucketMeta      = []byte("meta")        // schema version and other journal-wide facts
+	BucketJobs      = []byte("jobs")        // msgid -> job record
+	BucketPending   = []byte("pending")     // queue key + seq -> msgid: per-queue FIFO of pending jobs
+	BucketDead      = []byte("dead")        // queue key + seq -> msgid: dead letters
+	BucketResults   = []byte("results")     // msgid -> expiry (8 bytes, unix ns) + result payload
+	BucketResultExp = []byte("result_exp")  // expiry (8 bytes, unix ns) + msgid -> nothing
+	BucketSchedules = []byte("schedules")   // schedule id -> schedule record
+	BucketQueues    = []byte("queues")      // queue name -> its controls, JSON
+	BucketDone      = []byte("done")        // queue key + seq -> msgid: jobs done, kept with their result
+	BucketDamaged   = []byte("damaged")     // bucket "/" key -> what failed its checksum, and why (Quarantine)
+	BucketCancelled = []byte("cancelled")   // queue key + seq -> msgid: jobs cancelled, kept like done ones
+	BucketUnique    = []byte("unique")      // queue key + unique key -> expiry (8; 0 = held by a live job) + msgid
+	BucketUniqueExp = []byte("unique_exp")  // expiry (8) + unique index key -> nothing: holds that end
+	BucketWaiting   = []byte("waiting")     // queue key + seq -> msgid: jobs waiting for others (workflow.go)
+	BucketAfter     = []byte("after")       // len + parent msgid + child msgid -> nothing: who waits for whom
+	BucketBatches   = []byte("batches")     // batch name -> its record (open, counts), JSON
+	BucketAfterB    = []byte("after_batch") // len + batch name + child msgid -> nothing: who waits for a batch
+	BucketSettling  = []byte("settling")    // 'j' msgid or 'b' batch name -> status: ends whose children are not all settled
 )
 
 // ResultExpKey is the result_exp index key for an expiry (8 bytes, big

@@ -203,10 +203,10 @@ func (jn *Core) List(opts ListOptions) (Page, error) {
 	if opts.MaxScan <= 0 {
 		opts.MaxScan = 100_000
 	}
-	states := []State{Pending, Dead}
+	states := []State{Waiting, Pending, Dead}
 	switch opts.State {
 	case 0:
-	case Pending, Dead, Done, Cancelled:
+	case Waiting, Pending, Dead, Done, Cancelled:
 		states = []State{opts.State}
 	default:
 		return Page{}, fmt.Errorf("%w: unknown job state %s", ErrBadFilter, opts.State)
@@ -334,7 +334,7 @@ func parseCursor(c string) (State, []byte, error) {
 // Counts implements Journal. It reads the index keys only.
 func (jn *Core) Counts(only ...State) ([]Count, error) {
 	if len(only) == 0 {
-		only = []State{Pending, Dead, Done, Cancelled}
+		only = []State{Waiting, Pending, Dead, Done, Cancelled}
 	}
 	var out []Count
 	at := map[string]int{}
@@ -352,6 +352,8 @@ func (jn *Core) Counts(only ...State) ([]Count, error) {
 					out = append(out, Count{Queue: q})
 				}
 				switch s {
+				case Waiting:
+					out[i].Waiting++
 				case Pending:
 					out[i].Pending++
 				case Dead:

@@ -17,6 +17,8 @@ func index(s State) []byte {
 		return BucketDone
 	case Cancelled:
 		return BucketCancelled
+	case Waiting:
+		return BucketWaiting
 	}
 	return BucketPending
 }
@@ -32,6 +34,15 @@ func (jn *Core) validate(j *Job) error {
 		return fmt.Errorf("%w: queue name must be 1 to %d bytes, got %d", ErrInvalidJob, MaxQueueLen, len(j.Queue))
 	case len(j.Unique) > MaxUniqueLen:
 		return fmt.Errorf("%w: unique key must be at most %d bytes, got %d", ErrInvalidJob, MaxUniqueLen, len(j.Unique))
+	case len(j.After) > MaxAfter:
+		return fmt.Errorf("%w: a job waits for at most %d jobs, not %d", ErrInvalidJob, MaxAfter, len(j.After))
+	case len(j.Batch) > MaxQueueLen || len(j.AfterBatch) > MaxQueueLen:
+		return fmt.Errorf("%w: a batch name must be at most %d bytes", ErrInvalidJob, MaxQueueLen)
+	}
+	for _, p := range j.After {
+		if p == "" || len(p) > MaxIDLen {
+			return fmt.Errorf("%w: a job waited for has a msgid of 1 to %d bytes", ErrInvalidJob, MaxIDLen)
+		}
 	}
 	return nil
 }
@@ -50,7 +61,11 @@ func (jn *Core) Append(j *Job, done func(dup bool, err error)) {
 	if rec.Enqueued.IsZero() {
 		rec.Enqueued = time.Now()
 	}
-	val := rec.encode()
+	workflow := rec.workflow()
+	var val []byte
+	if !workflow { // a workflow's record is encoded once its state is known
+		val = rec.encode()
+	}
 	id := []byte(j.MsgID)
 	queue := j.Queue
 	reads := takenReads(id)
@@ -58,6 +73,18 @@ func (jn *Core) Append(j *Job, done func(dup bool, err error)) {
 	if j.Unique != "" {
 		uk = uniqueKey(queue, j.Unique)
 		reads = append(reads, Key{BucketUnique, uk})
+	}
+	var f *flow
+	if workflow {
+		f = jn.newFlow(rec.Enqueued)
+		for _, p := range j.After {
+			reads = append(reads, Key{BucketJobs, []byte(p)}, Key{BucketResults, []byte(p)})
+		}
+		for _, b := range []string{j.Batch, j.AfterBatch} {
+			if b != "" {
+				reads = append(reads, Key{BucketBatches, []byte(b)})
+			}
+		}
 	}
 	var dup bool
 	var seq uint64
@@ -67,6 +94,12 @@ func (jn *Core) Append(j *Job, done func(dup bool, err error)) {
 			if dup, err = taken(t, id); dup || err != nil {
 				return err
 			}
+			var attached func(id []byte) error
+			if workflow {
+				if attached, err = f.attach(t, &rec); err != nil {
+					return err
+				}
+			}
 			if uk != nil {
 				if dup, err = takeUnique(t, uk, id, queue, rec.Unique); dup || err != nil {
 					return err
@@ -75,22 +108,37 @@ func (jn *Core) Append(j *Job, done func(dup bool, err error)) {
 			if seq, err = t.NextSeq(); err != nil {
 				return err
 			}
-			binary.BigEndian.PutUint64(val[recSeq:], seq)
+			if workflow {
+				rec.Seq = seq
+				val = rec.encode()
+			} else {
+				binary.BigEndian.PutUint64(val[recSeq:], seq)
+			}
 			if err := t.Put(BucketJobs, id, val); err != nil {
 				return err
 			}
-			return t.Put(BucketPending, queueKey(queue, seq), id)
+			if err := t.Put(index(rec.State), queueKey(queue, seq), id); err != nil {
+				return err
+			}
+			if attached != nil {
+				return attached(id)
+			}
+			return nil
 		},
 		reads: reads,
 		finish: func(err error) {
 			if err == nil && !dup {
 				j.Seq = seq // only once it is stored: a failed commit stored nothing
+				j.State, j.Waits = rec.State, rec.Waits
+			}
+			if f != nil {
+				f.told(err)
 			}
 			if done != nil {
 				done(dup && err == nil, err)
 			}
 		},
-		size: len(val),
+		size: len(j.Payload) + len(j.Headers),
 	})
 }
 
@@ -127,17 +175,20 @@ func takeUnique(t Tx, uk, id []byte, queue, key string) (dup bool, err error) {
 	return false, t.Put(BucketUnique, uk, append(make([]byte, 8, 8+len(id)), id...))
 }
 
-// releaseUnique lets go of the unique key of a pending job's record rec:
+// releaseUnique lets go of the unique key of a live job's record rec:
 // at once, or, done with a hold, when the hold ends. A job that is not
 // pending holds no key (one done may hold it for its hold, which is
 // swept).
 func releaseUnique(t Tx, id, rec []byte, done bool, now time.Time) error {
-	if len(rec) <= recState || rec[0] != uniqueVersion || State(rec[recState]) != Pending {
+	if len(rec) <= recState || rec[0] < uniqueVersion || !State(rec[recState]).live() {
 		return nil
 	}
 	queue, key, hold, err := uniqueOf(id, rec)
 	if err != nil {
 		return jobError{err}
+	}
+	if len(key) == 0 { // a workflow's record, without a key
+		return nil
 	}
 	uk := uniqueKey(string(queue), string(key))
 	if !done || hold <= 0 {
@@ -204,27 +255,41 @@ func (jn *Core) Complete(msgid string, result []byte, keepUntil time.Time, trail
 	id := []byte(msgid)
 	now := time.Now()
 	var found bool
+	f := jn.newFlow(now)
 	jn.enqueue(write{
 		apply: func(t Tx) (err error) {
 			rec := t.Get(BucketJobs, id)
+			batch, err := workflowOf(id, rec)
+			if err != nil {
+				return err
+			}
 			if err := releaseUnique(t, id, rec, true, now); err != nil {
 				return err
 			}
 			if keepUntil.IsZero() || !jn.fits(len(rec)+len(result)) {
-				found, err = deleteRecord(t, id, rec)
+				if found, err = deleteRecord(t, id, rec); err != nil || !found {
+					return err
+				}
+			} else {
+				if found, err = keepDone(t, id, now, trail); err != nil || !found {
+					return err
+				}
+				exp := ExpiryBytes(keepUntil.UnixNano())
+				if err := t.Put(BucketResults, id, append(exp, result...)); err != nil {
+					return err
+				}
+				if err := t.Put(BucketResultExp, ResultExpKey(exp, id), nil); err != nil {
+					return err
+				}
+			}
+			if err := f.moved(t, batch, Pending, Done); err != nil {
 				return err
 			}
-			if found, err = keepDone(t, id, now, trail); err != nil || !found {
-				return err
-			}
-			exp := ExpiryBytes(keepUntil.UnixNano())
-			if err := t.Put(BucketResults, id, append(exp, result...)); err != nil {
-				return err
-			}
-			return t.Put(BucketResultExp, ResultExpKey(exp, id), nil)
+			return f.ended(t, id, true)
 		},
-		reads: []Key{{BucketJobs, id}},
+		reads: []Key{{BucketJobs, id}, {BucketAfter, afterKey(id, nil)}},
 		finish: func(err error) {
+			f.told(err)
 			if done != nil {
 				done(found && err == nil, err)
 			}
@@ -253,19 +318,34 @@ func resultKept(t Tx, id []byte) bool {
 func (jn *Core) Remove(msgid string, done func(found bool, err error)) {
 	id := []byte(msgid)
 	var found bool
+	f := jn.newFlow(time.Now())
 	jn.enqueue(write{
 		apply: func(t Tx) (err error) {
 			rec := t.Get(BucketJobs, id)
+			batch, err := workflowOf(id, rec)
+			if err != nil {
+				return err
+			}
 			if err := releaseUnique(t, id, rec, false, time.Time{}); err != nil {
 				return err
 			}
 			if found, err = deleteRecord(t, id, rec); err != nil || !found {
 				return err
 			}
-			return t.Delete(BucketResults, id) // its expiry entry finds nothing to delete
+			if err := t.Delete(BucketResults, id); err != nil { // its expiry entry finds nothing to delete
+				return err
+			}
+			if state := State(rec[recState]); state.live() {
+				if err := f.moved(t, batch, state, 0); err != nil {
+					return err
+				}
+				return f.ended(t, id, false)
+			}
+			return nil
 		},
-		reads: []Key{{BucketJobs, id}},
+		reads: []Key{{BucketJobs, id}, {BucketAfter, afterKey(id, nil)}},
 		finish: func(err error) {
+			f.told(err)
 			if done != nil {
 				done(found && err == nil, err)
 			}
@@ -276,16 +356,21 @@ func (jn *Core) Remove(msgid string, done func(found bool, err error)) {
 // change reads one job, lets fn change it (and its index entries), and
 // writes it back. fn refuses with a jobError before it changes anything.
 func (jn *Core) change(msgid string, fn func(t Tx, j *Job) error, done func(*Job, error)) {
-	jn.rewrite(msgid, func(t Tx, j *Job, _ []byte) (bool, error) { return true, fn(t, j) }, done)
+	jn.changeFlow(msgid, fn, nil, done)
+}
+
+// changeFlow is change for a write with workflow work (f).
+func (jn *Core) changeFlow(msgid string, fn func(t Tx, j *Job) error, f *flow, done func(*Job, error)) {
+	jn.rewrite(msgid, func(t Tx, j *Job, _ []byte) (bool, error) { return true, fn(t, j) }, f, done)
 }
 
 // rewrite is change for an fn that may delete the job instead (keep
 // false: rewrite writes nothing back); fn also gets the stored record.
-func (jn *Core) rewrite(msgid string, fn func(t Tx, j *Job, rec []byte) (keep bool, err error), done func(*Job, error)) {
+func (jn *Core) rewrite(msgid string, fn func(t Tx, j *Job, rec []byte) (keep bool, err error), f *flow, done func(*Job, error)) {
 	id := []byte(msgid)
 	var out *Job
 	jn.enqueue(write{
-		reads: []Key{{BucketJobs, id}},
+		reads: []Key{{BucketJobs, id}, {BucketAfter, afterKey(id, nil)}},
 		apply: func(t Tx) error {
 			rec := t.Get(BucketJobs, id)
 			if rec == nil {
@@ -306,6 +391,9 @@ func (jn *Core) rewrite(msgid string, fn func(t Tx, j *Job, rec []byte) (keep bo
 			return t.Put(BucketJobs, id, j.encode())
 		},
 		finish: func(err error) {
+			if f != nil {
+				f.told(err)
+			}
 			if done == nil {
 				return
 			}
@@ -332,7 +420,8 @@ func (jn *Core) RecordAttempt(msgid, reason string, notBefore time.Time, trail [
 
 // Bury implements Journal.
 func (jn *Core) Bury(msgid, reason string, trail []TrailEvent, done func(*Job, error)) {
-	jn.change(msgid, func(t Tx, j *Job) error {
+	f := jn.newFlow(time.Now())
+	jn.changeFlow(msgid, func(t Tx, j *Job) error {
 		if j.State != Pending {
 			return jobError{fmt.Errorf("%w: job %s is %s already", ErrWrongState, msgid, j.State)}
 		}
@@ -348,13 +437,20 @@ func (jn *Core) Bury(msgid, reason string, trail []TrailEvent, done func(*Job, e
 		j.Attempts++
 		j.LastError, j.State, j.NotBefore = reason, Dead, time.Time{}
 		j.Trail = withTrail(j.Trail, trail)
-		return t.Put(BucketDead, key, []byte(msgid))
-	}, done)
+		if err := t.Put(BucketDead, key, []byte(msgid)); err != nil {
+			return err
+		}
+		if err := f.moved(t, j.Batch, Pending, Dead); err != nil {
+			return err
+		}
+		return f.ended(t, []byte(msgid), false)
+	}, f, done)
 }
 
 // Revive implements Journal.
 func (jn *Core) Revive(msgid string, trail []TrailEvent, done func(*Job, error)) {
-	jn.change(msgid, func(t Tx, j *Job) error {
+	f := jn.newFlow(time.Now())
+	jn.changeFlow(msgid, func(t Tx, j *Job) error {
 		if j.State != Dead {
 			return jobError{fmt.Errorf("%w: job %s is not dead (it is %s)", ErrWrongState, msgid, j.State)}
 		}
@@ -378,15 +474,19 @@ func (jn *Core) Revive(msgid string, trail []TrailEvent, done func(*Job, error))
 				return err
 			}
 		}
-		return t.Put(BucketPending, queueKey(j.Queue, seq), []byte(msgid))
-	}, done)
+		if err := t.Put(BucketPending, queueKey(j.Queue, seq), []byte(msgid)); err != nil {
+			return err
+		}
+		return f.moved(t, j.Batch, Dead, Pending)
+	}, f, done)
 }
 
 // bulk queues a write that removes up to most things (0: no bound), as
 // one write, or in passes of at most bulkLimit when the backend sets one
 // (etcd bounds a transaction's operations). apply removes up to limit
-// (0: no bound) and says whether it left more; done gets the total.
-func (jn *Core) bulk(most int, apply func(t Tx, limit int) (n int, more bool, err error), done func(int, error)) {
+// (0: no bound) and says whether it left more, with a flow of its own
+// for each pass; done gets the total.
+func (jn *Core) bulk(most int, apply func(t Tx, limit int, f *flow) (n int, more bool, err error), done func(int, error)) {
 	limit := most
 	if jn.opts.BulkLimit > 0 && (limit == 0 || limit > jn.opts.BulkLimit) {
 		limit = jn.opts.BulkLimit
@@ -396,12 +496,14 @@ func (jn *Core) bulk(most int, apply func(t Tx, limit int) (n int, more bool, er
 	pass = func() {
 		var n int
 		var more bool
+		f := jn.newFlow(time.Now())
 		jn.enqueue(write{
 			apply: func(t Tx) (err error) {
-				n, more, err = apply(t, limit)
+				n, more, err = apply(t, limit, f)
 				return err
 			},
 			finish: func(err error) {
+				f.told(err)
 				if err == nil {
 					total += n
 				}
@@ -418,40 +520,67 @@ func (jn *Core) bulk(most int, apply func(t Tx, limit int) (n int, more bool, er
 	pass()
 }
 
-// PurgeQueue implements Journal.
+// PurgeQueue implements Journal: the queue's pending and waiting jobs.
 func (jn *Core) PurgeQueue(queue string, done func(removed int, err error)) {
-	jn.bulk(0, func(t Tx, limit int) (int, bool, error) {
+	jn.bulk(0, func(t Tx, limit int, f *flow) (int, bool, error) {
 		prefix := queuePrefix(queue)
-		var keys, ids [][]byte
+		type item struct {
+			index   []byte
+			key, id []byte
+			state   State
+		}
+		var items []item
 		more := false
-		err := t.Scan(BucketPending, prefix, func(k, v []byte) (bool, error) {
-			if !bytes.HasPrefix(k, prefix) {
-				return false, nil
+		for _, s := range []State{Pending, Waiting} {
+			err := t.Scan(index(s), prefix, func(k, v []byte) (bool, error) {
+				if !bytes.HasPrefix(k, prefix) {
+					return false, nil
+				}
+				if more = len(items) == limit && limit > 0; more {
+					return false, nil
+				}
+				if _, ok := splitQueueKey(k); ok { // a malformed key is left alone
+					items = append(items, item{index(s), bytes.Clone(k), bytes.Clone(v), s})
+				}
+				return true, nil
+			})
+			if err != nil || more {
+				if err != nil {
+					return 0, false, err
+				}
+				break
 			}
-			if more = len(keys) == limit && limit > 0; more {
-				return false, nil
-			}
-			if _, ok := splitQueueKey(k); ok { // a malformed key is left alone
-				keys, ids = append(keys, bytes.Clone(k)), append(ids, bytes.Clone(v))
-			}
-			return true, nil
-		})
-		if err != nil {
-			return 0, false, err
+		}
+		if f.bounded { // the purge's own keys come out of what the write may settle
+			f.budget = max(1, f.budget-len(items))
+		}
+		ids := make([][]byte, len(items))
+		for i, it := range items {
+			ids[i] = it.id
 		}
 		recs := t.Gets(BucketJobs, ids)
-		for i := range keys {
-			if err := t.Delete(BucketPending, keys[i]); err != nil {
+		for i, it := range items {
+			batch, err := workflowOf(it.id, recs[i])
+			if err != nil {
 				return 0, false, err
 			}
-			if err := releaseUnique(t, ids[i], recs[i], false, time.Time{}); err != nil {
+			if err := t.Delete(it.index, it.key); err != nil {
 				return 0, false, err
 			}
-			if err := t.Delete(BucketJobs, ids[i]); err != nil {
+			if err := releaseUnique(t, it.id, recs[i], false, time.Time{}); err != nil {
+				return 0, false, err
+			}
+			if err := t.Delete(BucketJobs, it.id); err != nil {
+				return 0, false, err
+			}
+			if err := f.moved(t, batch, it.state, 0); err != nil {
+				return 0, false, err
+			}
+			if err := f.ended(t, it.id, false); err != nil {
 				return 0, false, err
 			}
 		}
-		return len(keys), more, nil
+		return len(items), more, nil
 	}, done)
 }
 
@@ -461,7 +590,7 @@ const ExpireBatch = 10000
 // ExpireResults implements Journal. One call deletes at most ExpireBatch.
 func (jn *Core) ExpireResults(now time.Time, done func(removed int, err error)) {
 	limit := ExpiryBytes(now.UnixNano())
-	jn.bulk(ExpireBatch, func(t Tx, most int) (int, bool, error) {
+	jn.bulk(ExpireBatch, func(t Tx, most int, _ *flow) (int, bool, error) {
 		var keys [][]byte
 		more := false
 		err := t.Scan(BucketResultExp, nil, func(k, _ []byte) (bool, error) {
@@ -540,16 +669,23 @@ func expireUnique(t Tx, limit []byte, most int) (int, bool, error) {
 // Cancel implements Journal.
 func (jn *Core) Cancel(msgid string, keepUntil time.Time, trail []TrailEvent, done func(*Job, error)) {
 	now := time.Now()
+	f := jn.newFlow(now)
 	jn.rewrite(msgid, func(t Tx, j *Job, rec []byte) (bool, error) {
 		id := []byte(msgid)
-		if j.State != Pending {
+		if !j.State.live() {
 			return false, jobError{fmt.Errorf("%w: job %s is %s", ErrWrongState, msgid, j.State)}
 		}
 		if err := releaseUnique(t, id, rec, false, now); err != nil {
 			return false, err
 		}
 		key := queueKey(j.Queue, j.Seq)
-		if err := t.Delete(BucketPending, key); err != nil {
+		if err := t.Delete(index(j.State), key); err != nil {
+			return false, err
+		}
+		if err := f.moved(t, j.Batch, j.State, Cancelled); err != nil {
+			return false, err
+		}
+		if err := f.ended(t, id, false); err != nil {
 			return false, err
 		}
 		j.State, j.Finished, j.NotBefore = Cancelled, now, time.Time{}
@@ -565,5 +701,5 @@ func (jn *Core) Cancel(msgid string, keepUntil time.Time, trail []TrailEvent, do
 			return false, err
 		}
 		return true, t.Put(BucketResultExp, ResultExpKey(exp, id), nil)
-	}, done)
+	}, f, done)
 }

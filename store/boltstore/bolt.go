@@ -256,6 +256,10 @@ func Open(path string, opts Options) (*Journal, error) {
 		close(j.ckptDone)
 		return j, nil
 	}
+	if err := j.Resume(); err != nil {
+		j.Close()
+		return nil, err
+	}
 	go j.checkStructure()
 	if len(rep.Lost) > 0 {
 		// What was kept goes into the file, and the damaged log away: the

@@ -207,7 +207,7 @@ func checkValues(db *bolt.DB, rep *CheckReport) error {
 		// job is in one index.
 		jobs := tx.Bucket(store.BucketJobs)
 		indexed := map[string]bool{}
-		for _, name := range [][]byte{store.BucketPending, store.BucketDead, store.BucketDone, store.BucketCancelled} {
+		for _, name := range [][]byte{store.BucketPending, store.BucketDead, store.BucketDone, store.BucketCancelled, store.BucketWaiting} {
 			idx := tx.Bucket(name)
 			if idx == nil || jobs == nil {
 				continue
@@ -342,7 +342,7 @@ func Salvage(from, to string) (SalvageReport, error) {
 	}
 	mem := newTree()
 	for _, name := range buckets {
-		if bytes.Equal(name, store.BucketPending) || bytes.Equal(name, store.BucketDead) || bytes.Equal(name, store.BucketDone) || bytes.Equal(name, store.BucketCancelled) ||
+		if bytes.Equal(name, store.BucketPending) || bytes.Equal(name, store.BucketDead) || bytes.Equal(name, store.BucketDone) || bytes.Equal(name, store.BucketCancelled) || bytes.Equal(name, store.BucketWaiting) ||
 			bytes.Equal(name, store.BucketResultExp) || bytes.Equal(name, store.BucketMeta) {
 			continue // rebuilt from the jobs and results
 		}

@@ -142,10 +142,11 @@ var (
 // Etcd layout facts.
 const (
 	// etcdFormat is the prefix's format: "2" since unique keys and
-	// cancelled jobs (records of version 3, their key ranges); a prefix of
-	// format "1" is brought to "2" when opened for writing, and a binary
-	// that knows only "1" refuses it then, by name.
-	etcdFormat = "2"
+	// cancelled jobs (records of version 3, their key ranges), "3" since
+	// workflows (records of version 4, waiting jobs, batches); an older
+	// prefix is brought to "3" when opened for writing, and a binary that
+	// knows only an older format refuses it then, by name.
+	etcdFormat = "3"
 	seqBlock   = 1 << 16 // sequences reserved at a time
 	getChunk   = 32      // keys read in one request: a bound on the records held at once
 	// Keys a scan reads at once: many of an index (small values, and
@@ -176,7 +177,7 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 	}
 	format, seq := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
 	switch {
-	case len(format) == 1 && string(format[0].Value) != etcdFormat && string(format[0].Value) != "1":
+	case len(format) == 1 && string(format[0].Value) != etcdFormat && string(format[0].Value) != "1" && string(format[0].Value) != "2":
 		return nil, fmt.Errorf("%w: journal on etcd %s has format %q; this binary knows %q", store.ErrTooNew, opts.Prefix, format[0].Value, etcdFormat)
 	case len(seq) == 1 && len(seq[0].Value) != 8:
 		return nil, fmt.Errorf("%w: journal on etcd %s: its sequence is %d bytes, not 8", store.ErrCorrupt, opts.Prefix, len(seq[0].Value))
@@ -194,6 +195,12 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 		if err := wait1(func(done func(error)) {
 			e.Write(func(t store.Tx) error { return t.Put(store.BucketMeta, formatKey, []byte(etcdFormat)) }, done)
 		}); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
+	if !opts.ReadOnly {
+		if err := e.Resume(); err != nil {
 			e.Close()
 			return nil, err
 		}
@@ -318,7 +325,8 @@ func (e *Journal) oldestView() int64 {
 func pageOf(bucket []byte) int64 {
 	switch string(bucket) {
 	case string(store.BucketPending), string(store.BucketDead), string(store.BucketDone), string(store.BucketResultExp),
-		string(store.BucketCancelled), string(store.BucketUniqueExp):
+		string(store.BucketCancelled), string(store.BucketUniqueExp), string(store.BucketWaiting), string(store.BucketAfter),
+		string(store.BucketAfterB), string(store.BucketSettling):
 		return indexPage
 	}
 	return scanPage

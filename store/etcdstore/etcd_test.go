@@ -309,8 +309,8 @@ func TestEtcdFullIsNotFenced(t *testing.T) {
 }
 
 // A prefix of format 1 (before unique keys and cancelled jobs) is
-// brought to format 2 when opened for writing, and keeps its jobs; a
-// format this binary does not know is refused, by name.
+// brought to format 3 (workflows) when opened for writing, and keeps its
+// jobs; a format this binary does not know is refused, by name.
 func TestFormatOneIsUpgradedAndNewerRefused(t *testing.T) {
 	cli := etcdClient(t, etcdtest.Start(t, 1))
 	opts := etcdstore.DefaultOptions()
@@ -334,13 +334,13 @@ func TestFormatOneIsUpgradedAndNewerRefused(t *testing.T) {
 		t.Fatalf("job of the format 1 prefix: %v, %v", got, err)
 	}
 	j.Close()
-	if resp, err := cli.Get(ctx, "/old/meta/format"); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "2" {
-		t.Fatalf("format after the open: %v, %v; want 2", resp, err)
+	if resp, err := cli.Get(ctx, "/old/meta/format"); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "3" {
+		t.Fatalf("format after the open: %v, %v; want 3", resp, err)
 	}
-	if _, err := cli.Put(ctx, "/old/meta/format", "3"); err != nil {
+	if _, err := cli.Put(ctx, "/old/meta/format", "4"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := etcdstore.Open(cli, opts); !errors.Is(err, store.ErrTooNew) || !strings.Contains(err.Error(), "/old/") {
-		t.Fatalf("open of a format 3 prefix: %v; want ErrTooNew naming the prefix", err)
+		t.Fatalf("open of a format 4 prefix: %v; want ErrTooNew naming the prefix", err)
 	}
 }

@@ -84,6 +84,13 @@ var checks = []check{
 	{name: "CancelTakesAPendingJobOutForGood", run: cancelTakesOut},
 	{name: "CancelledJobsAreKeptLikeDoneOnes", run: cancelledAreKept},
 
+	{name: "WorkflowJobWaitsForEveryParent", run: workflowWaitsForEveryParent},
+	{name: "WorkflowParentsMustBeKnown", run: workflowParentsMustBeKnown},
+	{name: "WorkflowFailedParentsCancelOrRelease", run: workflowFailedParentsCancelOrRelease},
+	{name: "WorkflowWaitingJobsCancelAndPurge", run: workflowWaitingJobsCancelAndPurge},
+	{name: "WorkflowBatches", run: workflowBatches},
+	{name: "WorkflowManyChildren", run: workflowManyChildren},
+
 	{name: "QueueSettingsAreKept", run: queueSettingsAreKept},
 	{name: "BadQueueSettingsAreRefused", run: badQueueSettingsAreRefused},
 }
