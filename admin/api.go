@@ -61,6 +61,13 @@ type API interface {
 	RemoveSchedule(ctx context.Context, id string) error
 	PauseSchedule(ctx context.Context, id string, paused bool) error
 
+	// Batches lists a page of batches; Batch shows one; OpenBatch opens
+	// or closes one (made if it is not known): a batch closed with
+	// nothing left to run is complete and releases what waits for it.
+	Batches(ctx context.Context, after string, limit int) (BatchPage, error)
+	Batch(ctx context.Context, name string) (BatchInfo, error)
+	OpenBatch(ctx context.Context, name string, open bool) (BatchInfo, error)
+
 	// Events follows what happens to the jobs of queue and msgid ("" =
 	// all) until the stream is closed, falls behind, or the broker stops.
 	Events(ctx context.Context, queue, msgid string) (Events, error)

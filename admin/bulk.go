@@ -67,9 +67,9 @@ func ParseJobFilter(q url.Values) (JobFilter, error) {
 		}
 	}
 	switch f.State {
-	case "", "pending", "inflight", "dead", "done", "cancelled":
+	case "", "waiting", "pending", "inflight", "dead", "done", "cancelled":
 	default:
-		return f, fmt.Errorf("%w: state %q: want pending, inflight, dead, done or cancelled", store.ErrBadFilter, f.State)
+		return f, fmt.Errorf("%w: state %q: want waiting, pending, inflight, dead, done or cancelled", store.ErrBadFilter, f.State)
 	}
 	return f, nil
 }
@@ -108,22 +108,24 @@ type BulkResult struct {
 }
 
 // ErrNeedState is BulkRemove's answer to a filter without a stored state.
-var ErrNeedState = fmt.Errorf("%w: state: bulk remove wants pending, dead, done or cancelled", store.ErrBadFilter)
+var ErrNeedState = fmt.Errorf("%w: state: bulk remove wants waiting, pending, dead, done or cancelled", store.ErrBadFilter)
 
 // ErrCancelState is BulkCancel's answer to a filter of jobs that cannot
 // be cancelled.
-var ErrCancelState = fmt.Errorf("%w: state: bulk cancel wants pending (delayed and in flight included) or inflight", store.ErrBadFilter)
+var ErrCancelState = fmt.Errorf("%w: state: bulk cancel wants pending (delayed and in flight included), inflight or waiting", store.ErrBadFilter)
 
 // cancelFilter checks f for a bulk cancel and reports whether it wants
 // the jobs in flight alone.
-func cancelFilter(f JobFilter) (inFlightOnly bool, err error) {
+func cancelFilter(f JobFilter) (state store.State, inFlightOnly bool, err error) {
 	switch f.State {
 	case "", "pending":
-		return false, nil
+		return store.Pending, false, nil
+	case "waiting":
+		return store.Waiting, false, nil
 	case "inflight":
-		return true, nil
+		return store.Pending, true, nil
 	}
-	return false, ErrCancelState
+	return 0, false, ErrCancelState
 }
 
 // CancelledBy is who the trail of a job cancelled through the admin API

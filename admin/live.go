@@ -73,6 +73,7 @@ func (l *Live) Job(ctx context.Context, msgid string, payload bool) (JobInfo, er
 	}
 	ji := jobInfoWithTrail(j, h.Worker, payload, l.b.Result)
 	ji.Progress = h.Progress
+	withFamily(&ji, l.b.JournalJob, l.b.Children)
 	return ji, nil
 }
 
@@ -89,7 +90,7 @@ func (l *Live) CancelJob(ctx context.Context, msgid string) (JobInfo, error) {
 // BulkCancel cancels the matching jobs a page at a time, each page's
 // writes sharing commits; one finished meanwhile is skipped.
 func (l *Live) BulkCancel(ctx context.Context, f JobFilter, confirmed bool) (BulkResult, error) {
-	inFlightOnly, err := cancelFilter(f)
+	state, inFlightOnly, err := cancelFilter(f)
 	if err != nil {
 		return BulkResult{}, err
 	}
@@ -105,7 +106,7 @@ func (l *Live) BulkCancel(ctx context.Context, f JobFilter, confirmed bool) (Bul
 	if confirmed {
 		act = func(jobs []*store.Job) (int, error) { return l.b.CancelJobs(ctx, msgids(jobs), CancelledBy) }
 	}
-	return bulk(ctx, l.list, f, store.Pending, keep, act)
+	return bulk(ctx, l.list, f, state, keep, act)
 }
 
 func (l *Live) Payload(_ context.Context, msgid string) ([]byte, error) { return l.b.Payload(msgid) }
@@ -168,7 +169,7 @@ func (l *Live) BulkRemove(ctx context.Context, f JobFilter, confirmed bool) (Bul
 // when f names none (ErrNeedState).
 func bulkState(f JobFilter) (store.State, error) {
 	switch f.State {
-	case "pending", "dead", "done", "cancelled":
+	case "waiting", "pending", "dead", "done", "cancelled":
 		st, _ := store.ParseState(f.State)
 		return st, nil
 	}

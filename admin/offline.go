@@ -55,7 +55,9 @@ func (o *Offline) Job(_ context.Context, msgid string, payload bool) (JobInfo, e
 	if err != nil {
 		return JobInfo{}, err
 	}
-	return jobInfoWithTrail(j, "", payload, o.j.Result), nil
+	ji := jobInfoWithTrail(j, "", payload, o.j.Result)
+	withFamily(&ji, o.j.Get, o.j.Children)
+	return ji, nil
 }
 
 func (o *Offline) Payload(_ context.Context, msgid string) ([]byte, error) {
@@ -99,7 +101,8 @@ func (o *Offline) CancelJob(_ context.Context, msgid string) (JobInfo, error) {
 // page's writes queued at once; like CancelJob it keeps none. Jobs in
 // flight alone (state inflight) only a running broker knows.
 func (o *Offline) BulkCancel(ctx context.Context, f JobFilter, confirmed bool) (BulkResult, error) {
-	switch inFlightOnly, err := cancelFilter(f); {
+	state, inFlightOnly, err := cancelFilter(f)
+	switch {
 	case err != nil:
 		return BulkResult{}, err
 	case inFlightOnly:
@@ -116,7 +119,7 @@ func (o *Offline) BulkCancel(ctx context.Context, f JobFilter, confirmed bool) (
 			return tally(len(jobs), errs)
 		}
 	}
-	return bulk(ctx, o.j.List, f, store.Pending, nil, act)
+	return bulk(ctx, o.j.List, f, state, nil, act)
 }
 
 // BulkDead retries or removes the matching dead jobs, a page at a time,

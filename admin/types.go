@@ -21,7 +21,7 @@ import (
 type JobInfo struct {
 	MsgID       string    `json:"msgid"`
 	Queue       string    `json:"queue"`
-	State       string    `json:"state"` // pending, inflight, dead, done or cancelled
+	State       string    `json:"state"` // waiting, pending, inflight, dead, done or cancelled
 	Worker      string    `json:"worker,omitempty"`
 	Headers     string    `json:"headers"`
 	Priority    int       `json:"priority"`                     // from its headers: 0 to 65535, lower runs first (1024 without one)
@@ -44,6 +44,17 @@ type JobInfo struct {
 	// Progress is the latest report of the worker running it: only in
 	// the answer about one job in flight, from a running broker.
 	Progress *broker.Progress `json:"progress,omitempty"`
+
+	// Workflows (workflows.go): the batch it is in, the jobs and the
+	// batch it waits for, with after-failed's rule, and while waiting
+	// how many it still waits for. Parents' states and Children (the
+	// jobs that wait for it) only in the answer about one job.
+	Batch       string   `json:"batch,omitempty"`
+	After       []Parent `json:"after,omitempty"`
+	AfterBatch  string   `json:"after_batch,omitempty"`
+	AfterFailed string   `json:"after_failed,omitempty"`
+	Waits       int      `json:"waits,omitempty"`
+	Children    []string `json:"children,omitempty"`
 }
 
 // PreviewLen is how many payload bytes a JobInfo's preview shows.
@@ -60,6 +71,7 @@ func NewJobInfo(j *store.Job, worker string, withPayload bool) JobInfo {
 	if worker != "" {
 		ji.State = "inflight"
 	}
+	family(&ji, j)
 	ji.Preview = preview(j.Payload)
 	if withPayload {
 		ji.Payload = base64.StdEncoding.EncodeToString(j.Payload)

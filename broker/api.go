@@ -707,12 +707,24 @@ func (b *Broker) PauseSchedule(ctx context.Context, id string, paused bool) erro
 }
 
 // Batch returns a batch as the journal has it (store.ErrNotFound when it
-// is not known), with its jobs in flight now.
-func (b *Broker) Batch(ctx context.Context, name string) (*store.Batch, error) {
-	if !b.running.Load() {
-		return nil, ErrStopped
+// is not known), and how many of its pending jobs workers hold now.
+func (b *Broker) Batch(ctx context.Context, name string) (*store.Batch, int, error) {
+	bt, err := b.journal.GetBatch(name)
+	if err != nil {
+		return nil, 0, err
 	}
-	return b.journal.GetBatch(name)
+	inFlight, err := query(ctx, b, func() int {
+		n := 0
+		for _, w := range b.peers {
+			for _, j := range w.held {
+				if v, _ := j.headers.Get(emqp.HeaderBatch); v == name {
+					n++
+				}
+			}
+		}
+		return n
+	})
+	return bt, inFlight, err
 }
 
 // Batches lists up to limit batches (0 = 100) whose names come after
@@ -735,6 +747,10 @@ func (b *Broker) OpenBatch(ctx context.Context, name string, open bool) (*store.
 		})
 	})
 }
+
+// JournalJob returns a job as the journal has it (no trail of the
+// broker's, no holder): for showing a job's parents.
+func (b *Broker) JournalJob(msgid string) (*store.Job, error) { return b.journal.Get(msgid) }
 
 // Children returns up to limit of the jobs that wait for msgid.
 func (b *Broker) Children(msgid string, limit int) ([]string, error) {

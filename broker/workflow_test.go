@@ -86,7 +86,7 @@ func TestWorkflowFanOutAndFanIn(t *testing.T) {
 				t.Fatalf("a job of the batch ran after the callback")
 			}
 		}
-		bb, err := b.Batch(context.Background(), "nightly")
+		bb, _, err := b.Batch(context.Background(), "nightly")
 		if err != nil || bb.Done != 50 || !bb.Complete() {
 			t.Fatalf("batch: %+v, %v", bb, err)
 		}

@@ -55,6 +55,7 @@ import (
 	"log/slog"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -252,6 +253,42 @@ func Unique(key string, hold time.Duration) Option {
 		o.headers = o.headers.Set(emqp.HeaderUnique, key)
 		if hold > 0 {
 			o.headers = o.headers.Set(emqp.HeaderUniqueFor, seconds(hold))
+		}
+	}
+}
+
+// After makes the job wait until every job msgids names is done (header
+// after): it is stored and ACKed at once, and runs once the last of them
+// has replied. Each must be stored when the job is sent (or done and
+// kept): else Send fails with a BrokerError bad_request. If one dies or
+// is cancelled, the job is cancelled too, unless AfterFailed(true).
+func After(msgids ...string) Option {
+	return Header(emqp.HeaderAfter, strings.Join(msgids, ";"))
+}
+
+// AfterBatch makes the job wait until the batch name is complete (header
+// after-batch): closed, with none of its jobs waiting or pending.
+func AfterBatch(name string) Option { return Header(emqp.HeaderAfterBatch, name) }
+
+// AfterFailed says what a job made to wait (After, AfterBatch) does when
+// one of the jobs it waits for dies or is cancelled: run anyway (true),
+// or be cancelled too (false, the default).
+func AfterFailed(run bool) Option {
+	if run {
+		return Header(emqp.HeaderAfterFailed, "run")
+	}
+	return Header(emqp.HeaderAfterFailed, "cancel")
+}
+
+// Batch puts the job in the batch name (header batch). With open, the
+// batch stays open after it (header batch-open): more jobs may join, and
+// it completes only once closed (emq batches close, the admin API).
+// Without, a batch never opened completes as soon as its jobs are done.
+func Batch(name string, open bool) Option {
+	return func(o *sendOptions) {
+		o.headers = o.headers.Set(emqp.HeaderBatch, name)
+		if open {
+			o.headers = o.headers.Set(emqp.HeaderBatchOpen, "")
 		}
 	}
 }

@@ -215,7 +215,7 @@ func listCmd(use, short, state string) *cobra.Command {
 	f := cmd.Flags()
 	addFilterFlags(cmd)
 	if state == "" {
-		f.String("state", "", "pending, inflight, dead, done or cancelled (default: pending and dead)")
+		f.String("state", "", "waiting, pending, inflight, dead, done or cancelled (default: waiting, pending and dead)")
 	}
 	f.Int("limit", 100, "jobs to show")
 	f.String("after", "", "continue a listing (the cursor it printed)")
@@ -258,6 +258,7 @@ func printJob(w io.Writer, j admin.JobInfo) {
 	if p := j.Progress; p != nil {
 		fmt.Fprintf(w, "progress\t%s\n", progressLine(*p))
 	}
+	printFamily(w, j)
 	fmt.Fprintf(w, "enqueued\t%s\nattempts\t%d\n", j.Enqueued.Format(time.RFC3339), j.Attempts)
 	if j.LastError != "" {
 		fmt.Fprintf(w, "last error\t%s\n", oneLine(j.LastError, 500))
@@ -312,4 +313,39 @@ func oneLine(s string, n int) string {
 		s = s[:n] + "…"
 	}
 	return s
+}
+
+// printFamily prints a job's workflow: its batch, what it waits for (with
+// their states) and the jobs that wait for it.
+func printFamily(w io.Writer, j admin.JobInfo) {
+	if j.Batch != "" {
+		fmt.Fprintf(w, "batch\t%s\n", j.Batch)
+	}
+	for i, p := range j.After {
+		label := ""
+		if i == 0 {
+			label = "after"
+		}
+		state := p.State
+		if state == "" {
+			state = "done (not kept)"
+		}
+		fmt.Fprintf(w, "%s\t%s (%s)\n", label, p.MsgID, state)
+	}
+	if j.AfterBatch != "" {
+		fmt.Fprintf(w, "after batch\t%s\n", j.AfterBatch)
+	}
+	if j.AfterFailed != "" {
+		fmt.Fprintf(w, "after failed\t%s\n", j.AfterFailed)
+	}
+	if j.State == "waiting" {
+		fmt.Fprintf(w, "waits for\t%d more\n", j.Waits)
+	}
+	for i, c := range j.Children {
+		label := ""
+		if i == 0 {
+			label = "waited for by"
+		}
+		fmt.Fprintf(w, "%s\t%s\n", label, c)
+	}
 }

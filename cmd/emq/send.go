@@ -25,6 +25,12 @@ has ACKed the job (it is durable then), or with --reply the worker's REPLY.
 Exits non-zero with the broker's error when it refuses the job, or when no
 answer comes within --wait.
 
+--after ID waits until the job ID (and any other named) is done; it is
+stored and ACKed at once, shown as waiting. --batch NAME puts the job in
+a batch, and --after-batch NAME waits until that batch is complete (emq
+batches). A job waited for that dies or is cancelled cancels this one,
+unless --after-failed run.
+
 --priority runs the job before the queue's jobs of a higher number (0 to
 65535; 1024 without it). --unique stores the job only if no other job of
 the queue holds KEY (pending, delayed, in flight, or done less than
@@ -51,6 +57,11 @@ failure.`,
 	f.Int("priority", -1, "0 to 65535, lower runs first (header priority:N; -1 = none: 1024)")
 	f.String("unique", "", "a key no other job of the queue may hold (header unique:KEY)")
 	f.Duration("unique-for", 0, "with --unique: how long the key stays held after the job is done (header unique-for:N)")
+	f.StringSlice("after", nil, "msgids of jobs this one waits for, comma-separated or repeated (header after)")
+	f.String("after-batch", "", "a batch this job waits for (header after-batch)")
+	f.String("after-failed", "", "with --after or --after-batch: cancel (the default) or run, when one of them fails")
+	f.String("batch", "", "the batch the job joins (header batch)")
+	f.Bool("batch-open", false, "with --batch: the batch stays open for more jobs (header batch-open)")
 	f.Duration("wait", defaultWait, "how long to wait for the ACK (or the REPLY)")
 	addSecurityFlags(f)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -94,6 +105,24 @@ failure.`,
 			opts = append(opts, client.Unique(key, hold))
 		case hold != 0:
 			return errors.New("unique-for: goes with --unique KEY")
+		}
+		if after, _ := cmd.Flags().GetStringSlice("after"); len(after) > 0 {
+			opts = append(opts, client.After(after...))
+		}
+		if v := c.str("after-batch"); v != "" {
+			opts = append(opts, client.AfterBatch(v))
+		}
+		switch v := c.str("after-failed"); v {
+		case "":
+		case "cancel", "run":
+			opts = append(opts, client.AfterFailed(v == "run"))
+		default:
+			return fmt.Errorf("after-failed: %q: want cancel or run", v)
+		}
+		if v := c.str("batch"); v != "" {
+			opts = append(opts, client.Batch(v, c.v.GetBool("batch-open")))
+		} else if c.v.GetBool("batch-open") {
+			return errors.New("batch-open: goes with --batch NAME")
 		}
 		wait, err := c.duration("wait")
 		if err != nil {
