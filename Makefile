@@ -59,7 +59,7 @@ lint: ## staticcheck (installed with go install on first use)
 	@echo "lint: staticcheck and gofmt clean"
 
 screenshots: ## the dashboard's pictures in docs/ui (needs chromium)
-	EMQ_REQUIRE_BROWSER=1 EMQ_UI_SCREENSHOTS=$(CURDIR)/docs/ui go test ./internal/ui -count=1 -run 'TestPages|TestChartMoves|TestLogin'
+	EMQ_REQUIRE_BROWSER=1 EMQ_UI_SCREENSHOTS=$(CURDIR)/docs/ui go test ./internal/ui -count=1 -run 'TestPages|TestChartMoves|TestLogin|TestWorkflowPages'
 
 torture: ## the reliability suite at full length (100 broker kills, 200 power cuts, 50 damaged journals, 100 group leader kills, floods, disk full, 4 GiB backlog)
 	set -o pipefail; EMQ_TORTURE=1 $(GO) test -v -count=1 -timeout 60m -run 'Crash|Reliab|DiskFull|PowerCut|FailedFlush|Damage|Hostile|LargerThanMemory|StayWithinTheBudget|LargeJobsAtOnce' ./broker/ ./store/... 2>&1 \

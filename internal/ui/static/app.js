@@ -27,9 +27,9 @@ const SERIES = [
 ];
 const KEEP_POINTS = 300; // five minutes of one a second
 const JOB_EVENTS = ['acked', 'dispatched', 'replied', 'failed', 'timed_out', 'worker_lost', 'retry',
-  'requeued', 'buried', 'revived', 'removed', 'purged', 'cancelled', 'progress'];
+  'requeued', 'buried', 'revived', 'removed', 'purged', 'cancelled', 'progress', 'waiting', 'released'];
 // The states of a job that a cancel takes (pending includes delayed).
-const CANCELLABLE = ['pending', 'inflight'];
+const CANCELLABLE = ['pending', 'inflight', 'waiting'];
 
 // el makes an element: attrs are properties (class, href, onclick, ...)
 // or, for names with a dash, attributes; children are nodes or text.
@@ -264,7 +264,8 @@ function route() {
     a.toggleAttribute('aria-current', false);
     if (page === parts[0] || (page === '' && parts[0] === '')) a.setAttribute('aria-current', 'page');
   }
-  const pages = { '': overviewPage, queue: queuePage, job: jobPage, dead: deadPage, workers: workersPage, schedules: schedulesPage };
+  const pages = { '': overviewPage, queue: queuePage, job: jobPage, dead: deadPage, workers: workersPage, schedules: schedulesPage,
+    batches: batchesPage, batch: batchPage };
   const page = pages[parts[0]] || overviewPage;
   $('#main').replaceChildren();
   page(parts[1]);
@@ -472,7 +473,7 @@ function queuePage(name) {
     columns: ['msgid', 'state', 'priority', 'age', 'attempts', 'error', 'size', 'preview'],
     headers: ['Msgid', 'State', ['Priority', 'num'], ['Age', 'num'], ['Attempts', 'num'], 'Last error', ['Size', 'num'], 'Payload', ''],
   });
-  for (const st of ['pending', 'inflight', 'dead', 'done', 'cancelled']) {
+  for (const st of ['pending', 'inflight', 'waiting', 'dead', 'done', 'cancelled']) {
     tabs.append(el('button', { type: 'button', 'data-state': st, 'aria-pressed': String(st === stateNow), onclick: (ev) => {
       stateNow = st;
       for (const b of tabs.children) b.setAttribute('aria-pressed', String(b === ev.currentTarget));
@@ -616,6 +617,8 @@ function jobView(j) {
     ['Last error', j.last_error || '–'], ['Not before', j.not_before ? when(j.not_before) : '–'],
     ['Finished', j.finished ? when(j.finished) : '–'], ['Headers', j.headers || '–']);
   out.push(el('dl', { class: 'fields', id: 'fields' }, f.map(([k, v]) => [el('dt', null, k), el('dd', { 'data-field': k }, v)])));
+  const flow = workflowView(j);
+  if (flow) out.push(el('h2', null, 'Workflow'), flow);
   out.push(el('h2', null, 'Payload ', el('span', { class: 'muted' }, bytes(j.payload_size))),
     el('pre', { id: 'preview' }, j.preview + (j.payload_size > j.preview.length ? ' …' : '')),
     el('a', { href: '/api/v1/jobs/' + enc(j.msgid) + '/payload', download: j.msgid + '.payload', id: 'download' }, 'Download the whole payload'));
@@ -634,6 +637,95 @@ function jobView(j) {
     td(e.worker || ''), td(e.reason || '', 'wrap')));
   out.push(el('h2', null, 'History'), table(['Time', 'What', ['Attempt', 'num'], 'Worker', 'Why'], trail));
   return out;
+}
+
+// workflowView draws a job between what it waits for and what waits for
+// it: parents (with their states) and the batch it waits for on the
+// left, the job with its batch and its rule in the middle, the jobs that
+// wait for it on the right; null for a job of no workflow.
+function workflowView(j) {
+  const parents = j.after || [];
+  const children = j.children || [];
+  if (!parents.length && !children.length && !j.batch && !j.after_batch) return null;
+  const node = (href, label, state) => el('li', null, el('a', { href }, label), state ? el('span', { class: 'state-' + state }, ' ' + state) : '');
+  const left = el('ul', { class: 'flow-col', id: 'parents', 'aria-label': 'Waits for' },
+    parents.map((p) => node('#/job/' + enc(p.msgid), p.msgid, p.state || 'done (not kept)')),
+    j.after_batch ? node('#/batch/' + enc(j.after_batch), 'batch ' + j.after_batch, '') : []);
+  if (!left.children.length) left.append(el('li', { class: 'muted' }, 'nothing'));
+  const middle = el('div', { class: 'flow-col flow-self' }, el('strong', null, j.state),
+    j.batch ? el('div', null, 'in batch ', el('a', { href: '#/batch/' + enc(j.batch), id: 'batch-link' }, j.batch)) : '',
+    j.state === 'waiting' ? el('div', null, 'waits for ' + num(j.waits) + ' more') : '',
+    j.after_failed ? el('div', { class: 'muted' }, 'if one fails: ' + j.after_failed) : '');
+  const right = el('ul', { class: 'flow-col', id: 'children', 'aria-label': 'Waited for by' },
+    children.map((c) => node('#/job/' + enc(c), c, '')));
+  if (!right.children.length) right.append(el('li', { class: 'muted' }, 'nothing'));
+  return el('div', { class: 'flow', id: 'workflow' }, el('div', null, el('div', { class: 'muted' }, 'Waits for'), left),
+    el('div', { class: 'flow-arrow', 'aria-hidden': 'true' }, '→'), middle, el('div', { class: 'flow-arrow', 'aria-hidden': 'true' }, '→'),
+    el('div', null, el('div', { class: 'muted' }, 'Waited for by'), right));
+}
+
+// batchBar is a batch's progress: what ended (done, dead, cancelled,
+// removed) of all its jobs.
+function batchBar(b) {
+  const ended = b.done + b.dead + b.cancelled + b.removed;
+  const all = ended + b.waiting + b.pending;
+  return el('span', null, el('progress', { max: all || 1, value: ended, 'data-batch': b.name }), ' ', num(ended) + ' of ' + num(all));
+}
+
+function batchesPage() {
+  document.title = 'EMQ · Batches';
+  const box = el('div', { id: 'batches' });
+  $('#main').append(el('h1', null, 'Batches'),
+    el('p', { class: 'muted' }, 'Jobs sent with batch:NAME. A job with after-batch:NAME runs once its batch is complete: closed, nothing of it waiting or pending.'), box);
+  let n = 0;
+  const load = async () => {
+    let p;
+    try { p = await api('GET', '/api/v1/batches?limit=1000'); } catch (e) { box.replaceChildren(el('p', { class: 'err' }, e.message)); return; }
+    const rows = (p.batches || []).map((b) => el('tr', { 'data-batch': b.name }, td(el('a', { href: '#/batch/' + enc(b.name) }, b.name)),
+      td(b.state), td(batchBar(b)), tdn(num(b.waiting)), tdn(num(b.pending)), tdn(num(b.done)), tdn(num(b.dead)), tdn(num(b.cancelled)),
+      tdn(num(b.waiters)), tdn(ago(b.created))));
+    box.replaceChildren(table(['Batch', 'State', 'Progress', ['Waiting', 'num'], ['Pending', 'num'], ['Done', 'num'], ['Dead', 'num'],
+      ['Cancelled', 'num'], ['Waiters', 'num'], ['Created', 'num']], rows, 'No batches. Send jobs with the header batch:NAME.'));
+  };
+  app.onTick = () => { if (++n % 2 === 0) load(); };
+  load();
+}
+
+function batchPage(name) {
+  document.title = 'EMQ · batch ' + name;
+  const numbers = el('div', { class: 'cards', id: 'numbers' });
+  const actions = el('div', { class: 'row', id: 'actions' });
+  const list = jobList(() => ({ header: 'batch:' + name }), {
+    queueField: true,
+    columns: ['queue', 'msgid', 'state', 'age', 'attempts', 'error', 'size'],
+    headers: ['Queue', 'Msgid', 'State', ['Age', 'num'], ['Attempts', 'num'], 'Last error', ['Size', 'num'], ''],
+  });
+  $('#main').append(el('p', null, el('a', { href: '#/batches' }, '← Batches')), el('h1', null, 'Batch ', name), numbers, actions,
+    el('h2', null, 'Its jobs waiting, pending and dead'), list.el);
+  let drawn = null;
+  let n = 0;
+  const load = async () => {
+    let b;
+    try { b = await api('GET', '/api/v1/batches/' + enc(name)); } catch (e) {
+      numbers.replaceChildren(el('p', { class: 'err', role: 'alert' }, e.status === 404 ? 'No such batch.' : e.message));
+      return;
+    }
+    numbers.replaceChildren(...[['State', b.state], ['Progress', batchBar(b)], ['Waiting', num(b.waiting)], ['Pending', num(b.pending)],
+      ['In flight', num(b.inflight)], ['Done', num(b.done)], ['Dead', num(b.dead)], ['Cancelled', num(b.cancelled)],
+      ['Removed', num(b.removed)], ['Waiters', num(b.waiters)]]
+      .map(([k, v]) => el('div', { class: 'card', 'data-stat': k }, el('div', { class: 'k' }, k), el('div', { class: 'v' }, v))));
+    if (canChange() && drawn !== b.open) {
+      drawn = b.open;
+      const verb = b.open ? 'close' : 'open';
+      actions.replaceChildren(el('button', { type: 'button', 'data-action': verb, onclick: () => act(b.open ? 'Close' : 'Open', async () => {
+        await api('POST', '/api/v1/batches/' + enc(name) + '/' + verb); load();
+        return (b.open ? 'Closed ' : 'Opened ') + name;
+      }) }, b.open ? 'Close batch' : 'Open batch'));
+    }
+  };
+  app.onTick = () => { if (++n % 2 === 0) { load(); list.load(false); } };
+  load();
+  list.load(false);
 }
 
 function deadPage() {
