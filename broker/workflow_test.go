@@ -216,3 +216,32 @@ func TestWorkflowAcrossARestart(t *testing.T) {
 		w.Sync() // a third job would come before the SYNC's answer
 	})
 }
+
+// A running job adds a job to its own batch: the batch is not complete
+// while it runs, so the new job counts, and the callback after the batch
+// runs only once both are done.
+func TestWorkflowRunningJobAddsToItsBatch(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, start func(func(*broker.Options)) *bt.Broker) {
+		b := start(nil)
+		c := bt.Dial(t, b.Frontend(), "c")
+		first := c.Request("q", "batch:b", nil)
+		callback := c.Request("q", "after-batch:b", []byte("callback"))
+		w := bt.Worker(t, b.Backend(), "w", "q")
+		w.Ready(1)
+		if req := bt.Expect[*emqp.Request](w); req.MsgID != first {
+			t.Fatalf("ran %s", req.MsgID)
+		}
+		added := c.Request("q", "batch:b", nil) // sent by the running job
+		w.Reply(first, nil)
+		w.Ready(1)
+		if req := bt.Expect[*emqp.Request](w); req.MsgID != added {
+			t.Fatalf("after the first: %s; want the job it added, not the callback", req.MsgID)
+		}
+		w.Reply(added, nil)
+		w.Ready(1)
+		if req := bt.Expect[*emqp.Request](w); req.MsgID != callback {
+			t.Fatalf("after both: %s; want the callback", req.MsgID)
+		}
+	})
+}
