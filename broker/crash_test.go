@@ -126,7 +126,7 @@ type rawPeer struct {
 	in   chan emqp.Message
 }
 
-func dialRaw(t *testing.T, endpoint, id string) *rawPeer {
+func dialRaw(t testing.TB, endpoint, id string) *rawPeer {
 	t.Helper()
 	conn, err := zmtp.Dial(context.Background(), endpoint, zmtp.DialOptions{Identity: []byte(id)})
 	if err != nil {

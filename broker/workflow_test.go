@@ -182,7 +182,7 @@ func TestWorkflowRefusals(t *testing.T) {
 	}
 }
 
-func mustHeaders(t *testing.T, s string) emqp.Headers {
+func mustHeaders(t testing.TB, s string) emqp.Headers {
 	h, err := emqp.ParseHeaders(s)
 	if err != nil {
 		t.Fatal(err)

@@ -44,7 +44,7 @@
 //	waiting     len(queue) queue seq -> msgid: jobs that wait for others (workflow.go)
 //	after       len(parent) parent -> 1: something waits for parent;
 //	            len(parent) parent child -> (nothing): child waits for parent
-//	batches     batch name -> open, counts by state, waiters (JSON)
+//	batches     batch name -> open, times, counts by state, waiters
 //	after_batch len(batch) batch child -> (nothing): child waits for the batch
 //	settling    'j' msgid or 'b' batch -> status: an end whose children
 //	            are not all settled yet (a bounded backend's later writes)

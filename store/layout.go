@@ -25,7 +25,7 @@ var (
 	BucketUniqueExp = []byte("unique_exp")  // expiry (8) + unique index key -> nothing: holds that end
 	BucketWaiting   = []byte("waiting")     // queue key + seq -> msgid: jobs waiting for others (workflow.go)
 	BucketAfter     = []byte("after")       // len + parent msgid + child msgid -> nothing: who waits for whom
-	BucketBatches   = []byte("batches")     // batch name -> its record (open, counts), JSON
+	BucketBatches   = []byte("batches")     // batch name -> its record (open, counts by state, waiters)
 	BucketAfterB    = []byte("after_batch") // len + batch name + child msgid -> nothing: who waits for a batch
 	BucketSettling  = []byte("settling")    // 'j' msgid or 'b' batch name -> status: ends whose children are not all settled
 )

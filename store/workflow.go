@@ -2,9 +2,10 @@ package store
 
 import (
 	"bytes"
-	"encoding/json"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -250,20 +251,57 @@ func getBatch(t Tx, name string) (*Batch, error) {
 	if v == nil {
 		return nil, nil
 	}
-	b := &Batch{}
-	if err := json.Unmarshal(v, b); err != nil {
-		return nil, jobError{fmt.Errorf("%w: the record of batch %q: %v", ErrCorrupt, name, err)}
+	b, err := decodeBatch(name, v)
+	if err != nil {
+		return nil, jobError{err}
 	}
-	b.Name = name
 	return b, nil
 }
 
 func putBatch(t Tx, b *Batch) error {
-	v, err := json.Marshal(b)
-	if err != nil {
-		return err
+	return t.Put(BucketBatches, []byte(b.Name), b.encode())
+}
+
+// A batch's record: version 1, flags (1: open), created and completed
+// as varint unix nanoseconds (0: none), then the counts as uvarints:
+// waiting, pending, done, dead, cancelled, removed, waiters. Every job
+// of a batch changes it, twice: it is small and cheap to read.
+const batchVersion = 1
+
+func (b *Batch) encode() []byte {
+	out := make([]byte, 0, 2+9*binary.MaxVarintLen64)
+	flags := byte(0)
+	if b.Open {
+		flags |= 1
 	}
-	return t.Put(BucketBatches, []byte(b.Name), v)
+	out = append(out, batchVersion, flags)
+	out = binary.AppendVarint(out, unixNano(b.Created))
+	out = binary.AppendVarint(out, unixNano(b.Completed))
+	for _, n := range []int{b.Waiting, b.Pending, b.Done, b.Dead, b.Cancelled, b.Removed, b.Waiters} {
+		out = binary.AppendUvarint(out, uint64(n))
+	}
+	return out
+}
+
+func decodeBatch(name string, v []byte) (*Batch, error) {
+	if len(v) < 2 || v[0] != batchVersion {
+		return nil, fmt.Errorf("%w: the record of batch %q has an unknown version", ErrCorrupt, name)
+	}
+	b := &Batch{Name: name, Open: v[1]&1 != 0}
+	r := reader{b: v[2:]}
+	if ns := r.varint(); ns != 0 {
+		b.Created = time.Unix(0, ns)
+	}
+	if ns := r.varint(); ns != 0 {
+		b.Completed = time.Unix(0, ns)
+	}
+	for _, n := range []*int{&b.Waiting, &b.Pending, &b.Done, &b.Dead, &b.Cancelled, &b.Removed, &b.Waiters} {
+		*n = int(min(r.uvarint(), math.MaxInt32))
+	}
+	if r.bad {
+		return nil, fmt.Errorf("%w: the record of batch %q is truncated", ErrCorrupt, name)
+	}
+	return b, nil
 }
 
 // moved counts a job of batch name going from state from (0: new) to
@@ -570,11 +608,10 @@ func (jn *Core) ListBatches(after string, limit int) ([]*Batch, string, error) {
 				next = out[len(out)-1].Name
 				return false, nil
 			}
-			b := &Batch{}
-			if err := json.Unmarshal(v, b); err != nil {
-				return false, fmt.Errorf("%w: the record of batch %q: %v", ErrCorrupt, k, err)
+			b, err := decodeBatch(string(k), v)
+			if err != nil {
+				return false, err
 			}
-			b.Name = string(k)
 			out = append(out, b)
 			return true, nil
 		})

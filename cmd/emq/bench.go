@@ -52,6 +52,7 @@ publish→received latencies.`,
 	f.Bool("ack-only", false, "senders wait for the ACK only, as the anchors' producers do; jobs/s runs to the last job run by the worker")
 	f.Int("priorities", 0, "every job has a priority header, this many values in turn (1: the same on every job; 0: none)")
 	f.Bool("unique", false, "every job has a unique key (a distinct one each)")
+	f.String("batch", "", "every job is in this batch (header batch:NAME)")
 	f.Bool("curve", false, "its own broker speaks CURVE, senders and worker each with a key (for a running broker: the --curve-* or --plain-* flags)")
 	addSecurityFlags(f)
 	f.Bool("pubsub", false, "measure pub/sub fan-out instead of jobs")
@@ -70,7 +71,7 @@ publish→received latencies.`,
 			return err
 		}
 		o := bench.Options{Frontend: c.str("frontend"), Backend: c.str("backend"), Rate: c.v.GetFloat64("rate"),
-			AckOnly: c.v.GetBool("ack-only"), Curve: c.v.GetBool("curve"), Priorities: c.v.GetInt("priorities"), Unique: c.v.GetBool("unique")}
+			AckOnly: c.v.GetBool("ack-only"), Curve: c.v.GetBool("curve"), Priorities: c.v.GetInt("priorities"), Unique: c.v.GetBool("unique"), Batch: c.str("batch")}
 		if o.Security, err = securityFrom(c); err != nil {
 			return err
 		}
@@ -158,6 +159,9 @@ func printResult(w io.Writer, r bench.Result) {
 	}
 	if r.Unique {
 		fmt.Fprint(w, ", a unique key each")
+	}
+	if r.Batch != "" {
+		fmt.Fprintf(w, ", every job in batch %s", r.Batch)
 	}
 	fmt.Fprintf(w, "\n%.0f jobs/s (%.2f s)\n", r.JobsPerSec, r.Seconds)
 	fmt.Fprintf(w, "REQUEST→ACK    p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.2f ms\n", r.AckP50, r.AckP99, r.AckP999, r.AckMax)

@@ -61,6 +61,7 @@ type Options struct {
 	AckOnly           bool    // senders wait for the ACK only (see the package doc)
 	Priorities        int     // every job has a priority header, this many values in turn (0: none)
 	Unique            bool    // every job has a unique key, its own
+	Batch             string  // every job is in this batch (issue 32 wants it within 10 % of plain jobs)
 	// Curve runs the bench's own broker with CURVE, its senders and
 	// worker with a key each; Security is the credentials for a running
 	// broker (Frontend, Backend).
@@ -100,6 +101,7 @@ type Result struct {
 	AckOnly    bool    `json:"ack_only,omitempty"`
 	Priorities int     `json:"priorities,omitempty"`
 	Unique     bool    `json:"unique,omitempty"`
+	Batch      string  `json:"batch,omitempty"`
 	ReplaySec  float64 `json:"replay_seconds,omitempty"`
 	// The journal's commits during the run (own broker only): how many a
 	// job cost, how long one took, how many writes shared one.
@@ -120,7 +122,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	res := Result{Jobs: o.Jobs, Senders: o.Senders, Window: o.Window, Slots: o.Slots, Size: o.Size, Rate: o.Rate, Preload: o.Preload,
-		AckOnly: o.AckOnly, Priorities: o.Priorities, Unique: o.Unique}
+		AckOnly: o.AckOnly, Priorities: o.Priorities, Unique: o.Unique, Batch: o.Batch}
 	commits := new(commitCount)
 	if o.Frontend == "" {
 		stop, replay, err := startBroker(ctx, &o, commits)
@@ -279,6 +281,9 @@ func jobOptions(o Options, i int64, id string) []client.Option {
 	opts := []client.Option{client.MsgID(id)}
 	if o.Priorities > 0 {
 		opts = append(opts, client.Priority(uint16(i%int64(o.Priorities))))
+	}
+	if o.Batch != "" {
+		opts = append(opts, client.Batch(o.Batch, false))
 	}
 	if o.Unique {
 		opts = append(opts, client.Unique("bench-"+id, 0))
