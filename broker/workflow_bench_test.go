@@ -94,3 +94,55 @@ func batchCallback(b *testing.B, br *bt.Broker) {
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N)/1000, "ms/callback")
 	b.ReportMetric(float64(worst.Microseconds())/1000, "ms-worst")
 }
+
+// BenchmarkParentRelease is one job with 10,000 jobs waiting for it
+// (after), its worker holding it until they are all stored: the figure
+// is the time from its REPLY to the last of them run by the worker of 64
+// slots, which replies at once: releasing them (one journal write on
+// bbolt), then running them.
+//
+//	go test -run '^$' -bench ParentRelease -benchtime 3x ./broker/
+func BenchmarkParentRelease(b *testing.B) {
+	const children = 10_000
+	br := bt.Start(b, "", func(o *broker.Options) { o.Logger = slog.New(slog.DiscardHandler) })
+	c := dialRaw(b, br.Frontend(), "c")
+	w := dialRaw(b, br.Backend(), "w")
+	w.send(&emqp.Inform{MsgID: emqp.NewID(), Queues: []emqp.Queue{{Weight: 10, Name: "q"}}})
+	for range 64 {
+		w.send(&emqp.Ready{MsgID: emqp.NewID()})
+	}
+	next := func() *emqp.Request {
+		for {
+			if r, ok := (<-w.in).(*emqp.Request); ok {
+				return r
+			}
+		}
+	}
+	var total time.Duration
+	for range b.N {
+		parent := emqp.NewID()
+		c.send(&emqp.Request{MsgID: parent, Queue: "q"})
+		if r := next(); r.MsgID != parent {
+			b.Fatalf("got %s", r.MsgID)
+		}
+		h := mustHeaders(b, "after:"+parent)
+		for range children {
+			c.send(&emqp.Request{MsgID: emqp.NewID(), Queue: "q", Headers: h})
+		}
+		for acks := 0; acks < children+1; {
+			if _, ok := (<-c.in).(*emqp.Ack); ok {
+				acks++
+			}
+		}
+		start := time.Now()
+		w.send(&emqp.Reply{MsgID: emqp.NewID(), OrigMsgID: parent})
+		w.send(&emqp.Ready{MsgID: emqp.NewID()})
+		for range children {
+			r := next()
+			w.send(&emqp.Reply{MsgID: emqp.NewID(), OrigMsgID: r.MsgID})
+			w.send(&emqp.Ready{MsgID: emqp.NewID()})
+		}
+		total += time.Since(start)
+	}
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/release-and-run")
+}
