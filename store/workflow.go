@@ -186,7 +186,7 @@ func (f *flow) attach(t Tx, j *Job) (write func(id []byte) error, err error) {
 			return nil, jobError{fmt.Errorf("%w: %s is the job itself", ErrUnknownParent, p)}
 		}
 		rec := t.Get(BucketJobs, pid)
-		if rec == nil || len(rec) <= recState {
+		if len(rec) <= recState {
 			if resultKept(t, pid) { // done, its record gone with its result still kept
 				continue
 			}
@@ -426,7 +426,7 @@ func (f *flow) settle(t Tx, kind byte, name []byte, status byte) error {
 // settleChild is one child's share of its parent's (or batch's) end.
 func (f *flow) settleChild(t Tx, id []byte, ok bool, kind byte, parent []byte) error {
 	rec := t.Get(BucketJobs, id)
-	if rec == nil || len(rec) <= recState || State(rec[recState]) != Waiting {
+	if len(rec) <= recState || State(rec[recState]) != Waiting {
 		return nil // removed or cancelled meanwhile
 	}
 	j, err := decodeJob(id, rec, false)
