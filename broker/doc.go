@@ -14,7 +14,8 @@
 // This package is the loop and what it owns. Everyone else (package
 // admin, package group, cmd/emq, tests) uses its named API: Queues,
 // Workers, State, InFlight, Job, ListJobs, RetryDead, RemoveJob,
-// PurgeQueue, ChangeQueue, the schedule calls, Listen, Stats, Serving.
+// PurgeQueue, ChangeQueue, the schedule calls, the batch calls (Batch,
+// Batches, OpenBatch, Children), Listen, Stats, Serving.
 // Each call that touches loop state posts a closure through query or
 // change (api.go) and gets the closure's own result back over a channel,
 // so nothing outside the loop holds loop state, and a caller that gives
