@@ -12,7 +12,7 @@ import (
 	"github.com/eventmq/emq/internal/etcdtest"
 )
 
-// A fan-out of 100 jobs in a batch with a callback after it, and a chain
+// A fan-out of 1,000 jobs in a batch with a callback after it, and a chain
 // of three, half run when the leader is killed: the new leader, from
 // etcd, runs the rest, then the callback once after them all, and the
 // chain in order.
@@ -32,7 +32,7 @@ func TestGroupFailoverKeepsWorkflows(t *testing.T) {
 	}
 	defer c.Close()
 	fan := map[string]bool{}
-	for range 100 {
+	for range 1000 {
 		id, err := c.Send(ctx, "fan", nil, client.Batch("b", false))
 		if err != nil {
 			t.Fatal(err)
@@ -57,7 +57,7 @@ func TestGroupFailoverKeepsWorkflows(t *testing.T) {
 	}
 	w := bt.Worker(t, leader.backend, "w", "fan")
 	ran := map[string]bool{}
-	for range 50 {
+	for range 500 {
 		w.Ready(1)
 		req := bt.Expect[*emqp.Request](w)
 		ran[req.MsgID] = true
