@@ -27,7 +27,8 @@ line: NAME.key is the secret key (mode 0600), NAME.pub the public key. The
 broker takes its own with --curve-secret-key-file and lists its peers'
 public keys in --curve-clients; a client or worker takes its own with
 --curve-key-file and the broker's public key with --curve-server-key.`,
-		Args: cobra.ExactArgs(1),
+		Args:        cobra.ExactArgs(1),
+		Annotations: map[string]string{noEnv: "yes"},
 	}
 	force := cmd.Flags().Bool("force", false, "replace NAME.key and NAME.pub if they exist")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
