@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"io"
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/store"
@@ -67,6 +68,11 @@ type API interface {
 	Batches(ctx context.Context, after string, limit int) (BatchPage, error)
 	Batch(ctx context.Context, name string) (BatchInfo, error)
 	OpenBatch(ctx context.Context, name string, open bool) (BatchInfo, error)
+
+	// Backup writes the journal, as one moment, to w (store.Backuper's
+	// format): the broker serves meanwhile. Over HTTP it needs the full
+	// admin token.
+	Backup(ctx context.Context, w io.Writer) (store.BackupStats, error)
 
 	// Events follows what happens to the jobs of queue and msgid ("" =
 	// all) until the stream is closed, falls behind, or the broker stops.

@@ -243,6 +243,10 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 				refuse(w, http.StatusForbidden, "read_only", "the read-only admin token may not change anything")
 				return
 			}
+			if r.URL.Path == "/api/v1/backup" {
+				refuse(w, http.StatusForbidden, "read_only", "a backup holds every job's payload: it needs the full admin token")
+				return
+			}
 		default:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="emq"`)
 			refuse(w, http.StatusUnauthorized, "unauthorized", "missing or wrong admin token (Authorization: Bearer TOKEN, or the dashboard's login)")

@@ -141,6 +141,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/events", s.serveEvents)
 	s.scheduleRoutes(mux)
 	s.batchRoutes(mux)
+	s.backupRoute(mux)
 	mux.HandleFunc("POST /api/v1/compact", func(w http.ResponseWriter, r *http.Request) {
 		s.with(w, func(a API) {
 			st, err := a.Compact(r.Context())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"time"
@@ -758,4 +759,18 @@ func (b *Broker) Children(msgid string, limit int) ([]string, error) {
 		return nil, ErrStopped
 	}
 	return b.journal.Children(msgid, limit)
+}
+
+// Backup writes the journal, as one moment, to w (store.Backuper: every
+// journal EMQ has is one); errors.ErrUnsupported for a journal that is
+// not. The broker goes on serving meanwhile.
+func (b *Broker) Backup(ctx context.Context, w io.Writer, h store.BackupHeader) (store.BackupStats, error) {
+	if !b.running.Load() {
+		return store.BackupStats{}, ErrStopped
+	}
+	bk, ok := b.journal.(store.Backuper)
+	if !ok {
+		return store.BackupStats{}, fmt.Errorf("the journal %T cannot back itself up: %w", b.journal, errors.ErrUnsupported)
+	}
+	return bk.Backup(w, h)
 }

@@ -636,3 +636,25 @@ func OpenJournal(g Options) (j store.Journal, release func(), err error) {
 	}
 	return ej, release, nil
 }
+
+// ReadJournal opens the group's journal in etcd for reading only, also
+// while a broker of the group leads (a backup): it campaigns for nothing
+// and writes nothing. release, after the journal's Close, lets go of the
+// etcd client.
+func ReadJournal(g Options) (j store.Journal, release func(), err error) {
+	if err := g.Validate(); err != nil {
+		return nil, nil, err
+	}
+	cli, err := NewClient(g)
+	if err != nil {
+		return nil, nil, err
+	}
+	eo := etcdstore.DefaultOptions()
+	eo.Prefix, eo.Timeout, eo.ReadOnly, eo.CompactEvery = JournalPrefix(g.Prefix), g.Timeout, true, 0
+	ej, err := etcdstore.Open(cli, eo)
+	if err != nil {
+		cli.Close()
+		return nil, nil, err
+	}
+	return ej, func() { cli.Close() }, nil
+}

@@ -16,7 +16,7 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(newBrokerCmd(), newWorkerCmd(), newSendCmd(), newPubCmd(), newSubCmd(),
 		newStatsCmd(), newQueuesCmd(), newTailCmd(), newWorkersCmd(), newJobsCmd(), newDLQCmd(), newSchedulesCmd(), newBatchesCmd(),
-		newMigrateCmd(), newCompactCmd(), newJournalCmd(), newBenchCmd(), newKeygenCmd(), newPasswdCmd(), newConfigCmd(), newVersionCmd())
+		newMigrateCmd(), newCompactCmd(), newJournalCmd(), newBackupCmd(), newRestoreCmd(), newBenchCmd(), newKeygenCmd(), newPasswdCmd(), newConfigCmd(), newVersionCmd())
 	return root
 }
 

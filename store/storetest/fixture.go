@@ -18,6 +18,7 @@ import (
 // that storage again.
 type fixture struct {
 	t    *testing.T
+	h    Harness
 	opts Options // what the storage was made with
 	open func() (store.Journal, error)
 	j    store.Journal // nil while the test holds it closed
@@ -25,7 +26,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, h Harness, o Options) *fixture {
 	t.Helper()
-	f := &fixture{t: t, opts: o, open: h.Fresh(t, o)}
+	f := &fixture{t: t, opts: o, h: h, open: h.Fresh(t, o)}
 	f.j = f.mustOpen()
 	// Registered after Fresh's own cleanup, so it runs before it.
 	t.Cleanup(func() {

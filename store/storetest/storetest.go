@@ -91,6 +91,8 @@ var checks = []check{
 	{name: "WorkflowBatches", run: workflowBatches},
 	{name: "WorkflowManyChildren", run: workflowManyChildren},
 
+	{name: "BackupRestoresEverything", run: backupRestoresEverything},
+
 	{name: "QueueSettingsAreKept", run: queueSettingsAreKept},
 	{name: "BadQueueSettingsAreRefused", run: badQueueSettingsAreRefused},
 }

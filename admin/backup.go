@@ -1,0 +1,75 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/eventmq/emq/store"
+)
+
+// Backups through the admin API: GET /api/v1/backup streams the
+// journal as one moment (store.Backuper's format), with the full admin
+// token only: a backup holds every job's payload.
+
+// madeBy names what makes a backup: the program, its version and host.
+func madeBy(what string) string {
+	v := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		v = bi.Main.Version
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("emq %s on %s, %s", v, host, what)
+}
+
+func (l *Live) Backup(ctx context.Context, w io.Writer) (store.BackupStats, error) {
+	return l.b.Backup(ctx, w, store.BackupHeader{MadeBy: madeBy("a running broker")})
+}
+
+func (o *Offline) Backup(_ context.Context, w io.Writer) (store.BackupStats, error) {
+	bk, ok := o.j.(store.Backuper)
+	if !ok {
+		return store.BackupStats{}, fmt.Errorf("the journal %T cannot back itself up: %w", o.j, errors.ErrUnsupported)
+	}
+	return bk.Backup(w, store.BackupHeader{MadeBy: madeBy("offline")})
+}
+
+// Backup downloads a running broker's backup into w, with no timeout but
+// ctx's. It says only how many bytes came: check them (store.CheckBackup)
+// before trusting them.
+func (c *Client) Backup(ctx context.Context, w io.Writer) (store.BackupStats, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", c.base+"/api/v1/backup", nil)
+	if err != nil {
+		return store.BackupStats{}, err
+	}
+	stream := *c.http
+	stream.Timeout = 0
+	resp, err := c.do(&stream, req)
+	if err != nil {
+		return store.BackupStats{}, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(w, resp.Body)
+	return store.BackupStats{Bytes: n}, err
+}
+
+func (s *Server) backupRoute(mux *http.ServeMux) {
+	mux.HandleFunc("GET /api/v1/backup", func(w http.ResponseWriter, r *http.Request) {
+		s.with(w, func(a API) {
+			name := "emq-" + time.Now().UTC().Format("20060102-150405") + ".emqbackup"
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name))
+			if _, err := a.Backup(r.Context(), w); err != nil {
+				// Past the first bytes the status is sent: the stream ends
+				// without its checksum, which a restore refuses.
+				s.opts.Logger.Error("backup failed; the stream sent is cut short", "err", err)
+				panic(http.ErrAbortHandler)
+			}
+		})
+	})
+}

@@ -1,0 +1,418 @@
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"time"
+)
+
+// Backups: a journal's every key, as one point in time, in a stream of
+// its own format that any backend restores (a group on etcd moves to one
+// broker's bbolt file and back). Backup reads in one read transaction of
+// the backend, which sees one moment however long it reads (boltstore:
+// a clone of the log's memtable over a bbolt read transaction, with no
+// checkpoint needed first; etcdstore: one revision, which compaction
+// keeps while the view reads): every write durable before it began (every
+// job ACKed) is in it, and none that came later.
+//
+// The stream:
+//
+//	"EMQ-BACKUP 1\n"
+//	uvarint length, the header (JSON: BackupHeader)
+//	records: 'r', then bucket, key and value, each a uvarint length and its bytes
+//	'e', uvarint record count, then the SHA-256 of every byte before it
+//
+// The values are as the journal's logic reads them (not a backend's
+// sealed form); of the meta bucket only the job sequence goes, which the
+// restoring backend takes as its own. Restore checks the whole stream
+// (its magic, header, every record's form and the checksum) before it
+// writes anything.
+
+// BackupMagic starts every backup.
+const BackupMagic = "EMQ-BACKUP 1\n"
+
+// BackupFormat is the version of the stream Backup writes.
+const BackupFormat = 1
+
+// Buckets are every bucket of the layout, in the order a backup holds
+// them.
+var Buckets = [][]byte{BucketMeta, BucketJobs, BucketPending, BucketDead, BucketResults, BucketResultExp,
+	BucketSchedules, BucketQueues, BucketDone, BucketDamaged, BucketCancelled, BucketUnique, BucketUniqueExp,
+	BucketWaiting, BucketAfter, BucketBatches, BucketAfterB, BucketSettling}
+
+// SeqKey is the job sequence's key in the meta bucket, in every backend.
+var SeqKey = []byte("seq")
+
+// BackupHeader says what a backup is.
+type BackupHeader struct {
+	Format  int       `json:"format"`
+	Created time.Time `json:"created"`
+	MadeBy  string    `json:"made_by"` // the program and broker that made it
+	Journal string    `json:"journal"` // the journal it was taken from
+}
+
+// BackupStats is what a backup or a restore held.
+type BackupStats struct {
+	Header  BackupHeader `json:"header"`
+	Records int          `json:"records"`
+	Jobs    int          `json:"jobs"`
+	Bytes   int64        `json:"bytes"`
+	Sum     string       `json:"sha256"`
+}
+
+// ErrBadBackup is a backup stream that is not whole or not ours: damaged,
+// cut short, or of a format this binary does not read.
+var ErrBadBackup = errors.New("not a whole EMQ backup")
+
+// Backuper is a journal that can back itself up and restore a backup.
+// Core is one: every backend is.
+type Backuper interface {
+	Backup(w io.Writer, h BackupHeader) (BackupStats, error)
+	Restore(r io.Reader) (BackupStats, error)
+	// Empty reports whether the journal holds nothing but its own meta.
+	Empty() (bool, error)
+}
+
+var _ Backuper = (*Core)(nil)
+
+// countWriter counts and hashes what it writes.
+type countWriter struct {
+	w   *bufio.Writer
+	h   hash.Hash
+	n   int64
+	err error
+}
+
+func (c *countWriter) write(p []byte) {
+	if c.err != nil {
+		return
+	}
+	_, c.err = c.w.Write(p)
+	c.h.Write(p)
+	c.n += int64(len(p))
+}
+
+func (c *countWriter) field(p []byte) {
+	var l [binary.MaxVarintLen64]byte
+	c.write(l[:binary.PutUvarint(l[:], uint64(len(p)))])
+	c.write(p)
+}
+
+// Backup implements Backuper: it writes the journal's every key to w, as
+// one moment, and returns what it wrote.
+func (jn *Core) Backup(w io.Writer, h BackupHeader) (BackupStats, error) {
+	h.Format = BackupFormat
+	if h.Created.IsZero() {
+		h.Created = time.Now()
+	}
+	if h.Journal == "" {
+		h.Journal = jn.name
+	}
+	head, err := json.Marshal(h)
+	if err != nil {
+		return BackupStats{}, err
+	}
+	cw := &countWriter{w: bufio.NewWriterSize(w, 1<<20), h: sha256.New()}
+	cw.write([]byte(BackupMagic))
+	cw.field(head)
+	st := BackupStats{Header: h}
+	err = jn.view(func(t Tx) error {
+		for _, b := range Buckets {
+			err := t.Scan(b, nil, func(k, v []byte) (bool, error) {
+				if bytes.Equal(b, BucketMeta) && !bytes.Equal(k, SeqKey) {
+					return true, nil // the backend's own (schema, format)
+				}
+				cw.write([]byte{'r'})
+				cw.field(b)
+				cw.field(k)
+				cw.field(v)
+				st.Records++
+				if bytes.Equal(b, BucketJobs) {
+					st.Jobs++
+				}
+				t.Release(v)
+				return cw.err == nil, cw.err
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return st, err
+	}
+	tail := binary.AppendUvarint([]byte{'e'}, uint64(st.Records))
+	cw.write(tail)
+	sum := cw.h.Sum(nil) // of every byte before it
+	cw.write(sum)
+	if cw.err == nil {
+		cw.err = cw.w.Flush()
+	}
+	st.Bytes, st.Sum = cw.n, fmt.Sprintf("%x", sum)
+	return st, cw.err
+}
+
+// backupReader reads a backup stream, hashing what it reads.
+type backupReader struct {
+	r   *bufio.Reader
+	h   hash.Hash
+	off int64
+}
+
+func (br *backupReader) fail(format string, args ...any) error {
+	return fmt.Errorf("%w: at byte %d: %s", ErrBadBackup, br.off, fmt.Sprintf(format, args...))
+}
+
+func (br *backupReader) byte() (byte, error) {
+	c, err := br.r.ReadByte()
+	if err != nil {
+		return 0, br.fail("cut short (%v)", err)
+	}
+	br.h.Write([]byte{c})
+	br.off++
+	return c, nil
+}
+
+func (br *backupReader) uvarint() (uint64, error) {
+	var buf [binary.MaxVarintLen64]byte
+	for i := range buf {
+		c, err := br.byte()
+		if err != nil {
+			return 0, err
+		}
+		buf[i] = c
+		if c < 0x80 {
+			v, n := binary.Uvarint(buf[:i+1])
+			if n <= 0 {
+				return 0, br.fail("a length that does not read")
+			}
+			return v, nil
+		}
+	}
+	return 0, br.fail("a length that does not read")
+}
+
+// field reads a length and that many bytes, at most max.
+func (br *backupReader) field(max uint64) ([]byte, error) {
+	n, err := br.uvarint()
+	if err != nil {
+		return nil, err
+	}
+	if n > max {
+		return nil, br.fail("a field of %d bytes, over %d", n, max)
+	}
+	p := make([]byte, n)
+	if _, err := io.ReadFull(br.r, p); err != nil {
+		return nil, br.fail("cut short in a field of %d bytes", n)
+	}
+	br.h.Write(p)
+	br.off += int64(n)
+	return p, nil
+}
+
+// maxField bounds one field of a backup: a value is at most a job.
+const maxField = 1 << 31
+
+// readBackup reads a whole backup, calling fn for each record (fn nil:
+// only checked), and returns what it held. The records fn got before an
+// error are not to be trusted: check first.
+func readBackup(r io.Reader, fn func(bucket, key, val []byte) error) (BackupStats, error) {
+	br := &backupReader{r: bufio.NewReaderSize(r, 1<<20), h: sha256.New()}
+	magic := make([]byte, len(BackupMagic))
+	if _, err := io.ReadFull(br.r, magic); err != nil || string(magic) != BackupMagic {
+		return BackupStats{}, fmt.Errorf("%w: it does not start with %q", ErrBadBackup, BackupMagic[:len(BackupMagic)-1])
+	}
+	br.h.Write(magic)
+	br.off = int64(len(magic))
+	head, err := br.field(1 << 20)
+	if err != nil {
+		return BackupStats{}, err
+	}
+	var st BackupStats
+	if err := json.Unmarshal(head, &st.Header); err != nil {
+		return st, br.fail("its header does not read: %v", err)
+	}
+	if st.Header.Format != BackupFormat {
+		return st, fmt.Errorf("%w: format %d; this binary reads format %d", ErrBadBackup, st.Header.Format, BackupFormat)
+	}
+	for {
+		at := br.off
+		tag, err := br.byte()
+		if err != nil {
+			return st, err
+		}
+		switch tag {
+		case 'r':
+			var parts [3][]byte
+			for i := range parts {
+				if parts[i], err = br.field(maxField); err != nil {
+					return st, err
+				}
+			}
+			if !knownBucket(parts[0]) {
+				return st, fmt.Errorf("%w: at byte %d: a record of unknown bucket %q", ErrBadBackup, at, parts[0])
+			}
+			st.Records++
+			if bytes.Equal(parts[0], BucketJobs) {
+				st.Jobs++
+			}
+			if fn != nil {
+				if err := fn(parts[0], parts[1], parts[2]); err != nil {
+					return st, err
+				}
+			}
+		case 'e':
+			n, err := br.uvarint()
+			if err != nil {
+				return st, err
+			}
+			sum := br.h.Sum(nil) // of every byte before it
+			got := make([]byte, sha256.Size)
+			if _, err := io.ReadFull(br.r, got); err != nil {
+				return st, br.fail("cut short in its checksum")
+			}
+			if n != uint64(st.Records) {
+				return st, br.fail("it says %d records, it holds %d", n, st.Records)
+			}
+			if !bytes.Equal(got, sum) {
+				return st, fmt.Errorf("%w: its checksum does not match its bytes (damaged)", ErrBadBackup)
+			}
+			if _, err := br.r.ReadByte(); err != io.EOF {
+				return st, fmt.Errorf("%w: bytes after its end", ErrBadBackup)
+			}
+			st.Bytes = br.off + int64(len(got))
+			st.Sum = fmt.Sprintf("%x", got)
+			return st, nil
+		default:
+			return st, fmt.Errorf("%w: at byte %d: a record that is neither 'r' nor 'e' (damaged)", ErrBadBackup, at)
+		}
+	}
+}
+
+func knownBucket(b []byte) bool {
+	for _, k := range Buckets {
+		if bytes.Equal(k, b) {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckBackup reads a whole backup and reports what it holds, or why it
+// is not whole (ErrBadBackup).
+func CheckBackup(r io.Reader) (BackupStats, error) { return readBackup(r, nil) }
+
+// Restore implements Backuper: it writes every record of r into the
+// journal, in writes of restoreChunk records (etcd: what one transaction
+// may hold). Check the backup first (CheckBackup): Restore stops at the
+// first fault, having written what came before it. The journal's own
+// sequence becomes the backup's, once it is opened again.
+func (jn *Core) Restore(r io.Reader) (BackupStats, error) {
+	chunk := 10_000
+	if jn.opts.BulkLimit > 0 {
+		chunk = jn.opts.BulkLimit * 4
+	}
+	type kv struct{ b, k, v []byte }
+	var pending []kv
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		batch := pending
+		pending = nil
+		_, err := Wait(func(done func(struct{}, error)) {
+			jn.Write(func(t Tx) error {
+				for _, p := range batch {
+					if err := t.Put(p.b, p.k, p.v); err != nil {
+						return err
+					}
+				}
+				return nil
+			}, func(err error) { done(struct{}{}, err) })
+		})
+		return err
+	}
+	st, err := readBackup(r, func(b, k, v []byte) error {
+		pending = append(pending, kv{b, k, v})
+		if len(pending) >= chunk {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return st, err
+	}
+	return st, flush()
+}
+
+// Empty implements Backuper.
+func (jn *Core) Empty() (bool, error) {
+	empty := true
+	err := jn.view(func(t Tx) error {
+		for _, b := range Buckets {
+			if bytes.Equal(b, BucketMeta) {
+				continue
+			}
+			err := t.Scan(b, nil, func([]byte, []byte) (bool, error) {
+				empty = false
+				return false, nil
+			})
+			if err != nil || !empty {
+				return err
+			}
+		}
+		return nil
+	})
+	return empty, err
+}
+
+// Clear deletes every key of the journal but its meta (an operator's
+// restore --force over a journal that holds jobs), in writes of at most
+// what one may hold.
+func (jn *Core) Clear() error {
+	limit := jn.opts.BulkLimit * 4
+	if limit <= 0 {
+		limit = 10_000
+	}
+	for _, b := range Buckets {
+		if bytes.Equal(b, BucketMeta) {
+			continue
+		}
+		for {
+			var keys [][]byte
+			err := jn.view(func(t Tx) error {
+				return t.Scan(b, nil, func(k, _ []byte) (bool, error) {
+					keys = append(keys, bytes.Clone(k))
+					return len(keys) < limit, nil
+				})
+			})
+			if err != nil || len(keys) == 0 {
+				if err != nil {
+					return err
+				}
+				break
+			}
+			if _, err := Wait(func(done func(struct{}, error)) {
+				jn.Write(func(t Tx) error {
+					for _, k := range keys {
+						if err := t.Delete(b, k); err != nil {
+							return err
+						}
+					}
+					return nil
+				}, func(err error) { done(struct{}{}, err) })
+			}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,101 @@
+package storetest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/eventmq/emq/store"
+)
+
+// backuper is the journal as a Backuper; every backend's is.
+func (f *fixture) backuper(j store.Journal) store.Backuper {
+	f.t.Helper()
+	b, ok := j.(store.Backuper)
+	if !ok {
+		f.t.Fatalf("the journal %T is not a store.Backuper", j)
+	}
+	return b
+}
+
+// A backup restored into empty storage gives the journal as it was:
+// every job in its state and order (pending, waiting, dead, done with its
+// result, cancelled), schedules, queue controls, unique keys, batches;
+// a job appended afterwards goes to its queue's tail. A damaged or cut
+// backup is refused before anything is written.
+func backupRestoresEverything(t *testing.T, f *fixture) {
+	f.append(job("p1", "q"), job("p2", "q"), job("d", "q"), job("done", "q"), job("x", "other"))
+	f.bury("d", "broken")
+	f.complete("done", []byte("result"), time.Now().Add(time.Hour))
+	f.append(uniqueJob("u", "q", "key-1", time.Hour), after("w", "q", "p1"))
+	batched := job("b1", "q")
+	batched.Batch = "nightly"
+	f.append(batched)
+	f.cancel("x", time.Now().Add(time.Hour))
+	if _, err := store.Wait(func(done func(bool, error)) {
+		f.j.PutSchedule(&store.Schedule{ID: "s", Queue: "q", Every: time.Minute, Payload: []byte("tick"), Next: time.Now().Add(time.Minute), Left: -1}, done)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Wait(func(done func(struct{}, error)) {
+		f.j.PutQueueSettings("q", store.QueueSettings{Concurrency: 3}, func(err error) { done(struct{}{}, err) })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := f.snapshot("done")
+	wantLoad := f.pending()
+
+	var buf bytes.Buffer
+	st, err := f.backuper(f.j).Backup(&buf, store.BackupHeader{MadeBy: "storetest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Jobs != 8 || st.Bytes != int64(buf.Len()) {
+		t.Fatalf("backup: %+v, %d bytes written", st, buf.Len())
+	}
+	if got, err := store.CheckBackup(bytes.NewReader(buf.Bytes())); err != nil || got.Sum != st.Sum || got.Records != st.Records || got.Header.MadeBy != "storetest" {
+		t.Fatalf("check of the backup: %+v, %v; want %+v", got, err, st)
+	}
+
+	// Into fresh storage, checked first: damaged and cut copies refused.
+	target := &fixture{t: t, opts: f.opts, h: f.h, open: f.h.Fresh(t, f.opts)}
+	target.j = target.mustOpen()
+	defer func() { target.j.Close() }()
+	if empty, err := f.backuper(target.j).Empty(); err != nil || !empty {
+		t.Fatalf("a fresh journal: empty %v, %v", empty, err)
+	}
+	damaged := bytes.Clone(buf.Bytes())
+	damaged[len(damaged)/2] ^= 0x40
+	for name, b := range map[string][]byte{"damaged": damaged, "cut": buf.Bytes()[:buf.Len()-7], "empty": nil} {
+		if _, err := store.CheckBackup(bytes.NewReader(b)); !errors.Is(err, store.ErrBadBackup) {
+			t.Errorf("a %s backup: %v; want ErrBadBackup", name, err)
+		}
+	}
+	if _, err := f.backuper(target.j).Restore(bytes.NewReader(buf.Bytes())); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	target.reopen()
+	if got := target.snapshot("done"); got != want {
+		t.Fatalf("restored:\n%s\nwant\n%s", got, want)
+	}
+	if got := target.pending(); fmt.Sprint(got) != fmt.Sprint(wantLoad) {
+		t.Fatalf("restored load %v; want %v", got, wantLoad)
+	}
+	if empty, _ := f.backuper(target.j).Empty(); empty {
+		t.Fatal("a restored journal says it is empty")
+	}
+	target.append(job("new", "q"))
+	if q := target.pending()["q"]; !slices.Equal(q, append(slices.Clone(wantLoad["q"]), "new")) {
+		t.Fatalf("a job appended after the restore: queue %v; want it at the tail", q)
+	}
+	if s, err := target.j.GetSchedule("s"); err != nil || string(s.Payload) != "tick" {
+		t.Fatalf("restored schedule: %+v, %v", s, err)
+	}
+	if b, err := target.j.GetBatch("nightly"); err != nil || b.Pending != 1 {
+		t.Fatalf("restored batch: %+v, %v", b, err)
+	}
+	target.duplicate(uniqueJob("u2", "q", "key-1", 0), "u")
+}
