@@ -70,9 +70,9 @@ type API interface {
 	OpenBatch(ctx context.Context, name string, open bool) (BatchInfo, error)
 
 	// Backup writes the journal, as one moment, to w (store.Backuper's
-	// format): the broker serves meanwhile. Over HTTP it needs the full
-	// admin token.
-	Backup(ctx context.Context, w io.Writer) (store.BackupStats, error)
+	// format), at most pace bytes a second (0: as fast as it goes): the
+	// broker serves meanwhile. Over HTTP it needs the full admin token.
+	Backup(ctx context.Context, w io.Writer, pace int64) (store.BackupStats, error)
 
 	// Events follows what happens to the jobs of queue and msgid ("" =
 	// all) until the stream is closed, falls behind, or the broker stops.

@@ -56,6 +56,9 @@ type BackupHeader struct {
 	Created time.Time `json:"created"`
 	MadeBy  string    `json:"made_by"` // the program and broker that made it
 	Journal string    `json:"journal"` // the journal it was taken from
+	// Pace, if set, bounds the bytes a second Backup writes, so that a
+	// serving broker keeps its share of the machine (not written).
+	Pace int64 `json:"-"`
 }
 
 // BackupStats is what a backup or a restore held.
@@ -81,6 +84,11 @@ type Backuper interface {
 }
 
 var _ Backuper = (*Core)(nil)
+
+var recordTag = []byte{'r'}
+
+// pacedStep is how often a paced backup looks at its pace, in bytes.
+const pacedStep = 1 << 20
 
 // countWriter counts and hashes what it writes.
 type countWriter struct {
@@ -123,17 +131,24 @@ func (jn *Core) Backup(w io.Writer, h BackupHeader) (BackupStats, error) {
 	cw.write([]byte(BackupMagic))
 	cw.field(head)
 	st := BackupStats{Header: h}
+	began, paced := time.Now(), int64(0)
 	err = jn.view(func(t Tx) error {
 		for _, b := range Buckets {
 			err := t.Scan(b, nil, func(k, v []byte) (bool, error) {
 				if bytes.Equal(b, BucketMeta) && !bytes.Equal(k, SeqKey) {
 					return true, nil // the backend's own (schema, format)
 				}
-				cw.write([]byte{'r'})
+				cw.write(recordTag)
 				cw.field(b)
 				cw.field(k)
 				cw.field(v)
 				st.Records++
+				if h.Pace > 0 && cw.n >= paced+pacedStep {
+					paced = cw.n
+					if ahead := time.Duration(float64(cw.n)/float64(h.Pace)*float64(time.Second)) - time.Since(began); ahead > 0 {
+						time.Sleep(ahead) // the pace: the serving broker's share of the machine
+					}
+				}
 				if bytes.Equal(b, BucketJobs) {
 					st.Jobs++
 				}

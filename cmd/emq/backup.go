@@ -35,6 +35,7 @@ one broker's --data-dir, and back.`,
 	}
 	adminFlags(cmd)
 	cmd.Flags().String("to", "", "the backup file to write (required)")
+	cmd.Flags().String("pace", "", "bytes a second the backup may take (KiB, MiB; 0 = as fast as it goes); default: 32MiB with --admin or --etcd-endpoints (a broker serves meanwhile), 0 with --data-dir")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
 		if err != nil {
@@ -43,6 +44,15 @@ one broker's --data-dir, and back.`,
 		to := c.str("to")
 		if to == "" {
 			return errors.New("to: the backup file is required (--to FILE)")
+		}
+		pace := int64(admin.DefaultBackupPace) // a broker, or a group's etcd, serves meanwhile
+		if c.str("data-dir") != "" {
+			pace = 0 // a stopped broker's file
+		}
+		if c.str("pace") != "" {
+			if pace, err = c.size("pace"); err != nil {
+				return err
+			}
 		}
 		var a admin.API
 		if c.str("etcd-endpoints") != "" {
@@ -65,7 +75,7 @@ one broker's --data-dir, and back.`,
 		if err != nil {
 			return fmt.Errorf("to: %w", err)
 		}
-		_, err = a.Backup(cmd.Context(), f)
+		_, err = a.Backup(cmd.Context(), f, pace)
 		if err == nil {
 			err = f.Sync()
 		}

@@ -53,6 +53,8 @@ publish→received latencies.`,
 	f.Int("priorities", 0, "every job has a priority header, this many values in turn (1: the same on every job; 0: none)")
 	f.Bool("unique", false, "every job has a unique key (a distinct one each)")
 	f.String("batch", "", "every job is in this batch (header batch:NAME)")
+	f.String("backup", "", "back the bench's own broker's journal up into this file a second into the run, and say what it cost")
+	f.String("backup-pace", "0", "with --backup: bytes a second the backup may write (KiB, MiB; 0 = as fast as it goes)")
 	f.Bool("curve", false, "its own broker speaks CURVE, senders and worker each with a key (for a running broker: the --curve-* or --plain-* flags)")
 	addSecurityFlags(f)
 	f.Bool("pubsub", false, "measure pub/sub fan-out instead of jobs")
@@ -71,7 +73,7 @@ publish→received latencies.`,
 			return err
 		}
 		o := bench.Options{Frontend: c.str("frontend"), Backend: c.str("backend"), Rate: c.v.GetFloat64("rate"),
-			AckOnly: c.v.GetBool("ack-only"), Curve: c.v.GetBool("curve"), Priorities: c.v.GetInt("priorities"), Unique: c.v.GetBool("unique"), Batch: c.str("batch")}
+			AckOnly: c.v.GetBool("ack-only"), Curve: c.v.GetBool("curve"), Priorities: c.v.GetInt("priorities"), Unique: c.v.GetBool("unique"), Batch: c.str("batch"), BackupTo: c.str("backup")}
 		if o.Security, err = securityFrom(c); err != nil {
 			return err
 		}
@@ -83,6 +85,9 @@ publish→received latencies.`,
 			if *dst, err = c.integer(key); err != nil {
 				return err
 			}
+		}
+		if o.BackupPace, err = c.size("backup-pace"); err != nil {
+			return err
 		}
 		if c.v.GetBool("pubsub") {
 			return benchPubSub(cmd, c)
@@ -167,6 +172,10 @@ func printResult(w io.Writer, r bench.Result) {
 	fmt.Fprintf(w, "REQUEST→ACK    p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.2f ms\n", r.AckP50, r.AckP99, r.AckP999, r.AckMax)
 	fmt.Fprintf(w, "%s  p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.2f ms\n", e2e, r.E2EP50, r.E2EP99, r.E2EP999, r.E2EMax)
 	fmt.Fprintf(w, "lost %d, duplicates %d, errors %d, RSS %.0f MiB\n", r.Lost, r.Duplicates, r.Errors, r.RSSMiB)
+	if r.BackupSec > 0 {
+		fmt.Fprintf(w, "backup: %.2f s, %.0f MiB; meanwhile %.0f jobs/s, the rest of the run %.0f jobs/s\n", r.BackupSec,
+			float64(r.BackupBytes)/(1<<20), r.BackupJobsPerSec, r.OtherJobsPerSec)
+	}
 	if r.CommitsPerJob > 0 {
 		fmt.Fprintf(w, "journal: %.2f commits a job, %.3f ms a commit, %.1f writes a commit\n", r.CommitsPerJob, r.CommitMeanMs, r.WritesPerCommit)
 	}

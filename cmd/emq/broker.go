@@ -219,8 +219,10 @@ func mib(n int64) string { return fmt.Sprintf("%dMiB", n>>20) }
 
 // runUntilSignalled runs b until SIGTERM or SIGINT, which start its drain;
 // a second one stops it at once. SIGHUP re-reads the CURVE clients and
-// PLAIN users.
+// PLAIN users. Under systemd it says when b is ready, reloading and
+// stopping, and pings the watchdog (notify.go).
 func runUntilSignalled(b runner, log *slog.Logger) error {
+	n := newNotifier(log)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -229,7 +231,7 @@ func runUntilSignalled(b runner, log *slog.Logger) error {
 	defer func() { signal.Stop(hups); close(hups) }()
 	go func() {
 		for range hups {
-			if err := b.ReloadCredentials(); err != nil {
+			if err := n.reload(b.ReloadCredentials); err != nil {
 				log.Error("SIGHUP: credentials not re-read; the old ones stay", "err", err)
 			}
 		}
@@ -238,10 +240,13 @@ func runUntilSignalled(b runner, log *slog.Logger) error {
 	defer cut()
 	ran := make(chan struct{})
 	defer close(ran)
+	go n.whenReady(b, ran)
+	go n.watchdog(ran)
 	go func() {
 		select {
 		case sig := <-sigs:
 			log.Info("signal received: draining; send it again to stop at once", "signal", sig.String())
+			n.draining()
 			go b.Shutdown(hurry)
 		case <-ran:
 			return

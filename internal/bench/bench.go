@@ -62,6 +62,11 @@ type Options struct {
 	Priorities        int     // every job has a priority header, this many values in turn (0: none)
 	Unique            bool    // every job has a unique key, its own
 	Batch             string  // every job is in this batch (issue 32 wants it within 10 % of plain jobs)
+	// BackupTo, with the bench's own broker, backs its journal up into
+	// this file a second into the run: the jobs done a second meanwhile
+	// show what a backup costs a serving broker (issue 33).
+	BackupTo   string
+	BackupPace int64 // bytes a second the backup may write (0: as fast as it goes)
 	// Curve runs the bench's own broker with CURVE, its senders and
 	// worker with a key each; Security is the credentials for a running
 	// broker (Frontend, Backend).
@@ -102,7 +107,13 @@ type Result struct {
 	Priorities int     `json:"priorities,omitempty"`
 	Unique     bool    `json:"unique,omitempty"`
 	Batch      string  `json:"batch,omitempty"`
-	ReplaySec  float64 `json:"replay_seconds,omitempty"`
+	// The backup's (BackupTo): how long it took, what it wrote, and jobs
+	// done a second while it ran.
+	BackupSec        float64 `json:"backup_seconds,omitempty"`
+	BackupBytes      int64   `json:"backup_bytes,omitempty"`
+	BackupJobsPerSec float64 `json:"backup_jobs_per_sec,omitempty"`
+	OtherJobsPerSec  float64 `json:"other_jobs_per_sec,omitempty"` // jobs done a second in the rest of the run
+	ReplaySec        float64 `json:"replay_seconds,omitempty"`
 	// The journal's commits during the run (own broker only): how many a
 	// job cost, how long one took, how many writes shared one.
 	CommitsPerJob   float64 `json:"commits_per_job,omitempty"`
@@ -124,8 +135,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	res := Result{Jobs: o.Jobs, Senders: o.Senders, Window: o.Window, Slots: o.Slots, Size: o.Size, Rate: o.Rate, Preload: o.Preload,
 		AckOnly: o.AckOnly, Priorities: o.Priorities, Unique: o.Unique, Batch: o.Batch}
 	commits := new(commitCount)
+	var own *broker.Broker
 	if o.Frontend == "" {
-		stop, replay, err := startBroker(ctx, &o, commits)
+		b, stop, replay, err := startBroker(ctx, &o, commits)
+		own = b
 		if err != nil {
 			return res, err
 		}
@@ -183,6 +196,15 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	var next, done, failed atomic.Int64
 	stopProgress := progress(o.Progress, o.Jobs, &done)
 	start := time.Now()
+	backupDone := make(chan error, 1)
+	switch {
+	case o.BackupTo != "" && own == nil:
+		return res, fmt.Errorf("bench: --backup needs the bench's own broker")
+	case o.BackupTo != "":
+		go func() { backupDone <- backupDuring(ctx, own, o.BackupTo, o.BackupPace, &done, &res) }()
+	default:
+		backupDone <- nil
+	}
 	var wg sync.WaitGroup
 	for s := range o.Senders {
 		for range o.Window {
@@ -233,6 +255,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	if err := <-backupDone; err != nil {
+		return res, err
+	}
+	if res.BackupSec > 0 && elapsed.Seconds() > res.BackupSec {
+		res.OtherJobsPerSec = (float64(o.Jobs) - res.BackupJobsPerSec*res.BackupSec) / (elapsed.Seconds() - res.BackupSec)
+	}
 	if o.AckOnly && failed.Load() == 0 { // to the last job run
 		select {
 		case <-allRun:
@@ -316,7 +344,7 @@ func (c *commitCount) read() (n, writes int64, took time.Duration) {
 // startBroker runs a broker on free ports in a temp dir, after storing
 // o.Preload jobs in its journal; it returns how long start-up took. Its
 // journal's commits are added to commits.
-func startBroker(ctx context.Context, o *Options, commits *commitCount) (stop func(), replay time.Duration, err error) {
+func startBroker(ctx context.Context, o *Options, commits *commitCount) (_ *broker.Broker, stop func(), replay time.Duration, err error) {
 	var start time.Time // after the preload: start-up alone
 	b, stop, err := runBroker(ctx, func(opts *broker.Options) error {
 		opts.MaxPending = 0
@@ -339,10 +367,10 @@ func startBroker(ctx context.Context, o *Options, commits *commitCount) (stop fu
 		return nil
 	})
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	o.Frontend, o.Backend = b.Frontend(), b.Backend()
-	return stop, time.Since(start), nil
+	return b, stop, time.Since(start), nil
 }
 
 // runBroker runs a broker on free ports, without pub/sub unless edit
@@ -502,4 +530,28 @@ func curveFiles(opts *broker.Options) (client.Security, error) {
 		return client.Security{}, err
 	}
 	return client.Security{ServerKey: server.String(), SecretKey: peerSecret.String()}, nil
+}
+
+// backupDuring backs b's journal up into path a second into the run,
+// and notes how long it took and the jobs done a second meanwhile.
+func backupDuring(ctx context.Context, b *broker.Broker, path string, pace int64, done *atomic.Int64, res *Result) error {
+	select {
+	case <-time.After(time.Second):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	d0, t0 := done.Load(), time.Now()
+	st, err := b.Backup(ctx, f, store.BackupHeader{MadeBy: "emq bench", Pace: pace})
+	if err == nil {
+		err = f.Sync()
+	}
+	took := time.Since(t0)
+	res.BackupSec, res.BackupBytes = took.Seconds(), st.Bytes
+	res.BackupJobsPerSec = float64(done.Load()-d0) / took.Seconds()
+	return err
 }
