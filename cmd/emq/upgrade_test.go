@@ -11,10 +11,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/eventmq/emq/group"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/internal/etcdtest"
 	"github.com/eventmq/emq/internal/testutil"
-	"github.com/eventmq/emq/group"
 )
 
 // olderRelease is the commit an upgrade is tested from: the last landed

@@ -63,10 +63,14 @@ type Options struct {
 	Unique            bool    // every job has a unique key, its own
 	Batch             string  // every job is in this batch (issue 32 wants it within 10 % of plain jobs)
 	// BackupTo, with the bench's own broker, backs its journal up into
-	// this file a second into the run: the jobs done a second meanwhile
-	// show what a backup costs a serving broker (issue 33).
+	// this file BackupAfter into the run: the jobs done a second meanwhile,
+	// beside those from the first second to its start, show what a
+	// backup costs a serving broker (issue 33).
 	BackupTo   string
 	BackupPace int64 // bytes a second the backup may write (0: as fast as it goes)
+	// BackupAfter is when the backup starts (0: 6 s, which leaves 5 s
+	// after a second's warm-up to measure the broker before it).
+	BackupAfter time.Duration
 	// Curve runs the bench's own broker with CURVE, its senders and
 	// worker with a key each; Security is the credentials for a running
 	// broker (Frontend, Backend).
@@ -108,11 +112,12 @@ type Result struct {
 	Unique     bool    `json:"unique,omitempty"`
 	Batch      string  `json:"batch,omitempty"`
 	// The backup's (BackupTo): how long it took, what it wrote, and jobs
-	// done a second while it ran.
+	// done a second while it ran and before it (from the run's first
+	// second to the backup's start).
 	BackupSec        float64 `json:"backup_seconds,omitempty"`
 	BackupBytes      int64   `json:"backup_bytes,omitempty"`
 	BackupJobsPerSec float64 `json:"backup_jobs_per_sec,omitempty"`
-	OtherJobsPerSec  float64 `json:"other_jobs_per_sec,omitempty"` // jobs done a second in the rest of the run
+	BeforeJobsPerSec float64 `json:"before_jobs_per_sec,omitempty"`
 	ReplaySec        float64 `json:"replay_seconds,omitempty"`
 	// The journal's commits during the run (own broker only): how many a
 	// job cost, how long one took, how many writes shared one.
@@ -201,7 +206,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	case o.BackupTo != "" && own == nil:
 		return res, fmt.Errorf("bench: --backup needs the bench's own broker")
 	case o.BackupTo != "":
-		go func() { backupDone <- backupDuring(ctx, own, o.BackupTo, o.BackupPace, &done, &res) }()
+		go func() { backupDone <- backupDuring(ctx, own, o, &done, &res) }()
 	default:
 		backupDone <- nil
 	}
@@ -257,9 +262,6 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	elapsed := time.Since(start)
 	if err := <-backupDone; err != nil {
 		return res, err
-	}
-	if res.BackupSec > 0 && elapsed.Seconds() > res.BackupSec {
-		res.OtherJobsPerSec = (float64(o.Jobs) - res.BackupJobsPerSec*res.BackupSec) / (elapsed.Seconds() - res.BackupSec)
 	}
 	if o.AckOnly && failed.Load() == 0 { // to the last job run
 		select {
@@ -532,26 +534,45 @@ func curveFiles(opts *broker.Options) (client.Security, error) {
 	return client.Security{ServerKey: server.String(), SecretKey: peerSecret.String()}, nil
 }
 
-// backupDuring backs b's journal up into path a second into the run,
-// and notes how long it took and the jobs done a second meanwhile.
-func backupDuring(ctx context.Context, b *broker.Broker, path string, pace int64, done *atomic.Int64, res *Result) error {
-	select {
-	case <-time.After(time.Second):
-	case <-ctx.Done():
-		return ctx.Err()
+// backupDuring backs b's journal up into o.BackupTo o.BackupAfter into
+// the run, and notes how long it took and the jobs done a second
+// meanwhile and before it. The run must outlast it.
+func backupDuring(ctx context.Context, b *broker.Broker, o Options, done *atomic.Int64, res *Result) error {
+	after := o.BackupAfter
+	if after <= 0 {
+		after = 6 * time.Second
 	}
-	f, err := os.Create(path)
+	wait := func(d time.Duration) error {
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := wait(time.Second); err != nil { // warm-up
+		return err
+	}
+	d1, t1 := done.Load(), time.Now()
+	if err := wait(after - time.Second); err != nil {
+		return err
+	}
+	f, err := os.Create(o.BackupTo)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	d0, t0 := done.Load(), time.Now()
-	st, err := b.Backup(ctx, f, store.BackupHeader{MadeBy: "emq bench", Pace: pace})
+	res.BeforeJobsPerSec = float64(d0-d1) / t0.Sub(t1).Seconds()
+	st, err := b.Backup(ctx, f, store.BackupHeader{MadeBy: "emq bench", Pace: o.BackupPace})
 	if err == nil {
 		err = f.Sync()
 	}
 	took := time.Since(t0)
 	res.BackupSec, res.BackupBytes = took.Seconds(), st.Bytes
 	res.BackupJobsPerSec = float64(done.Load()-d0) / took.Seconds()
+	if err == nil && done.Load() >= int64(o.Jobs) {
+		err = fmt.Errorf("bench: the run ended before the backup did: give it more --jobs")
+	}
 	return err
 }

@@ -3,6 +3,9 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,5 +138,37 @@ func TestRunPriorityAndUnique(t *testing.T) {
 	}
 	if len(p.Jobs) != jobs || len(priorities) != 10 || len(keys) != jobs {
 		t.Fatalf("%d jobs done, %d priorities, %d unique keys: want %d, 10 and %d", len(p.Jobs), len(priorities), len(keys), jobs, jobs)
+	}
+}
+
+// With BackupTo the bench backs its own broker up while it serves: the
+// file is a whole backup holding at least the preloaded jobs, and the
+// run says the jobs done a second before and during it. A run that ends
+// first is an error, not a figure.
+func TestRunBackup(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "b.emqbackup")
+	r, err := Run(context.Background(), Options{Senders: 2, Window: 2, Slots: 2, Jobs: 2500, Rate: 1000, Size: 10, Preload: 500,
+		BackupTo: path, BackupAfter: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Lost != 0 || r.BackupSec <= 0 || r.BackupBytes <= 0 || r.BeforeJobsPerSec <= 0 {
+		t.Fatalf("result %+v", r)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := store.CheckBackup(f)
+	if err != nil || st.Jobs < 500 {
+		t.Fatalf("the backup: %+v, %v; want at least the 500 preloaded jobs", st, err)
+	}
+
+	_, err = Run(context.Background(), Options{Senders: 1, Window: 1, Slots: 1, Jobs: 10, Size: 10,
+		BackupTo: filepath.Join(t.TempDir(), "c.emqbackup"), BackupAfter: 1500 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "more --jobs") {
+		t.Fatalf("a run over before its backup: %v", err)
 	}
 }
