@@ -224,8 +224,9 @@ func (br *backupReader) field(max uint64) ([]byte, error) {
 	if n > max {
 		return nil, br.fail("a field of %d bytes, over %d", n, max)
 	}
-	p := make([]byte, n)
-	if _, err := io.ReadFull(br.r, p); err != nil {
+	// Read what comes rather than allocate what a damaged length says.
+	p, err := io.ReadAll(io.LimitReader(br.r, int64(n)))
+	if err != nil || uint64(len(p)) != n {
 		return nil, br.fail("cut short in a field of %d bytes", n)
 	}
 	br.h.Write(p)
