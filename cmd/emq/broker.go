@@ -94,9 +94,9 @@ start).`,
 		if err != nil {
 			return err
 		}
-		var level slog.Level
-		if err := level.UnmarshalText([]byte(c.str("log-level"))); err != nil {
-			return fmt.Errorf("log-level: %q is not debug, info, warn or error", c.str("log-level"))
+		level, err := logLevel(c)
+		if err != nil {
+			return err
 		}
 		opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 		tp, stopTracing, err := tracerProvider("emq-broker", opts.Logger)
