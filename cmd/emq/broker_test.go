@@ -72,6 +72,15 @@ func startBrokerProcess(t *testing.T, args ...string) *brokerProcess {
 // broker's environment.
 func startBrokerProcessEnv(t *testing.T, env []string, args ...string) *brokerProcess {
 	t.Helper()
+	bp := spawnBrokerProcess(t, env, args...)
+	bt.Eventually(t, "emq broker ready", func() bool { return bp.readyz() == http.StatusOK })
+	return bp
+}
+
+// spawnBrokerProcess starts emq broker as startBrokerProcessEnv does, and
+// returns at once, before it serves.
+func spawnBrokerProcess(t *testing.T, env []string, args ...string) *brokerProcess {
+	t.Helper()
 	bp := &brokerProcess{admin: strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://"), exited: make(chan error, 1), logs: &lockedBuffer{}}
 	bp.cmd = exec.Command(os.Args[0], append(append([]string{"broker"}, args...), "--admin", bp.admin)...)
 	bp.cmd.Env = bt.ChildEnv(append(env, mainEnv+"=1")...)
@@ -84,7 +93,6 @@ func startBrokerProcessEnv(t *testing.T, env []string, args ...string) *brokerPr
 		bp.cmd.Process.Kill()
 		<-bp.exited
 	})
-	bt.Eventually(t, "emq broker ready", func() bool { return bp.readyz() == http.StatusOK })
 	return bp
 }
 

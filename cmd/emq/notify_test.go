@@ -278,19 +278,7 @@ func (s *notifySocket) waitStatus(t *testing.T, status string) {
 // startBrokerProcess it returns at once: the test waits for READY=1.
 func startNotifiedBroker(t *testing.T, sock *notifySocket, args ...string) *brokerProcess {
 	t.Helper()
-	bp := &brokerProcess{admin: strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://"), exited: make(chan error, 1), logs: &lockedBuffer{}}
-	bp.cmd = exec.Command(os.Args[0], append(append([]string{"broker"}, args...), "--admin", bp.admin)...)
-	bp.cmd.Env = bt.ChildEnv(mainEnv+"=1", "NOTIFY_SOCKET="+sock.path, "WATCHDOG_USEC=200000", "WATCHDOG_PID=")
-	bp.cmd.Stderr = bp.logs
-	if err := bp.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { bp.exited <- bp.cmd.Wait() }()
-	t.Cleanup(func() {
-		bp.cmd.Process.Kill()
-		<-bp.exited
-	})
-	return bp
+	return spawnBrokerProcess(t, []string{"NOTIFY_SOCKET=" + sock.path, "WATCHDOG_USEC=200000", "WATCHDOG_PID="}, args...)
 }
 
 // hasPrefix reports whether a line of lines starts with prefix.
