@@ -6,6 +6,7 @@ passed. The worker enables ZMTP heartbeats (PING every 100 ms, 300 ms
 timeout): if the broker did not answer PING with PONG, libzmq would drop the
 connection, which the socket monitor reports.
 """
+import atexit
 import sys
 import time
 import uuid
@@ -16,6 +17,9 @@ from zmq.utils.monitor import recv_monitor_message
 V = b"eMQP/1.0"
 frontend, backend = sys.argv[1], sys.argv[2]
 ctx = zmq.Context()
+# Close every socket, then the context, before the interpreter's teardown:
+# a context the garbage collector ends before its sockets hangs (pyzmq #1167).
+atexit.register(lambda: ctx.destroy(linger=2000))
 
 
 def recv(sock, skip_heartbeats=True, timeout_ms=10000):

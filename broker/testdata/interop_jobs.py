@@ -5,6 +5,7 @@ Usage: interop_jobs.py FRONTEND BACKEND. It prints "progress MSGID" once
 the broker has a PROGRESS of job MSGID and waits for a line on stdin
 before it goes on; it exits 0 and prints "ok" when every step passed.
 """
+import atexit
 import sys
 import time
 import uuid
@@ -14,6 +15,9 @@ import zmq
 V = b"eMQP/1.0"
 frontend, backend = sys.argv[1], sys.argv[2]
 ctx = zmq.Context()
+# Close every socket, then the context, before the interpreter's teardown:
+# a context the garbage collector ends before its sockets hangs (pyzmq #1167).
+atexit.register(lambda: ctx.destroy(linger=2000))
 
 
 def recv(sock, timeout_ms=10000):

@@ -7,6 +7,7 @@ JSON) from a DEALER, to the frontend and to EventMQ's emq-pubsub address.
 Subscribers are plain pyzmq SUB sockets, as eventmq/subscriber.py makes
 them. Prints "ok" when every step passed.
 """
+import atexit
 import json
 import random
 import string
@@ -18,6 +19,9 @@ import zmq
 V = b"eMQP/1.0"
 frontend, incoming, outgoing = sys.argv[1], sys.argv[2], sys.argv[3]
 ctx = zmq.Context()
+# Close every socket, then the context, before the interpreter's teardown:
+# a context the garbage collector ends before its sockets hangs (pyzmq #1167).
+atexit.register(lambda: ctx.destroy(linger=2000))
 
 
 def msgid():

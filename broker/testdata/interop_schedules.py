@@ -6,6 +6,7 @@ when every step passed. The frames are built as eventmq.client.messages
 schedule() builds them: queue, the headers joined by commas, str(interval
 or -1), json.dumps(["run", {...}]), the cron expression or "".
 """
+import atexit
 import hashlib
 import json
 import sys
@@ -18,6 +19,9 @@ import zmq
 V = b"eMQP/1.0"
 frontend, backend, admin = sys.argv[1], sys.argv[2], sys.argv[3]
 ctx = zmq.Context()
+# Close every socket, then the context, before the interpreter's teardown:
+# a context the garbage collector ends before its sockets hangs (pyzmq #1167).
+atexit.register(lambda: ctx.destroy(linger=2000))
 
 
 def recv(sock, timeout_s=10.0):

@@ -3,12 +3,16 @@ one REQUEST and prints ACK, or "no answer" within 1.5 s.
 Usage: interop_secured.py FRONTEND curve SERVERKEY PUBLIC SECRET
        interop_secured.py FRONTEND plain USER PASSWORD
        interop_secured.py FRONTEND null"""
+import atexit
 import sys
 import uuid
 
 import zmq
 
 sock = zmq.Context().socket(zmq.DEALER)
+# Close every socket, then the context, before the interpreter's teardown:
+# a context the garbage collector ends before its sockets hangs (pyzmq #1167).
+atexit.register(lambda: sock.context.destroy(linger=2000))
 sock.setsockopt(zmq.LINGER, 0)
 mode = sys.argv[2]
 if mode == "curve":

@@ -1,6 +1,7 @@
 """A libzmq worker with CURVE keys: INFORMs for queue "secured", takes one
 job, REPLYs with its payload upper-cased and prints DONE.
 Usage: interop_secured_worker.py BACKEND SERVERKEY PUBLIC SECRET"""
+import atexit
 import sys
 import uuid
 
@@ -14,6 +15,9 @@ def msgid():
 
 
 sock = zmq.Context().socket(zmq.DEALER)
+# Close every socket, then the context, before the interpreter's teardown:
+# a context the garbage collector ends before its sockets hangs (pyzmq #1167).
+atexit.register(lambda: sock.context.destroy(linger=2000))
 sock.setsockopt(zmq.LINGER, 2000)
 sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = [a.encode() for a in sys.argv[2:5]]
 sock.connect(sys.argv[1])

@@ -180,6 +180,7 @@ try:
     print(s.recv_multipart()[1].decode())
 except zmq.Again:
     print("no answer")
+ctx.destroy(linger=0)  # before the interpreter's teardown, which may hang in it (pyzmq #1167)
 `
 	for _, tc := range []struct {
 		id   string
@@ -196,7 +197,9 @@ except zmq.Again:
 			timeout = "500"
 		}
 		args := append(append([]string{"-c", script, r.Endpoint(), tc.id}, tc.args...), timeout)
-		cmd := exec.Command(python, args...)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang fails, naming its case
+		defer cancel()
+		cmd := exec.CommandContext(ctx, python, args...)
 		done := make(chan struct{})
 		var out []byte
 		var err error

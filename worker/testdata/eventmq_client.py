@@ -1,6 +1,7 @@
 """An EventMQ-style client: sends a ["run", {...}] job the way EventMQ's
 send_request does (REQUEST with reply-requested, JSON payload) and prints the
 REPLY's payload. Usage: eventmq_client.py FRONTEND"""
+import atexit
 import json
 import sys
 import uuid
@@ -9,6 +10,9 @@ import zmq
 
 V = b"eMQP/1.0"
 sock = zmq.Context().socket(zmq.DEALER)
+# Close every socket, then the context, before the interpreter's teardown:
+# a context the garbage collector ends before its sockets hangs (pyzmq #1167).
+atexit.register(lambda: sock.context.destroy(linger=2000))
 sock.connect(sys.argv[1])
 msgid = str(uuid.uuid4())
 payload = json.dumps(["run", {"path": "mathjobs", "callable": "add", "args": [2, 3],
