@@ -12,6 +12,8 @@
 #                its own disk probe: the disk's speed drifts over minutes (0 = skip)
 #   JOBS=20000   jobs per run of EMQ's own table
 #   PRELOAD=1000000   jobs stored before the "1M stored" run (0 = skip it)
+#   ETCD=1       EMQ as a group on a 3-member etcd (scripts/bench-etcd.sh), beside
+#                JetStream R3 when PEERS has jetstream (0 = skip both)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/emq}
@@ -22,6 +24,9 @@ ROUNDS=${ROUNDS:-3}
 JOBS=${JOBS:-20000}
 PRELOAD=${PRELOAD:-1000000}
 ANCHORS=${ANCHORS:-../shared/anchors}
+ETCD=${ETCD:-1}
+jetstream_modes=sync
+[ "$ETCD" = 1 ] && jetstream_modes="sync r3"
 out=docs/benchmarks.md
 started=$(date +%s)
 
@@ -36,7 +41,7 @@ if [ -n "$PEERS" ] && [ -x "$ANCHORS/run.sh" ]; then
   echo "== the peers: $ANCHORS/run.sh $PEERS" >&2
   # shellcheck disable=SC2086
   WORK="$work/anchors" N=$N REPEAT=$REPEAT PACED_RATE=0 TIMEOUT=120s \
-    BEANSTALK_MODES=fsync ASYNQ_MODES=durable JETSTREAM_MODES=sync \
+    BEANSTALK_MODES=fsync ASYNQ_MODES=durable JETSTREAM_MODES="$jetstream_modes" \
     "$ANCHORS/run.sh" $PEERS >&2 || echo "== run.sh failed: the rows it did not finish are left out" >&2
 else
   [ -n "$PEERS" ] && echo "== $ANCHORS/run.sh not found: EMQ alone" >&2
@@ -69,6 +74,11 @@ for ((i = 0; i < REPEAT; i++)); do
   run w32 16:16 --senders 16 --slots 16 --window 32 --jobs "$N"
   run pubsub fan-out --pubsub --subscribers 16 --messages 200000
 done
+
+if [ "$ETCD" = 1 ]; then
+  echo "== EMQ on a 3-member etcd" >&2
+  BIN=$BIN N=$N REPEAT=$REPEAT ./scripts/bench-etcd.sh >> "$runs" || echo "== bench-etcd.sh failed: its rows are left out" >&2
+fi
 
 # 1:1 is bound by the disk's synced writes, whose time drifts by tens of
 # percent over minutes here: the closest peer and EMQ in turn, each round

@@ -8,7 +8,9 @@
 // ack (--ack-only, window 1), w1 (window 1, waits for REPLY), w32
 // (window 32), pubsub (emq bench --pubsub), round (--ack-only at 1:1 in
 // round LABEL, beside DIR/roundLABEL, a run.sh work directory of the
-// same round) or alone (EMQ's own table, LABEL is its row). The peers' lines are those run.sh's load tools
+// same round), alone (EMQ's own table, LABEL is its row), or etcd-ack
+// and etcd-w32 (a group on a 3-member etcd, scripts/bench-etcd.sh; their
+// JSON adds etcd_ops_per_job), beside run.sh's jetstream-r3. The peers' lines are those run.sh's load tools
 // print for each run: "# LABEL P=.. C=.. run=i/n ... jobs/s=.. put_p99_ms=.. ok".
 package main
 
@@ -43,6 +45,10 @@ var peers = []struct{ label, name, durable string }{
 	{"asynq-default", "asynq, Redis appendfsync everysec", "**no**"},
 	{"jetstream-default", "NATS JetStream, default sync (2 min)", "**no**"},
 }
+
+// replicated names the replicated peers: their own table, beside EMQ on
+// etcd, not the single machine's.
+var replicated = map[string]string{"jetstream-r3": "NATS JetStream R3 (3 servers), sync always"}
 
 // run is one measured run: a system at one size.
 type run struct {
@@ -323,7 +329,7 @@ func (s *session) rows() []row {
 	}
 	var other []string
 	for label := range s.peerRuns {
-		if !known[label] {
+		if _, ok := replicated[label]; !ok && !known[label] {
 			other = append(other, label)
 		}
 	}
@@ -377,6 +383,7 @@ func (s *session) write(w io.Writer) {
 	fmt.Fprintln(w)
 	s.writeGoals(w, rows)
 	s.writeRounds(w)
+	s.writeReplicated(w)
 	s.writePubSub(w)
 	s.writeAlone(w)
 }
@@ -479,6 +486,91 @@ func (s *session) writeRounds(w io.Writer) {
 	fmt.Fprintln(w)
 	if len(ratios) > 0 {
 		fmt.Fprintf(w, "EMQ ahead in %d of %d rounds; median EMQ ÷ beanstalkd %.2f×.\n\n", ahead, len(ratios), median(ratios))
+	}
+}
+
+// writeReplicated is EMQ's group on etcd beside JetStream R3, with the
+// etcd operations a job cost and issue 34's targets.
+func (s *session) writeReplicated(w io.Writer) {
+	r3 := s.peerRuns["jetstream-r3"]
+	ack := map[string][]run{}
+	for _, size := range sizes {
+		if rs := s.emqRuns("etcd-ack", size); len(rs) > 0 {
+			ack[size] = rs
+		}
+	}
+	w32 := s.emqRuns("etcd-w32", "16:16")
+	if len(r3) == 0 && len(ack) == 0 && len(w32) == 0 {
+		return
+	}
+	ops := func(kind, size string) string {
+		var v []float64
+		for _, r := range s.emq {
+			if r.kind == kind && fmt.Sprintf("%.0f:%.0f", r.num("senders"), r.num("slots")) == size && !r.bad() && r.num("etcd_ops_per_job") > 0 {
+				v = append(v, r.num("etcd_ops_per_job"))
+			}
+		}
+		if len(v) == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", median(v))
+	}
+	fmt.Fprintln(w, "Replicated, in the same session: EMQ as one broker of a group on three members of etcd")
+	fmt.Fprintln(w, "on this machine (`scripts/bench-etcd.sh`: Debian's etcd-server, fsync on), `emq bench --ack-only`")
+	fmt.Fprintln(w, "against it; JetStream R3 as three clustered nats-servers, sync always, stream replicas 3")
+	fmt.Fprintln(w, "(`run.sh jetstream`, `JETSTREAM_MODES=r3`). The servers, the brokers and the load share the")
+	fmt.Fprintln(w, "machine's cores. etcd ops a job: member 1's puts, deletes and reads (its `etcd_mvcc_*_total`)")
+	fmt.Fprintln(w, "over the run, per job.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| system | 1:1 jobs/s | 4:4 jobs/s | 16:16 jobs/s | 16:16 window 32 jobs/s | put→ack p99 ms 1:1 / 4:4 / 16:16 | etcd ops a job 1:1 / 4:4 / 16:16 / window 32 |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	if len(r3) > 0 {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | – | %s / %s / %s | – |\n", replicated["jetstream-r3"],
+			cellJobs(r3["1:1"]), cellJobs(r3["4:4"]), cellJobs(r3["16:16"]), cellP99(r3["1:1"]), cellP99(r3["4:4"]), cellP99(r3["16:16"]))
+	}
+	if len(ack) > 0 || len(w32) > 0 {
+		fmt.Fprintf(w, "| **EMQ on etcd, `--ack-only`** | %s | %s | %s | %s | %s / %s / %s | %s / %s / %s / %s |\n",
+			cellJobs(ack["1:1"]), cellJobs(ack["4:4"]), cellJobs(ack["16:16"]), cellJobs(w32),
+			cellP99(ack["1:1"]), cellP99(ack["4:4"]), cellP99(ack["16:16"]),
+			ops("etcd-ack", "1:1"), ops("etcd-ack", "4:4"), ops("etcd-ack", "16:16"), ops("etcd-w32", "16:16"))
+	}
+	fmt.Fprintln(w)
+	reached := func(ok bool) string {
+		if ok {
+			return "reached"
+		}
+		return "**not reached**"
+	}
+	var lines []string
+	for _, t := range []struct {
+		size string
+		want float64
+	}{{"16:16", 2}, {"1:1", 1.5}} {
+		emq, peer := median(jobsPerSec(ack[t.size])), median(jobsPerSec(r3[t.size]))
+		if emq > 0 && peer > 0 {
+			lines = append(lines, fmt.Sprintf("- %s: EMQ on etcd %s jobs/s, JetStream R3 %s: %.2f× (target at least %g×): %s.",
+				t.size, thousands(emq), thousands(peer), emq/peer, t.want, reached(emq/peer >= t.want)))
+		}
+	}
+	if v := median(jobsPerSec(w32)); v > 0 {
+		lines = append(lines, fmt.Sprintf("- 16:16 window 32 on etcd: %s jobs/s (target at least 10,000): %s.", thousands(v), reached(v >= 10000)))
+	}
+	worst := 0.0
+	for _, r := range s.emq {
+		if (r.kind == "etcd-ack" || r.kind == "etcd-w32") && !r.bad() {
+			worst = max(worst, r.num("etcd_ops_per_job"))
+		}
+	}
+	if worst > 0 {
+		lines = append(lines, fmt.Sprintf("- etcd operations a job, the most of any run: %.2f (target at most 2): %s.", worst, reached(worst <= 2)))
+	}
+	if len(lines) > 0 {
+		fmt.Fprintln(w, "Targets (issue 34), from the medians above:")
+		fmt.Fprintln(w)
+		for _, l := range lines {
+			fmt.Fprintln(w, l)
+		}
+		fmt.Fprintln(w)
 	}
 }
 

@@ -35,10 +35,19 @@ func TestTable(t *testing.T) {
 		"| 1 | 300 µs | 1,400 | 1,500 | 1.07× | 1.11× |",
 		"| 2 | 250 µs | 1,600 | 1,500 | 0.94× | 1.33× |",
 		"EMQ ahead in 1 of 2 rounds",
+		"| NATS JetStream R3 (3 servers), sync always | 250 | – | 1,400 [1,300–1,500] | – | 6.00 / – / 12.00–14.00 | – |",
+		"| **EMQ on etcd, `--ack-only`** | 300 | – | 3,200 [3,000–3,400] | 9,000 | 5.00 / – / 9.00–11.00 | 2.00 / – / 2.00 / 1.50 |",
+		"- 16:16: EMQ on etcd 3,200 jobs/s, JetStream R3 1,400: 2.29× (target at least 2×): reached.",
+		"- 1:1: EMQ on etcd 300 jobs/s, JetStream R3 250: 1.20× (target at least 1.5×): **not reached**.",
+		"- 16:16 window 32 on etcd: 9,000 jobs/s (target at least 10,000): **not reached**.",
+		"- etcd operations a job, the most of any run: 2.10 (target at most 2): **not reached**.",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "| jetstream-r3 |") {
+		t.Errorf("JetStream R3 is in the single machine's table:\n%s", out)
 	}
 	if strings.Contains(out, "4:4: EMQ") {
 		t.Errorf("a size with no peer figure got a verdict:\n%s", out)
