@@ -97,6 +97,8 @@ type Job struct {
 	// BatchOpen, given to Append, leaves Batch open for more jobs (header
 	// batch-open); it is not stored with the job.
 	BatchOpen bool
+
+	head bool // decoded from a head (head.go): no payload, no trail to write back
 }
 
 // live reports whether a job in state s may still run.
@@ -174,6 +176,9 @@ const (
 
 // encode writes the job's record.
 func (j *Job) encode() []byte {
+	if j.head {
+		panic(fmt.Sprintf("store: job %s read as its head is written back: its payload and trail would be lost", j.MsgID))
+	}
 	n := recFields + 8*binary.MaxVarintLen64 +
 		len(j.Queue) + len(j.Headers) + len(j.Payload) + len(j.ClientID) + len(j.LastError)
 	for _, e := range j.Trail {
@@ -241,7 +246,7 @@ func (j *Job) encode() []byte {
 
 // knownVersion reports a record version this binary reads.
 func knownVersion(b []byte) bool {
-	return len(b) >= recFields && b[0] >= 1 && b[0] <= workflowVersion
+	return len(b) >= recFields && recVersion(b) >= 1 && recVersion(b) <= workflowVersion
 }
 
 // decodeJob reads a record; it copies everything, so the result outlives
@@ -251,7 +256,12 @@ func decodeJob(msgid, b []byte, withPayload bool) (*Job, error) {
 	if !knownVersion(b) {
 		return nil, fmt.Errorf("%w: the record of job %q has an unknown version", ErrCorrupt, msgid)
 	}
-	j := &Job{MsgID: string(msgid), State: State(b[recState]), Seq: binary.BigEndian.Uint64(b[recSeq:])}
+	head := isHead(b)
+	if head && withPayload {
+		return nil, fmt.Errorf("store: job %q: its head holds no payload", msgid)
+	}
+	j := &Job{MsgID: string(msgid), State: State(b[recState]), Seq: binary.BigEndian.Uint64(b[recSeq:]), head: head}
+	v := recVersion(b)
 	r := reader{b: b[recFields:]}
 	j.Enqueued = time.Unix(0, r.varint())
 	if nb := r.varint(); nb != 0 && j.State.finished() {
@@ -265,7 +275,7 @@ func decodeJob(msgid, b []byte, withPayload bool) (*Job, error) {
 	j.ClientID = clone(r.bytes())
 	j.LastError = string(r.bytes())
 	payload := r.bytes()
-	if b[0] >= 2 {
+	if v >= 2 {
 		n := r.uvarint()
 		for i := uint64(0); i < n && !r.bad; i++ {
 			e := TrailEvent{}
@@ -277,11 +287,11 @@ func decodeJob(msgid, b []byte, withPayload bool) (*Job, error) {
 			j.Trail = append(j.Trail, e)
 		}
 	}
-	if b[0] >= uniqueVersion {
+	if v >= uniqueVersion {
 		j.Unique = string(r.bytes())
 		j.UniqueFor = time.Duration(min(r.uvarint(), math.MaxUint32)) * time.Second
 	}
-	if b[0] >= workflowVersion {
+	if v >= workflowVersion {
 		j.Batch, j.AfterBatch = string(r.bytes()), string(r.bytes())
 		if flags := r.u8(); flags&1 != 0 {
 			j.RunIfFailed = true
@@ -296,6 +306,12 @@ func decodeJob(msgid, b []byte, withPayload bool) (*Job, error) {
 		return nil, fmt.Errorf("%w: the record of job %q is truncated", ErrCorrupt, msgid)
 	}
 	j.PayloadSize = len(payload)
+	if head {
+		size := reader{b: payload}
+		if j.PayloadSize = int(min(size.uvarint(), math.MaxInt32)); size.bad {
+			return nil, fmt.Errorf("%w: the head of job %q is truncated", ErrCorrupt, msgid)
+		}
+	}
 	if withPayload {
 		j.Payload = clone(payload)
 	}
@@ -306,6 +322,9 @@ func decodeJob(msgid, b []byte, withPayload bool) (*Job, error) {
 func payloadOf(msgid, b []byte) ([]byte, error) {
 	if !knownVersion(b) {
 		return nil, fmt.Errorf("%w: the record of job %q has an unknown version", ErrCorrupt, msgid)
+	}
+	if isHead(b) {
+		return nil, fmt.Errorf("store: job %q: its head holds no payload", msgid)
 	}
 	r := reader{b: b[recFields:]}
 	r.varint()
@@ -385,7 +404,7 @@ func (r *reader) bytes() []byte {
 // decoding (or copying) the rest: every Complete of a job with a key
 // reads them.
 func uniqueOf(msgid, b []byte) (queue, key []byte, hold time.Duration, err error) {
-	if len(b) < recFields || b[0] < uniqueVersion || b[0] > workflowVersion {
+	if len(b) < recFields || recVersion(b) < uniqueVersion || recVersion(b) > workflowVersion {
 		return nil, nil, 0, fmt.Errorf("%w: the record of job %q has no unique key", ErrCorrupt, msgid)
 	}
 	r := reader{b: b[recFields:]}

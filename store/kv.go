@@ -72,5 +72,9 @@ func (p *PartialError) Error() string { return p.Err.Error() }
 func (p *PartialError) Unwrap() error { return p.Err }
 
 // Key names a key of a bucket: a write's reads, fetched before its batch
-// runs.
-type Key struct{ Bucket, Key []byte }
+// runs. Whole says the write reads the whole value (Get), not only its
+// head (HeadReader): a job it writes back, a result it keeps.
+type Key struct {
+	Bucket, Key []byte
+	Whole       bool
+}

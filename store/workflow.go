@@ -185,7 +185,7 @@ func (f *flow) attach(t Tx, j *Job) (write func(id []byte) error, err error) {
 		if p == j.MsgID {
 			return nil, jobError{fmt.Errorf("%w: %s is the job itself", ErrUnknownParent, p)}
 		}
-		rec := t.Get(BucketJobs, pid)
+		rec := headOf(t, BucketJobs, pid)
 		if len(rec) <= recState {
 			if resultKept(t, pid) { // done, its record gone with its result still kept
 				continue
@@ -648,7 +648,7 @@ func unwrapJobError(err error) error {
 // workflowOf reads a record's batch, when it has one (version 4), for a
 // write that would otherwise not decode it.
 func workflowOf(id, rec []byte) (string, error) {
-	if len(rec) <= recState || rec[0] < workflowVersion {
+	if len(rec) <= recState || recVersion(rec) < workflowVersion {
 		return "", nil
 	}
 	j, err := decodeJob(id, rec, false)

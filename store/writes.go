@@ -72,17 +72,17 @@ func (jn *Core) Append(j *Job, done func(dup bool, err error)) {
 	var uk []byte
 	if j.Unique != "" {
 		uk = uniqueKey(queue, j.Unique)
-		reads = append(reads, Key{BucketUnique, uk})
+		reads = append(reads, Key{BucketUnique, uk, false})
 	}
 	var f *flow
 	if workflow {
 		f = jn.newFlow(rec.Enqueued)
 		for _, p := range j.After {
-			reads = append(reads, Key{BucketJobs, []byte(p)}, Key{BucketResults, []byte(p)})
+			reads = append(reads, Key{BucketJobs, []byte(p), false}, Key{BucketResults, []byte(p), false})
 		}
 		for _, b := range []string{j.Batch, j.AfterBatch} {
 			if b != "" {
-				reads = append(reads, Key{BucketBatches, []byte(b)})
+				reads = append(reads, Key{BucketBatches, []byte(b), false})
 			}
 		}
 	}
@@ -146,14 +146,14 @@ func (jn *Core) Append(j *Job, done func(dup bool, err error)) {
 // its result kept), as Append and a schedule's fire see it; a done job
 // whose time is up (not yet swept) is deleted, its msgid free again.
 func taken(t Tx, id []byte) (bool, error) {
-	rec := t.Get(BucketJobs, id)
+	rec := headOf(t, BucketJobs, id)
 	switch {
 	case rec == nil:
 		return resultKept(t, id), nil
 	case len(rec) <= recState || !State(rec[recState]).finished() || resultKept(t, id):
 		return true, nil
 	}
-	_, err := deleteJob(t, id)
+	_, err := deleteRecord(t, id, rec)
 	return false, err
 }
 
@@ -180,7 +180,7 @@ func takeUnique(t Tx, uk, id []byte, queue, key string) (dup bool, err error) {
 // pending holds no key (one done may hold it for its hold, which is
 // swept).
 func releaseUnique(t Tx, id, rec []byte, done bool, now time.Time) error {
-	if len(rec) <= recState || rec[0] < uniqueVersion || !State(rec[recState]).live() {
+	if len(rec) <= recState || recVersion(rec) < uniqueVersion || !State(rec[recState]).live() {
 		return nil
 	}
 	queue, key, hold, err := uniqueOf(id, rec)
@@ -203,16 +203,17 @@ func releaseUnique(t Tx, id, rec []byte, done bool, now time.Time) error {
 
 // takenReads are the keys taken reads.
 func takenReads(id []byte) []Key {
-	return []Key{{BucketJobs, id}, {BucketResults, id}}
+	return []Key{{BucketJobs, id, false}, {BucketResults, id, false}}
 }
 
 // deleteJob removes a job and its index entry; found is false when it
 // was not stored.
 func deleteJob(t Tx, id []byte) (found bool, err error) {
-	return deleteRecord(t, id, t.Get(BucketJobs, id))
+	return deleteRecord(t, id, headOf(t, BucketJobs, id))
 }
 
-// deleteRecord is deleteJob of a job whose record rec was read already.
+// deleteRecord is deleteJob of a job whose record (or head) rec was read
+// already.
 func deleteRecord(t Tx, id, rec []byte) (found bool, err error) {
 	if rec == nil {
 		return false, nil
@@ -258,7 +259,12 @@ func (jn *Core) Complete(msgid string, result []byte, keepUntil time.Time, trail
 	f := jn.newFlow(now)
 	jn.enqueue(write{
 		apply: func(t Tx) (err error) {
-			rec := t.Get(BucketJobs, id)
+			var rec []byte
+			if keepUntil.IsZero() {
+				rec = headOf(t, BucketJobs, id)
+			} else {
+				rec = t.Get(BucketJobs, id) // kept whole, with its result
+			}
 			batch, err := workflowOf(id, rec)
 			if err != nil {
 				return err
@@ -287,7 +293,7 @@ func (jn *Core) Complete(msgid string, result []byte, keepUntil time.Time, trail
 			}
 			return f.ended(t, id, true)
 		},
-		reads: []Key{{BucketJobs, id}, {BucketAfter, afterKey(id, nil)}},
+		reads: []Key{{BucketJobs, id, !keepUntil.IsZero()}, {BucketAfter, afterKey(id, nil), false}},
 		finish: func(err error) {
 			f.told(err)
 			if done != nil {
@@ -309,7 +315,7 @@ const keepRoom = 8 << 10
 // resultKept reports whether the job msgid is done and its result not yet
 // expired: sent again, it is a duplicate, not a new job.
 func resultKept(t Tx, id []byte) bool {
-	v := t.Get(BucketResults, id)
+	v := headOf(t, BucketResults, id)
 	return len(v) >= 8 && int64(binary.BigEndian.Uint64(v[:8])) >= time.Now().UnixNano()
 }
 
@@ -321,7 +327,7 @@ func (jn *Core) Remove(msgid string, done func(found bool, err error)) {
 	f := jn.newFlow(time.Now())
 	jn.enqueue(write{
 		apply: func(t Tx) (err error) {
-			rec := t.Get(BucketJobs, id)
+			rec := headOf(t, BucketJobs, id)
 			batch, err := workflowOf(id, rec)
 			if err != nil {
 				return err
@@ -343,7 +349,7 @@ func (jn *Core) Remove(msgid string, done func(found bool, err error)) {
 			}
 			return nil
 		},
-		reads: []Key{{BucketJobs, id}, {BucketAfter, afterKey(id, nil)}},
+		reads: []Key{{BucketJobs, id, false}, {BucketAfter, afterKey(id, nil), false}},
 		finish: func(err error) {
 			f.told(err)
 			if done != nil {
@@ -370,7 +376,7 @@ func (jn *Core) rewrite(msgid string, fn func(t Tx, j *Job, rec []byte) (keep bo
 	id := []byte(msgid)
 	var out *Job
 	jn.enqueue(write{
-		reads: []Key{{BucketJobs, id}, {BucketAfter, afterKey(id, nil)}},
+		reads: []Key{{BucketJobs, id, true}, {BucketAfter, afterKey(id, nil), false}},
 		apply: func(t Tx) error {
 			rec := t.Get(BucketJobs, id)
 			if rec == nil {
@@ -558,7 +564,7 @@ func (jn *Core) PurgeQueue(queue string, done func(removed int, err error)) {
 		for i, it := range items {
 			ids[i] = it.id
 		}
-		recs := t.Gets(BucketJobs, ids)
+		recs := headsOf(t, BucketJobs, ids)
 		for i, it := range items {
 			batch, err := workflowOf(it.id, recs[i])
 			if err != nil {
@@ -614,11 +620,11 @@ func (jn *Core) ExpireResults(now time.Time, done func(removed int, err error)) 
 			// Only if the stored result is the one this entry is for (a
 			// msgid can complete again after a re-run, and its new
 			// result is not up): the count is of results, not entries.
-			if v := t.Get(BucketResults, k[8:]); len(v) >= 8 && bytes.Equal(v[:8], k[:8]) {
+			if v := headOf(t, BucketResults, k[8:]); len(v) >= 8 && bytes.Equal(v[:8], k[:8]) {
 				if err := t.Delete(BucketResults, k[8:]); err != nil {
 					return 0, false, err
 				}
-				if rec := t.Get(BucketJobs, k[8:]); len(rec) > recState && State(rec[recState]).finished() {
+				if rec := headOf(t, BucketJobs, k[8:]); len(rec) > recState && State(rec[recState]).finished() {
 					if _, err := deleteJob(t, k[8:]); err != nil { // the done job goes with its result
 						return 0, false, err
 					}
