@@ -127,6 +127,11 @@ type Journal struct {
 	mu     sync.Mutex
 	fenced error                // set once: every write fails with it
 	views  map[*etcdTx]struct{} // reading now: compaction keeps their revisions
+	// shadow is every key under the prefix (shadow.go), at etcd revision
+	// shadowRev. The committer changes it (under mu) and reads it
+	// (without: nobody else changes it); views clone it under mu.
+	shadow    *stree
+	shadowRev int64
 
 	seq, seqTop uint64 // the last sequence given, and the top of the block reserved (committer only)
 
@@ -137,6 +142,8 @@ type Journal struct {
 var (
 	_ store.Journal    = (*Journal)(nil)
 	_ store.Prefetcher = (*etcdTx)(nil)
+	_ store.HeadReader = (*etcdTx)(nil)
+	_ store.Peeker     = (*etcdTx)(nil)
 )
 
 // Etcd layout facts.
@@ -184,6 +191,9 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 	case len(seq) == 1:
 		e.seq = binary.BigEndian.Uint64(seq[0].Value)
 		e.seqTop = e.seq
+	}
+	if err := e.loadShadow(); err != nil {
+		return nil, err
 	}
 	e.Core = store.StartCore("on etcd "+opts.Prefix, kv, store.CoreOptions{MaxBatch: opts.MaxBatch, MaxJobSize: opts.MaxJobSize,
 		ReadOnly: opts.ReadOnly, OnCommit: opts.OnCommit, LazyDelay: opts.LazyDelay,
@@ -293,6 +303,9 @@ func (e *Journal) compactLoop() {
 		case <-tick.C:
 		}
 		to := min(last, e.oldestView())
+		e.mu.Lock()
+		to = min(to, e.shadowRev) // a view begun now reads at the shadow's revision
+		e.mu.Unlock()
 		ctx, cancel := e.ctx()
 		if to > done {
 			_, err := e.cli.Compact(ctx, to)
@@ -338,6 +351,7 @@ type etcdKV struct{ e *Journal }
 func (k etcdKV) View(fn func(t store.Tx) error) error {
 	t := &etcdTx{e: k.e}
 	k.e.mu.Lock()
+	t.shadow, t.rev = k.e.shadow.Clone(), k.e.shadowRev
 	k.e.views[t] = struct{}{}
 	k.e.mu.Unlock()
 	defer func() {
@@ -361,7 +375,7 @@ func (k etcdKV) Update(fn func(t store.Tx, mark func() error) error, _ bool) err
 	if err := e.Fenced(); err != nil {
 		return err
 	}
-	t := &etcdTx{e: e, write: true, over: map[string]overlay{}, cache: map[string][]byte{}, touched: map[string]bool{}}
+	t := &etcdTx{e: e, write: true, over: map[string]overlay{}, cache: map[string][]byte{}, touched: map[string]bool{}, shadow: e.shadow}
 	t.waves = []wave{{keys: map[string]int{}}}
 	if err := fn(t, t.mark); err != nil {
 		return err
@@ -399,12 +413,16 @@ func (e *Journal) commitWave(w wave, ok []bool) error {
 			ops := lastOfEach(c.ops)
 			resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(ops...).Commit()
 			if errors.Is(rpctypes.Error(err), rpctypes.ErrNoSpace) {
-				switch applied, known := e.appliedAnyway(ops); {
+				switch applied, known, rev := e.appliedAnyway(ops); {
 				case !known:
 					err = fmt.Errorf("etcd answered %v, and its keys do not say whether it applied the transaction", rpctypes.Error(err))
 				case applied: // stored: it gates its ACK like any other
+					e.applyShadow(ops, rev)
 					return
 				}
+			}
+			if err == nil && resp.Succeeded {
+				e.applyShadow(ops, resp.Header.Revision)
 			}
 			switch {
 			case refused(err):
@@ -438,18 +456,19 @@ func (e *Journal) commitWave(w wave, ok []bool) error {
 // same, and answered ErrNoSpace (etcdserver/apply: quotaApplierV3). A
 // transaction is applied whole or not at all: every put's value is there
 // and every deleted key gone, or none.
-func (e *Journal) appliedAnyway(ops []clientv3.Op) (applied, known bool) {
+func (e *Journal) appliedAnyway(ops []clientv3.Op) (applied, known bool, rev int64) {
 	done, undone := 0, 0
 	for _, op := range ops {
 		if (!op.IsPut() && !op.IsDelete()) || len(op.RangeBytes()) > 0 {
-			return false, false
+			return false, false, 0
 		}
 		ctx, cancel := e.ctx()
 		resp, err := e.cli.Get(ctx, string(op.KeyBytes()))
 		cancel()
 		if err != nil {
-			return false, false
+			return false, false, 0
 		}
+		rev = max(rev, resp.Header.Revision)
 		var there bool
 		if op.IsPut() {
 			there = len(resp.Kvs) == 1 && bytes.Equal(resp.Kvs[0].Value, op.ValueBytes())
@@ -464,11 +483,11 @@ func (e *Journal) appliedAnyway(ops []clientv3.Op) (applied, known bool) {
 	}
 	switch {
 	case undone == 0:
-		return true, true
+		return true, true, rev
 	case done == 0:
-		return false, true
+		return false, true, 0
 	}
-	return false, false
+	return false, false, 0
 }
 
 // refused reports whether etcd refused a request outright, so that none
@@ -527,10 +546,11 @@ type wave struct {
 // etcdTx is a view (reads at one revision) or a batch being applied
 // (reads at the latest revision, through the batch's own changes).
 type etcdTx struct {
-	e     *Journal
-	write bool
-	rev   int64 // a view's revision, once its first read set it
-	first error
+	e      *Journal
+	write  bool
+	shadow *stree // what etcd holds (a view: a clone, at rev)
+	rev    int64  // a view's revision
+	first  error
 
 	over   map[string]overlay // the batch's changes so far
 	cache  map[string][]byte  // read from etcd this batch (nil: no such key)
@@ -570,21 +590,13 @@ func (t *etcdTx) readOpts(opts ...clientv3.OpOption) []clientv3.OpOption {
 	return opts
 }
 
-func (t *etcdTx) seen(rev int64) {
-	if !t.write && t.rev == 0 {
-		t.e.mu.Lock() // compactLoop reads it
-		t.rev = rev
-		t.e.mu.Unlock()
-	}
-}
-
 func (t *etcdTx) Get(bucket, key []byte) []byte {
-	if t.write { // most of a batch's reads were read ahead: no request, no maps
-		k := t.e.key(bucket, key)
-		if v, ok := t.known(k); ok {
+	k := t.e.key(bucket, key)
+	if v, ok := t.known(k); ok { // most of a batch's reads: no request, no maps
+		if t.write {
 			t.touched[k] = true
-			return v
 		}
+		return v
 	}
 	return t.Gets(bucket, [][]byte{key})[0]
 }
@@ -626,15 +638,21 @@ func (t *etcdTx) Prefetch(keys []store.Key) {
 	seen := make(map[string]bool, len(keys))
 	for _, k := range keys {
 		key := t.e.key(k.Bucket, k.Key)
-		if !seen[key] {
-			seen[key] = true
-			want = append(want, key)
+		if seen[key] {
+			continue
 		}
+		seen[key] = true
+		if it, ok := t.lookup(key); !ok || it.whole || !k.Whole && it.val != nil {
+			continue // the shadow answers
+		}
+		want = append(want, key)
 	}
 	t.fetch(want, false)
 }
 
-// known returns what the batch knows of key: its change, or what was read.
+// known returns what the transaction knows of key without a request: the
+// batch's change, what it read, or what the shadow keeps whole (or that
+// etcd does not hold it).
 func (t *etcdTx) known(key string) ([]byte, bool) {
 	if o, ok := t.over[key]; ok {
 		if o.del {
@@ -642,8 +660,17 @@ func (t *etcdTx) known(key string) ([]byte, bool) {
 		}
 		return o.val, true
 	}
-	v, ok := t.cache[key]
-	return v, ok
+	if v, ok := t.cache[key]; ok {
+		return v, ok
+	}
+	it, ok := t.lookup(key)
+	switch {
+	case !ok:
+		return nil, true
+	case it.whole:
+		return it.val, true
+	}
+	return nil, false
 }
 
 // fetch reads keys, a few requests at once, and returns their values
@@ -660,10 +687,9 @@ func (t *etcdTx) fetch(keys []string, collect bool) [][]byte {
 		return out
 	}
 	var mu sync.Mutex
-	keep := func(at int, vals [][]byte, rev int64) {
+	keep := func(at int, vals [][]byte) {
 		mu.Lock()
 		defer mu.Unlock()
-		t.seen(rev)
 		if collect {
 			copy(out[at:], vals)
 		}
@@ -678,16 +704,6 @@ func (t *etcdTx) fetch(keys []string, collect bool) [][]byte {
 		}
 	}
 	at := 0
-	if !t.write && t.rev == 0 { // pin the view's revision with the first read
-		n := min(len(keys), getChunk)
-		vals, rev, err := t.read(keys[:n])
-		if err != nil {
-			t.fail(err)
-			return out
-		}
-		keep(0, vals, rev)
-		at = n
-	}
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, 4) // requests at once
 	for at < len(keys) {
@@ -704,14 +720,14 @@ func (t *etcdTx) fetch(keys []string, collect bool) [][]byte {
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			vals, rev, err := t.read(keys[from : from+n])
+			vals, err := t.read(keys[from : from+n])
 			if err != nil {
 				mu.Lock()
 				t.fail(err)
 				mu.Unlock()
 				return
 			}
-			keep(from, vals, rev)
+			keep(from, vals)
 		})
 	}
 	wg.Wait()
@@ -723,7 +739,7 @@ func (t *etcdTx) fetch(keys []string, collect bool) [][]byte {
 const cacheBudget = 32 << 20
 
 // read gets keys in one transaction.
-func (t *etcdTx) read(keys []string) ([][]byte, int64, error) {
+func (t *etcdTx) read(keys []string) ([][]byte, error) {
 	ops := make([]clientv3.Op, len(keys))
 	for i, k := range keys {
 		ops[i] = clientv3.OpGet(k, t.readOpts()...)
@@ -732,7 +748,7 @@ func (t *etcdTx) read(keys []string) ([][]byte, int64, error) {
 	defer cancel()
 	resp, err := t.e.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	out := make([][]byte, len(keys))
 	for i, r := range resp.Responses {
@@ -740,7 +756,7 @@ func (t *etcdTx) read(keys []string) ([][]byte, int64, error) {
 			out[i] = kvs[0].Value
 		}
 	}
-	return out, resp.Header.Revision, nil
+	return out, nil
 }
 
 func (t *etcdTx) change(key string, o overlay, op clientv3.Op, size int) {
@@ -845,6 +861,7 @@ func (t *etcdTx) NextSeq() (uint64, error) {
 			e.fence(err)
 			return 0, err
 		}
+		e.applyShadow([]clientv3.Op{clientv3.OpPut(e.key(store.BucketMeta, seqKey), string(v[:]))}, resp.Header.Revision)
 		e.seqTop = top
 	}
 	e.seq++
@@ -901,7 +918,6 @@ func (t *etcdTx) Scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) e
 			t.fail(err)
 			return t.first
 		}
-		t.seen(resp.Header.Revision)
 		for _, kv := range resp.Kvs {
 			k := string(kv.Key)
 			if more, err := flushMine(k); !more || err != nil {
