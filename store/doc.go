@@ -158,30 +158,45 @@
 // # The journal on etcd
 //
 // etcdstore keeps each bucket as a key range, PREFIX BUCKET "/" KEY, the
-// same keys and values as the file. A write is durable when etcd has
-// committed it, which is when a majority of its members hold it. The
-// committer applies a batch on an overlay of the batch's own changes,
-// having read first, in a few requests, every key its writes will read.
-// It then commits the batch in transactions of at most MaxTxnOps
-// operations and MaxRequestBytes (etcd's defaults: 128, 1.5 MiB), each
-// guarded by the owner's leadership (Guard): writes that touch a common
-// key share a transaction or wait for a later wave; each wave's
-// transactions go at once. A guard found false, or a transaction whose
-// outcome is unknown (a timeout), fences the journal: that write and
-// every later one fail with ErrFenced, and the broker stops, so that
-// whoever leads next loads what etcd holds. Sequences come from blocks
-// of 65,536 reserved in meta/seq by a guarded transaction of their own.
-// Views read at one revision. Every CompactEvery (10 s) the journal
-// compacts etcd's history to the revision of the period before.
+// same keys and values as the file, but for the state indexes (pending,
+// dead, done, cancelled, waiting): since format 4 those live in the
+// journal's memory alone, derived from the job records. A write is
+// durable when etcd has committed it, which is when a majority of its
+// members hold it.
 //
-// Keys a job's life writes: Append puts two (jobs/MSGID, pending/QUEUE
-// SEQ) after reading two (jobs/MSGID and results/MSGID, for duplicates);
-// Complete reads one and deletes the two. So 4 key changes, 3 reads and
-// about a fiftieth of a transaction a job when the broker is busy.
-// Keeping a result (retain-done) puts three more and deletes one. A
-// unique key reads one key and puts it with the Append, and is deleted
-// with the Complete (or, with a hold, put again with its unique_exp
-// entry, both deleted by the sweep). A job
+// Only the group's leader writes under the prefix, every write guarded
+// by its leadership, so etcdstore keeps a shadow of every key there:
+// read once when it opens (a page at a time, at one revision), and
+// changed by each of its commits. It holds a job's head (its record
+// without payload or trail), a kept result's expiry, small values whole,
+// and the derived indexes: about 200 bytes a stored job, whatever its
+// payload. A batch reads from the shadow, not etcd: whether a msgid is
+// stored, a job's head for a Complete, an index. Only a value the
+// shadow does not keep (a large one that a write rewrites) is read, in
+// a few requests before the batch is applied. Views read a clone of the
+// shadow (copy on write) with etcd at the shadow's revision.
+//
+// The committer applies a batch on an overlay of the batch's own changes,
+// then commits it in transactions of at most MaxTxnOps operations and
+// MaxRequestBytes (etcd's defaults: 128, 1.5 MiB), each guarded by the
+// owner's leadership (Guard): writes that touch a common key share a
+// transaction or wait for a later wave; each wave's transactions go at
+// once. A guard found false, or a transaction whose outcome is unknown
+// (a timeout), fences the journal: that write and every later one fail
+// with ErrFenced, and the broker stops, so that whoever leads next loads
+// what etcd holds. Sequences come from blocks of 65,536 reserved in
+// meta/seq by a guarded transaction of their own. Every CompactEvery
+// (10 s) the journal compacts etcd's history to the revision of the
+// period before, never past the shadow's or a view's.
+//
+// Keys a job's life writes: Append puts one (jobs/MSGID), Complete
+// deletes it; neither reads. With the guard's compare (which etcd counts
+// as a range), a job costs two operations and a share of two
+// transactions: one each when the broker is idle, a fiftieth when it is
+// busy. Keeping a result (retain-done) puts two more (results, its
+// expiry) and the record again. A unique key is put with the Append and
+// deleted with the Complete (or, with a hold, put again with its
+// unique_exp entry, both deleted by the sweep). A job
 // is one value: MaxJobSize is at most what one request carries less
 // 64 KiB, for the keys beside it and what its record gains over its life
 // (reasons, trail). A write must fit in one request: a result too large

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"hash/crc32"
 )
@@ -84,3 +85,19 @@ func IndexOf(s State) []byte { return index(s) }
 
 // DecodeJob reads a job record (a backend's tools: check, salvage).
 func DecodeJob(msgid, rec []byte) (*Job, error) { return decodeJob(msgid, rec, true) }
+
+// IndexEntry is the index entry of job msgid whose record (or head) is
+// rec: the bucket of its state and its key there; the entry's value is
+// msgid. An index is derived from the records alone, so a backend may
+// keep it in memory and rebuild it (etcdstore).
+func IndexEntry(msgid, rec []byte) (bucket, key []byte, err error) {
+	s, key, err := indexKey(msgid, rec)
+	if err != nil {
+		return nil, nil, err
+	}
+	return index(s), key, nil
+}
+
+// IsIndex reports whether bucket is one of the indexes IndexEntry
+// derives (pending, dead, done, cancelled, waiting).
+func IsIndex(bucket []byte) bool { return isIndex(bucket) || bytes.Equal(bucket, BucketWaiting) }

@@ -18,9 +18,9 @@ import (
 )
 
 // olderRelease is the commit an upgrade is tested from: the last landed
-// before the journal's etcd format 3 (workflows), whose brokers write
-// format 2.
-const olderRelease = "7434ac5"
+// before the journal's etcd format 4 (state indexes in the leader's
+// memory alone), whose brokers write format 3 (state indexes in etcd).
+const olderRelease = "2fd981d"
 
 // olderEmq builds emq as it was at olderRelease, from this checkout's
 // history, with the modules already here (no network): skipped where
@@ -113,8 +113,8 @@ func TestGroupRollingUpgrade(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := cli.Get(ctx, group.JournalPrefix(group.DefaultOptions().Prefix)+"meta/format")
-	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "3" {
-		t.Fatalf("the journal's format after the upgrade: %v, %v; want 3", resp, err)
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "4" {
+		t.Fatalf("the journal's format after the upgrade: %v, %v; want 4", resp, err)
 	}
 	// An older broker started on the upgraded journal refuses it, naming it.
 	late := &groupBroker{t: t, name: "late", frontend: bt.FreeEndpoint(t), backend: bt.FreeEndpoint(t),
@@ -126,7 +126,7 @@ func TestGroupRollingUpgrade(t *testing.T) {
 		g.stop()
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(late.log(), `has format \"3\"; this binary knows \"2\"`) {
+	for !strings.Contains(late.log(), `has format \"4\"; this binary knows \"3\"`) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the older broker on the upgraded journal did not refuse it by name:\n%s", late.log())
 		}

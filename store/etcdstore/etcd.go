@@ -150,10 +150,12 @@ var (
 const (
 	// etcdFormat is the prefix's format: "2" since unique keys and
 	// cancelled jobs (records of version 3, their key ranges), "3" since
-	// workflows (records of version 4, waiting jobs, batches); an older
-	// prefix is brought to "3" when opened for writing, and a binary that
-	// knows only an older format refuses it then, by name.
-	etcdFormat = "3"
+	// workflows (records of version 4, waiting jobs, batches), "4" since
+	// the state indexes live in the leader's memory only (derived from the
+	// records: shadow.go). An older prefix is brought to "4" when opened
+	// for writing, and a binary that knows only an older format refuses
+	// it then, by name.
+	etcdFormat = "4"
 	seqBlock   = 1 << 16 // sequences reserved at a time
 	getChunk   = 32      // keys read in one request: a bound on the records held at once
 	// Keys a scan reads at once: many of an index (small values, and
@@ -184,13 +186,18 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 	}
 	format, seq := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
 	switch {
-	case len(format) == 1 && string(format[0].Value) != etcdFormat && string(format[0].Value) != "1" && string(format[0].Value) != "2":
+	case len(format) == 1 && !slices.Contains([]string{"1", "2", "3", etcdFormat}, string(format[0].Value)):
 		return nil, fmt.Errorf("%w: journal on etcd %s has format %q; this binary knows %q", store.ErrTooNew, opts.Prefix, format[0].Value, etcdFormat)
 	case len(seq) == 1 && len(seq[0].Value) != 8:
 		return nil, fmt.Errorf("%w: journal on etcd %s: its sequence is %d bytes, not 8", store.ErrCorrupt, opts.Prefix, len(seq[0].Value))
 	case len(seq) == 1:
 		e.seq = binary.BigEndian.Uint64(seq[0].Value)
 		e.seqTop = e.seq
+	}
+	if (len(format) == 0 || string(format[0].Value) != etcdFormat) && !opts.ReadOnly {
+		if err := e.migrate(); err != nil {
+			return nil, err
+		}
 	}
 	if err := e.loadShadow(); err != nil {
 		return nil, err
@@ -201,14 +208,6 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 		MaxWrite:  opts.MaxRequestBytes - etcdOverhead, // one request
 		LoadChunk: 4 * getChunk,                        // copied out of etcd, payloads with them: 4 requests at once
 	})
-	if (len(format) == 0 || string(format[0].Value) != etcdFormat) && !opts.ReadOnly {
-		if err := wait1(func(done func(error)) {
-			e.Write(func(t store.Tx) error { return t.Put(store.BucketMeta, formatKey, []byte(etcdFormat)) }, done)
-		}); err != nil {
-			e.Close()
-			return nil, err
-		}
-	}
 	if !opts.ReadOnly {
 		if err := e.Resume(); err != nil {
 			e.Close()
@@ -222,12 +221,24 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 	return e, nil
 }
 
-// wait1 is Wait for a write whose done gets only an error.
-func wait1(write func(done func(error))) error {
-	_, err := store.Wait(func(done func(struct{}, error)) {
-		write(func(err error) { done(struct{}{}, err) })
-	})
-	return err
+// migrate brings the prefix to etcdFormat in one guarded transaction:
+// the state indexes an older format stored leave etcd (the shadow
+// derives them from the records), and meta/format says the format.
+func (e *Journal) migrate() error {
+	ops := []clientv3.Op{clientv3.OpPut(e.key(store.BucketMeta, formatKey), etcdFormat)}
+	for _, b := range derived {
+		ops = append(ops, clientv3.OpDelete(e.key(b, nil), clientv3.WithRange(e.bucketEnd(b))))
+	}
+	ctx, cancel := e.ctx()
+	defer cancel()
+	resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(ops...).Commit()
+	switch {
+	case err != nil:
+		return fmt.Errorf("journal on etcd %s: bringing it to format %s: %w", e.opts.Prefix, etcdFormat, err)
+	case !resp.Succeeded:
+		return fmt.Errorf("%w: journal on etcd %s: its leadership in etcd is gone", store.ErrFenced, e.opts.Prefix)
+	}
+	return nil
 }
 
 // String names the journal in logs.
@@ -402,6 +413,7 @@ func (e *Journal) commitWave(w wave, ok []bool) error {
 	var wg sync.WaitGroup
 	for i, c := range w.chunks {
 		if len(c.ops) == 0 && len(e.opts.Guard) == 0 {
+			e.applyShadow(c.sops, 0)
 			continue
 		}
 		// A chunk that changes nothing (a duplicate, a job not found)
@@ -418,11 +430,13 @@ func (e *Journal) commitWave(w wave, ok []bool) error {
 					err = fmt.Errorf("etcd answered %v, and its keys do not say whether it applied the transaction", rpctypes.Error(err))
 				case applied: // stored: it gates its ACK like any other
 					e.applyShadow(ops, rev)
+					e.applyShadow(c.sops, rev)
 					return
 				}
 			}
 			if err == nil && resp.Succeeded {
 				e.applyShadow(ops, resp.Header.Revision)
+				e.applyShadow(c.sops, resp.Header.Revision)
 			}
 			switch {
 			case refused(err):
@@ -532,6 +546,7 @@ type overlay struct {
 // chunk is the writes of a batch committed in one transaction.
 type chunk struct {
 	ops    []clientv3.Op
+	sops   []clientv3.Op // the shadow's alone (derived indexes), in order
 	bytes  int
 	writes []int // their places in the batch
 }
@@ -559,6 +574,7 @@ type etcdTx struct {
 	// The write being applied: its operations, what it touched (read or
 	// changed), whether it scanned, its bytes, and how to take it back.
 	ops     []clientv3.Op
+	sops    []clientv3.Op // its changes of derived indexes: the shadow's alone
 	touched map[string]bool
 	wide    bool
 	size    int
@@ -759,24 +775,30 @@ func (t *etcdTx) read(keys []string) ([][]byte, error) {
 	return out, nil
 }
 
-func (t *etcdTx) change(key string, o overlay, op clientv3.Op, size int) {
+// change records a change of key; a derived index's goes to the shadow
+// alone.
+func (t *etcdTx) change(bucket []byte, key string, o overlay, op clientv3.Op, size int) {
 	prev, had := t.over[key]
 	t.undo = append(t.undo, undo{key, prev, had})
 	t.over[key] = o
-	t.ops = append(t.ops, op)
 	t.touched[key] = true
+	if isDerived(bucket) {
+		t.sops = append(t.sops, op)
+		return
+	}
+	t.ops = append(t.ops, op)
 	t.size += size
 }
 
 func (t *etcdTx) Put(bucket, key, val []byte) error {
 	k := t.e.key(bucket, key)
-	t.change(k, overlay{val: val}, clientv3.OpPut(k, string(val)), len(k)+len(val)+16)
+	t.change(bucket, k, overlay{val: val}, clientv3.OpPut(k, string(val)), len(k)+len(val)+16)
 	return nil
 }
 
 func (t *etcdTx) Delete(bucket, key []byte) error {
 	k := t.e.key(bucket, key)
-	t.change(k, overlay{del: true}, clientv3.OpDelete(k), len(k)+16)
+	t.change(bucket, k, overlay{del: true}, clientv3.OpDelete(k), len(k)+16)
 	return nil
 }
 
@@ -788,7 +810,7 @@ func (t *etcdTx) mark() error {
 	n := t.nwrites
 	t.nwrites++
 	defer func() {
-		t.ops, t.wide, t.size, t.undo = nil, false, 0, t.undo[:0]
+		t.ops, t.sops, t.wide, t.size, t.undo = nil, nil, false, 0, t.undo[:0]
 		clear(t.touched)
 	}()
 	maxOps, maxBytes := t.e.opts.MaxTxnOps, t.e.opts.MaxRequestBytes-etcdOverhead
@@ -831,6 +853,7 @@ func (t *etcdTx) mark() error {
 	}
 	c := &w.chunks[target]
 	c.ops = append(c.ops, t.ops...)
+	c.sops = append(c.sops, t.sops...)
 	c.bytes += t.size
 	c.writes = append(c.writes, n)
 	for k := range t.touched {
@@ -888,6 +911,10 @@ func (t *etcdTx) Scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) e
 		t.wide = true // what it read is a range: its write is alone in its wave
 	}
 	start, end := t.e.key(bucket, from), t.e.bucketEnd(bucket)
+	page := t.etcdPage
+	if isDerived(bucket) {
+		page = t.shadowPage
+	}
 	strip := len(t.e.opts.Prefix) + len(bucket) + 1
 	var mine []string // the batch's changed keys in range, in order
 	for k := range t.over {
@@ -911,29 +938,64 @@ func (t *etcdTx) Scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) e
 		return true, nil
 	}
 	for {
-		ctx, cancel := t.e.ctx()
-		resp, err := t.e.cli.Get(ctx, start, t.readOpts(clientv3.WithRange(end), clientv3.WithLimit(pageOf(bucket)))...)
-		cancel()
+		kvs, more, err := page(start, end, pageOf(bucket))
 		if err != nil {
 			t.fail(err)
 			return t.first
 		}
-		for _, kv := range resp.Kvs {
-			k := string(kv.Key)
-			if more, err := flushMine(k); !more || err != nil {
+		for _, kv := range kvs {
+			if more, err := flushMine(kv.key); !more || err != nil {
 				return err
 			}
-			if len(mine) > 0 && mine[0] == k { // changed by the batch
+			if len(mine) > 0 && mine[0] == kv.key { // changed by the batch
 				continue
 			}
-			if more, err := emit(k, kv.Value); !more || err != nil {
+			if more, err := emit(kv.key, kv.val); !more || err != nil {
 				return err
 			}
 		}
-		if !resp.More {
+		if !more {
 			_, err := flushMine("")
 			return err
 		}
-		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		start = kvs[len(kvs)-1].key + "\x00"
 	}
+}
+
+// skv is a key (whole, with the prefix) and its value.
+type skv struct {
+	key string
+	val []byte
+}
+
+// etcdPage reads up to limit keys of [start, end) from etcd.
+func (t *etcdTx) etcdPage(start, end string, limit int64) ([]skv, bool, error) {
+	ctx, cancel := t.e.ctx()
+	defer cancel()
+	resp, err := t.e.cli.Get(ctx, start, t.readOpts(clientv3.WithRange(end), clientv3.WithLimit(limit))...)
+	if err != nil {
+		return nil, false, err
+	}
+	out := make([]skv, len(resp.Kvs))
+	for i, kv := range resp.Kvs {
+		out[i] = skv{string(kv.Key), kv.Value}
+	}
+	return out, resp.More, nil
+}
+
+// shadowPage reads up to limit keys of [start, end) from the shadow,
+// which keeps a derived index whole. A page is copied out: fn may write
+// (NextSeq changes the shadow) between pages.
+func (t *etcdTx) shadowPage(start, end string, limit int64) ([]skv, bool, error) {
+	var out []skv
+	more := false
+	t.shadow.AscendRange(&sitem{key: t.e.rel(start)}, &sitem{key: t.e.rel(end)}, func(it *sitem) bool {
+		if int64(len(out)) == limit {
+			more = true
+			return false
+		}
+		out = append(out, skv{t.e.opts.Prefix + it.key, it.val})
+		return true
+	})
+	return out, more, nil
 }

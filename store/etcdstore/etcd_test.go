@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -35,9 +36,45 @@ func TestEtcdConformance(t *testing.T) {
 			// default 5 s, and a timeout fences. The checks are about
 			// outcomes, not time.
 			opts.Timeout = 30 * time.Second
-			return func() (store.Journal, error) { return etcdstore.Open(cli, opts) }
+			var last *etcdstore.Journal
+			t.Cleanup(func() { // after the check has closed its journals
+				if last != nil && !t.Failed() {
+					sameShadow(t, cli, opts, last)
+				}
+			})
+			return func() (store.Journal, error) {
+				j, err := etcdstore.Open(cli, opts)
+				if err == nil {
+					last = j
+				}
+				return j, err
+			}
 		},
 	})
+}
+
+// sameShadow fails t unless what j's shadow came to, through its own
+// commits, is what a journal opened now derives from etcd: the indexes
+// kept in memory alone are the records' own.
+func sameShadow(t *testing.T, cli *clientv3.Client, opts etcdstore.Options, j *etcdstore.Journal) {
+	t.Helper()
+	opts.ReadOnly = true
+	fresh, err := etcdstore.Open(cli, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	got, want := j.Shadow(), fresh.Shadow()
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("shadow %s: %s after the commits, %s loaded", k, got[k], v)
+		}
+	}
+	for k, v := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("shadow %s: %s after the commits, not loaded", k, v)
+		}
+	}
 }
 
 func etcdClient(t testing.TB, c *etcdtest.Cluster) *clientv3.Client {
@@ -308,39 +345,68 @@ func TestEtcdFullIsNotFenced(t *testing.T) {
 	}
 }
 
-// A prefix of format 1 (before unique keys and cancelled jobs) is
-// brought to format 3 (workflows) when opened for writing, and keeps its
-// jobs; a format this binary does not know is refused, by name.
-func TestFormatOneIsUpgradedAndNewerRefused(t *testing.T) {
+// A prefix of an older format (1: before unique keys and cancelled
+// jobs; 3: state indexes stored in etcd) is brought to format 4 when
+// opened for writing: its index keys leave etcd, its jobs stay, and the
+// indexes are derived from them. A format this binary does not know is
+// refused, by name.
+func TestOlderFormatsAreUpgradedAndNewerRefused(t *testing.T) {
 	cli := etcdClient(t, etcdtest.Start(t, 1))
 	opts := etcdstore.DefaultOptions()
 	opts.Prefix = "/old/"
-	j, err := etcdstore.Open(cli, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: "m", Queue: "q"}, done) }); err != nil {
-		t.Fatal(err)
-	}
-	j.Close()
 	ctx := context.Background()
-	if _, err := cli.Put(ctx, "/old/meta/format", "1"); err != nil {
-		t.Fatal(err)
+	for _, old := range []string{"1", "3"} {
+		j, err := etcdstore.Open(cli, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: "m" + old, Queue: "q"}, done) }); err != nil {
+			t.Fatal(err)
+		}
+		j.Close()
+		// What an older broker stored beside the job: its index entry,
+		// and one naming a job long gone.
+		got, err := cli.Get(ctx, "/old/jobs/m"+old)
+		if err != nil || len(got.Kvs) != 1 {
+			t.Fatalf("the job's key: %v, %v", got, err)
+		}
+		ib, ik, err := store.IndexEntry([]byte("m"+old), got.Kvs[0].Value)
+		if err != nil || string(ib) != "pending" {
+			t.Fatalf("index entry of m%s: %s, %v", old, ib, err)
+		}
+		for k, v := range map[string]string{"/old/pending/" + string(ik): "m" + old, "/old/dead/zz": "gone", "/old/meta/format": old} {
+			if _, err := cli.Put(ctx, k, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if j, err = etcdstore.Open(cli, opts); err != nil {
+			t.Fatalf("open of a format %s prefix: %v", old, err)
+		}
+		var loaded []string
+		if err := j.Load(func(jb *store.Job) error { loaded = append(loaded, jb.MsgID); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[string][]string{"1": {"m1"}, "3": {"m1", "m3"}}[old]; !slices.Equal(loaded, want) {
+			t.Fatalf("loaded from a format %s prefix: %v, want %v", old, loaded, want)
+		}
+		counts, err := j.Counts()
+		if err != nil || len(counts) != 1 || counts[0].Dead != 0 {
+			t.Fatalf("counts after the upgrade: %+v, %v; want no dead letter", counts, err)
+		}
+		j.Close()
+		if resp, err := cli.Get(ctx, "/old/meta/format"); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "4" {
+			t.Fatalf("format after the open: %v, %v; want 4", resp, err)
+		}
+		for _, idx := range []string{"/old/pending/", "/old/dead/"} {
+			if resp, err := cli.Get(ctx, idx, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
+				t.Fatalf("keys under %s after the upgrade: %v, %v; want none", idx, resp, err)
+			}
+		}
 	}
-	if j, err = etcdstore.Open(cli, opts); err != nil {
-		t.Fatalf("open of a format 1 prefix: %v", err)
-	}
-	if got, err := j.Get("m"); err != nil || got.Queue != "q" {
-		t.Fatalf("job of the format 1 prefix: %v, %v", got, err)
-	}
-	j.Close()
-	if resp, err := cli.Get(ctx, "/old/meta/format"); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "3" {
-		t.Fatalf("format after the open: %v, %v; want 3", resp, err)
-	}
-	if _, err := cli.Put(ctx, "/old/meta/format", "4"); err != nil {
+	if _, err := cli.Put(ctx, "/old/meta/format", "5"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := etcdstore.Open(cli, opts); !errors.Is(err, store.ErrTooNew) || !strings.Contains(err.Error(), "/old/") {
-		t.Fatalf("open of a format 4 prefix: %v; want ErrTooNew naming the prefix", err)
+		t.Fatalf("open of a format 5 prefix: %v; want ErrTooNew naming the prefix", err)
 	}
 }

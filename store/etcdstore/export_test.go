@@ -1,9 +1,26 @@
 package etcdstore
 
-import clientv3 "go.etcd.io/etcd/client/v3"
+import (
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
 
 // AppliedAnyway is appliedAnyway, for the tests.
 func (e *Journal) AppliedAnyway(ops []clientv3.Op) (applied, known bool) {
 	applied, known, _ = e.appliedAnyway(ops)
 	return applied, known
+}
+
+// Shadow is every key the journal's shadow holds, with what it keeps of
+// the value.
+func (e *Journal) Shadow() map[string]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string]string{}
+	e.shadow.Ascend(func(it *sitem) bool {
+		out[it.key] = fmt.Sprintf("%v %q", it.whole, it.val)
+		return true
+	})
+	return out
 }

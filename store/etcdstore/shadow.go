@@ -83,6 +83,14 @@ func headOfValue(bucket, key, v []byte) []byte {
 	return v
 }
 
+// derived are the state indexes, kept in the shadow alone since format
+// 4: each is derived from the job records (store.IndexEntry) when the
+// shadow is loaded, and changed by the batches like any key, but never
+// written to etcd. A job's life is then one key in etcd.
+var derived = [][]byte{store.BucketPending, store.BucketDead, store.BucketDone, store.BucketCancelled, store.BucketWaiting}
+
+func isDerived(bucket []byte) bool { return store.IsIndex(bucket) }
+
 // rel is the shadow's key of an etcd key.
 func (e *Journal) rel(etcdKey string) string { return etcdKey[len(e.opts.Prefix):] }
 
@@ -118,6 +126,13 @@ func (e *Journal) loadShadow() error {
 				rel := e.rel(string(kv.Key))
 				bucket, key := split(rel)
 				t.ReplaceOrInsert(shadowItem(rel, bucket, key, kv.Value))
+				if bytes.Equal(bucket, store.BucketJobs) {
+					ib, ik, err := store.IndexEntry(key, kv.Value)
+					if err != nil {
+						return fmt.Errorf("journal on etcd %s: key %s: %w", e.opts.Prefix, kv.Key, err)
+					}
+					t.ReplaceOrInsert(&sitem{key: string(ib) + "/" + string(ik), val: bytes.Clone(key), whole: true})
+				}
 			}
 			if !resp.More {
 				break
