@@ -72,11 +72,15 @@ type Options struct {
 	// unknown (the leader steps down). DialTimeout bounds the first
 	// connection (5 s).
 	Timeout, DialTimeout time.Duration
+	// Pipeline is how many of the journal's batches commit at once
+	// (etcdstore.Options.Pipeline).
+	Pipeline int
 }
 
 // DefaultOptions returns the defaults.
 func DefaultOptions() Options {
-	return Options{Prefix: "/emq/", LeaderTTL: 2 * time.Second, Timeout: 2 * time.Second, DialTimeout: 5 * time.Second}
+	return Options{Prefix: "/emq/", LeaderTTL: 2 * time.Second, Timeout: 2 * time.Second, DialTimeout: 5 * time.Second,
+		Pipeline: etcdstore.DefaultPipeline}
 }
 
 // Validate reports the first bad option, named as its flag.
@@ -90,6 +94,8 @@ func (g Options) Validate() error {
 		return fmt.Errorf("leader-ttl: must be whole seconds, at least 1 s (etcd leases count seconds), got %v", g.LeaderTTL)
 	case g.Timeout <= 0:
 		return fmt.Errorf("etcd-timeout: must be positive, got %v", g.Timeout)
+	case g.Pipeline < 1 || g.Pipeline > 1024:
+		return fmt.Errorf("etcd-pipeline: must be 1 to 1024, got %d", g.Pipeline)
 	case g.DialTimeout <= 0:
 		return fmt.Errorf("etcd dial timeout: must be positive, got %v", g.DialTimeout)
 	case (g.Username == "") != (g.Password == ""):
@@ -121,6 +127,7 @@ func (g Options) JournalOptions(el *concurrency.Election) etcdstore.Options {
 	eo.Prefix = JournalPrefix(g.Prefix)
 	eo.Guard = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())}
 	eo.Timeout = g.Timeout
+	eo.Pipeline = g.Pipeline
 	return eo
 }
 

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,20 @@ type Core struct {
 	stopped      chan struct{}   // closed when the committer has finished
 	follower     follower        // told of each commit's workflow changes (workflow.go)
 	retain       atomic.Int64    // how long jobs a workflow cancels are kept (Follow)
+
+	// Pipelined commits (CoreOptions.Pipeline): batches submitted and
+	// not yet reported, reported in order by the reporter goroutine.
+	flights  chan flight
+	slots    chan struct{} // one per batch in flight
+	reported chan struct{} // closed when the reporter has finished
+}
+
+// flight is a batch submitted to a Pipeliner, waiting for its commit.
+type flight struct {
+	batch []write
+	own   []error
+	start time.Time
+	wait  func() error
 }
 
 // write is one queued change. apply runs inside the transaction; it
@@ -85,6 +100,10 @@ type CoreOptions struct {
 	// OnDamage, if set, is told of each stored value found failing its
 	// checksum, once, as it is moved aside (quarantine.go).
 	OnDamage func(d Damage)
+	// Pipeline, when over 1 and the KV is a Pipeliner, is how many
+	// batches may be committing at once. Their writes are reported in
+	// the order the batches were taken.
+	Pipeline int
 }
 
 // StartCore starts the committer of a journal named name (in errors: a
@@ -95,6 +114,12 @@ func StartCore(name string, kv KV, opts CoreOptions) *Core {
 	}
 	j := &Core{name: name, opts: opts, kv: kv, wake: make(chan struct{}, 1), stopped: make(chan struct{}),
 		quarantining: map[string]bool{}}
+	if _, ok := kv.(Pipeliner); ok && opts.Pipeline > 1 {
+		j.flights = make(chan flight, opts.Pipeline)
+		j.slots = make(chan struct{}, opts.Pipeline)
+		j.reported = make(chan struct{})
+		go j.reportLoop()
+	}
 	go j.commitLoop()
 	return j
 }
@@ -135,6 +160,9 @@ func (j *Core) enqueue(w write) {
 // commitLoop is the committer: it runs until Close and the queue is empty.
 func (j *Core) commitLoop() {
 	defer close(j.stopped)
+	if j.flights != nil {
+		defer func() { close(j.flights); <-j.reported }()
+	}
 	var batch []write
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -200,6 +228,7 @@ func (j *Core) commitAll(batch []write) {
 			j.commit(batch[:i])
 		}
 		if i < len(batch) {
+			j.drain()
 			batch[i].alone()
 			i++
 		}
@@ -213,12 +242,13 @@ type jobError struct{ error }
 
 func (e jobError) Unwrap() error { return e.error }
 
-// commit applies a batch in one transaction and reports to each write.
+// commit applies a batch in one transaction and reports to each write;
+// pipelined, it submits the batch and the reporter reports it.
 func (j *Core) commit(batch []write) {
 	start := time.Now()
 	own := make([]error, len(batch))
 	var damaged []Damage
-	err := j.kv.Update(func(t Tx, mark func() error) error {
+	apply := func(t Tx, mark func() error) error {
 		defer func() { damaged = t.Damaged() }()
 		if p, ok := t.(Prefetcher); ok {
 			var keys []Key
@@ -243,8 +273,46 @@ func (j *Core) commit(batch []write) {
 			}
 		}
 		return nil
-	}, !allLazy(batch))
+	}
+	if j.flights != nil {
+		j.slots <- struct{}{}
+		wait := j.kv.(Pipeliner).Submit(apply, !allLazy(batch))
+		j.noteDamage(damaged)
+		j.flights <- flight{batch: slices.Clone(batch), own: own, start: start, wait: wait}
+		return
+	}
+	err := j.kv.Update(apply, !allLazy(batch))
 	j.noteDamage(damaged)
+	j.report(batch, own, start, err)
+}
+
+// reportLoop reports the pipelined batches, in order, as each commit is
+// done.
+func (j *Core) reportLoop() {
+	defer close(j.reported)
+	for f := range j.flights {
+		j.report(f.batch, f.own, f.start, f.wait())
+		<-j.slots
+	}
+}
+
+// drain waits until every batch submitted is reported.
+func (j *Core) drain() {
+	if j.slots == nil {
+		return
+	}
+	for range cap(j.slots) {
+		j.slots <- struct{}{}
+	}
+	for range cap(j.slots) {
+		<-j.slots
+	}
+}
+
+// report tells each write of a batch its outcome: the batch's commit
+// failed with err (nil: durable), or, for those own names, the write's
+// own refusal.
+func (j *Core) report(batch []write, own []error, start time.Time, err error) {
 	durable := func(int) bool { return err == nil }
 	if err != nil {
 		var p *PartialError

@@ -57,6 +57,16 @@ type KV interface {
 	View(fn func(t Tx) error) error
 }
 
+// A Pipeliner is a KV whose commits may overlap (etcd: each is a round
+// trip to a quorum). Submit applies fn as Update does, at once, and
+// commits in the background; wait gives Update's outcome once the commit
+// is done. A batch applied after another reads its changes, and when it
+// depends on them (reads or writes a key the other changed) it is
+// committed only after the other, and fails if the other failed.
+type Pipeliner interface {
+	Submit(fn func(t Tx, mark func() error) error, durable bool) (wait func() error)
+}
+
 // Prefetcher is a Tx that reads ahead the keys a batch's writes will
 // read, in a few requests instead of one each (etcd).
 type Prefetcher interface{ Prefetch(keys []Key) }

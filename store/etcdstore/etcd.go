@@ -56,6 +56,11 @@ type Options struct {
 	MaxRequestBytes int
 	// Timeout bounds each request to etcd.
 	Timeout time.Duration
+	// Pipeline is how many batches may be committing at once (1: one
+	// after another). etcd puts concurrent transactions in one raft
+	// round, so more batches in flight carry more jobs a round; the
+	// writes are reported in the order their batches were taken.
+	Pipeline int
 	// CompactEvery is how often the journal compacts etcd's history to
 	// the revision it had one period before (0: never). Read-only
 	// journals never compact.
@@ -66,10 +71,17 @@ type Options struct {
 // request for a job's keys and a kept result's.
 func DefaultOptions() Options {
 	o := Options{MaxBatch: 8192, LazyDelay: 2 * time.Millisecond, Prefix: "/emq/", MaxTxnOps: 128, MaxRequestBytes: 1536 << 10,
-		Timeout: 5 * time.Second, CompactEvery: 10 * time.Second}
+		Timeout: 5 * time.Second, CompactEvery: 10 * time.Second, Pipeline: DefaultPipeline}
 	o.MaxJobSize = MaxJobSize(o.MaxRequestBytes)
 	return o
 }
+
+// DefaultPipeline is how many batches commit at once by default: one.
+// On one machine of 2 cores, where etcd spends CPU on each transaction,
+// more in flight made more and smaller transactions and fewer jobs a
+// second (docs/benchmarks.md, issue 34); across a network, where a
+// commit waits on the round trip, more may carry more.
+const DefaultPipeline = 1
 
 // MaxJobSize is the largest job a journal on etcd stores when one
 // request may carry maxRequest bytes: a job is one value, and a request
@@ -102,6 +114,8 @@ func (o Options) Validate() error {
 			o.MaxJobSize, o.MaxRequestBytes, MaxJobSize(o.MaxRequestBytes))
 	case o.Timeout <= 0:
 		return fmt.Errorf("store: etcd Timeout must be > 0, got %v", o.Timeout)
+	case o.Pipeline < 1 || o.Pipeline > 1024:
+		return fmt.Errorf("store: etcd Pipeline must be 1 to 1024, got %d", o.Pipeline)
 	case o.CompactEvery < 0:
 		return fmt.Errorf("store: CompactEvery must be >= 0, got %v", o.CompactEvery)
 	}
@@ -132,6 +146,11 @@ type Journal struct {
 	// (without: nobody else changes it); views clone it under mu.
 	shadow    *stree
 	shadowRev int64
+	// inflight is the changes of batches submitted and not yet committed
+	// (pipelined: Submit), by key, with the batch that made the last;
+	// flights is those batches, in order.
+	inflight map[string]inflightChange
+	flights  []*flight
 
 	seq, seqTop uint64 // the last sequence given, and the top of the block reserved (committer only)
 
@@ -176,7 +195,8 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Journal{cli: cli, opts: opts, stopCompact: make(chan struct{}), views: map[*etcdTx]struct{}{}}
+	e := &Journal{cli: cli, opts: opts, stopCompact: make(chan struct{}), views: map[*etcdTx]struct{}{},
+		inflight: map[string]inflightChange{}}
 	kv := etcdKV{e}
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 	defer cancel()
@@ -207,6 +227,7 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 		BulkLimit: opts.MaxTxnOps / 5,                  // a done job's expiry deletes four keys
 		MaxWrite:  opts.MaxRequestBytes - etcdOverhead, // one request
 		LoadChunk: 4 * getChunk,                        // copied out of etcd, payloads with them: 4 requests at once
+		Pipeline:  opts.Pipeline,
 	})
 	if !opts.ReadOnly {
 		if err := e.Resume(); err != nil {
@@ -376,20 +397,85 @@ func (k etcdKV) View(fn func(t store.Tx) error) error {
 	return t.Err()
 }
 
-// update runs fn on an overlay of the batch's changes, then commits them
-// in guarded transactions within etcd's limits: in waves, each wave's
-// transactions at once. Writes that touch (read or change) a common key
-// share a transaction, or follow in a later wave, so no write's outcome
-// rests on another that might fail without it.
-func (k etcdKV) Update(fn func(t store.Tx, mark func() error) error, _ bool) error {
+// Update is Submit, waited for.
+func (k etcdKV) Update(fn func(t store.Tx, mark func() error) error, durable bool) error {
+	return k.Submit(fn, durable)()
+}
+
+// Submit runs fn on an overlay of the batch's changes, then commits them
+// in the background, in guarded transactions within etcd's limits: in
+// waves, each wave's transactions at once. Writes that touch (read or
+// change) a common key share a transaction, or follow in a later wave,
+// so no write's outcome rests on another that might fail without it.
+//
+// Batches overlap (store.Pipeliner): a batch reads the changes of those
+// still committing, and one that touched a key they change waits for
+// them before it commits, and fails if any of them failed.
+func (k etcdKV) Submit(fn func(t store.Tx, mark func() error) error, _ bool) (wait func() error) {
 	e := k.e
+	failed := func(err error) func() error { return func() error { return err } }
 	if err := e.Fenced(); err != nil {
-		return err
+		return failed(err)
 	}
 	t := &etcdTx{e: e, write: true, over: map[string]overlay{}, cache: map[string][]byte{}, touched: map[string]bool{}, shadow: e.shadow}
 	t.waves = []wave{{keys: map[string]int{}}}
 	if err := fn(t, t.mark); err != nil {
-		return err
+		return failed(err)
+	}
+	f := &flight{done: make(chan struct{})}
+	deps := map[*flight]bool{}
+	e.mu.Lock()
+	for _, w := range t.waves {
+		for key := range w.keys {
+			if c, ok := e.inflight[key]; ok {
+				deps[c.by] = true
+			}
+		}
+	}
+	for key, o := range t.over {
+		e.inflight[key] = inflightChange{overlay: o, by: f}
+	}
+	e.flights = append(e.flights, f)
+	e.mu.Unlock()
+	go func() {
+		f.err = e.commitBatch(t, deps)
+		e.mu.Lock()
+		for key := range t.over {
+			if e.inflight[key].by == f {
+				delete(e.inflight, key)
+			}
+		}
+		e.flights = slices.DeleteFunc(e.flights, func(g *flight) bool { return g == f })
+		e.mu.Unlock()
+		close(f.done)
+	}()
+	return func() error { <-f.done; return f.err }
+}
+
+// flight is a batch submitted and committing.
+type flight struct {
+	done chan struct{} // closed once committed, or failed
+	err  error
+}
+
+// inflightChange is a change of a batch still committing.
+type inflightChange struct {
+	overlay
+	by *flight
+}
+
+// commitBatch commits t's waves once the batches it depends on are
+// committed.
+func (e *Journal) commitBatch(t *etcdTx, deps map[*flight]bool) error {
+	for d := range deps {
+		<-d.done
+		if err := d.err; err != nil {
+			var p *store.PartialError
+			if errors.As(err, &p) {
+				err = p.Err
+			}
+			return fmt.Errorf("a batch it read from failed: %w", err)
+		}
 	}
 	ok := make([]bool, t.nwrites)
 	for n, w := range t.waves {
@@ -404,6 +490,17 @@ func (k etcdKV) Update(fn func(t store.Tx, mark func() error) error, _ bool) err
 		}
 	}
 	return nil
+}
+
+// drain waits until every batch submitted is committed (or failed): a
+// scan of a batch reads the shadow and etcd as they are.
+func (e *Journal) drain() {
+	e.mu.Lock()
+	fs := slices.Clone(e.flights)
+	e.mu.Unlock()
+	for _, f := range fs {
+		<-f.done
+	}
 }
 
 // commitWave commits a wave's transactions at once, and marks the writes
@@ -909,6 +1006,7 @@ func (t *etcdTx) Scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) e
 	}
 	if t.write {
 		t.wide = true // what it read is a range: its write is alone in its wave
+		t.e.drain()   // and sees what the batches before it committed
 	}
 	start, end := t.e.key(bucket, from), t.e.bucketEnd(bucket)
 	page := t.etcdPage
@@ -987,6 +1085,10 @@ func (t *etcdTx) etcdPage(start, end string, limit int64) ([]skv, bool, error) {
 // which keeps a derived index whole. A page is copied out: fn may write
 // (NextSeq changes the shadow) between pages.
 func (t *etcdTx) shadowPage(start, end string, limit int64) ([]skv, bool, error) {
+	if t.write {
+		t.e.mu.Lock()
+		defer t.e.mu.Unlock()
+	}
 	var out []skv
 	more := false
 	t.shadow.AscendRange(&sitem{key: t.e.rel(start)}, &sitem{key: t.e.rel(end)}, func(it *sitem) bool {
