@@ -13,21 +13,13 @@
 # etcd-client with apt-get when they are missing.
 #
 #   BIN=bin/emq  N=10000 jobs a run  REPEAT=2  CONFIGS="1:1 4:4 16:16"  W32=1
+#   BROKER_ARGS="--etcd-pipeline 1"  (more flags for the broker)
 set -euo pipefail
 BIN=${BIN:-bin/emq}
 N=${N:-10000}
 REPEAT=${REPEAT:-2}
 CONFIGS=${CONFIGS:-"1:1 4:4 16:16"}
 W32=${W32:-1}
-
-need=()
-command -v etcd >/dev/null || need+=(etcd-server)
-command -v etcdctl >/dev/null || need+=(etcd-client)
-command -v curl >/dev/null || need+=(curl)
-if [ ${#need[@]} -gt 0 ]; then
-	echo "bench-etcd: installing ${need[*]}" >&2
-	apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
-fi
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/emq-bench-etcd.XXXXXX")
 pids=()
@@ -38,26 +30,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cluster="" endpoints=""
-for i in 1 2 3; do
-	cluster+="${cluster:+,}m$i=http://127.0.0.1:2458$i"
-	endpoints+="${endpoints:+,}http://127.0.0.1:2457$i"
-done
-for i in 1 2 3; do
-	etcd --name "m$i" --data-dir "$dir/etcd$i" \
-		--listen-client-urls "http://127.0.0.1:2457$i" --advertise-client-urls "http://127.0.0.1:2457$i" \
-		--listen-peer-urls "http://127.0.0.1:2458$i" --initial-advertise-peer-urls "http://127.0.0.1:2458$i" \
-		--initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token emq-bench \
-		>"$dir/etcd$i.log" 2>&1 &
-	pids+=($!)
-done
-until ETCDCTL_API=3 etcdctl --endpoints "$endpoints" endpoint health >/dev/null 2>&1; do sleep 0.2; done
-echo "bench-etcd: etcd $(etcd --version | awk '/etcd Version/ {print $3}'), 3 members at $endpoints" >&2
+. "$(dirname "$0")/etcd-cluster.sh"
 
 admin=127.0.0.1:24599
 "$BIN" broker --etcd-endpoints "$endpoints" --etcd-name bench \
 	--frontend tcp://127.0.0.1:24591 --backend tcp://127.0.0.1:24592 --admin "$admin" \
-	--publisher-incoming "" --publisher-outgoing "" --log-level warn >"$dir/broker.log" 2>&1 &
+	--publisher-incoming "" --publisher-outgoing "" --log-level warn ${BROKER_ARGS:-} >"$dir/broker.log" 2>&1 &
 pids+=($!)
 until curl -fsS "http://$admin/readyz" >/dev/null 2>&1; do
 	kill -0 "${pids[-1]}" 2>/dev/null || { cat "$dir/broker.log" >&2; exit 1; }
