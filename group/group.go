@@ -75,6 +75,9 @@ type Options struct {
 	// Pipeline is how many of the journal's batches commit at once
 	// (etcdstore.Options.Pipeline).
 	Pipeline int
+	// ColdStandby: a standby keeps no copy of the journal's shadow
+	// (etcdstore.Warm), and a takeover reads the whole journal.
+	ColdStandby bool
 }
 
 // DefaultOptions returns the defaults.
@@ -428,6 +431,21 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 	}
 	cancel()
 	g.setState("standby")
+	var warm *etcdstore.Warm
+	if !g.opts.ColdStandby {
+		eo := etcdstore.DefaultOptions()
+		eo.Prefix, eo.Timeout = JournalPrefix(g.opts.Prefix), g.opts.Timeout
+		warm = etcdstore.StartWarm(g.cli, eo)
+		defer warm.Stop()
+		go func(start time.Time) {
+			select {
+			case <-warm.Loaded():
+				g.log.Info("standby: holding a copy of the journal's keys, following the leader", "keys", warm.Keys(),
+					"took", time.Since(start).Round(time.Millisecond))
+			case <-warm.Done():
+			}
+		}(time.Now())
+	}
 	octx, stopFollowing := context.WithCancel(ctx)
 	go g.follow(octx, el)
 	g.log.Info("standby: campaigning for the group's leadership", "name", g.opts.Name, "etcd", strings.Join(g.opts.Endpoints, ","))
@@ -450,6 +468,10 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 		eo := g.opts.JournalOptions(el)
 		eo.MaxJobSize = opts.MaxJobSize
 		eo.OnCommit = onCommit
+		eo.Warm = warm
+		eo.OnWarmMissed = func(err error) {
+			g.log.Warn("taking over without the standby's copy of the journal: reading it all", "err", err)
+		}
 		return etcdstore.Open(g.cli, eo)
 	}
 	b, err := broker.New(opts)

@@ -4,12 +4,13 @@
 # etcd (etcd-cluster.sh), a leader and a standby. The leader is
 # SIGKILLed; the script times, from the kill, the standby's election
 # (the dead leader's lease runs out: --leader-ttl, 2 s), its serving
-# (the journal loaded from etcd) and the first job it ACKs. ROUNDS
-# rounds (default 3); the killed broker comes back as the standby.
+# (from the copy of the journal it kept as a standby, or the journal read
+# from etcd with BROKER_ARGS=--cold-standby) and the first job it ACKs.
+# ROUNDS rounds (default 3); the killed broker comes back as the standby.
 # The backlog is made by emq bench --preload on its own broker, backed
 # up, and restored into etcd (emq restore), which the script times too.
 #
-#   BIN=bin/emq  JOBS=1000000  ROUNDS=3
+#   BIN=bin/emq  JOBS=1000000  ROUNDS=3  BROKER_ARGS=
 set -euo pipefail
 BIN=${BIN:-bin/emq}
 JOBS=${JOBS:-1000000}
@@ -39,7 +40,7 @@ declare -A pid
 start() { # name n: broker n of the group (frontend 2469n, admin 2479n)
 	"$BIN" broker --etcd-endpoints "$endpoints" --etcd-name "$1" \
 		--frontend "tcp://127.0.0.1:2469$2" --backend "tcp://127.0.0.1:2468$2" --admin "127.0.0.1:2479$2" \
-		--publisher-incoming "" --publisher-outgoing "" --log-level info >>"$dir/$1.log" 2>&1 &
+		--publisher-incoming "" --publisher-outgoing "" --log-level info ${BROKER_ARGS:-} >>"$dir/$1.log" 2>&1 &
 	pid[$1]=$!
 	pids+=($!)
 }
@@ -59,14 +60,16 @@ for round in $(seq 1 "$ROUNDS"); do
 	: >"$dir/$standby.log"
 	start "$standby" "$snum"
 	waitlog "$standby" "standby: campaigning"
+	case "${BROKER_ARGS:-}" in *--cold-standby*) ;; *) waitlog "$standby" "standby: holding a copy" ;; esac
 	"$BIN" send --broker "tcp://127.0.0.1:2469$lnum" --queue failover --wait 10s x >/dev/null
+	rss=$(awk '/VmRSS/ {printf "%.0f MiB", $2 / 1024}' "/proc/${pid[$standby]}/status")
 	kill -9 "${pid[$leader]}"
 	killed=$(now)
 	until "$BIN" send --broker "tcp://127.0.0.1:2469$snum" --queue failover --wait 2s x >/dev/null 2>&1; do :; done
 	acked=$(now)
 	serving=$(grep -o 'took=[^ ]*' "$dir/$standby.log" | tail -1)
-	printf 'round %d\tfirst ACK %s s after the SIGKILL (the new leader loaded the journal in %s)\n' \
-		"$round" "$(secs "$acked" "$killed")" "${serving#took=}"
+	printf 'round %d\tfirst ACK %s s after the SIGKILL (the new leader served %s after its election; standby RSS %s before)\n' \
+		"$round" "$(secs "$acked" "$killed")" "${serving#took=}" "$rss"
 	old=$leader onum=$lnum
 	leader=$standby lnum=$snum standby=$old snum=$onum
 done

@@ -61,6 +61,12 @@ type Options struct {
 	// round, so more batches in flight carry more jobs a round; the
 	// writes are reported in the order their batches were taken.
 	Pipeline int
+	// Warm, if set, is this process's copy of the journal's shadow, kept
+	// while it stood by: Open takes it instead of reading the journal
+	// (a writer's Open only; it stops it either way). OnWarmMissed, if
+	// set, is told why Open read the journal instead.
+	Warm         *Warm
+	OnWarmMissed func(error)
 	// CompactEvery is how often the journal compacts etcd's history to
 	// the revision it had one period before (0: never). Read-only
 	// journals never compact.
@@ -214,13 +220,31 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 		e.seq = binary.BigEndian.Uint64(seq[0].Value)
 		e.seqTop = e.seq
 	}
-	if (len(format) == 0 || string(format[0].Value) != etcdFormat) && !opts.ReadOnly {
+	migrating := (len(format) == 0 || string(format[0].Value) != etcdFormat) && !opts.ReadOnly
+	if migrating {
 		if err := e.migrate(); err != nil {
 			return nil, err
 		}
 	}
-	if err := e.loadShadow(); err != nil {
-		return nil, err
+	warm := opts.Warm != nil && !opts.ReadOnly && !migrating // the migration's range deletes would empty its indexes
+	if warm {
+		if err := e.fromWarm(); err != nil {
+			if errors.Is(err, store.ErrFenced) {
+				return nil, err
+			}
+			warm = false
+			if opts.OnWarmMissed != nil {
+				opts.OnWarmMissed(err)
+			}
+		}
+	}
+	if opts.Warm != nil {
+		opts.Warm.Stop()
+	}
+	if !warm {
+		if err := e.loadShadow(); err != nil {
+			return nil, err
+		}
 	}
 	e.Core = store.StartCore("on etcd "+opts.Prefix, kv, store.CoreOptions{MaxBatch: opts.MaxBatch, MaxJobSize: opts.MaxJobSize,
 		ReadOnly: opts.ReadOnly, OnCommit: opts.OnCommit, LazyDelay: opts.LazyDelay,

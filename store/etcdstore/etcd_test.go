@@ -41,17 +41,27 @@ func TestEtcdConformance(t *testing.T) {
 			// time, which the group's tests run): every check holds with
 			// a batch reading the changes of batches still committing.
 			opts.Pipeline = 4
+			// Each journal after the first opens from a standby's copy
+			// (Warm) that followed the one before through its watch.
+			opts.OnWarmMissed = func(err error) { t.Errorf("the journal was read, not taken from the standby's copy: %v", err) }
 			var last *etcdstore.Journal
+			var warm *etcdstore.Warm
 			t.Cleanup(func() { // after the check has closed its journals
+				if warm != nil {
+					warm.Stop()
+				}
 				if last != nil && !t.Failed() {
 					sameShadow(t, cli, opts, last)
 				}
 			})
 			return func() (store.Journal, error) {
-				j, err := etcdstore.Open(cli, opts)
+				o := opts
+				o.Warm = warm
+				j, err := etcdstore.Open(cli, o)
 				if err == nil {
 					last = j
 				}
+				warm = etcdstore.StartWarm(cli, opts)
 				return j, err
 			}
 		},
@@ -63,7 +73,7 @@ func TestEtcdConformance(t *testing.T) {
 // kept in memory alone are the records' own.
 func sameShadow(t *testing.T, cli *clientv3.Client, opts etcdstore.Options, j *etcdstore.Journal) {
 	t.Helper()
-	opts.ReadOnly = true
+	opts.ReadOnly, opts.Warm = true, nil
 	fresh, err := etcdstore.Open(cli, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -124,11 +124,24 @@ const (
 // the shadow of it. What it holds at once beyond the shadow is a bucket's
 // keys and a few pages of values.
 func (e *Journal) loadShadow() error {
+	t, rev, err := e.readShadow()
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.shadow, e.shadowRev = t, rev
+	e.mu.Unlock()
+	return nil
+}
+
+// readShadow reads every key under the prefix at one revision into a
+// shadow.
+func (e *Journal) readShadow() (*stree, int64, error) {
 	ctx, cancel := e.ctx()
 	resp, err := e.cli.Get(ctx, e.key(store.BucketMeta, formatKey))
 	cancel()
 	if err != nil {
-		return fmt.Errorf("journal on etcd %s: reading it: %w", e.opts.Prefix, err)
+		return nil, 0, fmt.Errorf("journal on etcd %s: reading it: %w", e.opts.Prefix, err)
 	}
 	l := &loader{e: e, t: newSTree(), rev: resp.Header.Revision, slots: make(chan struct{}, loadReads)}
 	var wg sync.WaitGroup
@@ -141,12 +154,9 @@ func (e *Journal) loadShadow() error {
 	}
 	wg.Wait()
 	if l.err != nil {
-		return l.err
+		return nil, 0, l.err
 	}
-	e.mu.Lock()
-	e.shadow, e.shadowRev = l.t, l.rev
-	e.mu.Unlock()
-	return nil
+	return l.t, l.rev, nil
 }
 
 // loader reads the keys under the prefix into a shadow.
