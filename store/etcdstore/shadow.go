@@ -118,6 +118,7 @@ const (
 	minLoadKeys = 64
 	maxLoadKeys = 4096
 	loadReads   = 4
+	keysPage    = 1 << 18
 )
 
 // loadShadow reads every key under the prefix at one revision and makes
@@ -202,11 +203,18 @@ func (l *loader) load(bucket []byte) error {
 			start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 		}
 	}
-	resp, err := l.get(start, end, clientv3.WithKeysOnly())
-	if err != nil {
-		return err
+	var keys []*mvccpb.KeyValue
+	for from := start; ; { // keys only, keysPage a request: each walks the range, but there are few
+		resp, err := l.get(from, end, clientv3.WithKeysOnly(), clientv3.WithLimit(keysPage))
+		if err != nil {
+			return err
+		}
+		keys = append(keys, resp.Kvs...)
+		if !resp.More {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	keys := resp.Kvs
 	var (
 		wg    sync.WaitGroup
 		limit atomic.Int64 // keys a request: grows while pages are small
