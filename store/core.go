@@ -38,6 +38,7 @@ type Core struct {
 	// not yet reported, reported in order by the reporter goroutine.
 	flights  chan flight
 	slots    chan struct{} // one per batch in flight
+	landed   chan struct{} // cap 1: a batch in flight was reported
 	reported chan struct{} // closed when the reporter has finished
 }
 
@@ -118,6 +119,7 @@ func StartCore(name string, kv KV, opts CoreOptions) *Core {
 		j.flights = make(chan flight, opts.Pipeline)
 		j.slots = make(chan struct{}, opts.Pipeline)
 		j.reported = make(chan struct{})
+		j.landed = make(chan struct{}, 1)
 		go j.reportLoop()
 	}
 	go j.commitLoop()
@@ -182,6 +184,16 @@ func (j *Core) commitLoop() {
 				}
 			}
 			timer.Stop()
+		}
+		// Pipelined: a small batch goes beside one in flight only once it
+		// has company (pipelineMin), else when that one is done, so that
+		// overlap does not cut the same writes into more transactions.
+		for j.flights != nil && len(batch) > 0 && len(batch) < pipelineMin && len(j.slots) > 0 && !closing {
+			select {
+			case <-j.wake:
+				batch, closing = j.take(batch)
+			case <-j.landed:
+			}
 		}
 		if len(batch) > 0 {
 			j.commitAll(batch)
@@ -286,6 +298,10 @@ func (j *Core) commit(batch []write) {
 	j.report(batch, own, start, err)
 }
 
+// pipelineMin is the fewest writes a batch takes to go beside another in
+// flight.
+const pipelineMin = 16
+
 // reportLoop reports the pipelined batches, in order, as each commit is
 // done.
 func (j *Core) reportLoop() {
@@ -293,6 +309,10 @@ func (j *Core) reportLoop() {
 	for f := range j.flights {
 		j.report(f.batch, f.own, f.start, f.wait())
 		<-j.slots
+		select {
+		case j.landed <- struct{}{}:
+		default:
+		}
 	}
 }
 
