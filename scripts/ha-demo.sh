@@ -12,15 +12,6 @@ JOBS=${JOBS:-10000}
 RATE=${RATE:-1000}
 KILL_AFTER=${KILL_AFTER:-3}
 
-need=()
-command -v etcd >/dev/null || need+=(etcd-server)
-command -v etcdctl >/dev/null || need+=(etcd-client)
-command -v curl >/dev/null || need+=(curl)
-command -v python3 >/dev/null || need+=(python3)
-if [ ${#need[@]} -gt 0 ]; then
-	echo "ha-demo: installing ${need[*]} (Debian's etcd is 3.4)"
-	apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
-fi
 dir=$(mktemp -d /tmp/emq-ha-demo.XXXXXX)
 pids=()
 cleanup() {
@@ -30,22 +21,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Three etcd members on loopback (fsync on, etcd's default).
-cluster="" endpoints=""
-for i in 1 2 3; do
-	cluster+="${cluster:+,}m$i=http://127.0.0.1:2438$i"
-	endpoints+="${endpoints:+,}http://127.0.0.1:2437$i"
-done
-for i in 1 2 3; do
-	etcd --name "m$i" --data-dir "$dir/etcd$i" \
-		--listen-client-urls "http://127.0.0.1:2437$i" --advertise-client-urls "http://127.0.0.1:2437$i" \
-		--listen-peer-urls "http://127.0.0.1:2438$i" --initial-advertise-peer-urls "http://127.0.0.1:2438$i" \
-		--initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token emq-ha-demo \
-		>"$dir/etcd$i.log" 2>&1 &
-	pids+=($!)
-done
-until ETCDCTL_API=3 etcdctl --endpoints "$endpoints" endpoint health >/dev/null 2>&1; do sleep 0.2; done
-echo "etcd: 3 members at $endpoints"
+# Three etcd members on loopback (fsync on, etcd's default; Debian's
+# etcd-server, installed if missing).
+ETCD_CLIENT=2437 ETCD_PEER=2438
+. "$(dirname "$0")/etcd-cluster.sh"
 
 # Two brokers of one group.
 declare -A bpid admin
