@@ -352,6 +352,11 @@ func TestGroupLeaderKilledUnderLoad(t *testing.T) {
 	slices.Sort(took)
 	t.Logf("%d rounds: %d jobs ACKed, every one ran; %d runs beyond the first; failover (SIGKILL to the next ACK) p50 %v, max %v",
 		rounds, acked, again, took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+	for _, g := range []*groupBroker{a, b} { // each took over from the copy it kept as a standby
+		if strings.Contains(g.log(), "taking over without the standby's copy") {
+			t.Errorf("broker %s took over without its copy of the journal", g.name)
+		}
+	}
 	if t.Failed() {
 		t.Logf("broker a:\n%s\nbroker b:\n%s", a.log(), b.log())
 	}
