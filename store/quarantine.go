@@ -64,7 +64,7 @@ func (jn *Core) noteDamage(ds []Damage) {
 		}
 		jn.enqueue(write{
 			apply:  func(t Tx) error { return quarantine(t, d, time.Now()) },
-			reads:  []Key{{d.Bucket, d.Key, false}},
+			reads:  []Key{{Bucket: d.Bucket, Key: d.Key}},
 			finish: func(error) { jn.qmu.Lock(); delete(jn.quarantining, key); jn.qmu.Unlock() },
 		})
 	}

@@ -36,7 +36,7 @@ func (jn *Core) PutSchedule(s *Schedule, done func(created bool, err error)) {
 			created = t.Get(BucketSchedules, id) == nil
 			return t.Put(BucketSchedules, id, rec)
 		},
-		reads: []Key{{BucketSchedules, id, false}},
+		reads: []Key{{Bucket: BucketSchedules, Key: id}},
 		finish: func(err error) {
 			if done != nil {
 				done(created && err == nil, err)
@@ -57,7 +57,7 @@ func (jn *Core) RemoveSchedule(id string, done func(found bool, err error)) {
 			}
 			return t.Delete(BucketSchedules, key)
 		},
-		reads: []Key{{BucketSchedules, key, false}},
+		reads: []Key{{Bucket: BucketSchedules, Key: key}},
 		finish: func(err error) {
 			if done != nil {
 				done(found && err == nil, err)
@@ -73,7 +73,7 @@ func (jn *Core) changeSchedule(id string, reads []Key, fn func(t Tx, s *Schedule
 	key := []byte(id)
 	var out *Schedule
 	jn.enqueue(write{
-		reads: append(reads, Key{BucketSchedules, key, false}),
+		reads: append(reads, Key{Bucket: BucketSchedules, Key: key}),
 		apply: func(t Tx) error {
 			rec := t.Get(BucketSchedules, key)
 			if rec == nil {

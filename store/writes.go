@@ -72,17 +72,17 @@ func (jn *Core) Append(j *Job, done func(dup bool, err error)) {
 	var uk []byte
 	if j.Unique != "" {
 		uk = uniqueKey(queue, j.Unique)
-		reads = append(reads, Key{BucketUnique, uk, false})
+		reads = append(reads, Key{Bucket: BucketUnique, Key: uk})
 	}
 	var f *flow
 	if workflow {
 		f = jn.newFlow(rec.Enqueued)
 		for _, p := range j.After {
-			reads = append(reads, Key{BucketJobs, []byte(p), false}, Key{BucketResults, []byte(p), false})
+			reads = append(reads, Key{Bucket: BucketJobs, Key: []byte(p)}, Key{Bucket: BucketResults, Key: []byte(p)})
 		}
 		for _, b := range []string{j.Batch, j.AfterBatch} {
 			if b != "" {
-				reads = append(reads, Key{BucketBatches, []byte(b), false})
+				reads = append(reads, Key{Bucket: BucketBatches, Key: []byte(b)})
 			}
 		}
 	}
@@ -203,7 +203,7 @@ func releaseUnique(t Tx, id, rec []byte, done bool, now time.Time) error {
 
 // takenReads are the keys taken reads.
 func takenReads(id []byte) []Key {
-	return []Key{{BucketJobs, id, false}, {BucketResults, id, false}}
+	return []Key{{Bucket: BucketJobs, Key: id}, {Bucket: BucketResults, Key: id}}
 }
 
 // deleteJob removes a job and its index entry; found is false when it
@@ -293,7 +293,7 @@ func (jn *Core) Complete(msgid string, result []byte, keepUntil time.Time, trail
 			}
 			return f.ended(t, id, true)
 		},
-		reads: []Key{{BucketJobs, id, !keepUntil.IsZero()}, {BucketAfter, afterKey(id, nil), false}},
+		reads: []Key{{Bucket: BucketJobs, Key: id, Whole: !keepUntil.IsZero()}, {Bucket: BucketAfter, Key: afterKey(id, nil)}},
 		finish: func(err error) {
 			f.told(err)
 			if done != nil {
@@ -349,7 +349,7 @@ func (jn *Core) Remove(msgid string, done func(found bool, err error)) {
 			}
 			return nil
 		},
-		reads: []Key{{BucketJobs, id, false}, {BucketAfter, afterKey(id, nil), false}},
+		reads: []Key{{Bucket: BucketJobs, Key: id}, {Bucket: BucketAfter, Key: afterKey(id, nil)}},
 		finish: func(err error) {
 			f.told(err)
 			if done != nil {
@@ -376,7 +376,7 @@ func (jn *Core) rewrite(msgid string, fn func(t Tx, j *Job, rec []byte) (keep bo
 	id := []byte(msgid)
 	var out *Job
 	jn.enqueue(write{
-		reads: []Key{{BucketJobs, id, true}, {BucketAfter, afterKey(id, nil), false}},
+		reads: []Key{{Bucket: BucketJobs, Key: id, Whole: true}, {Bucket: BucketAfter, Key: afterKey(id, nil)}},
 		apply: func(t Tx) error {
 			rec := t.Get(BucketJobs, id)
 			if rec == nil {
