@@ -437,14 +437,17 @@ func (k etcdKV) Update(fn func(t store.Tx, mark func() error) error, durable boo
 // them before it commits, and fails if any of them failed.
 func (k etcdKV) Submit(fn func(t store.Tx, mark func() error) error, _ bool) (wait func() error) {
 	e := k.e
-	failed := func(err error) func() error { return func() error { return err } }
+	outcome := func(err error) func() error { return func() error { return err } }
 	if err := e.Fenced(); err != nil {
-		return failed(err)
+		return outcome(err)
 	}
 	t := &etcdTx{e: e, write: true, over: map[string]overlay{}, cache: map[string][]byte{}, touched: map[string]bool{}, shadow: e.shadow}
 	t.waves = []wave{{keys: map[string]int{}}}
 	if err := fn(t, t.mark); err != nil {
-		return failed(err)
+		return outcome(err)
+	}
+	if e.opts.Pipeline <= 1 { // one batch at a time: none in flight to read from or wait for
+		return outcome(e.commitBatch(t, nil))
 	}
 	f := &flight{done: make(chan struct{})}
 	deps := map[*flight]bool{}
@@ -791,14 +794,8 @@ func (t *etcdTx) Prefetch(keys []store.Key) {
 // batch's change, what it read, or what the shadow keeps whole (or that
 // etcd does not hold it).
 func (t *etcdTx) known(key string) ([]byte, bool) {
-	if o, ok := t.over[key]; ok {
-		if o.del {
-			return nil, true
-		}
-		return o.val, true
-	}
-	if v, ok := t.cache[key]; ok {
-		return v, ok
+	if v, ok := t.mine(key); ok {
+		return v, true
 	}
 	it, ok := t.lookup(key)
 	switch {
@@ -808,6 +805,18 @@ func (t *etcdTx) known(key string) ([]byte, bool) {
 		return it.val, true
 	}
 	return nil, false
+}
+
+// mine returns the batch's change of key, or what it read of it.
+func (t *etcdTx) mine(key string) ([]byte, bool) {
+	if o, ok := t.over[key]; ok {
+		if o.del {
+			return nil, true
+		}
+		return o.val, true
+	}
+	v, ok := t.cache[key]
+	return v, ok
 }
 
 // fetch reads keys, a few requests at once, and returns their values

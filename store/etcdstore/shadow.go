@@ -341,14 +341,16 @@ func (t *etcdTx) Head(bucket, key []byte) []byte {
 	if t.write {
 		t.touched[k] = true
 	}
-	if v, ok := t.known(k); ok {
+	if v, ok := t.mine(k); ok {
 		return headOfValue(bucket, key, v)
 	}
-	it, ok := t.lookup(k)
+	it, ok := t.lookup(k) // once: a Complete, and Load, read every job's head here
 	switch {
 	case !ok:
 		return nil
-	case it.whole || it.val != nil:
+	case it.whole:
+		return headOfValue(bucket, key, it.val)
+	case it.val != nil:
 		return it.val
 	}
 	return headOfValue(bucket, key, t.Get(bucket, key))
