@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,45 +54,58 @@ type stree = btree.BTreeG[*sitem]
 
 func newSTree() *stree { return btree.NewG(32, lessItem) }
 
-// shadowItem is what the shadow keeps of bucket's key holding v.
-func shadowItem(rel string, bucket, key, v []byte) *sitem {
-	it := &sitem{key: rel}
+// partOf is the part of bucket's key holding v that a write decides on:
+// a job's head, a kept result's expiry, or (whole) v itself. A job
+// record that does not decode has no part (nil).
+func partOf(bucket, key, v []byte) (part []byte, whole bool) {
 	switch {
 	case bytes.Equal(bucket, store.BucketJobs):
-		if h, err := store.Head(key, v); err == nil && len(h) <= headMax {
-			it.val = bytes.Clone(h)
-		}
+		h, _ := store.Head(key, v)
+		return h, false
 	case bytes.Equal(bucket, store.BucketResults) && len(v) > 8:
-		it.val = bytes.Clone(v[:8])
-	case len(v) <= wholeMax:
-		it.val, it.whole = bytes.Clone(v), true
-		if it.val == nil {
-			it.val = []byte{}
-		}
+		return v[:8], false
+	}
+	return v, true
+}
+
+// shadowItem is what the shadow keeps of bucket's key holding v: its
+// part, when small enough (a whole value up to wholeMax, a head up to
+// headMax), else nothing.
+func shadowItem(rel string, bucket, key, v []byte) *sitem {
+	it := &sitem{key: rel}
+	switch part, whole := partOf(bucket, key, v); {
+	case whole && len(v) <= wholeMax:
+		it.val, it.whole = append([]byte{}, v...), true
+	case !whole && part != nil && len(part) <= headMax:
+		it.val = bytes.Clone(part)
 	}
 	return it
 }
 
-// headOfValue is what Head gives of bucket's key holding v (whole).
+// headOfValue is what Head gives of bucket's key holding v (whole): its
+// part, or v when it has none.
 func headOfValue(bucket, key, v []byte) []byte {
-	switch {
-	case v == nil:
-		return nil
-	case bytes.Equal(bucket, store.BucketJobs):
-		if h, err := store.Head(key, v); err == nil {
-			return h
-		}
-	case bytes.Equal(bucket, store.BucketResults) && len(v) > 8:
-		return v[:8]
+	if part, _ := partOf(bucket, key, v); part != nil || v == nil {
+		return part
 	}
 	return v
 }
 
+// indexItem is the entry of a derived index that job key's record v
+// makes.
+func indexItem(key, v []byte) (*sitem, error) {
+	ib, ik, err := store.IndexEntry(key, v)
+	if err != nil {
+		return nil, err
+	}
+	return &sitem{key: string(ib) + "/" + string(ik), val: bytes.Clone(key), whole: true}, nil
+}
+
 // derived are the state indexes, kept in the shadow alone since format
-// 4: each is derived from the job records (store.IndexEntry) when the
-// shadow is loaded, and changed by the batches like any key, but never
-// written to etcd. A job's life is then one key in etcd.
-var derived = [][]byte{store.BucketPending, store.BucketDead, store.BucketDone, store.BucketCancelled, store.BucketWaiting}
+// 4: each is derived from the job records (indexItem) when the shadow
+// is loaded, and changed by the batches like any key, but never written
+// to etcd. A job's life is then one key in etcd.
+var derived = slices.DeleteFunc(slices.Clone(store.Buckets), func(b []byte) bool { return !isDerived(b) })
 
 func isDerived(bucket []byte) bool { return store.IsIndex(bucket) }
 
@@ -275,11 +289,11 @@ func (l *loader) add(kvs []*mvccpb.KeyValue) (int, error) {
 		bucket, key := split(rel)
 		items = append(items, shadowItem(rel, bucket, key, kv.Value))
 		if bytes.Equal(bucket, store.BucketJobs) {
-			ib, ik, err := store.IndexEntry(key, kv.Value)
+			it, err := indexItem(key, kv.Value)
 			if err != nil {
 				return 0, fmt.Errorf("journal on etcd %s: key %s: %w", l.e.opts.Prefix, kv.Key, err)
 			}
-			items = append(items, &sitem{key: string(ib) + "/" + string(ik), val: bytes.Clone(key), whole: true})
+			items = append(items, it)
 		}
 	}
 	l.mu.Lock()

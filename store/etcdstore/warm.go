@@ -133,8 +133,8 @@ func (w *Warm) apply(evs []*clientv3.Event) error {
 				prev = it.val
 			}
 			if prev != nil {
-				if ib, ik, err := store.IndexEntry(key, prev); err == nil {
-					w.t.Delete(&sitem{key: string(ib) + "/" + string(ik)})
+				if it, err := indexItem(key, prev); err == nil {
+					w.t.Delete(it)
 				}
 			}
 		}
@@ -143,11 +143,11 @@ func (w *Warm) apply(evs []*clientv3.Event) error {
 		} else {
 			w.t.ReplaceOrInsert(shadowItem(rel, bucket, key, ev.Kv.Value))
 			if bytes.Equal(bucket, store.BucketJobs) {
-				ib, ik, err := store.IndexEntry(key, ev.Kv.Value)
+				it, err := indexItem(key, ev.Kv.Value)
 				if err != nil {
 					return fmt.Errorf("key %s: %w", ev.Kv.Key, err)
 				}
-				w.t.ReplaceOrInsert(&sitem{key: string(ib) + "/" + string(ik), val: bytes.Clone(key), whole: true})
+				w.t.ReplaceOrInsert(it)
 			}
 		}
 		w.rev = max(w.rev, ev.Kv.ModRevision)
