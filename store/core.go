@@ -84,8 +84,9 @@ type CoreOptions struct {
 	// for a write that cannot wait (an Append) to share its commit.
 	LazyDelay time.Duration
 
-	// AfterCommit, if set, runs on the committer after each batch is
-	// reported, with the bytes it stored.
+	// AfterCommit, if set, runs after each batch is reported, with the
+	// bytes it stored: on the committer, or on the reporter when
+	// pipelined.
 	AfterCommit func(size int)
 	// BulkLimit, if set, bounds what one write of PurgeQueue or
 	// ExpireResults removes; they go on in more writes.
