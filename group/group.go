@@ -185,15 +185,24 @@ type Group struct {
 	stateGauge *prometheus.GaugeVec
 }
 
+// ValidateFor is Validate, and whether the broker's options fit a
+// journal on etcd (emq config check asks it too).
+func (g Options) ValidateFor(opts broker.Options) error {
+	if err := g.Validate(); err != nil {
+		return err
+	}
+	if most := etcdstore.MaxJobSize(etcdstore.DefaultOptions().MaxRequestBytes); opts.MaxJobSize > most {
+		return fmt.Errorf("max-job-size: %d is over what one etcd request carries (%d bytes; etcd's --max-request-bytes is 1.5 MiB)", opts.MaxJobSize, most)
+	}
+	return nil
+}
+
 // New makes a broker of a replicated group, with opts for the broker it
 // runs while it leads (their DataDir and OpenJournal are not used: the
 // journal is in etcd) and aopts for its admin listener.
 func New(opts broker.Options, aopts admin.Options, g Options) (*Group, error) {
-	if err := g.Validate(); err != nil {
+	if err := g.ValidateFor(opts); err != nil {
 		return nil, err
-	}
-	if most := etcdstore.MaxJobSize(etcdstore.DefaultOptions().MaxRequestBytes); opts.MaxJobSize > most {
-		return nil, fmt.Errorf("max-job-size: %d is over what one etcd request carries (%d bytes; etcd's --max-request-bytes is 1.5 MiB)", opts.MaxJobSize, most)
 	}
 	if g.Name == "" {
 		host, _ := os.Hostname()

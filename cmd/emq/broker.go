@@ -112,12 +112,9 @@ start).`,
 			return err
 		}
 		if c.str("etcd-endpoints") != "" {
-			g, err := groupOptions(c)
+			g, err := groupSetup(c, &opts)
 			if err != nil {
 				return err
-			}
-			if !c.v.IsSet("max-job-size") {
-				opts.MaxJobSize = etcdstore.DefaultOptions().MaxJobSize
 			}
 			grp, err := group.New(opts, aopts, g)
 			if err != nil {
@@ -163,6 +160,20 @@ func addEtcdFlags(f *pflag.FlagSet, endpointsHelp string) {
 	f.String("etcd-cert", "", "with --etcd-endpoints: client certificate (PEM) for etcd, with --etcd-key")
 	f.String("etcd-key", "", "with --etcd-endpoints: the private key (PEM) of --etcd-cert")
 	f.Duration("etcd-timeout", d.Timeout, "with --etcd-endpoints: the longest wait for one etcd request; an etcd member that stops answering stalls the group this long (shorter: sooner past a dead member; too short for etcd's slowest commits: needless failovers)")
+}
+
+// groupSetup reads a group broker's etcd flags, gives opts the journal
+// on etcd's job size limit unless max-job-size is set, and checks both
+// as group.New will.
+func groupSetup(c *config, opts *broker.Options) (group.Options, error) {
+	g, err := groupOptions(c)
+	if err != nil {
+		return g, err
+	}
+	if !c.v.IsSet("max-job-size") {
+		opts.MaxJobSize = etcdstore.DefaultOptions().MaxJobSize
+	}
+	return g, g.ValidateFor(*opts)
 }
 
 // groupOptions reads the etcd flags; errors name the key.

@@ -74,7 +74,7 @@ func checkBrokerConfig(file string) error {
 		return err
 	}
 	if c.str("etcd-endpoints") != "" {
-		if _, err := groupOptions(c); err != nil {
+		if _, err := groupSetup(c, &opts); err != nil {
 			return err
 		}
 	}

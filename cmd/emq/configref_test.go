@@ -72,6 +72,10 @@ func TestConfigCheck(t *testing.T) {
 		{"queue.yaml", "queues:\n  email: {concurrency: -1}\n", "email"},
 		{"anon.yaml", "frontend: tcp://0.0.0.0:5555\n", "allow-anonymous"},
 		{"format.ini", "frontend=x\n", "unknown format"},
+		// A group's settings are checked as the broker checks them at start.
+		{"pipeline.yaml", "etcd-endpoints: http://127.0.0.1:1\netcd-pipeline: 0\n", "etcd-pipeline"},
+		{"ttl.yaml", "etcd-endpoints: http://127.0.0.1:1\nleader-ttl: 1500ms\n", "leader-ttl"},
+		{"etcdsize.yaml", "etcd-endpoints: http://127.0.0.1:1\nmax-job-size: 100MiB\n", "max-job-size"},
 	} {
 		out, err := check(c.name, c.text)
 		if err == nil || !strings.Contains(out, c.want) {
