@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eventmq/emq/broker"
@@ -19,8 +20,9 @@ import (
 // $NOTIFY_SOCKET. Without NOTIFY_SOCKET (not started by systemd, or not
 // Type=notify) every call does nothing.
 type notifier struct {
-	addr *net.UnixAddr // nil: nobody to tell
-	log  *slog.Logger
+	addr    *net.UnixAddr // nil: nobody to tell
+	log     *slog.Logger
+	failing atomic.Bool // the last message could not be sent
 
 	mu       sync.Mutex
 	ready    bool   // READY=1 was sent
@@ -63,8 +65,14 @@ func (n *notifier) send(lines ...string) {
 		_, err = conn.Write([]byte(msg))
 		conn.Close()
 	}
-	if err != nil {
-		n.log.Warn("NOTIFY_SOCKET: systemd was not told", "socket", n.addr.Name, "message", strings.TrimSpace(msg), "err", err)
+	// The first failure is logged, and the recovery: a watchdog pings
+	// every few hundred milliseconds, and an unusable socket stays so.
+	switch {
+	case err != nil && !n.failing.Swap(true):
+		n.log.Warn("NOTIFY_SOCKET: systemd was not told (logged once until it works again)", "socket", n.addr.Name,
+			"message", strings.TrimSpace(msg), "err", err)
+	case err == nil && n.failing.Swap(false):
+		n.log.Info("NOTIFY_SOCKET: systemd is told again", "socket", n.addr.Name)
 	}
 }
 

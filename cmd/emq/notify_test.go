@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -151,6 +152,30 @@ func TestNotifyAbstractSocket(t *testing.T) {
 		if n := newNotifier(log); n.addr != nil {
 			t.Errorf("NOTIFY_SOCKET=%q: a notifier to %v, want none", env, n.addr)
 		}
+	}
+}
+
+// A socket nobody listens on is logged once, not at every watchdog
+// ping, and its recovery once.
+func TestNotifyFailureLoggedOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notify")
+	var out bytes.Buffer
+	t.Setenv("NOTIFY_SOCKET", path)
+	n := newNotifier(slog.New(slog.NewTextHandler(&out, nil)))
+	for range 5 {
+		n.send("WATCHDOG=1")
+	}
+	if got := strings.Count(out.String(), "systemd was not told"); got != 1 {
+		t.Fatalf("%d warnings for 5 failed messages, want 1:\n%s", got, out.String())
+	}
+	sock := listenNotify(t, path)
+	n.send("STATUS=back")
+	n.send("STATUS=back")
+	if got := sock.next(t); !slices.Equal(got, []string{"STATUS=back"}) {
+		t.Fatalf("after the socket came: %q", got)
+	}
+	if got := strings.Count(out.String(), "systemd is told again"); got != 1 {
+		t.Errorf("%d recovery lines, want 1:\n%s", got, out.String())
 	}
 }
 
