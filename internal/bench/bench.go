@@ -134,6 +134,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.Senders < 1 || o.Slots < 1 || o.Jobs < 1 || o.Window < 1 || o.Size < 0 {
 		return Result{}, fmt.Errorf("bench: senders, window, slots and jobs must be at least 1")
 	}
+	switch {
+	case o.Frontend != "" && o.Preload > 0:
+		return Result{}, fmt.Errorf("bench: --preload needs the bench's own broker")
+	case o.Frontend != "" && o.BackupTo != "":
+		return Result{}, fmt.Errorf("bench: --backup needs the bench's own broker")
+	case o.BackupTo != "" && o.BackupAfter != 0 && o.BackupAfter <= time.Second:
+		return Result{}, fmt.Errorf("bench: --backup-after must be over 1s (its first second is warm-up, the rest measures before the backup), got %v", o.BackupAfter)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -149,8 +157,6 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 		defer stop()
 		res.ReplaySec = replay.Seconds()
-	} else if o.Preload > 0 {
-		return res, fmt.Errorf("bench: --preload needs the bench's own broker")
 	}
 
 	commits.reset() // start-up's commits are not the run's
@@ -203,8 +209,6 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	start := time.Now()
 	backupDone := make(chan error, 1)
 	switch {
-	case o.BackupTo != "" && own == nil:
-		return res, fmt.Errorf("bench: --backup needs the bench's own broker")
 	case o.BackupTo != "":
 		go func() { backupDone <- backupDuring(ctx, own, o, &done, &res) }()
 	default:

@@ -172,3 +172,23 @@ func TestRunBackup(t *testing.T) {
 		t.Fatalf("a run over before its backup: %v", err)
 	}
 }
+
+// Options that cannot work are refused before anything starts, naming
+// the flag.
+func TestRunRefusesBadOptions(t *testing.T) {
+	base := Options{Senders: 1, Slots: 1, Jobs: 1, Window: 1}
+	for _, c := range []struct {
+		change func(*Options)
+		want   string
+	}{
+		{func(o *Options) { o.Frontend, o.Preload = "tcp://127.0.0.1:1", 10 }, "--preload"},
+		{func(o *Options) { o.Frontend, o.BackupTo = "tcp://127.0.0.1:1", "x" }, "--backup"},
+		{func(o *Options) { o.BackupTo, o.BackupAfter = "x", time.Second }, "--backup-after"},
+	} {
+		o := base
+		c.change(&o)
+		if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error naming %s", o, err, c.want)
+		}
+	}
+}
