@@ -126,11 +126,16 @@ func electionPrefix(prefix string) string { return LeaderPrefix(prefix) + "/" }
 // el: every write guarded by its election key at its revision, so that
 // none lands once another leads.
 func (g Options) JournalOptions(el *concurrency.Election) etcdstore.Options {
-	eo := etcdstore.DefaultOptions()
-	eo.Prefix = JournalPrefix(g.Prefix)
+	eo := g.journal()
 	eo.Guard = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())}
-	eo.Timeout = g.Timeout
-	eo.Pipeline = g.Pipeline
+	return eo
+}
+
+// journal is the options of the group's journal whoever opens it: where
+// it is, how long a request may take, the commits in flight.
+func (g Options) journal() etcdstore.Options {
+	eo := etcdstore.DefaultOptions()
+	eo.Prefix, eo.Timeout, eo.Pipeline = JournalPrefix(g.Prefix), g.Timeout, g.Pipeline
 	return eo
 }
 
@@ -442,9 +447,7 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 	g.setState("standby")
 	var warm *etcdstore.Warm
 	if !g.opts.ColdStandby {
-		eo := etcdstore.DefaultOptions()
-		eo.Prefix, eo.Timeout = JournalPrefix(g.opts.Prefix), g.opts.Timeout
-		warm = etcdstore.StartWarm(g.cli, eo)
+		warm = etcdstore.StartWarm(g.cli, g.opts.journal())
 		defer warm.Stop()
 		go func(start time.Time) {
 			select {
@@ -687,8 +690,8 @@ func ReadJournal(g Options) (j store.Journal, release func(), err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	eo := etcdstore.DefaultOptions()
-	eo.Prefix, eo.Timeout, eo.ReadOnly, eo.CompactEvery = JournalPrefix(g.Prefix), g.Timeout, true, 0
+	eo := g.journal()
+	eo.ReadOnly, eo.CompactEvery = true, 0
 	ej, err := etcdstore.Open(cli, eo)
 	if err != nil {
 		cli.Close()
