@@ -37,10 +37,14 @@ func olderEmq(t *testing.T) string {
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	archive := exec.Command("sh", "-c", "git archive "+olderRelease+" | tar -x -C "+src)
+	tarball := filepath.Join(dir, "src.tar")
+	archive := exec.Command("git", "archive", "-o", tarball, olderRelease)
 	archive.Dir = repo
 	if out, err := archive.CombinedOutput(); err != nil {
 		testutil.Missing(t, "EMQ_REQUIRE_UPGRADE", "commit %s is not in this checkout's history: %v\n%s", olderRelease, err, out)
+	}
+	if out, err := exec.Command("tar", "-xf", tarball, "-C", src).CombinedOutput(); err != nil {
+		t.Fatalf("unpacking %s: %v\n%s", olderRelease, err, out)
 	}
 	bin := filepath.Join(dir, "emq-old")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/emq")
@@ -125,11 +129,13 @@ func TestGroupRollingUpgrade(t *testing.T) {
 	for _, g := range []*groupBroker{a, b} {
 		g.stop()
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(late.log(), `has format \"4\"; this binary knows \"3\"`) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the older broker on the upgraded journal did not refuse it by name:\n%s", late.log())
+	defer func() {
+		if t.Failed() {
+			t.Logf("the older broker's log:\n%s", late.log())
 		}
-		time.Sleep(100 * time.Millisecond) // a poll with a deadline: its campaign comes once the others are gone
-	}
+	}()
+	// Its campaign comes once the others are gone.
+	testutil.EventuallyWithin(t, 30*time.Second, "the older broker refusing the upgraded journal by name", func() bool {
+		return strings.Contains(late.log(), `has format \"4\"; this binary knows \"3\"`)
+	})
 }
