@@ -332,18 +332,19 @@ func CheckBackup(r io.Reader) (BackupStats, error) { return readBackup(r, nil) }
 // first fault, having written what came before it. The journal's own
 // sequence becomes the backup's, once it is opened again.
 func (jn *Core) Restore(r io.Reader) (BackupStats, error) {
-	chunk := 10_000
-	if jn.opts.BulkLimit > 0 {
-		chunk = jn.opts.BulkLimit * 4
+	chunk, most := jn.bulkChunk(), jn.opts.MaxWrite
+	if most <= 0 {
+		most = restoreBytes
 	}
 	type kv struct{ b, k, v []byte }
 	var pending []kv
+	size := 0 // pending's bytes, with room for each key's framing
 	flush := func() error {
 		if len(pending) == 0 {
 			return nil
 		}
 		batch := pending
-		pending = nil
+		pending, size = nil, 0
 		_, err := Wait(func(done func(struct{}, error)) {
 			jn.Write(func(t Tx) error {
 				for _, p := range batch {
@@ -357,7 +358,13 @@ func (jn *Core) Restore(r io.Reader) (BackupStats, error) {
 		return err
 	}
 	st, err := readBackup(r, func(b, k, v []byte) error {
-		pending = append(pending, kv{b, k, v})
+		n := len(b) + len(k) + len(v) + restoreFraming
+		if size+n > most { // a write holds at most MaxWrite bytes (etcd: one request)
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		pending, size = append(pending, kv{b, k, v}), size+n
 		if len(pending) >= chunk {
 			return flush()
 		}
@@ -368,6 +375,23 @@ func (jn *Core) Restore(r io.Reader) (BackupStats, error) {
 	}
 	return st, flush()
 }
+
+// bulkChunk is how many keys one write of Restore or Clear holds at
+// most (etcd: what one transaction may).
+func (jn *Core) bulkChunk() int {
+	if jn.opts.BulkLimit > 0 {
+		return jn.opts.BulkLimit * 4
+	}
+	return 10_000
+}
+
+// A write of Restore holds at most MaxWrite bytes, or restoreBytes when
+// the backend sets none, counting restoreFraming for each key beside its
+// bucket, key and value (etcd: the prefix, the operation's framing).
+const (
+	restoreBytes   = 64 << 20
+	restoreFraming = 64
+)
 
 // Empty implements Backuper.
 func (jn *Core) Empty() (bool, error) {
@@ -394,10 +418,7 @@ func (jn *Core) Empty() (bool, error) {
 // restore --force over a journal that holds jobs), in writes of at most
 // what one may hold.
 func (jn *Core) Clear() error {
-	limit := jn.opts.BulkLimit * 4
-	if limit <= 0 {
-		limit = 10_000
-	}
+	limit := jn.bulkChunk()
 	for _, b := range Buckets {
 		if bytes.Equal(b, BucketMeta) {
 			continue

@@ -99,3 +99,31 @@ func backupRestoresEverything(t *testing.T, f *fixture) {
 	}
 	target.duplicate(uniqueJob("u2", "q", "key-1", 0), "u")
 }
+
+// A backup of more bytes than one write holds (etcd: one request) is
+// restored in as many writes as it takes: 120 jobs of 20 KiB.
+func backupRestoresLargeJobs(t *testing.T, f *fixture) {
+	var ids []string
+	for i := range 120 {
+		j := job(fmt.Sprintf("big%03d", i), "q")
+		j.Payload = bytes.Repeat([]byte{byte(i)}, 20<<10)
+		f.append(j)
+		ids = append(ids, j.MsgID)
+	}
+	var buf bytes.Buffer
+	if _, err := f.backuper(f.j).Backup(&buf, store.BackupHeader{MadeBy: "storetest"}); err != nil {
+		t.Fatal(err)
+	}
+	target := &fixture{t: t, opts: f.opts, h: f.h, open: f.h.Fresh(t, f.opts)}
+	target.j = target.mustOpen()
+	defer func() { target.j.Close() }()
+	if _, err := f.backuper(target.j).Restore(bytes.NewReader(buf.Bytes())); err != nil {
+		t.Fatalf("restore of %d bytes: %v", buf.Len(), err)
+	}
+	if q := target.pending()["q"]; !slices.Equal(q, ids) {
+		t.Fatalf("restored queue: %d jobs; want %d", len(q), len(ids))
+	}
+	if got, err := target.j.Get("big119"); err != nil || len(got.Payload) != 20<<10 || got.Payload[0] != 119 {
+		t.Fatalf("a restored job: %v", err)
+	}
+}

@@ -92,6 +92,7 @@ var checks = []check{
 	{name: "WorkflowManyChildren", run: workflowManyChildren},
 
 	{name: "BackupRestoresEverything", run: backupRestoresEverything},
+	{name: "BackupRestoresLargeJobs", run: backupRestoresLargeJobs},
 
 	{name: "QueueSettingsAreKept", run: queueSettingsAreKept},
 	{name: "BadQueueSettingsAreRefused", run: badQueueSettingsAreRefused},
