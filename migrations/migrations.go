@@ -28,7 +28,7 @@ import (
 // since 4, done since 5, cancelled, unique and unique_exp since 7.
 var (
 	meta      = store.BucketMeta
-	schemaKey = []byte("schema")
+	schemaKey = store.SchemaKey
 )
 
 // Step is one schema change.

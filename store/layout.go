@@ -51,6 +51,16 @@ func ExpiryBytes(unixNano int64) []byte {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// SchemaKey is meta's key of the file's schema version (package
+// migrations'), the one value not sealed.
+var SchemaKey = []byte("schema")
+
+// Sealed reports whether bucket's key holds a sealed value: all but the
+// schema version.
+func Sealed(bucket, key []byte) bool {
+	return !bytes.Equal(bucket, BucketMeta) || !bytes.Equal(key, SchemaKey)
+}
+
 // Seal is val as the file keeps it under bucket and key.
 func Seal(bucket, key, val []byte) []byte {
 	out := make([]byte, len(val)+4)

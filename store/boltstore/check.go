@@ -184,8 +184,8 @@ func checkValues(db *bolt.DB, rep *CheckReport) error {
 				continue
 			}
 			err := bkt.ForEach(func(k, v []byte) error {
-				if bytes.Equal(name, store.BucketMeta) && string(k) == "schema" {
-					return nil // migrations' own, not sealed
+				if !store.Sealed(name, k) {
+					return nil // migrations' own
 				}
 				if bytes.Equal(name, store.BucketDamaged) {
 					if e, ok := store.DecodeDamaged(k, v); ok {
