@@ -400,6 +400,28 @@ func TestCompleteWaitsForCompany(t *testing.T) {
 	}
 }
 
+// A backup of a journal holding a value that fails its checksum fails,
+// naming it, instead of leaving it out; the value is moved aside
+// meanwhile, and the next backup, holding it in the damaged bucket,
+// succeeds.
+func TestBackupRefusesDamage(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j := openJournal(t, path)
+	mustAppend(t, j, job("ok", "q"), job("bad", "q"))
+	j.Close()
+	alterJobs(t, path, func(b *bolt.Bucket) error { return b.Put([]byte("bad"), []byte{1, 1, 0}) })
+	j, heard := openHearing(t, path)
+	if _, err := j.Backup(io.Discard, store.BackupHeader{}); !errors.Is(err, store.ErrDamaged) || !strings.Contains(err.Error(), `jobs/"bad"`) {
+		t.Fatalf("backup of a damaged journal: %v; want ErrDamaged naming jobs/bad", err)
+	}
+	<-heard
+	testutil.Eventually(t, "a backup once the damage is moved aside", func() bool {
+		st, err := j.Backup(io.Discard, store.BackupHeader{})
+		return err == nil && st.Jobs == 1
+	})
+}
+
 // A backup reads every bucket, meta too: the schema version, which is
 // not sealed, is not taken for damage (it was moved aside, out of meta,
 // by every backup).
