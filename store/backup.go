@@ -187,6 +187,7 @@ type backupReader struct {
 	r   *bufio.Reader
 	h   hash.Hash
 	off int64
+	one [1]byte // byte's, hashed without an allocation
 }
 
 func (br *backupReader) fail(format string, args ...any) error {
@@ -198,7 +199,8 @@ func (br *backupReader) byte() (byte, error) {
 	if err != nil {
 		return 0, br.fail("cut short (%v)", err)
 	}
-	br.h.Write([]byte{c})
+	br.one[0] = c
+	br.h.Write(br.one[:])
 	br.off++
 	return c, nil
 }
@@ -231,8 +233,13 @@ func (br *backupReader) field(max uint64) ([]byte, error) {
 	if n > max {
 		return nil, br.fail("a field of %d bytes, over %d", n, max)
 	}
-	// Read what comes rather than allocate what a damaged length says.
-	p, err := io.ReadAll(io.LimitReader(br.r, int64(n)))
+	var p []byte
+	if n <= trustedField { // small: read into its size at once
+		p = make([]byte, n)
+		_, err = io.ReadFull(br.r, p)
+	} else { // read what comes rather than allocate what a damaged length says
+		p, err = io.ReadAll(io.LimitReader(br.r, int64(n)))
+	}
 	if err != nil || uint64(len(p)) != n {
 		return nil, br.fail("cut short in a field of %d bytes", n)
 	}
@@ -240,6 +247,10 @@ func (br *backupReader) field(max uint64) ([]byte, error) {
 	br.off += int64(n)
 	return p, nil
 }
+
+// trustedField is the largest length a field is allocated at before its
+// bytes are read: a damaged length costs at most this much.
+const trustedField = 64 << 10
 
 // maxField bounds one field of a backup: a value is at most a job.
 const maxField = 1 << 31

@@ -68,3 +68,20 @@ func TestCheckBackupNamesTheDamage(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCheckBackup: checking a backup of 100,000 small records (a
+// job's record is about 200 bytes).
+func BenchmarkCheckBackup(b *testing.B) {
+	recs := make([][3]string, 100_000)
+	for i := range recs {
+		recs[i] = [3]string{string(BucketJobs), strings.Repeat("k", 36), strings.Repeat("v", 200)}
+	}
+	data := backupStream(BackupMagic, `{"format":1}`, len(recs), recs...)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := CheckBackup(bytes.NewReader(data)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
