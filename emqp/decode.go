@@ -116,6 +116,12 @@ func Decode(frames [][]byte) (Message, error) {
 			return nil, errorf(ErrTopic, cmd, id, "PUBLISH: the topic is %d bytes, over the limit of %d", len(f[0]), MaxTopicLen)
 		}
 		return &Publish{MsgID: id, Topic: string(f[0]), Message: payload(f[1])}, nil
+	case CmdRoutes:
+		m := &Routes{MsgID: string(frames[3])}
+		if len(f) > 0 {
+			m.Table = payload(f[0])
+		}
+		return m, nil
 	}
 	panic("emqp: command without a decoder: " + cmd) // parseCommand and this switch list the same commands
 }
@@ -163,6 +169,8 @@ func parseCommand(b []byte) (Command, bool) {
 		return CmdCancel, true
 	case "PROGRESS":
 		return CmdProgress, true
+	case "ROUTES":
+		return CmdRoutes, true
 	}
 	return "", false
 }
@@ -179,7 +187,7 @@ func frameCounts(c Command) (min, max int) {
 		return 5, 6
 	case CmdFail, CmdPublish, CmdProgress:
 		return 6, 6
-	case CmdHeartbeat:
+	case CmdHeartbeat, CmdRoutes:
 		return 4, 5
 	case CmdSchedule, CmdUnschedule:
 		return 9, 9

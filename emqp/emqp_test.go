@@ -50,6 +50,8 @@ func TestRoundTripEveryCommand(t *testing.T) {
 		&emqp.Publish{MsgID: id},
 		&emqp.Cancel{MsgID: id, OrigMsgID: orig},
 		&emqp.Progress{MsgID: id, OrigMsgID: orig, Text: "40 copied"},
+		&emqp.Routes{MsgID: id},
+		&emqp.Routes{MsgID: id, Table: []byte(`{"version":1}`)},
 	}
 	seen := map[emqp.Command]bool{}
 	for _, m := range msgs {
@@ -63,8 +65,8 @@ func TestRoundTripEveryCommand(t *testing.T) {
 			t.Fatalf("%s: round trip\n got %#v\nwant %#v", m.Command(), got, m)
 		}
 	}
-	if len(seen) != 15 {
-		t.Fatalf("round trip covers %d commands, want all 15", len(seen))
+	if len(seen) != 16 {
+		t.Fatalf("round trip covers %d commands, want all 16", len(seen))
 	}
 }
 

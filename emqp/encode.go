@@ -14,7 +14,7 @@ var (
 
 func init() {
 	for _, c := range []Command{CmdRequest, CmdAck, CmdInform, CmdReady, CmdReply, CmdFail,
-		CmdError, CmdHeartbeat, CmdKbye, CmdDisconnect, CmdSchedule, CmdUnschedule, CmdPublish, CmdCancel, CmdProgress} {
+		CmdError, CmdHeartbeat, CmdKbye, CmdDisconnect, CmdSchedule, CmdUnschedule, CmdPublish, CmdCancel, CmdProgress, CmdRoutes} {
 		cmdFrames[c] = []byte(c)
 	}
 }
@@ -54,6 +54,11 @@ func Encode(m Message) [][]byte {
 		return frames(CmdCancel, -1, nil, m.MsgID, m.OrigMsgID)
 	case *Progress:
 		return frames(CmdProgress, -1, nil, m.MsgID, m.OrigMsgID, m.Text)
+	case *Routes:
+		if len(m.Table) == 0 {
+			return frames(CmdRoutes, -1, nil, m.MsgID)
+		}
+		return frames(CmdRoutes, 1, m.Table, m.MsgID)
 	}
 	panic("emqp: Encode of an unknown message type")
 }

@@ -40,6 +40,7 @@ const (
 	CmdPublish    Command = "PUBLISH"
 	CmdCancel     Command = "CANCEL"   // client → broker: cancel a job; broker → worker: stop running it
 	CmdProgress   Command = "PROGRESS" // worker → broker: how far a job has come
+	CmdRoutes     Command = "ROUTES"   // peer → broker: which shard serves which queue; broker → peer: the table
 )
 
 // Peer types an INFORM may name.
@@ -62,6 +63,10 @@ const (
 	CodeDuplicate = "duplicate"
 	CodeNotFound  = "not_found" // CANCEL of a job the broker does not hold
 	CodeConflict  = "conflict"  // CANCEL of a job that is done, dead or cancelled already
+	// CodeMoved refuses a REQUEST or SCHEDULE for a queue another shard
+	// serves; the text names the shard, its endpoints and the placement's
+	// version (MovedText, ParseMoved).
+	CodeMoved = "moved"
 )
 
 // MaxProgressLen bounds the text of a PROGRESS, in bytes.
@@ -224,6 +229,20 @@ func (m *Progress) Note() string {
 	_, note, _ := splitProgress(m.Text)
 	return note
 }
+
+// Routes asks a broker where queues are served (peer → broker: Table
+// empty) or answers (broker → peer: Table is a RouteTable in JSON; "{}"
+// from a broker that is not one shard of several).
+type Routes struct {
+	MsgID string
+	Table []byte
+}
+
+// Command returns ROUTES.
+func (*Routes) Command() Command { return CmdRoutes }
+
+// ID returns the msgid.
+func (m *Routes) ID() string { return m.MsgID }
 
 // Command returns CANCEL.
 func (*Cancel) Command() Command { return CmdCancel }

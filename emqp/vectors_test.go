@@ -141,6 +141,8 @@ func asVector(t *testing.T, m emqp.Message) map[string]any {
 			p = -1
 		}
 		v["orig_msgid"], v["text"], v["percent"], v["note"] = m.OrigMsgID, m.Text, float64(p), m.Note()
+	case *emqp.Routes:
+		v["table"] = string(m.Table)
 	case *emqp.Unschedule:
 		v["queue"], v["headers"], v["interval"], v["payload"], v["cron"] = m.Queue, headers(m.Headers), float64(m.Interval), string(m.Payload), m.Cron
 	default:
