@@ -52,6 +52,7 @@ type Broker struct {
 
 	routers [2]*zmtp.Router
 	pub     atomic.Pointer[zmtp.Pub]    // pub/sub's PUB endpoint (pubsub.go); nil when off
+	routes  atomic.Pointer[routes]      // the placement, for a shard (routes.go); never nil
 	pubIn   atomic.Pointer[zmtp.Router] // PUBLISH only, EventMQ's emq-pubsub address
 	pubLog  *lograte.Limiter            // PUBLISH refused on the publisher endpoint
 	budget  *zmtp.Budget                // of received messages, shared by both endpoints
@@ -169,6 +170,11 @@ func New(opts Options) (*Broker, error) {
 	b.readLog = lograte.New(logBurst, "payload reads that failed and were not logged in the last second")
 	b.damageLog = lograte.New(logBurst, "damaged journal values not logged in the last second")
 	b.pubLog = lograte.New(logBurst, "PUBLISH refusals not logged in the last second")
+	r, err := newRoutes(opts.Shard, opts.Routes)
+	if err != nil {
+		return nil, err
+	}
+	b.routes.Store(r)
 	b.forbidLog = lograte.New(logBurst, "forbidden messages not logged in the last second")
 	creds, err := loadCredentials(&b.opts)
 	if err != nil {
@@ -711,7 +717,12 @@ func (b *Broker) handle(in inbound) {
 		if p != nil {
 			b.lose(p, p.role.String()+" said goodbye")
 		}
+	case *emqp.Routes:
+		b.answerRoutes(in.from, m)
 	case *emqp.Schedule:
+		if b.elsewhere(in.from, m.MsgID, m.Queue) {
+			break
+		}
 		if b.opts.ForwardSchedules {
 			b.forwardSchedule(in.from, m)
 		} else {

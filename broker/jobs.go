@@ -103,6 +103,9 @@ func (b *Broker) request(from peerKey, m *emqp.Request, held zmtp.Held) {
 		b.refuse(from, m.MsgID, emqp.CodeUnavailable, ErrDraining.Error())
 		return
 	}
+	if b.elsewhere(from, m.MsgID, m.Queue) {
+		return
+	}
 	if j := b.jobs[m.MsgID]; j != nil {
 		if j.state != journaling {
 			b.stats.Duplicates.Add(1)

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"github.com/eventmq/emq/emqp"
+
 	"fmt"
 	"log/slog"
 	"net"
@@ -87,6 +89,14 @@ type Options struct {
 	// keeping them in the journal.
 	ForwardSchedules bool
 
+	// Shard is this broker's shard when queues are spread over several
+	// broker groups ("" = the only one): it takes jobs only for the
+	// queues Routes places on it, and answers the others with ERROR moved
+	// (routes.go). Routes is the placement it starts with; SetRoutes
+	// changes it.
+	Shard  string
+	Routes *emqp.RouteTable
+
 	// Pub/sub (pubsub.go). PUBLISH is taken on the frontend and on
 	// PublisherIncoming ("" = not bound) and fanned out to the ZeroMQ SUB
 	// sockets connected to PublisherOutgoing ("" = pub/sub off).
@@ -156,6 +166,11 @@ func DefaultOptions() Options {
 
 // Validate names the first bad field.
 func (o Options) Validate() error {
+	if o.Shard != "" {
+		if err := checkRoutes(o.Shard, o.Routes); err != nil {
+			return err
+		}
+	}
 	if o.MaxConnections < 0 || o.MaxConnectionsPerIP < 0 {
 		return fmt.Errorf("max-connections and max-connections-per-ip must be 0 (no bound) or more, got %d and %d", o.MaxConnections, o.MaxConnectionsPerIP)
 	}

@@ -95,7 +95,7 @@ func (s *Stats) Errors(code string) int64 {
 var ErrorCodes = []string{
 	emqp.CodeBadRequest, emqp.CodeUnsupportedVersion, emqp.CodeUnknownCommand,
 	emqp.CodeTooLarge, emqp.CodeQueueFull, emqp.CodeUnavailable, emqp.CodeForbidden,
-	emqp.CodeDuplicate, emqp.CodeNotFound, emqp.CodeConflict,
+	emqp.CodeDuplicate, emqp.CodeNotFound, emqp.CodeConflict, emqp.CodeMoved,
 }
 
 // logBurst is how many lines a second each kind of refusal may log

@@ -1,0 +1,107 @@
+package broker
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/eventmq/emq/emqp"
+)
+
+// A broker that is one shard of several (Options.Shard) takes jobs only
+// for the queues the placement puts on its shard. A REQUEST or SCHEDULE
+// for another shard's queue gets ERROR moved naming that shard's
+// endpoints and the placement's version, and stores nothing; a queue
+// being moved gets ERROR unavailable (its source pauses it), as does a
+// queue the placement gives to no shard. ROUTES is answered with the
+// whole table, so that clients and workers route by it.
+//
+// The placement is a snapshot, swapped whole (SetRoutes, from the group
+// that watches it in etcd): the loop reads it per message, nothing
+// changes it in place.
+
+// routes is one placement, as the loop uses it.
+type routes struct {
+	shard  string
+	table  *emqp.RouteTable
+	answer []byte // the table in JSON, for ROUTES
+}
+
+// checkRoutes reports what keeps shard from serving under t.
+func checkRoutes(shard string, t *emqp.RouteTable) error {
+	switch {
+	case t == nil:
+		return fmt.Errorf("shard %s: no placement given", shard)
+	case !emqp.ValidShardName(shard):
+		return fmt.Errorf("shard %q: a name is 1 to 64 letters, digits, '-', '_' or '.'", shard)
+	}
+	if _, ok := t.Shards[shard]; !ok {
+		return fmt.Errorf("shard %s is not in the placement (version %d); add it with emq shards add", shard, t.Version)
+	}
+	return t.Check()
+}
+
+func newRoutes(shard string, t *emqp.RouteTable) (*routes, error) {
+	if shard == "" {
+		return &routes{answer: []byte("{}")}, nil
+	}
+	if err := checkRoutes(shard, t); err != nil {
+		return nil, err
+	}
+	answer, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	return &routes{shard: shard, table: t, answer: answer}, nil
+}
+
+// SetRoutes changes the placement this shard's broker serves by. A
+// placement that does not list its shard is refused: the broker keeps
+// the one it has.
+func (b *Broker) SetRoutes(t *emqp.RouteTable) error {
+	if b.opts.Shard == "" {
+		return fmt.Errorf("this broker is not a shard (no --shard)")
+	}
+	r, err := newRoutes(b.opts.Shard, t)
+	if err != nil {
+		return err
+	}
+	if old := b.routes.Load(); old.table != nil && old.table.Version > t.Version {
+		return fmt.Errorf("placement version %d is older than the one served (%d)", t.Version, old.table.Version)
+	}
+	b.routes.Store(r)
+	return nil
+}
+
+// Routes is the placement this broker serves by; nil when it is not a
+// shard.
+func (b *Broker) Routes() *emqp.RouteTable { return b.routes.Load().table }
+
+// elsewhere reports whether a job for queue must be refused here, and
+// refuses it: with ERROR moved when another shard serves queue, with
+// ERROR unavailable while queue is moving or placed nowhere.
+func (b *Broker) elsewhere(from peerKey, ref, queue string) bool {
+	r := b.routes.Load()
+	if r.table == nil {
+		return false
+	}
+	if to, ok := r.table.Moving[queue]; ok {
+		b.refuse(from, ref, emqp.CodeUnavailable, fmt.Sprintf("queue %q is being moved to shard %s; send it again shortly", queue, to))
+		return true
+	}
+	owner := r.table.Owner(queue)
+	switch owner {
+	case r.shard:
+		return false
+	case "":
+		b.refuse(from, ref, emqp.CodeUnavailable, fmt.Sprintf("queue %q is placed on no shard (placement %d); place it with emq queues place", queue, r.table.Version))
+	default:
+		b.refuse(from, ref, emqp.CodeMoved, emqp.MovedText(queue, owner, r.table.Shards[owner].Frontend, r.table.Version))
+	}
+	return true
+}
+
+// answerRoutes answers ROUTES with the table ("{}" when not a shard),
+// under the asker's msgid.
+func (b *Broker) answerRoutes(from peerKey, m *emqp.Routes) {
+	b.send(from, &emqp.Routes{MsgID: m.MsgID, Table: b.routes.Load().answer})
+}
