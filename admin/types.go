@@ -145,6 +145,11 @@ type GroupInfo struct {
 	Name      string `json:"name"`   // this broker's name in the election
 	Leader    string `json:"leader"` // the leader's name ("" while there is none)
 	Elections int64  `json:"elections"`
+	// Shard is the group's shard when queues are spread over several
+	// groups ("" = the only group), and Placement the version of the
+	// placement it serves by.
+	Shard     string `json:"shard,omitempty"`
+	Placement int64  `json:"placement,omitempty"`
 }
 
 // NamedCount is one counter's name and value.

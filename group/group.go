@@ -52,6 +52,7 @@ import (
 
 	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/store/etcdstore"
 )
@@ -78,12 +79,18 @@ type Options struct {
 	// ColdStandby: a standby keeps no copy of the journal's shadow
 	// (etcdstore.Warm), and a takeover reads the whole journal.
 	ColdStandby bool
+	// Shard names the group's shard when queues are spread over several
+	// groups (placement.go); "" = the only group. The placement is at
+	// PlacementPrefix on PlacementEndpoints (none = Endpoints).
+	Shard              string
+	PlacementEndpoints []string
+	PlacementPrefix    string
 }
 
 // DefaultOptions returns the defaults.
 func DefaultOptions() Options {
 	return Options{Prefix: "/emq/", LeaderTTL: 2 * time.Second, Timeout: 2 * time.Second, DialTimeout: 5 * time.Second,
-		Pipeline: etcdstore.DefaultPipeline}
+		Pipeline: etcdstore.DefaultPipeline, PlacementPrefix: DefaultPlacementPrefix}
 }
 
 // Validate reports the first bad option, named as its flag.
@@ -103,8 +110,14 @@ func (g Options) Validate() error {
 		return fmt.Errorf("etcd dial timeout: must be positive, got %v", g.DialTimeout)
 	case (g.Username == "") != (g.Password == ""):
 		return fmt.Errorf("etcd-user and etcd-password: give both or neither")
+	case g.Shard != "" && !emqp.ValidShardName(g.Shard):
+		return fmt.Errorf("shard: %q: a name is 1 to 64 letters, digits, '-', '_' or '.'", g.Shard)
+	case g.Shard != "" && (!strings.HasPrefix(g.PlacementPrefix, "/") || !strings.HasSuffix(g.PlacementPrefix, "/")):
+		return fmt.Errorf("placement-prefix: must start and end with /, got %q", g.PlacementPrefix)
+	case g.Shard != "" && strings.HasPrefix(g.PlacementPrefix, g.Prefix) && len(g.PlacementEndpoints) == 0:
+		return fmt.Errorf("placement-prefix: %s is inside the group's etcd-prefix %s; give each its own", g.PlacementPrefix, g.Prefix)
 	}
-	for _, ep := range g.Endpoints {
+	for _, ep := range append(slices.Clone(g.Endpoints), g.PlacementEndpoints...) {
 		if !strings.HasPrefix(ep, "http://") && !strings.HasPrefix(ep, "https://") {
 			return fmt.Errorf("etcd-endpoints: %q: want http://host:port or https://host:port", ep)
 		}
@@ -165,6 +178,12 @@ type Group struct {
 	cli    *clientv3.Client
 	server *admin.Server
 
+	// A shard's placement (placement.go): its etcd client (cli, or one
+	// of its own), the last one read, and placed closed once one was.
+	pcli      *clientv3.Client
+	placement atomic.Pointer[Placement]
+	placed    chan struct{}
+
 	mu      sync.Mutex
 	state   string // "starting" (etcd not reached yet), "standby", "leader"
 	leader  string
@@ -220,7 +239,7 @@ func New(opts broker.Options, aopts admin.Options, g Options) (*Group, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	grp := &Group{opts: g, bopts: opts, log: opts.Logger, done: make(chan struct{}),
+	grp := &Group{opts: g, bopts: opts, log: opts.Logger, done: make(chan struct{}), placed: make(chan struct{}),
 		elections: prometheus.NewCounter(prometheus.CounterOpts{Name: "emq_group_elections_won_total",
 			Help: "Elections this broker won (it became the group's leader)."}),
 		changes: prometheus.NewCounter(prometheus.CounterOpts{Name: "emq_group_leader_changes_total",
@@ -245,6 +264,15 @@ func New(opts broker.Options, aopts admin.Options, g Options) (*Group, error) {
 	if grp.cli, err = NewClient(g); err != nil {
 		return nil, err
 	}
+	grp.pcli = grp.cli
+	if g.Shard != "" && len(g.PlacementEndpoints) > 0 {
+		pg := g
+		pg.Endpoints = g.PlacementEndpoints
+		if grp.pcli, err = NewClient(pg); err != nil {
+			grp.cli.Close()
+			return nil, fmt.Errorf("placement-endpoints: %w", err)
+		}
+	}
 	return grp, nil
 }
 
@@ -267,6 +295,9 @@ func (g *Group) Run(ctx context.Context) error {
 	defer close(g.done)
 	defer cancel()
 	defer g.cli.Close()
+	if g.pcli != g.cli {
+		defer g.pcli.Close()
+	}
 	if err := g.server.Start(); err != nil {
 		return err
 	}
@@ -275,6 +306,9 @@ func (g *Group) Run(ctx context.Context) error {
 	defer probing.Wait() // before the client closes (deferred above)
 	defer cancel()
 	probing.Go(func() { watchMembers(ctx, g.cli, g.opts, g.log) })
+	if g.opts.Shard != "" {
+		probing.Go(func() { watchPlacement(ctx, g.pcli, g.opts.PlacementPrefix, g.log, g.sawPlacement) })
+	}
 	wait, said, held := retryFirst, "", false
 	for ctx.Err() == nil {
 		served := false
@@ -486,6 +520,12 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 		}
 		return etcdstore.Open(g.cli, eo)
 	}
+	if g.opts.Shard != "" {
+		if opts.Routes, err = g.shardRoutes(ctx); err != nil {
+			return false, err
+		}
+		opts.Shard = g.opts.Shard
+	}
 	b, err := broker.New(opts)
 	if err != nil {
 		return false, err
@@ -494,6 +534,9 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 	g.broker = b
 	closing := g.closing
 	g.mu.Unlock()
+	if p := g.placement.Load(); p != nil && g.opts.Shard != "" {
+		_ = b.SetRoutes(p.Table()) // one that came meanwhile; an older one is refused
+	}
 	if closing {
 		b.Close()
 	}
@@ -610,7 +653,11 @@ func (g *Group) sawLeader(name string) {
 func (g *Group) Info() admin.GroupInfo {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return admin.GroupInfo{State: g.state, Name: g.opts.Name, Leader: g.leader, Elections: g.elected}
+	info := admin.GroupInfo{State: g.state, Name: g.opts.Name, Leader: g.leader, Elections: g.elected, Shard: g.opts.Shard}
+	if p := g.placement.Load(); p != nil {
+		info.Placement = p.Version
+	}
+	return info
 }
 
 func (g *Group) setState(state string) {
