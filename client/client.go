@@ -134,6 +134,7 @@ type Client struct {
 	log    *slog.Logger
 	sec    *zmtp.ClientSecurity
 	tracer trace.Tracer
+	shards *shards // routing by queue over shards (routes.go); nil on another shard's connection
 
 	pubMu   sync.RWMutex // Publish queues under it; Close closes under it
 	mu      sync.Mutex
@@ -163,6 +164,16 @@ type call struct {
 // New starts a client; it connects in the background and keeps a
 // connection until Close.
 func New(opts Options) (*Client, error) {
+	c, err := newClient(opts)
+	if err != nil {
+		return nil, err
+	}
+	c.shards = &shards{seed: c, links: map[string]*Client{}}
+	return c, nil
+}
+
+// newClient starts one connection's client, routing nothing.
+func newClient(opts Options) (*Client, error) {
 	if opts.Broker == "" {
 		return nil, errors.New("client: Options.Broker is required (tcp://host:port)")
 	}
@@ -351,7 +362,7 @@ func (c *Client) Schedule(ctx context.Context, queue string, when When, payload 
 	if err := checkQueue(queue); err != nil {
 		return err
 	}
-	_, _, err := c.do(ctx, false, opts, func(msgid string, h emqp.Headers) emqp.Message {
+	_, _, err := c.routed(ctx, queue, false, opts, func(msgid string, h emqp.Headers) emqp.Message {
 		return &emqp.Schedule{MsgID: msgid, Queue: queue, Headers: h, Interval: when.interval, Payload: payload, Cron: when.cron}
 	})
 	return err
@@ -363,7 +374,7 @@ func (c *Client) Unschedule(ctx context.Context, queue string, payload []byte, o
 	if err := checkQueue(queue); err != nil {
 		return err
 	}
-	_, _, err := c.do(ctx, false, opts, func(msgid string, h emqp.Headers) emqp.Message {
+	_, _, err := c.routed(ctx, queue, false, opts, func(msgid string, h emqp.Headers) emqp.Message {
 		return &emqp.Unschedule{MsgID: msgid, Queue: queue, Headers: h, Interval: emqp.CronInterval, Payload: payload}
 	})
 	return err
@@ -378,9 +389,23 @@ func (c *Client) Cancel(ctx context.Context, msgid string) error {
 	if msgid == "" || len(msgid) > emqp.MaxIDLen {
 		return fmt.Errorf("client: msgid must be 1 to %d bytes", emqp.MaxIDLen)
 	}
-	_, _, err := c.do(ctx, false, nil, func(id string, _ emqp.Headers) emqp.Message {
-		return &emqp.Cancel{MsgID: id, OrigMsgID: msgid}
-	})
+	cancel := func(l *Client) error {
+		_, _, err := l.do(ctx, false, nil, func(id string, _ emqp.Headers) emqp.Message {
+			return &emqp.Cancel{MsgID: id, OrigMsgID: msgid}
+		})
+		return err
+	}
+	if c.shards == nil {
+		return cancel(c)
+	}
+	// The job is on one shard, which one is not known: ask each in turn.
+	var err error
+	c.shards.once.Do(func() { c.shards.fetch(ctx, c) })
+	for _, l := range c.shards.everyShard() {
+		if err = cancel(l); !errors.Is(err, ErrNotFound) {
+			return err
+		}
+	}
 	return err
 }
 
@@ -389,7 +414,7 @@ func (c *Client) request(ctx context.Context, queue string, payload []byte, want
 		return "", nil, err
 	}
 	opts = append(opts, func(o *sendOptions) { o.queue, o.size = queue, len(payload) })
-	return c.do(ctx, wantReply, opts, func(msgid string, h emqp.Headers) emqp.Message {
+	return c.routed(ctx, queue, wantReply, opts, func(msgid string, h emqp.Headers) emqp.Message {
 		return &emqp.Request{MsgID: msgid, Queue: queue, Headers: h, Payload: payload}
 	})
 }
@@ -607,6 +632,9 @@ func (c *Client) Publish(ctx context.Context, topic string, payload []byte) erro
 // Close stops resending and closes the connection, after writing the
 // PUBLISHes queued. Calls in progress return ErrClosed.
 func (c *Client) Close() error {
+	if c.shards != nil {
+		defer c.shards.close()
+	}
 	c.pubMu.Lock()
 	c.mu.Lock()
 	if c.closed {
@@ -867,6 +895,14 @@ func (c *Client) read(conn *zmtp.Conn, heard *atomic.Int64) {
 					case cl.failed <- berr:
 					default:
 					}
+				}
+			}
+		case *emqp.Routes: // the answer to Routes, under its msgid
+			if cl := c.calls[m.MsgID]; cl != nil && cl.wantReply {
+				cl.ackOnce.Do(func() { close(cl.acked) })
+				select {
+				case cl.reply <- m.Table:
+				default:
 				}
 			}
 		case *emqp.Kbye, *emqp.Disconnect:

@@ -13,7 +13,7 @@ import (
 // fakeBroker is the test playing the broker on a raw ZMTP ROUTER, for
 // what the real broker does not do yet (CANCEL, PROGRESS). It ACKs each
 // INFORM and follows the ACK with a HEARTBEAT, answers each HEARTBEAT
-// with one, and hands the test everything else.
+// with one and ROUTES with no shards, and hands the test everything else.
 type fakeBroker struct {
 	t      testing.TB
 	router *zmtp.Router
@@ -55,6 +55,9 @@ func (fb *fakeBroker) receive(id string, frames [][]byte, _ zmtp.Held) {
 	case *emqp.Heartbeat:
 		fb.beats.Add(1)
 		fb.trySend(id, &emqp.Heartbeat{MsgID: emqp.NewID()})
+		return
+	case *emqp.Routes: // a worker asks where its queues are: no shards here
+		fb.trySend(id, &emqp.Routes{MsgID: m.MsgID, Table: []byte("{}")})
 		return
 	case *emqp.Inform:
 		fb.trySend(id, &emqp.Ack{MsgID: emqp.NewID(), AckedID: m.MsgID})

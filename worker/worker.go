@@ -362,6 +362,12 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 		}
 	}
+	return w.routed(ctx)
+}
+
+// serve serves the worker's queues at its broker until ctx ends, then
+// stops gracefully.
+func (w *Worker) serve(ctx context.Context) error {
 	jobsCtx, cancelJobs := context.WithCancel(context.Background())
 	defer cancelJobs()
 	r := &run{
