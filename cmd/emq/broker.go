@@ -85,6 +85,8 @@ start).`,
 	f.String("etcd-name", "", "with --etcd-endpoints: this broker's name in the group (default host:pid)")
 	f.Bool("cold-standby", false, "with --etcd-endpoints: a standby keeps no copy of the journal's keys (by default it follows the leader's writes, holding what the leader holds in memory, about 330 bytes a stored job, so that a takeover need not read the journal: with 1,000,000 jobs stored that read takes seconds)")
 	f.Int("etcd-pipeline", group.DefaultOptions().Pipeline, "with --etcd-endpoints: how many of the journal's commits may be in flight at once (1 to 1024; etcd carries concurrent transactions in one raft round; 1: one after another)")
+	f.String("shard", "", "with --etcd-endpoints: the group is this shard of several, and takes jobs only for the queues the placement puts on it (emq shards)")
+	placementFlags(f)
 	f.String("log-level", "info", "debug, info, warn or error")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		file, _ := cmd.Flags().GetString("config")
@@ -183,6 +185,9 @@ func groupOptions(c *config) (group.Options, error) {
 		return g, fmt.Errorf("data-dir and etcd-endpoints: the journal is in one or the other; give one")
 	}
 	g.Endpoints, g.Prefix = c.list("etcd-endpoints"), c.str("etcd-prefix")
+	if c.v.IsSet("shard") {
+		g.Shard, g.PlacementEndpoints, g.PlacementPrefix = c.str("shard"), c.list("placement-endpoints"), c.str("placement-prefix")
+	}
 	g.Username, g.Password, g.Name = c.str("etcd-user"), c.str("etcd-password"), c.str("etcd-name")
 	if c.v.IsSet("etcd-timeout") {
 		d, err := c.duration("etcd-timeout")
@@ -307,6 +312,9 @@ var scheduleClock func() time.Time
 func brokerOptions(c *config) (broker.Options, error) {
 	o := broker.DefaultOptions()
 	o.Now = scheduleClock
+	if c.str("shard") != "" && c.str("etcd-endpoints") == "" {
+		return o, fmt.Errorf("shard: a shard is a replicated group; give --etcd-endpoints too")
+	}
 	o.Frontend, o.Backend, o.DataDir = c.str("frontend"), c.str("backend"), c.str("data-dir")
 	o.CurveSecretKeyFile, o.CurveClients, o.PlainUsers = c.str("curve-secret-key-file"), c.str("curve-clients"), c.str("plain-users")
 	var err error

@@ -48,10 +48,17 @@ type groupBroker struct {
 }
 
 func newGroupBroker(t *testing.T, etcd []string, name string, args ...string) *groupBroker {
+	g := makeGroupBroker(t, etcd, name, args...)
+	g.start()
+	return g
+}
+
+// makeGroupBroker is newGroupBroker without the start: its endpoints
+// are known, and start runs it.
+func makeGroupBroker(t *testing.T, etcd []string, name string, args ...string) *groupBroker {
 	g := &groupBroker{t: t, name: name, frontend: bt.FreeEndpoint(t), backend: bt.FreeEndpoint(t),
 		admin: strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://"), command: exec.Command}
 	g.setArgs(etcd, args...)
-	g.start()
 	t.Cleanup(g.kill)
 	return g
 }

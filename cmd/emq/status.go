@@ -98,7 +98,7 @@ func newQueuesCmd() *cobra.Command {
 			})
 		})
 	adminFlags(cmd)
-	cmd.AddCommand(pauseQueueCmd(true), pauseQueueCmd(false), setQueueCmd())
+	cmd.AddCommand(pauseQueueCmd(true), pauseQueueCmd(false), setQueueCmd(), placeQueueCmd())
 	return cmd
 }
 

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/client"
+	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/group"
+	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/etcdtest"
+	"github.com/eventmq/emq/worker"
+)
+
+// startShards starts one broker for each of names, each its own shard
+// on etcd, after listing them in the placement (hashed over all of them).
+func startShards(t *testing.T, etcd []string, names ...string) map[string]*groupBroker {
+	t.Helper()
+	eps := strings.Join(etcd, ",")
+	shards := map[string]*groupBroker{}
+	for _, name := range names {
+		prefix := "/emq/" + name + "/"
+		b := makeGroupBroker(t, etcd, name+"-1", "--shard", name, "--etcd-prefix", prefix)
+		mustEmq(t, "shards", "add", name, "--etcd-endpoints", eps, "--frontend", b.frontend, "--backend", b.backend,
+			"--shard-admin", b.admin, "--shard-prefix", prefix, "--hashed")
+		shards[name] = b
+	}
+	for _, b := range shards {
+		b.start()
+	}
+	for _, b := range shards {
+		leaderOf(t, b)
+	}
+	return shards
+}
+
+// queuesOf lists the queues a broker's admin API shows.
+func queuesOf(t *testing.T, b *groupBroker) map[string]broker.QueueInfo {
+	t.Helper()
+	var qs []broker.QueueInfo
+	if err := json.Unmarshal([]byte(mustEmq(t, "queues", "--admin", b.admin, "--json")), &qs); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]broker.QueueInfo{}
+	for _, q := range qs {
+		out[q.Name] = q
+	}
+	return out
+}
+
+// TestShardsRouteEveryJobToItsOwner: three shards on one 3-member etcd
+// and 30 queues. A client given one shard's frontend and a worker given
+// one shard's backend reach every queue's owner: each shard stores only
+// its own queues' jobs and has the worker on only its own queues, and
+// every job runs. A client whose placement went stale (a queue placed
+// elsewhere since) is told ERROR moved and stores the job at the new
+// owner, with the same msgid.
+func TestShardsRouteEveryJobToItsOwner(t *testing.T) {
+	etcd := etcdtest.Start(t, 3)
+	eps := strings.Join(etcd.Endpoints(), ",")
+	shards := startShards(t, etcd.Endpoints(), "a", "b", "c")
+	mustEmq(t, "queues", "place", "q00", "c", "--etcd-endpoints", eps)
+
+	var queues []string
+	for i := range 30 {
+		queues = append(queues, fmt.Sprintf("q%02d", i))
+	}
+	table, _, err := loadTable(etcd.Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned := map[string][]string{}
+	for _, q := range queues {
+		owned[table.Owner(q)] = append(owned[table.Owner(q)], q)
+	}
+	if table.Owner("q00") != "c" || len(owned) != 3 {
+		t.Fatalf("placement %+v spreads the queues as %v: want q00 on c, and every shard some", table, owned)
+	}
+
+	c, err := client.New(client.Options{Broker: shards["b"].frontend, Logger: bt.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
+	defer cancel()
+	sent := map[string]string{} // msgid → queue
+	for _, q := range queues {
+		for range 5 {
+			id, err := c.Send(ctx, q, []byte("job of "+q))
+			if err != nil {
+				t.Fatalf("send to %s: %v", q, err)
+			}
+			sent[id] = q
+		}
+	}
+	for name, b := range shards {
+		got := queuesOf(t, b)
+		for _, q := range queues {
+			mine := slices.Contains(owned[name], q)
+			if mine && got[q].Pending != 5 {
+				t.Errorf("shard %s owns %s but holds %d of its 5 jobs", name, q, got[q].Pending)
+			}
+			if !mine && got[q].Pending != 0 {
+				t.Errorf("shard %s does not own %s but holds %d of its jobs", name, q, got[q].Pending)
+			}
+		}
+	}
+	// The client read the placement before its first job: no job was
+	// sent to a shard that does not own its queue.
+	for name, b := range shards {
+		if m := b.metric(t, `emq_protocol_errors_total{code="moved"}`); m != "" && !strings.HasSuffix(m, " 0") {
+			t.Errorf("shard %s refused jobs as moved: %s", name, m)
+		}
+	}
+
+	// One worker, given shard a's backend only, serves all 30 queues.
+	var mu sync.Mutex
+	ran := map[string]string{}
+	w, err := worker.New(worker.Options{Broker: shards["a"].backend, Concurrency: 8, Logger: bt.Logger(t),
+		HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range queues {
+		w.Handle(q, func(_ context.Context, j *worker.Job) ([]byte, error) {
+			mu.Lock()
+			ran[j.MsgID] = j.Queue
+			mu.Unlock()
+			return nil, nil
+		})
+	}
+	wctx, stopWorker := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() { stopWorker(); <-done }()
+	bt.Eventually(t, "every job run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran) == len(sent)
+	})
+	for id, q := range sent {
+		if ran[id] != q {
+			t.Fatalf("job %s of %s ran as %q", id, q, ran[id])
+		}
+	}
+	for name, b := range shards {
+		for q, info := range queuesOf(t, b) {
+			if info.Workers > 0 && !slices.Contains(owned[name], q) {
+				t.Errorf("the worker INFORMed shard %s of %s, which it does not own", name, q)
+			}
+		}
+	}
+
+	stopWorker()
+	<-done
+	done <- nil
+
+	// A queue whose shard holds jobs of it is not placed elsewhere: they
+	// would stay there unserved. The placement is left as it was.
+	busy := table.Owner("q02")
+	other := "a"
+	if busy == "a" {
+		other = "b"
+	}
+	if _, err := c.Send(ctx, "q02", []byte("waits")); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, err := emq(t, "", "queues", "place", "q02", other, "--etcd-endpoints", eps)
+	if err == nil || !strings.Contains(stderr, "holds 1 pending") {
+		t.Fatalf("placing q02, whose shard holds a job of it: %v\n%s", err, stderr)
+	}
+	if now, _, _ := loadTable(etcd.Endpoints()); now.Owner("q02") != busy || len(now.Moving) != 0 {
+		t.Fatalf("after a refused place: q02 on %s, moving %v; want it on %s, nothing moving", now.Owner("q02"), now.Moving, busy)
+	}
+	if _, err := c.Send(ctx, "q02", []byte("still taken")); err != nil {
+		t.Fatalf("q02 after a refused place: %v", err)
+	}
+
+	// A stale placement: q01 (its jobs all done) is placed on another
+	// shard after the client read it. The old owner answers ERROR moved,
+	// and the job is stored at the new owner under the msgid it was sent
+	// with.
+	from := table.Owner("q01")
+	to := "a"
+	if from == "a" {
+		to = "b"
+	}
+	mustEmq(t, "queues", "place", "q01", to, "--etcd-endpoints", eps)
+	now, _, err := loadTable(etcd.Endpoints())
+	if err != nil || now.Owner("q01") != to {
+		t.Fatalf("q01 placed on %s: the placement says %s (%v)", to, now.Owner("q01"), err)
+	}
+	bt.Eventually(t, "the old owner serving by the new placement", func() bool {
+		info := shards[from].group()
+		return info != nil && info.Placement == now.Version
+	})
+	movedBefore := shards[from].metric(t, `emq_protocol_errors_total{code="moved"}`)
+	id, err := c.Send(ctx, "q01", []byte("after the move"), client.MsgID("after-the-move"))
+	if err != nil || id != "after-the-move" {
+		t.Fatalf("send to q01 after it was placed elsewhere: %q, %v", id, err)
+	}
+	if got := queuesOf(t, shards[to])["q01"].Pending; got != 1 {
+		t.Fatalf("the new owner %s holds %d jobs of q01, want the one sent", to, got)
+	}
+	if m := shards[from].metric(t, `emq_protocol_errors_total{code="moved"}`); m == movedBefore {
+		t.Fatalf("the old owner %s: %q, want one more ERROR moved", from, m)
+	}
+	out := mustEmq(t, "shards", "--etcd-endpoints", eps)
+	for name, b := range shards {
+		if !strings.Contains(out, name+"  ") || !strings.Contains(out, b.name) {
+			t.Fatalf("emq shards does not show shard %s led by %s:\n%s", name, b.name, out)
+		}
+	}
+}
+
+// loadTable reads the placement as clients route by it.
+func loadTable(etcd []string) (*emqp.RouteTable, int64, error) {
+	g := group.DefaultOptions()
+	g.Endpoints = etcd
+	cli, err := group.NewClient(g)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer cli.Close()
+	p, rev, err := group.LoadPlacement(context.Background(), cli, group.DefaultPlacementPrefix)
+	if err != nil {
+		return nil, 0, err
+	}
+	return p.Table(), rev, nil
+}
