@@ -54,6 +54,7 @@ publish→received latencies.`,
 	f.Int("priorities", 0, "every job has a priority header, this many values in turn (1: the same on every job; 0: none)")
 	f.Bool("unique", false, "every job has a unique key (a distinct one each)")
 	f.String("batch", "", "every job is in this batch (header batch:NAME)")
+	f.String("queue", "bench", "the queue the jobs go to")
 	f.String("backup", "", "back the bench's own broker's journal up into this file 6 s into the run (--backup-after), and say what it cost: jobs/s during it beside jobs/s before it")
 	f.Duration("backup-after", 6*time.Second, "with --backup: when the backup starts (the second before it is warm-up; the rest measures the broker before it)")
 	f.String("backup-pace", "0", "with --backup: bytes a second the backup may write (KiB, MiB; 0 = as fast as it goes)")
@@ -75,7 +76,7 @@ publish→received latencies.`,
 			return err
 		}
 		o := bench.Options{Frontend: c.str("frontend"), Backend: c.str("backend"), Rate: c.v.GetFloat64("rate"),
-			AckOnly: c.v.GetBool("ack-only"), Curve: c.v.GetBool("curve"), Priorities: c.v.GetInt("priorities"), Unique: c.v.GetBool("unique"), Batch: c.str("batch"), BackupTo: c.str("backup")}
+			AckOnly: c.v.GetBool("ack-only"), Curve: c.v.GetBool("curve"), Priorities: c.v.GetInt("priorities"), Unique: c.v.GetBool("unique"), Batch: c.str("batch"), Queue: c.str("queue"), BackupTo: c.str("backup")}
 		if o.Security, err = securityFrom(c); err != nil {
 			return err
 		}

@@ -62,6 +62,7 @@ type Options struct {
 	Priorities        int     // every job has a priority header, this many values in turn (0: none)
 	Unique            bool    // every job has a unique key, its own
 	Batch             string  // every job is in this batch (issue 32 wants it within 10 % of plain jobs)
+	Queue             string  // the queue the jobs go to ("" = "bench"): benches on one placement of shards pick one each
 	// BackupTo, with the bench's own broker, backs its journal up into
 	// this file BackupAfter into the run: the jobs done a second meanwhile,
 	// beside those from the first second to its start, show what a
@@ -127,10 +128,12 @@ type Result struct {
 	RSSMiB          float64 `json:"rss_mib"`
 }
 
-const queue = "bench"
-
 // Run measures.
 func Run(ctx context.Context, o Options) (Result, error) {
+	queue := o.Queue
+	if queue == "" {
+		queue = "bench"
+	}
 	if o.Senders < 1 || o.Slots < 1 || o.Jobs < 1 || o.Window < 1 || o.Size < 0 {
 		return Result{}, fmt.Errorf("bench: senders, window, slots and jobs must be at least 1")
 	}

@@ -117,7 +117,7 @@ func TestRunPriorityAndUnique(t *testing.T) {
 	if r.Priorities != 10 || !r.Unique || r.Lost != 0 || r.Errors != 0 || r.Duplicates != 0 {
 		t.Fatalf("result %+v", r)
 	}
-	p, err := b.List(store.ListOptions{Queue: queue, State: store.Done, Limit: 1000})
+	p, err := b.List(store.ListOptions{Queue: "bench", State: store.Done, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
