@@ -22,8 +22,9 @@ import (
 // is not a shard answers with an empty table, and the worker serves all
 // its queues there, as before.
 
-// routesEvery is how often a worker reads the placement again.
-const routesEvery = 30 * time.Second
+// routesEvery is how often a worker reads the placement again (a
+// variable for tests).
+var routesEvery = 30 * time.Second
 
 // part is which queues a worker serves at which shard's backend
 // endpoints (comma-joined).
