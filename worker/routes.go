@@ -50,12 +50,12 @@ func (w *Worker) routed(ctx context.Context) error {
 			}
 			wg.Go(func() { errs <- one.serve(pctx) })
 		}
-		next, changed := parts, make(chan struct{})
+		next, changed, every := parts, make(chan struct{}), routesEvery
 		go func() { // read the placement again now and then
 			if !again {
 				return
 			}
-			tick := time.NewTicker(routesEvery)
+			tick := time.NewTicker(every)
 			defer tick.Stop()
 			for {
 				select {
