@@ -20,16 +20,21 @@ import (
 )
 
 // startShards starts one broker for each of names, each its own shard
-// on etcd, after listing them in the placement (hashed over all of them).
-func startShards(t *testing.T, etcd []string, names ...string) map[string]*groupBroker {
+// on etcd (etcdOf[name], or the placement's), after listing them in the
+// placement (hashed over all of them) on etcd placement.
+func startShards(t *testing.T, placement []string, etcdOf map[string][]string, names ...string) map[string]*groupBroker {
 	t.Helper()
-	eps := strings.Join(etcd, ",")
+	eps := strings.Join(placement, ",")
 	shards := map[string]*groupBroker{}
 	for _, name := range names {
 		prefix := "/emq/" + name + "/"
-		b := makeGroupBroker(t, etcd, name+"-1", "--shard", name, "--etcd-prefix", prefix)
-		mustEmq(t, "shards", "add", name, "--etcd-endpoints", eps, "--frontend", b.frontend, "--backend", b.backend,
-			"--shard-admin", b.admin, "--shard-prefix", prefix, "--hashed")
+		etcd, add := placement, []string{}
+		if own := etcdOf[name]; own != nil {
+			etcd, add = own, []string{"--shard-etcd", strings.Join(own, ",")}
+		}
+		b := makeGroupBroker(t, etcd, name+"-1", "--shard", name, "--etcd-prefix", prefix, "--placement-endpoints", eps)
+		mustEmq(t, append([]string{"shards", "add", name, "--etcd-endpoints", eps, "--frontend", b.frontend, "--backend", b.backend,
+			"--shard-admin", b.admin, "--shard-prefix", prefix, "--hashed"}, add...)...)
 		shards[name] = b
 	}
 	for _, b := range shards {
@@ -55,24 +60,37 @@ func queuesOf(t *testing.T, b *groupBroker) map[string]broker.QueueInfo {
 	return out
 }
 
-// TestShardsRouteEveryJobToItsOwner: three shards on one 3-member etcd
-// and 30 queues. A client given one shard's frontend and a worker given
+// TestShardsRouteEveryJobToItsOwner: three shards and 30 queues, on one
+// 3-member etcd, and on three etcd clusters of their own (one member
+// each; the placement on the first). A client given one shard's frontend and a worker given
 // one shard's backend reach every queue's owner: each shard stores only
 // its own queues' jobs and has the worker on only its own queues, and
 // every job runs. A client whose placement went stale (a queue placed
 // elsewhere since) is told ERROR moved and stores the job at the new
 // owner, with the same msgid.
 func TestShardsRouteEveryJobToItsOwner(t *testing.T) {
-	etcd := etcdtest.Start(t, 3)
-	eps := strings.Join(etcd.Endpoints(), ",")
-	shards := startShards(t, etcd.Endpoints(), "a", "b", "c")
+	t.Run("one etcd", func(t *testing.T) {
+		testShardsRoute(t, etcdtest.Start(t, 3).Endpoints(), nil)
+	})
+	t.Run("three etcds", func(t *testing.T) {
+		own := map[string][]string{}
+		for _, name := range []string{"a", "b", "c"} {
+			own[name] = etcdtest.Start(t, 1).Endpoints()
+		}
+		testShardsRoute(t, own["a"], own)
+	})
+}
+
+func testShardsRoute(t *testing.T, placement []string, etcdOf map[string][]string) {
+	eps := strings.Join(placement, ",")
+	shards := startShards(t, placement, etcdOf, "a", "b", "c")
 	mustEmq(t, "queues", "place", "q00", "c", "--etcd-endpoints", eps)
 
 	var queues []string
 	for i := range 30 {
 		queues = append(queues, fmt.Sprintf("q%02d", i))
 	}
-	table, _, err := loadTable(etcd.Endpoints())
+	table, _, err := loadTable(placement)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +195,7 @@ func TestShardsRouteEveryJobToItsOwner(t *testing.T) {
 	if err == nil || !strings.Contains(stderr, "holds 1 pending") {
 		t.Fatalf("placing q02, whose shard holds a job of it: %v\n%s", err, stderr)
 	}
-	if now, _, _ := loadTable(etcd.Endpoints()); now.Owner("q02") != busy || len(now.Moving) != 0 {
+	if now, _, _ := loadTable(placement); now.Owner("q02") != busy || len(now.Moving) != 0 {
 		t.Fatalf("after a refused place: q02 on %s, moving %v; want it on %s, nothing moving", now.Owner("q02"), now.Moving, busy)
 	}
 	if _, err := c.Send(ctx, "q02", []byte("still taken")); err != nil {
@@ -194,7 +212,7 @@ func TestShardsRouteEveryJobToItsOwner(t *testing.T) {
 		to = "b"
 	}
 	mustEmq(t, "queues", "place", "q01", to, "--etcd-endpoints", eps)
-	now, _, err := loadTable(etcd.Endpoints())
+	now, _, err := loadTable(placement)
 	if err != nil || now.Owner("q01") != to {
 		t.Fatalf("q01 placed on %s: the placement says %s (%v)", to, now.Owner("q01"), err)
 	}
