@@ -64,6 +64,9 @@ type Journal interface {
 	// ErrNotFound, or ErrWrongState when it is not pending (dead, done,
 	// cancelled).
 	Cancel(msgid string, keepUntil time.Time, trail []TrailEvent, done func(*Job, error))
+	// Import stores a job taken from another journal as it was there
+	// (pending or dead, with its attempts and trail); dup as Append's.
+	Import(j *Job, done func(dup bool, err error))
 	// PurgeQueue deletes every pending and waiting job of a queue.
 	PurgeQueue(queue string, done func(removed int, err error))
 	// ExpireResults deletes results whose time is up at now, and reports

@@ -43,6 +43,7 @@ var checks = []check{
 	{name: "AppendsOfOneMsgIDAtOnceStoreItOnce", run: appendsAtOnceStoreOnce},
 	{name: "InvalidJobIsRefused", run: invalidJobIsRefused},
 	{name: "TooLargeJobIsRefusedAlone", opts: Options{MaxJobSize: 4096}, run: tooLargeIsRefusedAlone},
+	{name: "ImportKeepsTheJobAsItWas", run: importKeepsTheJob},
 
 	{name: "RecordAttemptKeepsReasonAndNotBefore", run: recordAttemptKeeps},
 	{name: "BuryMovesTheJobToTheDeadLetters", run: buryMovesToDead},
