@@ -231,6 +231,15 @@ func (c *Client) ChangeQueue(ctx context.Context, queue string, ch broker.QueueC
 	return qi, c.send(ctx, "POST", "/api/v1/queues/"+url.PathEscape(queue)+"/settings", ch, &qi)
 }
 
+// ImportJobs sends jobs of queue, as another shard's journal holds them,
+// to the broker, which stores those it does not hold yet
+// (broker.ImportJobs). It needs the full admin token.
+func (c *Client) ImportJobs(ctx context.Context, queue string, jobs []*store.Job) (int, error) {
+	var r ImportResult
+	err := c.send(ctx, "POST", "/api/v1/queues/"+url.PathEscape(queue)+"/import", jobs, &r)
+	return r.Imported, err
+}
+
 func (c *Client) Compact(ctx context.Context) (store.CompactStats, error) {
 	var r struct {
 		Before int64 `json:"size_before"`

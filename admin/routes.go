@@ -227,6 +227,29 @@ func (s *Server) controlRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/queues/{queue}/resume", func(w http.ResponseWriter, r *http.Request) {
 		change(w, r, broker.QueueChange{Paused: &resumed})
 	})
+	// A queue moved between shards arrives here: a JSON list of jobs as
+	// the source's journal holds them (store.Job), stored as they were
+	// (broker.ImportJobs); answered with how many were new.
+	mux.HandleFunc("POST /api/v1/queues/{queue}/import", func(w http.ResponseWriter, r *http.Request) {
+		t := s.current()
+		if t == nil {
+			refuse(w, http.StatusServiceUnavailable, "unavailable", "no broker is serving here")
+			return
+		}
+		var jobs []*store.Job
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)).Decode(&jobs); err != nil {
+			refuse(w, http.StatusBadRequest, "invalid", "import: want a JSON list of jobs: "+err.Error())
+			return
+		}
+		for _, j := range jobs {
+			if j == nil || j.Queue != r.PathValue("queue") {
+				refuse(w, http.StatusBadRequest, "invalid", "import: every job must be of queue "+r.PathValue("queue"))
+				return
+			}
+		}
+		n, err := t.b.ImportJobs(r.Context(), jobs)
+		reply(w, ImportResult{Imported: n}, err)
+	})
 	mux.HandleFunc("POST /api/v1/queues/{queue}/settings", func(w http.ResponseWriter, r *http.Request) {
 		var c broker.QueueChange
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))

@@ -286,3 +286,9 @@ func statsInfo(b *broker.Broker, g *GroupInfo) StatsInfo {
 // PubSubCounters are the names of pub/sub's figures in the stats API,
 // after Counters, when pub/sub is on.
 var PubSubCounters = []string{"pubsub_published", "pubsub_delivered", "pubsub_dropped", "pubsub_subscribers"}
+
+// ImportResult answers an import of a moved queue's jobs: how many were
+// new (the others were stored already).
+type ImportResult struct {
+	Imported int `json:"imported"`
+}

@@ -132,7 +132,7 @@ func burst(s store.QueueSettings) float64 { return float64(max(1, s.Burst)) }
 // now. A queue held back by its rate gets its refill alarm set.
 func (b *Broker) canDispatch(q *queue) bool {
 	s := &q.set
-	if s.Paused || s.Concurrency > 0 && q.running >= s.Concurrency {
+	if s.Paused || s.Concurrency > 0 && q.running >= s.Concurrency || b.routes.Load().held(q.name) {
 		return false
 	}
 	if s.Rate <= 0 {

@@ -69,6 +69,11 @@ func (b *Broker) SetRoutes(t *emqp.RouteTable) error {
 		return fmt.Errorf("placement version %d is older than the one served (%d)", t.Version, old.table.Version)
 	}
 	b.routes.Store(r)
+	b.post(func() { // a queue a move held may go on
+		for _, q := range b.queues {
+			b.fill(q)
+		}
+	})
 	return nil
 }
 
@@ -84,8 +89,8 @@ func (b *Broker) elsewhere(from peerKey, ref, queue string) bool {
 	if r.table == nil {
 		return false
 	}
-	if to, ok := r.table.Moving[queue]; ok {
-		b.refuse(from, ref, emqp.CodeUnavailable, fmt.Sprintf("queue %q is being moved to shard %s; send it again shortly", queue, to))
+	if m, ok := r.table.Moving[queue]; ok && !m.Copied {
+		b.refuse(from, ref, emqp.CodeUnavailable, fmt.Sprintf("queue %q is being moved from shard %s to shard %s; send it again shortly", queue, m.From, m.To))
 		return true
 	}
 	owner := r.table.Owner(queue)
@@ -98,6 +103,17 @@ func (b *Broker) elsewhere(from peerKey, ref, queue string) bool {
 		b.refuse(from, ref, emqp.CodeMoved, emqp.MovedText(queue, owner, r.table.Shards[owner].Frontend, r.table.Version))
 	}
 	return true
+}
+
+// held reports whether queue's jobs wait here for a move between
+// shards: both shards hold it while it is copied, and the source what
+// it still has of it once it is copied.
+func (r *routes) held(queue string) bool {
+	if r.table == nil || len(r.table.Moving) == 0 {
+		return false
+	}
+	m, ok := r.table.Moving[queue]
+	return ok && (!m.Copied || m.From == r.shard)
 }
 
 // answerRoutes answers ROUTES with the table ("{}" when not a shard),

@@ -23,9 +23,21 @@ type RouteTable struct {
 	Shards  map[string]ShardRoute `json:"shards"`           // by name
 	Hashed  []string              `json:"hashed,omitempty"` // the shards queues not in Queues are spread over
 	Queues  map[string]string     `json:"queues,omitempty"` // queue → shard, explicit
-	// Moving lists the queues being moved (queue → the target shard):
-	// their source refuses new jobs for them until the move ends.
-	Moving map[string]string `json:"moving,omitempty"`
+	// Moving lists the queues being moved between shards.
+	Moving map[string]Move `json:"moving,omitempty"`
+}
+
+// Move is a queue on its way from one shard to another. Until Copied,
+// the queue is still From's (Queues says so): both shards refuse its new
+// jobs (ERROR unavailable, which clients retry) and dispatch none of it,
+// while From copies its stored jobs to To. The change that sets Copied
+// also places the queue on To, which then serves it; From dispatches
+// none of what it still holds of the queue, deletes it, and ends the
+// move.
+type Move struct {
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Copied bool   `json:"copied,omitempty"`
 }
 
 // ShardRoute is where a shard's brokers listen. Clients dial every
@@ -105,9 +117,14 @@ func (t *RouteTable) Check() error {
 			return fmt.Errorf("queue %s is placed on shard %s, which is not listed", q, s)
 		}
 	}
-	for q, s := range t.Moving {
-		if _, ok := t.Shards[s]; !ok {
-			return fmt.Errorf("queue %s is moving to shard %s, which is not listed", q, s)
+	for q, m := range t.Moving {
+		for _, s := range []string{m.From, m.To} {
+			if _, ok := t.Shards[s]; !ok {
+				return fmt.Errorf("queue %s is moving between shards %s and %s; %s is not listed", q, m.From, m.To, s)
+			}
+		}
+		if m.From == m.To {
+			return fmt.Errorf("queue %s is moving from shard %s to itself", q, m.From)
 		}
 	}
 	return nil

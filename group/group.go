@@ -85,6 +85,10 @@ type Options struct {
 	Shard              string
 	PlacementEndpoints []string
 	PlacementPrefix    string
+	// AdminToken and AdminCA reach the other shards' admin APIs, where a
+	// moved queue's jobs go (move.go): shards share their admin token
+	// (New takes the admin listener's own when this is empty).
+	AdminToken, AdminCA string
 }
 
 // DefaultOptions returns the defaults.
@@ -189,6 +193,8 @@ type Group struct {
 	leader  string
 	elected int64
 	broker  *broker.Broker // while leading
+	moving  map[string]context.Context // the queues this leader is moving out, and the leadership doing it (move.go)
+	moveCtx context.Context // ends with this leadership's broker
 	cancel  context.CancelFunc
 	started bool
 	closing bool // Close: a broker elected from now on stops at once
@@ -251,6 +257,9 @@ func New(opts broker.Options, aopts admin.Options, g Options) (*Group, error) {
 	}
 	grp.setState("starting")
 	aopts.Group = grp.Info
+	if grp.opts.AdminToken == "" {
+		grp.opts.AdminToken = aopts.Token
+	}
 	aopts.Ready = grp.running
 	aopts.Collectors = append(aopts.Collectors, grp.elections, grp.changes, grp.blocked, grp.stateGauge)
 	if aopts.Logger == nil {
@@ -558,14 +567,29 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 		case <-lost:
 		}
 	}()
+	mctx, stopMoves := context.WithCancel(ctx)
 	go func() {
 		select {
 		case <-b.Ready():
 			g.log.Info("leading: serving", "took", time.Since(start).Round(time.Millisecond))
 		case <-lost:
+			return
+		}
+		if g.opts.Shard == "" {
+			return
+		}
+		g.mu.Lock()
+		g.moveCtx = mctx
+		g.mu.Unlock()
+		if p := g.placement.Load(); p != nil {
+			g.startMoves(mctx, b, p)
 		}
 	}()
 	err = b.Run(ctx)
+	stopMoves()
+	g.mu.Lock()
+	g.moveCtx = nil
+	g.mu.Unlock()
 	close(lost)
 	select {
 	case <-b.Ready():

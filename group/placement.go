@@ -38,7 +38,7 @@ type Placement struct {
 	Shards  map[string]Shard  `json:"shards"`
 	Hashed  []string          `json:"hashed,omitempty"`
 	Queues  map[string]string `json:"queues,omitempty"`
-	Moving  map[string]string `json:"moving,omitempty"`
+	Moving  map[string]emqp.Move `json:"moving,omitempty"`
 }
 
 // Shard is where a shard's brokers listen, and where its journal is.
@@ -200,6 +200,12 @@ func (g *Group) sawPlacement(p *Placement) {
 			return
 		}
 		g.log.Info("shard: serving by a new placement", "version", p.Version)
+		g.mu.Lock()
+		mctx := g.moveCtx
+		g.mu.Unlock()
+		if mctx != nil {
+			g.startMoves(mctx, b, p)
+		}
 	}
 }
 
@@ -235,4 +241,17 @@ func Leader(ctx context.Context, cli *clientv3.Client, prefix string) (string, e
 		return "", nil
 	}
 	return string(resp.Kvs[0].Value), nil
+}
+
+// PlaceQueue puts queue on shard in p: an explicit entry, or none when
+// shard is "-" (back to the hash rule).
+func PlaceQueue(p *Placement, queue, shard string) {
+	if shard == "-" {
+		delete(p.Queues, queue)
+		return
+	}
+	if p.Queues == nil {
+		p.Queues = map[string]string{}
+	}
+	p.Queues[queue] = shard
 }

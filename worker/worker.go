@@ -160,6 +160,7 @@ type Handler func(ctx context.Context, job *Job) ([]byte, error)
 
 // Worker runs jobs; configure it with Handle, then Run it once.
 type Worker struct {
+	routes   chan *emqp.RouteTable // where serve passes the placements its broker answers with; nil: not asked (routes.go)
 	opts     Options
 	sec      *zmtp.ClientSecurity
 	log      *slog.Logger
@@ -382,6 +383,7 @@ func (w *Worker) serve(ctx context.Context) error {
 	tick := time.NewTicker(w.opts.HeartbeatInterval / 4)
 	defer tick.Stop()
 	var beat time.Time // the last HEARTBEAT sent
+	asked := time.Now() // the last ROUTES sent
 	dialTimer := time.NewTimer(0)
 	defer dialTimer.Stop()
 	backoff := redial.New(zmtp.MaxRedial(w.opts.Broker))
@@ -420,6 +422,13 @@ func (w *Worker) serve(ctx context.Context) error {
 				r.start(m)
 			case *emqp.Cancel:
 				r.cancel(m.OrigMsgID)
+			case *emqp.Routes:
+				if t, err := emqp.ParseRouteTable(m.Table); err == nil && w.routes != nil {
+					select {
+					case w.routes <- t:
+					default: // the last one is still waiting: a newer comes later
+					}
+				}
 			case *emqp.Kbye, *emqp.Disconnect:
 				w.log.Info("worker: the broker said goodbye; reconnecting", "broker", w.opts.Broker)
 				r.disconnect(dialTimer, backoff.Delay())
@@ -453,6 +462,10 @@ func (w *Worker) serve(ctx context.Context) error {
 					"silent_for", now.Sub(r.lastSeen).Round(time.Millisecond))
 				r.disconnect(dialTimer, 0)
 				continue
+			}
+			if w.routes != nil && now.Sub(asked) >= routesEvery {
+				asked = now
+				r.send(&emqp.Routes{MsgID: emqp.NewID()})
 			}
 			if now.Sub(beat) >= w.opts.HeartbeatInterval-w.opts.HeartbeatInterval/8 {
 				beat = now

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -15,7 +14,6 @@ import (
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/group"
 )
@@ -152,7 +150,7 @@ type ShardView struct {
 type PlacementView struct {
 	Version int64             `json:"version"`
 	Shards  []ShardView       `json:"shards"`
-	Moving  map[string]string `json:"moving,omitempty"`
+	Moving  map[string]emqp.Move `json:"moving,omitempty"`
 }
 
 func shardsLs(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string, _ []string) error {
@@ -200,8 +198,8 @@ func shardsLs(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string
 			fmt.Fprintf(w, "%s\t%s\t%v\t%s\t%s\t%s\t%s\n", s.Name, leader, s.Hashed, queues,
 				strings.Join(s.Frontend, ","), strings.Join(s.Backend, ","), where)
 		}
-		for q, to := range v.Moving {
-			fmt.Fprintf(w, "queue %s: moving to %s\n", q, to)
+		for q, m := range v.Moving {
+			fmt.Fprintf(w, "queue %s: moving from %s to %s (copied: %v)\n", q, m.From, m.To, m.Copied)
 		}
 	})
 }
@@ -222,36 +220,18 @@ func shardLeader(ctx context.Context, c *config, cli *clientv3.Client, s group.S
 	return group.Leader(ctx, cli, s.Prefix)
 }
 
-// placeQueueCmd is emq queues place.
-//
-// A queue changes shards in three steps, so that no job is left where
-// nobody serves it: the placement marks it moving (both shards refuse
-// its new jobs with ERROR unavailable, which clients retry), the old
-// owner's leader is asked, once it serves by that placement, whether it
-// holds jobs or schedules of the queue, and then either the placement
-// puts it on the new shard or, when the old one holds something, the
-// mark is taken back and the command refuses.
+// placeQueueCmd is emq queues place: a change of the placement, or,
+// when the queue changes shards, a move (emqp.Move) that the source
+// shard's leader carries out (group/move.go); the command waits for it.
 func placeQueueCmd() *cobra.Command {
-	cmd := placementCmd("place QUEUE SHARD", "Place a queue on a shard: new jobs for it go there (\"-\" as SHARD: back to the hash rule); refused while the old shard holds jobs of it", cobra.ExactArgs(2),
+	cmd := placementCmd("place QUEUE SHARD", "Place a queue on a shard (\"-\" as SHARD: back to the hash rule), moving its stored jobs, dead letters, schedules and controls there", cobra.ExactArgs(2),
 		func(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string, args []string) error {
 			queue, shard := args[0], args[1]
 			ctx := cmd.Context()
-			place := func(p *group.Placement) {
-				delete(p.Moving, queue)
-				if shard == "-" {
-					delete(p.Queues, queue)
-					return
-				}
-				if p.Queues == nil {
-					p.Queues = map[string]string{}
-				}
-				p.Queues[queue] = shard
-			}
 			var from, to string
-			var src group.Shard
 			p, err := group.ChangePlacement(ctx, cli, prefix, func(p *group.Placement) error {
-				if _, ok := p.Moving[queue]; ok {
-					return fmt.Errorf("queue %s is being moved; wait for the move to end", queue)
+				if m, ok := p.Moving[queue]; ok {
+					return fmt.Errorf("queue %s is being moved from %s to %s; wait for the move to end", queue, m.From, m.To)
 				}
 				if _, ok := p.Shards[shard]; !ok && shard != "-" {
 					return fmt.Errorf("shard %s is not in the placement (emq shards add)", shard)
@@ -259,109 +239,50 @@ func placeQueueCmd() *cobra.Command {
 				from = p.Table().Owner(queue)
 				save := p.Queues
 				p.Queues = maps.Clone(save)
-				place(p) // on a copy, to see where it goes
+				group.PlaceQueue(p, queue, shard)
 				to = p.Table().Owner(queue)
+				if from == "" || from == to || to == "" {
+					return nil // nobody held it, or it stays: nothing to move
+				}
 				p.Queues = save
-				if from == "" || from == to {
-					place(p) // nobody serves it, or the same shard: nothing to check
-					return nil
-				}
-				src = p.Shards[from]
 				if p.Moving == nil {
-					p.Moving = map[string]string{}
+					p.Moving = map[string]emqp.Move{}
 				}
-				p.Moving[queue] = orDash(to)
+				p.Moving[queue] = emqp.Move{From: from, To: to}
 				return nil
 			})
 			if err != nil {
 				return err
 			}
-			if from != "" && from != to {
-				holds, err := shardHolds(ctx, c, src, queue, p.Version)
-				if err == nil && holds != "" {
-					err = fmt.Errorf("shard %s holds %s of queue %s, which would stay there unserved; moving stored jobs is not built yet", from, holds, queue)
-				}
+			out := cmd.OutOrStdout()
+			if _, moving := p.Moving[queue]; !moving {
+				fmt.Fprintf(out, "queue %s: on shard %s (was %s); placement version %d\n", queue, orDash(to), orDash(from), p.Version)
+				return nil
+			}
+			fmt.Fprintf(out, "queue %s: moving from shard %s to shard %s (placement version %d); its new jobs wait meanwhile\n", queue, from, to, p.Version)
+			if !c.v.GetBool("wait") {
+				return nil
+			}
+			start := time.Now()
+			for {
+				p, _, err := group.LoadPlacement(ctx, cli, prefix)
 				if err != nil {
-					_, berr := group.ChangePlacement(ctx, cli, prefix, func(p *group.Placement) error {
-						delete(p.Moving, queue)
-						return nil
-					})
-					return errors.Join(fmt.Errorf("queue %s stays on shard %s: %w", queue, from, err), berr)
-				}
-				if p, err = group.ChangePlacement(ctx, cli, prefix, func(p *group.Placement) error {
-					place(p)
-					return nil
-				}); err != nil {
 					return err
 				}
+				if _, moving := p.Moving[queue]; !moving {
+					fmt.Fprintf(out, "queue %s: on shard %s, moved in %v; placement version %d\n", queue, p.Table().Owner(queue), time.Since(start).Round(time.Millisecond), p.Version)
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("queue %s: still moving (the shards' leaders carry it on): %w", queue, ctx.Err())
+				case <-time.After(100 * time.Millisecond):
+				}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "queue %s: on shard %s (was %s); placement version %d\n", queue, orDash(to), orDash(from), p.Version)
-			return nil
 		})
 	placementFlags(cmd.Flags())
+	cmd.Flags().Bool("wait", true, "wait until the move has ended")
 	return cmd
-}
-
-// shardHolds asks the leader of shard s, once it serves by placement
-// version or a later one, what it holds of queue: "" for nothing, else
-// the counts in words.
-func shardHolds(ctx context.Context, c *config, s group.Shard, queue string, version int64) (string, error) {
-	if len(s.Admin) == 0 {
-		return "", errors.New("its shard lists no admin address to ask whether it holds jobs of the queue (emq shards add --shard-admin)")
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	var last error
-	for ctx.Err() == nil {
-		for _, addr := range s.Admin {
-			a, err := admin.NewClient(admin.ClientOptions{Addr: addr, Token: c.str("admin-token"), CA: c.str("admin-ca")})
-			if err != nil {
-				return "", err
-			}
-			st, err := a.Stats(ctx)
-			switch {
-			case err != nil:
-				last = fmt.Errorf("admin %s: %w", addr, err)
-				continue
-			case st.Group == nil || st.Group.State != "leader":
-				continue
-			case st.Group.Placement < version:
-				last = fmt.Errorf("its leader has not seen placement version %d yet", version)
-				continue
-			}
-			qs, err := a.Queues(ctx)
-			if err != nil {
-				return "", fmt.Errorf("admin %s: %w", addr, err)
-			}
-			for _, q := range qs {
-				if q.Name == queue && q.Pending+q.Delayed+q.InFlight+q.Dead > 0 {
-					return fmt.Sprintf("%d pending, %d delayed, %d in flight and %d dead jobs", q.Pending, q.Delayed, q.InFlight, q.Dead), nil
-				}
-			}
-			for after := ""; ; {
-				page, err := a.Schedules(ctx, after, 1000)
-				if err != nil {
-					return "", fmt.Errorf("admin %s: %w", addr, err)
-				}
-				for _, sc := range page.Schedules {
-					if sc.Queue == queue {
-						return "schedule " + sc.ID, nil
-					}
-				}
-				if after = page.Next; after == "" {
-					return "", nil
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	if last == nil {
-		last = errors.New("no leader answered")
-	}
-	return "", fmt.Errorf("cannot ask its leader: %w", last)
 }
 
 func orDash(s string) string {

@@ -181,25 +181,25 @@ func testShardsRoute(t *testing.T, placement []string, etcdOf map[string][]strin
 	<-done
 	done <- nil
 
-	// A queue whose shard holds jobs of it is not placed elsewhere: they
-	// would stay there unserved. The placement is left as it was.
+	// A queue whose shard holds a job of it is moved with the job.
 	busy := table.Owner("q02")
 	other := "a"
 	if busy == "a" {
 		other = "b"
 	}
-	if _, err := c.Send(ctx, "q02", []byte("waits")); err != nil {
+	waits, err := c.Send(ctx, "q02", []byte("waits"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, stderr, err := emq(t, "", "queues", "place", "q02", other, "--etcd-endpoints", eps)
-	if err == nil || !strings.Contains(stderr, "holds 1 pending") {
-		t.Fatalf("placing q02, whose shard holds a job of it: %v\n%s", err, stderr)
+	mustEmq(t, "queues", "place", "q02", other, "--etcd-endpoints", eps)
+	if now, _, _ := loadTable(placement); now.Owner("q02") != other || len(now.Moving) != 0 {
+		t.Fatalf("after the move: q02 on %s, moving %v; want it on %s, nothing moving", now.Owner("q02"), now.Moving, other)
 	}
-	if now, _, _ := loadTable(placement); now.Owner("q02") != busy || len(now.Moving) != 0 {
-		t.Fatalf("after a refused place: q02 on %s, moving %v; want it on %s, nothing moving", now.Owner("q02"), now.Moving, busy)
+	if got := queuesOf(t, shards[other])["q02"].Pending; got != 1 {
+		t.Fatalf("shard %s holds %d jobs of q02 after the move, want job %s", other, got, waits)
 	}
-	if _, err := c.Send(ctx, "q02", []byte("still taken")); err != nil {
-		t.Fatalf("q02 after a refused place: %v", err)
+	if got := queuesOf(t, shards[busy])["q02"].Pending; got != 0 {
+		t.Fatalf("shard %s still holds %d jobs of q02 after the move", busy, got)
 	}
 
 	// A stale placement: q01 (its jobs all done) is placed on another
@@ -253,4 +253,127 @@ func loadTable(etcd []string) (*emqp.RouteTable, int64, error) {
 		return nil, 0, err
 	}
 	return p.Table(), rev, nil
+}
+
+// TestMoveAQueueBetweenShards: a queue with stored jobs (pending, one
+// delayed, dead letters) and controls moves from shard a to shard b by
+// emq queues place: afterwards b holds all of them as they were, a none,
+// and every job runs once, at b. A client sending meanwhile is held back
+// (ERROR unavailable) and then stores its job at b.
+func TestMoveAQueueBetweenShards(t *testing.T) {
+	etcd := etcdtest.Start(t, 1)
+	eps := strings.Join(etcd.Endpoints(), ",")
+	shards := startShards(t, etcd.Endpoints(), nil, "a", "b")
+	mustEmq(t, "queues", "place", "mq", "a", "--etcd-endpoints", eps)
+	c, err := client.New(client.Options{Broker: shards["a"].frontend, Logger: bt.Logger(t), ResendAfter: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
+	defer cancel()
+
+	// Two dead letters: jobs that fail with no retry left.
+	w := startFailingWorker(t, shards["a"].backend, "mq")
+	var dead []string
+	for i := range 2 {
+		id, err := c.Send(ctx, "mq", []byte(fmt.Sprint("dies ", i)), client.RetryCount(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead = append(dead, id)
+	}
+	bt.Eventually(t, "two dead letters", func() bool { return queuesOf(t, shards["a"])["mq"].Dead == 2 })
+	w()
+	mustEmq(t, "queues", "set", "mq", "--concurrency", "3", "--admin", shards["a"].admin)
+	sent := map[string]bool{}
+	for i := range 300 {
+		id, err := c.Send(ctx, "mq", []byte(fmt.Sprint("job ", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent[id] = true
+	}
+	later, err := c.Send(ctx, "mq", []byte("later"), client.Delay(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	during := make(chan error, 1)
+	go func() {
+		out, stderr, err := emq(t, "", "queues", "place", "mq", "b", "--etcd-endpoints", eps)
+		if err != nil {
+			err = fmt.Errorf("%v: %s%s", err, out, stderr)
+		}
+		during <- err
+	}()
+	bt.Eventually(t, "the move under way", func() bool {
+		tb, _, err := loadTable(etcd.Endpoints())
+		return err == nil && (len(tb.Moving) > 0 || tb.Owner("mq") == "b")
+	})
+	id, err := c.Send(ctx, "mq", []byte("sent during the move"))
+	if err != nil {
+		t.Fatalf("a job sent during the move: %v", err)
+	}
+	sent[id] = true
+	if err := <-during; err != nil {
+		t.Fatalf("emq queues place mq b: %v", err)
+	}
+
+	qa, qb := queuesOf(t, shards["a"])["mq"], queuesOf(t, shards["b"])["mq"]
+	if qa.Pending+qa.Delayed+qa.Dead != 0 {
+		t.Fatalf("shard a still holds %+v of the moved queue", qa)
+	}
+	if qb.Pending != len(sent) || qb.Delayed != 1 || qb.Dead != 2 || qb.Concurrency != 3 {
+		t.Fatalf("shard b holds %+v; want %d pending, 1 delayed, 2 dead, concurrency 3", qb, len(sent))
+	}
+	for _, id := range append(dead, later) {
+		out := mustEmq(t, "jobs", "show", id, "--admin", shards["b"].admin, "--json")
+		if !strings.Contains(out, id) {
+			t.Fatalf("job %s not at shard b: %s", id, out)
+		}
+	}
+
+	var mu sync.Mutex
+	ran := map[string]int{}
+	wk, err := worker.New(worker.Options{Broker: shards["a"].backend, Concurrency: 8, Logger: bt.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wk.Handle("mq", func(_ context.Context, j *worker.Job) ([]byte, error) {
+		mu.Lock()
+		ran[j.MsgID]++
+		mu.Unlock()
+		return nil, nil
+	})
+	wctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- wk.Run(wctx) }()
+	defer func() { stop(); <-done }()
+	bt.Eventually(t, "every moved job run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran) >= len(sent)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for id := range sent {
+		if ran[id] != 1 {
+			t.Fatalf("job %s ran %d times", id, ran[id])
+		}
+	}
+}
+
+// startFailingWorker serves queue at backend with a handler that fails
+// every job, until the returned func stops it.
+func startFailingWorker(t *testing.T, backend, queue string) func() {
+	w, err := worker.New(worker.Options{Broker: backend, Logger: bt.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle(queue, func(context.Context, *worker.Job) ([]byte, error) { return nil, fmt.Errorf("fails on purpose") })
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	return func() { stop(); <-done }
 }

@@ -1,0 +1,69 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/eventmq/emq/store"
+)
+
+// A queue moved between shards (routes.go, emqp.Move) leaves its source
+// as the jobs the source's journal lists, and arrives at its target by
+// ImportJobs: each stored there as it was (store.Journal.Import), and,
+// when pending, held in memory as a replayed job is. Both shards hold
+// the queue meanwhile (canDispatch asks routes.held), so none of its
+// jobs runs at either until the move's copy is done.
+
+// ImportJobs stores jobs taken from another shard's journal, each as it
+// was there (pending or dead, with its attempts), and returns how many
+// were new: a msgid this broker holds already is left as it is, so an
+// import may be repeated. A pending job joins its queue's tail in the
+// order given; it is dispatched once its queue is not held by a move.
+func (b *Broker) ImportJobs(ctx context.Context, jobs []*store.Job) (int, error) {
+	for _, sj := range jobs {
+		if sj.State != store.Pending && sj.State != store.Dead {
+			return 0, fmt.Errorf("%w: job %s is %s: only pending and dead jobs are imported", store.ErrInvalidJob, sj.MsgID, sj.State)
+		}
+	}
+	return change(ctx, b, func(reply func(int, error)) {
+		left, n := len(jobs), 0
+		var first error
+		one := func(err error, fresh bool) {
+			if err != nil && first == nil {
+				first = err
+			}
+			if fresh {
+				n++
+			}
+			if left--; left == 0 {
+				reply(n, first)
+			}
+		}
+		if left == 0 {
+			reply(0, nil)
+			return
+		}
+		for _, sj := range jobs {
+			if b.jobs[sj.MsgID] != nil {
+				one(nil, false)
+				continue
+			}
+			b.journal.Import(sj, func(dup bool, err error) {
+				b.post(func() {
+					fresh := err == nil && !dup
+					if fresh && sj.State == store.Pending && b.jobs[sj.MsgID] == nil {
+						j := b.jobFromStore(sj)
+						b.jobs[j.id] = j
+						j.q.live++
+						b.enqueue(j, time.Now())
+					}
+					if err != nil {
+						b.noticeFence(err)
+					}
+					one(err, fresh)
+				})
+			})
+		}
+	})
+}
