@@ -192,9 +192,9 @@ type Group struct {
 	state   string // "starting" (etcd not reached yet), "standby", "leader"
 	leader  string
 	elected int64
-	broker  *broker.Broker // while leading
+	broker  *broker.Broker             // while leading
 	moving  map[string]context.Context // the queues this leader is moving out, and the leadership doing it (move.go)
-	moveCtx context.Context // ends with this leadership's broker
+	moveCtx context.Context            // ends with this leadership's broker
 	cancel  context.CancelFunc
 	started bool
 	closing bool // Close: a broker elected from now on stops at once

@@ -34,10 +34,10 @@ import (
 
 // Placement is the record of the shards and where each queue is served.
 type Placement struct {
-	Version int64             `json:"version"`
-	Shards  map[string]Shard  `json:"shards"`
-	Hashed  []string          `json:"hashed,omitempty"`
-	Queues  map[string]string `json:"queues,omitempty"`
+	Version int64                `json:"version"`
+	Shards  map[string]Shard     `json:"shards"`
+	Hashed  []string             `json:"hashed,omitempty"`
+	Queues  map[string]string    `json:"queues,omitempty"`
 	Moving  map[string]emqp.Move `json:"moving,omitempty"`
 }
 

@@ -382,7 +382,7 @@ func (w *Worker) serve(ctx context.Context) error {
 	// left within a quarter of an interval past HeartbeatTimeout.
 	tick := time.NewTicker(w.opts.HeartbeatInterval / 4)
 	defer tick.Stop()
-	var beat time.Time // the last HEARTBEAT sent
+	var beat time.Time  // the last HEARTBEAT sent
 	asked := time.Now() // the last ROUTES sent
 	dialTimer := time.NewTimer(0)
 	defer dialTimer.Stop()

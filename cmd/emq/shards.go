@@ -148,8 +148,8 @@ type ShardView struct {
 
 // PlacementView is what emq shards shows.
 type PlacementView struct {
-	Version int64             `json:"version"`
-	Shards  []ShardView       `json:"shards"`
+	Version int64                `json:"version"`
+	Shards  []ShardView          `json:"shards"`
 	Moving  map[string]emqp.Move `json:"moving,omitempty"`
 }
 
