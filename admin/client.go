@@ -240,6 +240,12 @@ func (c *Client) ImportJobs(ctx context.Context, queue string, jobs []*store.Job
 	return r.Imported, err
 }
 
+// ImportSchedule sends a schedule, as another shard's journal holds it,
+// to the broker, which keeps it as it was (broker.ImportSchedule).
+func (c *Client) ImportSchedule(ctx context.Context, s *store.Schedule) error {
+	return c.send(ctx, "POST", "/api/v1/queues/"+url.PathEscape(s.Queue)+"/import-schedule", s, nil)
+}
+
 func (c *Client) Compact(ctx context.Context) (store.CompactStats, error) {
 	var r struct {
 		Before int64 `json:"size_before"`

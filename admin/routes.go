@@ -250,6 +250,21 @@ func (s *Server) controlRoutes(mux *http.ServeMux) {
 		n, err := t.b.ImportJobs(r.Context(), jobs)
 		reply(w, ImportResult{Imported: n}, err)
 	})
+	// A moved queue's schedule arrives here as the source's journal holds
+	// it (store.Schedule), kept as it was (broker.ImportSchedule).
+	mux.HandleFunc("POST /api/v1/queues/{queue}/import-schedule", func(w http.ResponseWriter, r *http.Request) {
+		t := s.current()
+		if t == nil {
+			refuse(w, http.StatusServiceUnavailable, "unavailable", "no broker is serving here")
+			return
+		}
+		var ss store.Schedule
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)).Decode(&ss); err != nil || ss.Queue != r.PathValue("queue") {
+			refuse(w, http.StatusBadRequest, "invalid", fmt.Sprintf("import-schedule: want a schedule of queue %s in JSON (%v)", r.PathValue("queue"), err))
+			return
+		}
+		reply(w, struct{}{}, t.b.ImportSchedule(r.Context(), &ss))
+	})
 	mux.HandleFunc("POST /api/v1/queues/{queue}/settings", func(w http.ResponseWriter, r *http.Request) {
 		var c broker.QueueChange
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))

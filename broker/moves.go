@@ -67,3 +67,18 @@ func (b *Broker) ImportJobs(ctx context.Context, jobs []*store.Job) (int, error)
 		}
 	})
 }
+
+// ImportSchedule keeps a schedule taken from another shard as it was
+// there (its next due time, fires, what is left, paused): one with its
+// id already here is replaced.
+func (b *Broker) ImportSchedule(ctx context.Context, ss *store.Schedule) error {
+	_, err := change(ctx, b, func(reply func(struct{}, error)) {
+		s, err := scheduleFromStore(ss)
+		if err != nil {
+			reply(struct{}{}, fmt.Errorf("%w: %v", store.ErrBadSchedule, err))
+			return
+		}
+		b.storeSchedule(ss, s, func(err error) { reply(struct{}{}, err) })
+	})
+	return err
+}

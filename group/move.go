@@ -251,6 +251,9 @@ func copyQueue(ctx context.Context, b *broker.Broker, to *admin.Client, queue st
 			}
 		}
 	}
+	if err := moveSchedules(ctx, b, to, queue); err != nil {
+		return 0, err
+	}
 	sent := 0
 	for _, state := range []store.State{store.Pending, store.Dead} {
 		var batch []*store.Job
@@ -291,9 +294,52 @@ func copyQueue(ctx context.Context, b *broker.Broker, to *admin.Client, queue st
 	return sent, nil
 }
 
+// moveSchedules sends each schedule of queue to the shard behind to, as
+// it is, and removes it here (a schedule of to's making meanwhile is
+// replaced; a fire made here meanwhile is a job, copied after, under the
+// same msgid as to's fire of that due time).
+func moveSchedules(ctx context.Context, b *broker.Broker, to *admin.Client, queue string) error {
+	return eachSchedule(b, queue, func(s *store.Schedule) error {
+		if to != nil {
+			if err := to.ImportSchedule(ctx, s); err != nil {
+				return fmt.Errorf("sending schedule %s: %w", s.ID, err)
+			}
+		}
+		return b.RemoveSchedule(ctx, s.ID)
+	})
+}
+
+// eachSchedule calls fn with each of queue's schedules.
+func eachSchedule(b *broker.Broker, queue string, fn func(*store.Schedule) error) error {
+	var mine []*store.Schedule
+	for after := ""; ; {
+		page, next, err := b.Schedules(after, 1000)
+		if err != nil {
+			return err
+		}
+		for _, s := range page {
+			if s.Queue == queue {
+				mine = append(mine, s)
+			}
+		}
+		if after = next; after == "" {
+			break
+		}
+	}
+	for _, s := range mine {
+		if err := fn(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // forget deletes what this shard still holds of a queue that moved:
-// its pending and its dead jobs.
+// its schedules, its pending and its dead jobs.
 func forget(ctx context.Context, b *broker.Broker, queue string) error {
+	if err := moveSchedules(ctx, b, nil, queue); err != nil {
+		return err
+	}
 	if _, err := b.PurgeQueue(ctx, queue); err != nil {
 		return err
 	}

@@ -256,7 +256,7 @@ func loadTable(etcd []string) (*emqp.RouteTable, int64, error) {
 }
 
 // TestMoveAQueueBetweenShards: a queue with stored jobs (pending, one
-// delayed, dead letters) and controls moves from shard a to shard b by
+// delayed, dead letters), a schedule and controls moves from shard a to shard b by
 // emq queues place: afterwards b holds all of them as they were, a none,
 // and every job runs once, at b. A client sending meanwhile is held back
 // (ERROR unavailable) and then stores its job at b.
@@ -298,6 +298,9 @@ func TestMoveAQueueBetweenShards(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := c.Schedule(ctx, "mq", client.Every(time.Hour), []byte("hourly"), client.NoHaste(), client.ScheduleID("hourly")); err != nil {
+		t.Fatal(err)
+	}
 
 	during := make(chan error, 1)
 	go func() {
@@ -326,6 +329,12 @@ func TestMoveAQueueBetweenShards(t *testing.T) {
 	}
 	if qb.Pending != len(sent) || qb.Delayed != 1 || qb.Dead != 2 || qb.Concurrency != 3 {
 		t.Fatalf("shard b holds %+v; want %d pending, 1 delayed, 2 dead, concurrency 3", qb, len(sent))
+	}
+	if out := mustEmq(t, "schedules", "ls", "--admin", shards["b"].admin); !strings.Contains(out, "hourly") {
+		t.Fatalf("schedule hourly is not at shard b:\n%s", out)
+	}
+	if out := mustEmq(t, "schedules", "ls", "--admin", shards["a"].admin); strings.Contains(out, "hourly") {
+		t.Fatalf("schedule hourly is still at shard a:\n%s", out)
 	}
 	for _, id := range append(dead, later) {
 		out := mustEmq(t, "jobs", "show", id, "--admin", shards["b"].admin, "--json")
