@@ -177,8 +177,16 @@ func (g *Group) waitPlacement(ctx context.Context, b *broker.Broker, queue strin
 	return ctx.Err()
 }
 
-// drain waits for the queue's jobs in flight, up to moveDrain.
+// drain waits until the journal holds every job of the queue the broker
+// took, and for the queue's jobs in flight, up to moveDrain.
 func drain(ctx context.Context, b *broker.Broker, queue string) error {
+	// A job taken just before the broker held the queue may still be on
+	// its way into the journal: it would not be copied, and then be
+	// forgotten. The journal applies writes in the order they were made,
+	// so once a write made now is stored, so is every such job.
+	if _, err := b.ChangeQueue(ctx, queue, broker.QueueChange{}); err != nil {
+		return fmt.Errorf("waiting for the journal: %w", err)
+	}
 	deadline := time.Now().Add(moveDrain)
 	for time.Now().Before(deadline) {
 		held, err := b.InFlight(ctx, queue)

@@ -223,6 +223,12 @@ func startLoad(t *testing.T, senders int, bs ...*groupBroker) *load {
 	for _, b := range bs {
 		fronts, backs = append(fronts, b.frontend), append(backs, b.backend)
 	}
+	return startLoadAt(t, senders, "q", fronts, backs)
+}
+
+// startLoadAt is startLoad on queue, with the senders given fronts and
+// the worker backs.
+func startLoadAt(t *testing.T, senders int, queue string, fronts, backs []string) *load {
 	l := &load{ran: map[string]int{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	wctx, wcancel := context.WithCancel(context.Background())
@@ -232,7 +238,7 @@ func startLoad(t *testing.T, senders int, bs ...*groupBroker) *load {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Handle("q", func(_ context.Context, j *worker.Job) ([]byte, error) {
+	w.Handle(queue, func(_ context.Context, j *worker.Job) ([]byte, error) {
 		l.mu.Lock()
 		l.ran[j.MsgID]++
 		l.mu.Unlock()
@@ -251,7 +257,7 @@ func startLoad(t *testing.T, senders int, bs ...*groupBroker) *load {
 			defer c.Close()
 			for ctx.Err() == nil {
 				sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
-				id, err := c.Send(sctx, "q", []byte("payload"))
+				id, err := c.Send(sctx, queue, []byte("payload"))
 				scancel()
 				l.mu.Lock()
 				switch {

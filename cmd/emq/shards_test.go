@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -385,4 +387,119 @@ func startFailingWorker(t *testing.T, backend, queue string) func() {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	return func() { stop(); <-done }
+}
+
+// TestQueueMovedUnderLoadWithKills: two shards of two brokers each, jobs
+// flowing through one queue, which is moved from shard to shard 20
+// times (EMQ_MOVES sets how many). At each move in turn the source's or
+// the target's leader is SIGKILLed, once the move has started or once it
+// has flipped (or, every fifth move, none), and started again. Every
+// move ends, senders see no error, and every ACKed job runs.
+func TestQueueMovedUnderLoadWithKills(t *testing.T) {
+	moves := 20
+	if n, err := strconv.Atoi(os.Getenv("EMQ_MOVES")); err == nil {
+		moves = n
+	}
+	etcd := etcdtest.Start(t, 1)
+	eps := strings.Join(etcd.Endpoints(), ",")
+	brokers := map[string][]*groupBroker{}
+	for _, name := range []string{"a", "b"} {
+		prefix := "/emq/" + name + "/"
+		var fronts, backs, admins []string
+		for i := range 2 {
+			b := makeGroupBroker(t, etcd.Endpoints(), fmt.Sprintf("%s-%d", name, i+1), "--shard", name, "--etcd-prefix", prefix, "--log-level", "info")
+			brokers[name] = append(brokers[name], b)
+			fronts, backs, admins = append(fronts, b.frontend), append(backs, b.backend), append(admins, b.admin)
+		}
+		mustEmq(t, "shards", "add", name, "--etcd-endpoints", eps, "--frontend", strings.Join(fronts, ","),
+			"--backend", strings.Join(backs, ","), "--shard-admin", strings.Join(admins, ","), "--shard-prefix", prefix)
+	}
+	mustEmq(t, "queues", "place", "mq", "a", "--etcd-endpoints", eps)
+	for _, bs := range brokers {
+		for _, b := range bs {
+			b.start()
+		}
+	}
+	for _, bs := range brokers {
+		leaderOf(t, bs...)
+	}
+	var fronts, backs []string
+	for _, b := range brokers["a"] {
+		fronts, backs = append(fronts, b.frontend), append(backs, b.backend)
+	}
+	l := startLoadAt(t, 2, "mq", fronts, backs)
+	l.waitAcks(t, 50, "jobs flowing")
+
+	placement := func() *emqp.RouteTable {
+		tb, _, err := loadTable(etcd.Endpoints())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tb
+	}
+	hit := map[string]int{}
+	for i := range moves {
+		from := placement().Owner("mq")
+		to := map[string]string{"a": "b", "b": "a"}[from]
+		victim, when := []string{from, to}[(i/2)%2], []string{"started", "flipped"}[i%2]
+		if i%5 == 4 {
+			victim = ""
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, stderr, err := emq(t, "", "queues", "place", "mq", to, "--etcd-endpoints", eps)
+			if err != nil {
+				err = fmt.Errorf("%v: %s", err, stderr)
+			}
+			done <- err
+		}()
+		if victim != "" {
+			leader := leaderOf(t, brokers[victim]...)
+			var state string
+			bt.Eventually(t, "the move "+when, func() bool {
+				tb := placement()
+				m, moving := tb.Moving["mq"]
+				switch {
+				case when == "started" && moving && !m.Copied:
+					state = "copying"
+				case moving && m.Copied:
+					state = "copied"
+				case !moving && tb.Owner("mq") == to:
+					state = "ended"
+				default:
+					return false
+				}
+				return true
+			})
+			leader.kill()
+			hit[victim+" at "+state]++
+			leader.start()
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("move %d, %s to %s: %v", i, from, to, err)
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("move %d, %s to %s: not over in 2 minutes", i, from, to)
+		}
+		if got := placement().Owner("mq"); got != to {
+			t.Fatalf("move %d: mq on %s, want %s", i, got, to)
+		}
+		l.waitAcks(t, 20, fmt.Sprintf("jobs flowing after move %d", i))
+	}
+	t.Logf("kills: %v", hit)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, bs := range brokers {
+				for _, b := range bs {
+					out, _, _ := emq(t, "", "queues", "--admin", b.admin)
+					t.Logf("broker %s: %s\n%s", b.name, out, b.log())
+				}
+			}
+		}
+	})
+	l.stop()
+	acked, again := l.check(t)
+	t.Logf("%d moves: %d jobs ACKed, all ran; %d ran more than once", moves, acked, again)
 }
