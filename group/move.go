@@ -120,11 +120,12 @@ func (g *Group) moveStep(ctx context.Context, b *broker.Broker, queue string, lo
 		if err != nil {
 			return false, err
 		}
-		n, err := copyQueue(ctx, b, to, queue)
+		cs, err := copyQueue(ctx, b, to, queue)
 		if err != nil {
 			return false, err
 		}
-		log.Info("move: copied; placing the queue on its new shard", "to", m.To, "jobs", n)
+		log.Info("move: copied; placing the queue on its new shard", "to", m.To, "jobs", cs.jobs,
+			"reading", cs.reading.Round(time.Millisecond), "sending", cs.sending.Round(time.Millisecond))
 		if _, err := ChangePlacement(ctx, g.pcli, g.opts.PlacementPrefix, func(p *Placement) error {
 			if cur, ok := p.Moving[queue]; !ok || cur != m {
 				return errMoveChanged
@@ -238,55 +239,82 @@ func (g *Group) leaderOf(ctx context.Context, p *Placement, shard string, versio
 	return nil, last
 }
 
+// copyStats is what a copy did: jobs sent, and the time spent reading
+// them here and sending them.
+type copyStats struct {
+	jobs             int
+	reading, sending time.Duration
+}
+
 // copyQueue sends every stored job of queue (pending, then dead, each in
-// queue order) and its controls to the shard behind to; how many jobs
-// were sent.
-func copyQueue(ctx context.Context, b *broker.Broker, to *admin.Client, queue string) (int, error) {
+// queue order), its schedules and its controls to the shard behind to.
+func copyQueue(ctx context.Context, b *broker.Broker, to *admin.Client, queue string) (copyStats, error) {
+	var cs copyStats
 	if w, err := b.List(store.ListOptions{Queue: queue, State: store.Waiting, Limit: 1, NoPayloads: true}); err != nil {
-		return 0, err
+		return cs, err
 	} else if len(w.Jobs) > 0 {
-		return 0, fmt.Errorf("queue %s has jobs waiting for others (workflows): they cannot leave their parents' shard", queue)
+		return cs, fmt.Errorf("queue %s has jobs waiting for others (workflows): they cannot leave their parents' shard", queue)
 	}
 	qs, err := b.Queues(ctx)
 	if err != nil {
-		return 0, err
+		return cs, err
 	}
 	for _, q := range qs {
 		if q.Name == queue && (q.Paused || q.Concurrency > 0 || q.Rate > 0) {
 			c := broker.QueueChange{Paused: &q.Paused, Concurrency: &q.Concurrency, Rate: &q.Rate, Burst: &q.Burst}
 			if _, err := to.ChangeQueue(ctx, queue, c); err != nil {
-				return 0, fmt.Errorf("sending the queue's controls: %w", err)
+				return cs, fmt.Errorf("sending the queue's controls: %w", err)
 			}
 		}
 	}
 	if err := moveSchedules(ctx, b, to, queue); err != nil {
-		return 0, err
+		return cs, err
 	}
-	sent := 0
-	for _, state := range []store.State{store.Pending, store.Dead} {
-		var batch []*store.Job
-		size := 0
-		flush := func() error {
-			if len(batch) == 0 {
-				return nil
-			}
-			if _, err := to.ImportJobs(ctx, queue, batch); err != nil {
-				return fmt.Errorf("sending %d jobs: %w", len(batch), err)
-			}
-			sent += len(batch)
-			batch, size = batch[:0], 0
-			return nil
-		}
-		for after := ""; ; {
-			page, err := b.List(store.ListOptions{Queue: queue, State: state, After: after, Limit: 500})
+	// Reading here and sending there overlap: the next batch is read
+	// while one is sent. Batches go one at a time, in queue order.
+	batches := make(chan []*store.Job, 2)
+	sent := make(chan error, 1)
+	go func() {
+		var err error
+		for batch := range batches {
 			if err != nil {
-				return sent, err
+				continue // drain: the reader stops at the error
+			}
+			t0 := time.Now()
+			if _, err = to.ImportJobs(ctx, queue, batch); err != nil {
+				err = fmt.Errorf("sending %d jobs: %w", len(batch), err)
+				continue
+			}
+			cs.sending += time.Since(t0)
+			cs.jobs += len(batch)
+		}
+		sent <- err
+	}()
+	err = readQueue(b, queue, &cs.reading, batches)
+	close(batches)
+	if serr := <-sent; serr != nil {
+		return cs, serr
+	}
+	return cs, err
+}
+
+// readQueue reads queue's stored jobs, pending then dead, each in queue
+// order, into batches of at most moveBatchJobs and moveBatchBytes.
+func readQueue(b *broker.Broker, queue string, took *time.Duration, out chan<- []*store.Job) error {
+	var batch []*store.Job
+	size := 0
+	for _, state := range []store.State{store.Pending, store.Dead} {
+		for after := ""; ; {
+			t0 := time.Now()
+			page, err := b.List(store.ListOptions{Queue: queue, State: state, After: after, Limit: moveBatchJobs})
+			*took += time.Since(t0)
+			if err != nil {
+				return err
 			}
 			for _, j := range page.Jobs {
 				if len(batch) == moveBatchJobs || size+len(j.Payload) > moveBatchBytes {
-					if err := flush(); err != nil {
-						return sent, err
-					}
+					out <- batch
+					batch, size = nil, 0
 				}
 				batch = append(batch, j)
 				size += len(j.Payload) + len(j.Headers) + 256
@@ -295,11 +323,11 @@ func copyQueue(ctx context.Context, b *broker.Broker, to *admin.Client, queue st
 				break
 			}
 		}
-		if err := flush(); err != nil {
-			return sent, err
-		}
 	}
-	return sent, nil
+	if len(batch) > 0 {
+		out <- batch
+	}
+	return nil
 }
 
 // moveSchedules sends each schedule of queue to the shard behind to, as

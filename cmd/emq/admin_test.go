@@ -36,7 +36,7 @@ func brokerWithJobs(t *testing.T, token string) (b *bt.Broker, dead, inflight, p
 	return
 }
 
-func mustEmq(t *testing.T, args ...string) string {
+func mustEmq(t testing.TB, args ...string) string {
 	t.Helper()
 	out, stderr, err := emq(t, "", args...)
 	if err != nil {

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 
 // emq runs the emq command with args and stdin; it returns stdout, stderr
 // and the exit error.
-func emq(t *testing.T, stdin string, args ...string) (string, string, error) {
+func emq(t testing.TB, stdin string, args ...string) (string, string, error) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = bt.ChildEnv(mainEnv + "=1")

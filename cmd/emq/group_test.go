@@ -33,7 +33,7 @@ import (
 
 // groupBroker is one `emq broker --etcd-endpoints` child process.
 type groupBroker struct {
-	t                        *testing.T
+	t                        testing.TB
 	name                     string
 	args                     []string
 	frontend, backend, admin string
@@ -47,7 +47,7 @@ type groupBroker struct {
 	mu                       sync.Mutex
 }
 
-func newGroupBroker(t *testing.T, etcd []string, name string, args ...string) *groupBroker {
+func newGroupBroker(t testing.TB, etcd []string, name string, args ...string) *groupBroker {
 	g := makeGroupBroker(t, etcd, name, args...)
 	g.start()
 	return g
@@ -55,7 +55,7 @@ func newGroupBroker(t *testing.T, etcd []string, name string, args ...string) *g
 
 // makeGroupBroker is newGroupBroker without the start: its endpoints
 // are known, and start runs it.
-func makeGroupBroker(t *testing.T, etcd []string, name string, args ...string) *groupBroker {
+func makeGroupBroker(t testing.TB, etcd []string, name string, args ...string) *groupBroker {
 	g := &groupBroker{t: t, name: name, frontend: bt.FreeEndpoint(t), backend: bt.FreeEndpoint(t),
 		admin: strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://"), command: exec.Command}
 	g.setArgs(etcd, args...)
@@ -180,7 +180,7 @@ func (g *groupBroker) group() *admin.GroupInfo {
 
 // leaderOf waits for one of bs to lead and serve, the others to be
 // standbys that say so.
-func leaderOf(t *testing.T, bs ...*groupBroker) *groupBroker {
+func leaderOf(t testing.TB, bs ...*groupBroker) *groupBroker {
 	t.Helper()
 	var leader *groupBroker
 	bt.Eventually(t, "one broker leading, the others standing by", func() bool {

@@ -24,7 +24,7 @@ import (
 // startShards starts one broker for each of names, each its own shard
 // on etcd (etcdOf[name], or the placement's), after listing them in the
 // placement (hashed over all of them) on etcd placement.
-func startShards(t *testing.T, placement []string, etcdOf map[string][]string, names ...string) map[string]*groupBroker {
+func startShards(t testing.TB, placement []string, etcdOf map[string][]string, args []string, names ...string) map[string]*groupBroker {
 	t.Helper()
 	eps := strings.Join(placement, ",")
 	shards := map[string]*groupBroker{}
@@ -34,7 +34,7 @@ func startShards(t *testing.T, placement []string, etcdOf map[string][]string, n
 		if own := etcdOf[name]; own != nil {
 			etcd, add = own, []string{"--shard-etcd", strings.Join(own, ",")}
 		}
-		b := makeGroupBroker(t, etcd, name+"-1", "--shard", name, "--etcd-prefix", prefix, "--placement-endpoints", eps)
+		b := makeGroupBroker(t, etcd, name+"-1", append([]string{"--shard", name, "--etcd-prefix", prefix, "--placement-endpoints", eps}, args...)...)
 		mustEmq(t, append([]string{"shards", "add", name, "--etcd-endpoints", eps, "--frontend", b.frontend, "--backend", b.backend,
 			"--shard-admin", b.admin, "--shard-prefix", prefix, "--hashed"}, add...)...)
 		shards[name] = b
@@ -49,7 +49,7 @@ func startShards(t *testing.T, placement []string, etcdOf map[string][]string, n
 }
 
 // queuesOf lists the queues a broker's admin API shows.
-func queuesOf(t *testing.T, b *groupBroker) map[string]broker.QueueInfo {
+func queuesOf(t testing.TB, b *groupBroker) map[string]broker.QueueInfo {
 	t.Helper()
 	var qs []broker.QueueInfo
 	if err := json.Unmarshal([]byte(mustEmq(t, "queues", "--admin", b.admin, "--json")), &qs); err != nil {
@@ -85,7 +85,7 @@ func TestShardsRouteEveryJobToItsOwner(t *testing.T) {
 
 func testShardsRoute(t *testing.T, placement []string, etcdOf map[string][]string) {
 	eps := strings.Join(placement, ",")
-	shards := startShards(t, placement, etcdOf, "a", "b", "c")
+	shards := startShards(t, placement, etcdOf, nil, "a", "b", "c")
 	mustEmq(t, "queues", "place", "q00", "c", "--etcd-endpoints", eps)
 
 	var queues []string
@@ -265,7 +265,7 @@ func loadTable(etcd []string) (*emqp.RouteTable, int64, error) {
 func TestMoveAQueueBetweenShards(t *testing.T) {
 	etcd := etcdtest.Start(t, 1)
 	eps := strings.Join(etcd.Endpoints(), ",")
-	shards := startShards(t, etcd.Endpoints(), nil, "a", "b")
+	shards := startShards(t, etcd.Endpoints(), nil, nil, "a", "b")
 	mustEmq(t, "queues", "place", "mq", "a", "--etcd-endpoints", eps)
 	c, err := client.New(client.Options{Broker: shards["a"].frontend, Logger: bt.Logger(t), ResendAfter: 200 * time.Millisecond})
 	if err != nil {

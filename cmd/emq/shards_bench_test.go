@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eventmq/emq/client"
+	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/etcdtest"
+)
+
+// BenchmarkQueueMove times the move of a queue of EMQ_MOVE_JOBS stored
+// jobs (100,000; 100 bytes each) between two shards on one 3-member etcd
+// (in this process), with emq queues place. It reports the pause (from
+// the move's start, when both shards hold the queue, to its flip, when
+// the target serves it: no job of the queue runs and none is taken
+// meanwhile) and the whole move (with the source forgetting its copy):
+//
+//	go test -run '^$' -bench QueueMove -benchtime 1x ./cmd/emq
+func BenchmarkQueueMove(b *testing.B) {
+	jobs := 100_000
+	if n, err := strconv.Atoi(os.Getenv("EMQ_MOVE_JOBS")); err == nil {
+		jobs = n
+	}
+	etcd := etcdtest.Start(b, 3)
+	eps := strings.Join(etcd.Endpoints(), ",")
+	shards := startShards(b, etcd.Endpoints(), nil, []string{"--log-level", "info"}, "a", "b")
+	from, to := "a", "b"
+	mustEmq(b, "queues", "place", "mq", from, "--etcd-endpoints", eps)
+	fill(b, shards[from].frontend, "mq", jobs)
+	for b.Loop() {
+		var moving, flipped, ended time.Time
+		stop := make(chan struct{})
+		watched := make(chan struct{})
+		go func() { // the placement's steps, as they come
+			defer close(watched)
+			for {
+				tb, _, err := loadTable(etcd.Endpoints())
+				now := time.Now()
+				if err == nil {
+					m, ok := tb.Moving["mq"]
+					switch {
+					case ok && !m.Copied && moving.IsZero():
+						moving = now
+					case ok && m.Copied && flipped.IsZero():
+						flipped = now
+					}
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(2 * time.Millisecond):
+				}
+			}
+		}()
+		start := time.Now()
+		mustEmq(b, "queues", "place", "mq", to, "--etcd-endpoints", eps)
+		ended = time.Now()
+		close(stop)
+		<-watched
+		if got := queuesOf(b, shards[to])["mq"].Pending; got != jobs {
+			b.Fatalf("shard %s holds %d jobs of mq after the move, want %d", to, got, jobs)
+		}
+		if moving.IsZero() {
+			moving = start
+		}
+		if flipped.IsZero() {
+			flipped = ended
+		}
+		for line := range strings.SplitSeq(shards[from].log(), "\n") {
+			if strings.Contains(line, "move:") {
+				b.Log(line)
+			}
+		}
+		b.ReportMetric(flipped.Sub(moving).Seconds(), "pause-s")
+		b.ReportMetric(ended.Sub(start).Seconds(), "move-s")
+		b.ReportMetric(float64(jobs)/flipped.Sub(moving).Seconds(), "jobs/s-copied")
+		from, to = to, from
+	}
+}
+
+// fill stores n jobs of 100 bytes in queue through frontend, 64 at once.
+func fill(b testing.TB, frontend, queue string, n int) {
+	c, err := client.New(client.Options{Broker: frontend, Logger: bt.Logger(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	payload := []byte(strings.Repeat("x", 100))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	errs := make(chan error, 64)
+	for range 64 {
+		wg.Go(func() {
+			for range next {
+				if _, err := c.Send(ctx, queue, payload); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	for i := range n {
+		select {
+		case next <- i:
+		case err := <-errs:
+			b.Fatal(fmt.Errorf("filling %s: %w", queue, err))
+		}
+	}
+	close(next)
+	wg.Wait()
+}
