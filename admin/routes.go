@@ -31,6 +31,14 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.with(w, func(a API) { st, err := a.Stats(r.Context()); reply(w, st, err) })
 	})
+	mux.HandleFunc("GET /api/v1/shards", func(w http.ResponseWriter, r *http.Request) {
+		if s.opts.Shards == nil {
+			refuse(w, http.StatusNotFound, "not_found", "this broker is not one shard of several")
+			return
+		}
+		v, err := s.opts.Shards(r.Context())
+		reply(w, v, err)
+	})
 	mux.HandleFunc("GET /api/v1/queues", func(w http.ResponseWriter, r *http.Request) {
 		s.with(w, func(a API) { qs, err := a.Queues(r.Context()); reply(w, qs, err) })
 	})

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -50,6 +51,9 @@ type Options struct {
 	// added to /metrics.
 	Group      func() GroupInfo
 	Collectors []prometheus.Collector
+	// Shards, if set, says where queues are served when the broker is one
+	// shard of several (/api/v1/shards).
+	Shards func(context.Context) (ShardsInfo, error)
 	// Ready, if set, is asked too by /readyz while a broker is served: an
 	// error makes it 503 with the error's text (a group's leader that has
 	// not run for a while: its lease may have ended meanwhile).

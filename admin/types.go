@@ -292,3 +292,27 @@ var PubSubCounters = []string{"pubsub_published", "pubsub_delivered", "pubsub_dr
 type ImportResult struct {
 	Imported int `json:"imported"`
 }
+
+// ShardsInfo is the placement of queues on shards as the admin view
+// shows it (/api/v1/shards, emq shards): the shards, their leaders, the
+// queues placed on each, the moves under way.
+type ShardsInfo struct {
+	Shard   string               `json:"shard,omitempty"` // the shard of the broker asked ("" from the CLI)
+	Version int64                `json:"version"`
+	Shards  []ShardInfo          `json:"shards"`
+	Moving  map[string]emqp.Move `json:"moving,omitempty"`
+}
+
+// ShardInfo is one shard.
+type ShardInfo struct {
+	Name     string   `json:"name"`
+	Leader   string   `json:"leader"` // "" = none now; "?" and Error when it could not be asked
+	Error    string   `json:"error,omitempty"`
+	Hashed   bool     `json:"hashed"`
+	Queues   []string `json:"queues"` // placed on it explicitly
+	Frontend []string `json:"frontend"`
+	Backend  []string `json:"backend"`
+	Admin    []string `json:"admin,omitempty"`
+	Etcd     []string `json:"etcd,omitempty"`
+	Prefix   string   `json:"prefix"`
+}

@@ -257,6 +257,9 @@ func New(opts broker.Options, aopts admin.Options, g Options) (*Group, error) {
 	}
 	grp.setState("starting")
 	aopts.Group = grp.Info
+	if g.Shard != "" {
+		aopts.Shards = grp.Shards
+	}
 	if grp.opts.AdminToken == "" {
 		grp.opts.AdminToken = aopts.Token
 	}

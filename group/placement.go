@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/emqp"
 )
 
@@ -254,4 +255,55 @@ func PlaceQueue(p *Placement, queue, shard string) {
 		p.Queues = map[string]string{}
 	}
 	p.Queues[queue] = shard
+}
+
+// Describe is p as the admin view shows it, with each shard's leader as
+// leader says (an error shows as "?").
+func Describe(ctx context.Context, p *Placement, leader func(context.Context, Shard) (string, error)) admin.ShardsInfo {
+	v := admin.ShardsInfo{Version: p.Version, Moving: p.Moving, Shards: []admin.ShardInfo{}}
+	names := slices.Sorted(maps.Keys(p.Shards))
+	for _, name := range names {
+		s := p.Shards[name]
+		si := admin.ShardInfo{Name: name, Hashed: slices.Contains(p.Hashed, name), Queues: []string{},
+			Frontend: s.Frontend, Backend: s.Backend, Admin: s.Admin, Etcd: s.Etcd, Prefix: s.Prefix}
+		for q, on := range p.Queues {
+			if on == name {
+				si.Queues = append(si.Queues, q)
+			}
+		}
+		slices.Sort(si.Queues)
+		var err error
+		if si.Leader, err = leader(ctx, s); err != nil {
+			si.Leader, si.Error = "?", err.Error()
+		}
+		v.Shards = append(v.Shards, si)
+	}
+	return v
+}
+
+// Shards is the placement this broker serves by, as the admin view
+// shows it, with each shard's leader read from its etcd.
+func (g *Group) Shards(ctx context.Context) (admin.ShardsInfo, error) {
+	p := g.placement.Load()
+	if p == nil {
+		return admin.ShardsInfo{}, fmt.Errorf("shard %s: the placement has not been read yet", g.opts.Shard)
+	}
+	v := Describe(ctx, p, func(ctx context.Context, s Shard) (string, error) {
+		cli := g.pcli
+		if len(s.Etcd) > 0 {
+			o := g.opts
+			o.Endpoints = s.Etcd
+			c, err := NewClient(o)
+			if err != nil {
+				return "", err
+			}
+			defer c.Close()
+			cli = c
+		}
+		ctx, cancel := context.WithTimeout(ctx, g.opts.Timeout)
+		defer cancel()
+		return Leader(ctx, cli, s.Prefix)
+	})
+	v.Shard = g.opts.Shard
+	return v, nil
 }

@@ -15,7 +15,8 @@
 # of each shard's 3 etcd members, each shard's broker and the benches,
 # divided by the wall time. "machine" is the whole box's busy and iowait
 # cores from /proc/stat; "fsync" is the mean WAL fsync of each shard's
-# member 1 during the run; "other" is the box's busy cores that none of
+# member 1 during the run; "etcd members" the cores of each member
+# (m1/m2/m3) of each shard; "other" is the box's busy cores that none of
 # these processes used (kernel threads, the script, anybody else's load).
 # Before each run the script waits until the box is idle (under IDLE_MAX
 # cores busy over a second, for up to IDLE_WAIT s), and a run whose
@@ -65,6 +66,10 @@ trap 'exit 130' INT TERM
 echo "busiest processes before the runs:" >&2
 ps aux --sort=-%cpu | head -6 >&2
 
+each() { # the ticks of each pid, space-separated
+	local p
+	for p in "$@"; do printf '%s ' "$(ticks "$p")"; done
+}
 ticks() { # utime+stime of the pids, in clock ticks
 	local p f s=0 a
 	for p in "$@"; do
@@ -143,7 +148,7 @@ S, t0, hz = int(S), float(t0), float(hz)
 rest = sys.argv[11:]
 shards, jobs, failed = [], 0, []
 for k in range(1, S + 1):
-    rc, t1, e0, e1, b0, b1, f0, f1 = rest[(k - 1) * 8:k * 8]
+    rc, t1, e0, e1, b0, b1, f0, f1, ms0, ms1 = rest[(k - 1) * 10:k * 10]
     try:
         b = json.load(open(f"{rd}/bench{k}.json"))
     except Exception:
@@ -157,7 +162,8 @@ for k in range(1, S + 1):
                        errors=b.get("errors", 0), lost=b.get("lost", 0), dup=b.get("duplicates", 0),
                        ack_p50=b.get("ack_p50_ms", 0), ack_p99=b.get("ack_p99_ms", 0), rc=int(rc),
                        end=float(t1), etcd_cpu=(int(e1) - int(e0)) / hz, broker_cpu=(int(b1) - int(b0)) / hz,
-                       bench_cpu=bench_cpu, fsync_ms=fs))
+                       bench_cpu=bench_cpu, fsync_ms=fs,
+                       member_cpu=[(int(b) - int(a)) / hz for a, b in zip(ms0.split(), ms1.split())]))
     jobs += b.get("jobs", 0)
 wall = max(x["end"] for x in shards) - t0
 busy0, io0 = map(int, m0.split())
@@ -171,9 +177,10 @@ fmt = lambda v, p="%.2f": " ".join(p % x for x in v)
 other = busy - sum(ce) - sum(cb) - cn
 line = ("%s S=%d %s w%s r%s  per-shard jobs/s %s  agg %.0f  total/wall %.0f (%d jobs, %.2f s)"
         "  cores: etcd %.2f (%s) brokers %.2f (%s) benches %.2f  machine busy %.2f (other %.2f) iowait %.2f"
-        "  ack p50/p99 ms %s  fsync ms %s") % (
+        "  etcd members %s  ack p50/p99 ms %s  fsync ms %s") % (
     time.strftime("%H:%M:%S", time.localtime(t0)), S, cfg, w, r, fmt([x["jps"] for x in shards], "%.0f"), agg, jobs / wall, jobs, wall,
     sum(ce), fmt(ce), sum(cb), fmt(cb), cn, busy, other, iowait,
+    " ".join("/".join("%.2f" % (c / wall) for c in x["member_cpu"]) for x in shards),
     " ".join("%.1f/%.1f" % (x["ack_p50"], x["ack_p99"]) for x in shards), fmt([x["fsync_ms"] for x in shards]))
 bad = ["s%d errors=%d lost=%d dup=%d" % (k + 1, x["errors"], x["lost"], x["dup"])
        for k, x in enumerate(shards) if x["errors"] or x["lost"] or x["dup"]]
@@ -193,12 +200,12 @@ PY
 
 run() { # S window round: S benches at once, bench K on shard K and queue qK
 	local S=$1 w=$2 r=$3 k rd=$base/run t0 m0 m1
-	local -a e0 e1 b0 b1 f0 f1 rc t1 args
+	local -a e0 e1 b0 b1 f0 f1 m0s m1s rc t1 args
 	rm -rf "$rd"
 	mkdir -p "$rd"
 	quiet
 	for ((k = 1; k <= S; k++)); do
-		e0[k]=$(ticks ${etcdp[$k]}) b0[k]=$(ticks "${brokerp[$k]}") f0[k]=$(fsync "$k")
+		e0[k]=$(ticks ${etcdp[$k]}) m0s[k]=$(each ${etcdp[$k]}) b0[k]=$(ticks "${brokerp[$k]}") f0[k]=$(fsync "$k")
 	done
 	m0=$(machine)
 	t0=$(date +%s.%N)
@@ -216,8 +223,8 @@ run() { # S window round: S benches at once, bench K on shard K and queue qK
 	bpids=()
 	m1=$(machine)
 	for ((k = 1; k <= S; k++)); do
-		e1[k]=$(ticks ${etcdp[$k]}) b1[k]=$(ticks "${brokerp[$k]}") f1[k]=$(fsync "$k")
-		args+=("${rc[k]}" "${t1[k]}" "${e0[k]}" "${e1[k]}" "${b0[k]}" "${b1[k]}" "${f0[k]}" "${f1[k]}")
+		e1[k]=$(ticks ${etcdp[$k]}) m1s[k]=$(each ${etcdp[$k]}) b1[k]=$(ticks "${brokerp[$k]}") f1[k]=$(fsync "$k")
+		args+=("${rc[k]}" "${t1[k]}" "${e0[k]}" "${e1[k]}" "${b0[k]}" "${b1[k]}" "${f0[k]}" "${f1[k]}" "${m0s[k]}" "${m1s[k]}")
 	done
 	summary "$rd" "$S" "$SENDERS:$SLOTS" "$w" "$r" "$t0" "$(getconf CLK_TCK)" "$m0" "$m1" "$RESULTS" "${args[@]}"
 }

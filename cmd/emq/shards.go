@@ -2,11 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
-	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/eventmq/emq/admin"
+	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/group"
 )
@@ -69,6 +72,8 @@ func newShardsCmd() *cobra.Command {
 	placementFlags(f)
 	addEtcdFlags(f, "the etcd of the placement, when --placement-endpoints is not given")
 	f.Bool("json", false, "print JSON instead of a table")
+	f.String("admin-token", "", "the shards' admin token, or read-only token, for emq shards stats (or EMQ_ADMIN_TOKEN)")
+	f.String("admin-ca", "", "with https admin addresses: trust this CA certificate (PEM)")
 	add := placementCmd("add NAME", "Add a shard to the placement, or change where its brokers listen", cobra.ExactArgs(1),
 		func(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string, args []string) error {
 			s := group.Shard{ShardRoute: emqp.ShardRoute{Frontend: c.list("frontend"), Backend: c.list("backend"), Admin: c.list("shard-admin")},
@@ -133,24 +138,8 @@ func newShardsCmd() *cobra.Command {
 			fmt.Fprintf(cmd.OutOrStdout(), "hashed over %s; placement version %d\n", strings.Join(list, ","), p.Version)
 			return nil
 		})
-	cmd.AddCommand(add, rm, hashed)
+	cmd.AddCommand(add, rm, hashed, newShardsStatsCmd())
 	return cmd
-}
-
-// ShardView is one shard as emq shards shows it.
-type ShardView struct {
-	Name   string   `json:"name"`
-	Leader string   `json:"leader"` // "" = none now
-	Hashed bool     `json:"hashed"`
-	Queues []string `json:"queues"` // placed on it explicitly
-	group.Shard
-}
-
-// PlacementView is what emq shards shows.
-type PlacementView struct {
-	Version int64                `json:"version"`
-	Shards  []ShardView          `json:"shards"`
-	Moving  map[string]emqp.Move `json:"moving,omitempty"`
 }
 
 func shardsLs(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string, _ []string) error {
@@ -158,44 +147,17 @@ func shardsLs(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string
 	if err != nil {
 		return err
 	}
-	v := PlacementView{Version: p.Version, Moving: p.Moving}
-	names := make([]string, 0, len(p.Shards))
-	for name := range p.Shards {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		s := p.Shards[name]
-		sv := ShardView{Name: name, Shard: s, Hashed: slices.Contains(p.Hashed, name), Queues: []string{}}
-		for q, on := range p.Queues {
-			if on == name {
-				sv.Queues = append(sv.Queues, q)
-			}
-		}
-		sort.Strings(sv.Queues)
-		sv.Leader, err = shardLeader(cmd.Context(), c, cli, s)
-		if err != nil {
-			sv.Leader = "? (" + err.Error() + ")"
-		}
-		v.Shards = append(v.Shards, sv)
-	}
+	v := group.Describe(cmd.Context(), p, func(ctx context.Context, s group.Shard) (string, error) { return shardLeader(ctx, c, cli, s) })
 	return output(cmd, c, v, func(w io.Writer) {
 		fmt.Fprintf(w, "placement version %d\n", v.Version)
 		fmt.Fprintln(w, "SHARD\tLEADER\tHASHED\tQUEUES\tFRONTEND\tBACKEND\tJOURNAL")
 		for _, s := range v.Shards {
-			leader := s.Leader
-			if leader == "" {
-				leader = "-"
-			}
 			queues := strings.Join(s.Queues, ",")
-			if queues == "" {
-				queues = "-"
-			}
 			where := s.Prefix
 			if len(s.Etcd) > 0 {
 				where = strings.Join(s.Etcd, ",") + " " + s.Prefix
 			}
-			fmt.Fprintf(w, "%s\t%s\t%v\t%s\t%s\t%s\t%s\n", s.Name, leader, s.Hashed, queues,
+			fmt.Fprintf(w, "%s\t%s\t%v\t%s\t%s\t%s\t%s\n", s.Name, orDash(s.Leader), s.Hashed, orDash(queues),
 				strings.Join(s.Frontend, ","), strings.Join(s.Backend, ","), where)
 		}
 		for q, m := range v.Moving {
@@ -290,4 +252,112 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// ShardStats is one shard's part of emq shards stats.
+type ShardStats struct {
+	Shard    string             `json:"shard"`
+	Admin    string             `json:"admin,omitempty"` // the leader's admin address asked
+	Error    string             `json:"error,omitempty"`
+	Counters []admin.NamedCount `json:"counters,omitempty"`
+	Queues   []broker.QueueInfo `json:"queues,omitempty"`
+}
+
+// newShardsStatsCmd is emq shards stats: every shard's leader asked for
+// its counters and queues, summed.
+func newShardsStatsCmd() *cobra.Command {
+	return placementCmd("stats", "Counters and queues of every shard's leader, and their sums (asks each at its --shard-admin address)", cobra.NoArgs,
+		func(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string, _ []string) error {
+			ctx := cmd.Context()
+			p, _, err := group.LoadPlacement(ctx, cli, prefix)
+			if err != nil {
+				return err
+			}
+			var all []ShardStats
+			total := map[string]int64{}
+			var order []string
+			for _, name := range slices.Sorted(maps.Keys(p.Shards)) {
+				st := ShardStats{Shard: name}
+				a, addr, err := shardAdmin(ctx, c, p.Shards[name])
+				if err == nil {
+					st.Admin = addr
+					var s admin.StatsInfo
+					if s, err = a.Stats(ctx); err == nil {
+						st.Counters = s.Counters
+						st.Queues, err = a.Queues(ctx)
+					}
+				}
+				if err != nil {
+					st.Error = err.Error()
+				}
+				for _, n := range st.Counters {
+					if _, ok := total[n.Name]; !ok {
+						order = append(order, n.Name)
+					}
+					total[n.Name] += n.Value
+				}
+				all = append(all, st)
+			}
+			sum := ShardStats{Shard: "total"}
+			for _, name := range order {
+				sum.Counters = append(sum.Counters, admin.NamedCount{Name: name, Value: total[name]})
+			}
+			return output(cmd, c, map[string]any{"shards": all, "total": sum}, func(w io.Writer) {
+				fmt.Fprint(w, "COUNTER")
+				for _, s := range all {
+					fmt.Fprintf(w, "\t%s", s.Shard)
+				}
+				fmt.Fprintln(w, "\tTOTAL")
+				for _, name := range order {
+					fmt.Fprint(w, name)
+					for _, s := range all {
+						v := "-"
+						for _, n := range s.Counters {
+							if n.Name == name {
+								v = strconv.FormatInt(n.Value, 10)
+							}
+						}
+						fmt.Fprintf(w, "\t%s", v)
+					}
+					fmt.Fprintf(w, "\t%d\n", total[name])
+				}
+				fmt.Fprintln(w, "\nQUEUE\tSHARD\tPENDING\tDELAYED\tIN FLIGHT\tDEAD\tWORKERS")
+				for _, s := range all {
+					for _, q := range s.Queues {
+						fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", q.Name, s.Shard, q.Pending, q.Delayed, q.InFlight, q.Dead, q.Workers)
+					}
+				}
+				for _, s := range all {
+					if s.Error != "" {
+						fmt.Fprintf(w, "shard %s: %s\n", s.Shard, s.Error)
+					}
+				}
+			})
+		})
+}
+
+// shardAdmin is an admin client of shard s's leader, found at its admin
+// addresses, with the --admin-token and --admin-ca flags.
+func shardAdmin(ctx context.Context, c *config, s group.Shard) (*admin.Client, string, error) {
+	if len(s.Admin) == 0 {
+		return nil, "", errors.New("it lists no admin address (emq shards add --shard-admin)")
+	}
+	var last error
+	for _, addr := range s.Admin {
+		a, err := admin.NewClient(admin.ClientOptions{Addr: addr, Token: c.str("admin-token"), CA: c.str("admin-ca")})
+		if err != nil {
+			return nil, "", err
+		}
+		st, err := a.Stats(ctx)
+		switch {
+		case err != nil:
+			last = fmt.Errorf("admin %s: %w", addr, err)
+		case st.Group != nil && st.Group.State == "leader":
+			return a, addr, nil
+		}
+	}
+	if last == nil {
+		last = fmt.Errorf("no leader answers at %s", strings.Join(s.Admin, ","))
+	}
+	return nil, "", last
 }

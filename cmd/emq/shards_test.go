@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
@@ -233,6 +234,49 @@ func testShardsRoute(t *testing.T, placement []string, etcdOf map[string][]strin
 	if m := shards[from].metric(t, `emq_protocol_errors_total{code="moved"}`); m == movedBefore {
 		t.Fatalf("the old owner %s: %q, want one more ERROR moved", from, m)
 	}
+	// The admin view: every broker shows the shards and their leaders,
+	// and emq shards stats sums the shards' counters.
+	resp, err := shards["a"].get("/api/v1/shards")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var view admin.ShardsInfo
+	err = json.NewDecoder(resp.Body).Decode(&view)
+	resp.Body.Close()
+	if err != nil || view.Shard != "a" || len(view.Shards) != 3 || view.Shards[1].Name != "b" || view.Shards[1].Leader != shards["b"].name {
+		t.Fatalf("/api/v1/shards of shard a: %+v, %v", view, err)
+	}
+	var st struct {
+		Shards []ShardStats
+		Total  ShardStats
+	}
+	if err := json.Unmarshal([]byte(mustEmq(t, "shards", "stats", "--etcd-endpoints", eps, "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	counter := func(s ShardStats, name string) int64 {
+		for _, c := range s.Counters {
+			if c.Name == name {
+				return c.Value
+			}
+		}
+		return -1
+	}
+	var sum int64
+	for _, s := range st.Shards {
+		if s.Error != "" {
+			t.Fatalf("emq shards stats: shard %s: %s", s.Shard, s.Error)
+		}
+		sum += counter(s, "acked")
+		for _, q := range s.Queues {
+			if q.Pending > 0 && now.Owner(q.Name) != s.Shard {
+				t.Fatalf("emq shards stats shows %d jobs of %s on shard %s; it is on %s", q.Pending, q.Name, s.Shard, now.Owner(q.Name))
+			}
+		}
+	}
+	if total := counter(st.Total, "acked"); total != sum || total < int64(len(sent)) {
+		t.Fatalf("emq shards stats: acked %d in all, the shards' sum %d; want it and at least the %d sent", total, sum, len(sent))
+	}
+
 	out := mustEmq(t, "shards", "--etcd-endpoints", eps)
 	for name, b := range shards {
 		if !strings.Contains(out, name+"  ") || !strings.Contains(out, b.name) {
