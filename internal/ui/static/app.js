@@ -217,9 +217,12 @@ window.addEventListener('pagehide', () => {
 });
 window.addEventListener('pageshow', (ev) => { if (ev.persisted && app.role) showApp(); });
 
+const shardOf = (o) => (o && o.stats && o.stats.group && o.stats.group.shard) || '';
+
 function tick(o) {
   const prev = app.overview;
   app.overview = o;
+  $('#nav-shards').hidden = !shardOf(o);
   if (prev) {
     const dt = (Date.parse(o.time) - Date.parse(prev.time)) / 1000;
     if (dt > 0) {
@@ -265,7 +268,7 @@ function route() {
     if (page === parts[0] || (page === '' && parts[0] === '')) a.setAttribute('aria-current', 'page');
   }
   const pages = { '': overviewPage, queue: queuePage, job: jobPage, dead: deadPage, workers: workersPage, schedules: schedulesPage,
-    batches: batchesPage, batch: batchPage };
+    batches: batchesPage, batch: batchPage, shards: shardsPage };
   const page = pages[parts[0]] || overviewPage;
   $('#main').replaceChildren();
   page(parts[1]);
@@ -284,6 +287,7 @@ function overviewPage() {
   const render = (o) => {
     cards.replaceChildren(...[
       ['Role', o.role + (o.ready ? '' : ' (not ready)')],
+      ...(shardOf(o) ? [['Shard', shardOf(o)]] : []),
       ['Workers', num(o.workers)], ['Schedulers', num(o.schedulers)],
       ['Received', num(stat(o, 'received'))], ['Acknowledged', num(stat(o, 'acked'))],
       ['Replied', num(stat(o, 'replied'))], ['Failed', num(stat(o, 'failed'))],
@@ -756,6 +760,30 @@ function workersPage() {
       rows, 'No workers connected.'));
   };
   app.onTick = () => { if (++n % 2 === 0) load(); };
+  load();
+}
+
+function shardsPage() {
+  document.title = 'EMQ · Shards';
+  const box = el('div', { id: 'shards' });
+  $('#main').append(el('h1', null, 'Shards'),
+    el('p', { class: 'muted' }, 'The groups queues are spread over: each serves the queues placed on it, and the others by a hash of their names over the hashed shards.'), box);
+  let n = 0;
+  const load = async () => {
+    let v;
+    try { v = await api('GET', '/api/v1/shards'); } catch (e) { box.replaceChildren(el('p', { class: 'err' }, e.message)); return; }
+    const rows = v.shards.map((s) => el('tr', { 'data-shard': s.name },
+      td(s.name === v.shard ? el('strong', null, s.name + ' (this one)') : s.name),
+      td(s.leader || el('span', { class: 'err' }, 'none'), s.error ? 'err' : ''), td(s.hashed ? 'yes' : 'no'),
+      td(s.queues.length ? s.queues.map((q, i) => [i ? ', ' : '', s.name === v.shard ? el('a', { href: '#/queue/' + enc(q) }, q) : q]).flat() : '–', 'wrap'),
+      td(s.frontend.join(', '), 'wrap'), td(s.backend.join(', '), 'wrap'), td(s.prefix)));
+    const moves = Object.entries(v.moving || {}).map(([q, m]) => el('li', { 'data-move': q },
+      'Queue ', el('strong', null, q), ' moving from ', m.from, ' to ', m.to, m.copied ? ' (copied; the source forgets its copy)' : ' (copying)'));
+    box.replaceChildren(el('p', null, 'Placement version ', el('strong', { id: 'placement-version' }, String(v.version))),
+      table(['Shard', 'Leader', 'Hashed', 'Queues placed', 'Frontend', 'Backend', 'Journal prefix'], rows, 'No shards.'),
+      moves.length ? el('ul', { id: 'moves' }, moves) : '');
+  };
+  app.onTick = () => { if (++n % 5 === 0) load(); };
   load();
 }
 
