@@ -240,6 +240,14 @@ func (c *Client) ImportJobs(ctx context.Context, queue string, jobs []*store.Job
 	return r.Imported, err
 }
 
+// ForgetJobs has the broker delete the jobs of queue among msgids that
+// it holds (broker.ForgetJobs); how many it deleted.
+func (c *Client) ForgetJobs(ctx context.Context, queue string, msgids []string) (int, error) {
+	var r ImportResult
+	err := c.send(ctx, "POST", "/api/v1/queues/"+url.PathEscape(queue)+"/forget", map[string][]string{"msgids": msgids}, &r)
+	return r.Imported, err
+}
+
 // ImportSchedule sends a schedule, as another shard's journal holds it,
 // to the broker, which keeps it as it was (broker.ImportSchedule).
 func (c *Client) ImportSchedule(ctx context.Context, s *store.Schedule) error {

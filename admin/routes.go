@@ -258,6 +258,24 @@ func (s *Server) controlRoutes(mux *http.ServeMux) {
 		n, err := t.b.ImportJobs(r.Context(), jobs)
 		reply(w, ImportResult{Imported: n}, err)
 	})
+	// A move sends what changed at its source since it copied the queue:
+	// the jobs of the queue among these msgids go (broker.ForgetJobs).
+	mux.HandleFunc("POST /api/v1/queues/{queue}/forget", func(w http.ResponseWriter, r *http.Request) {
+		t := s.current()
+		if t == nil {
+			refuse(w, http.StatusServiceUnavailable, "unavailable", "no broker is serving here")
+			return
+		}
+		var in struct {
+			MsgIDs []string `json:"msgids"`
+		}
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)).Decode(&in); err != nil {
+			refuse(w, http.StatusBadRequest, "invalid", "forget: want {\"msgids\": [...]}: "+err.Error())
+			return
+		}
+		n, err := t.b.ForgetJobs(r.Context(), r.PathValue("queue"), in.MsgIDs)
+		reply(w, ImportResult{Imported: n}, err)
+	})
 	// A moved queue's schedule arrives here as the source's journal holds
 	// it (store.Schedule), kept as it was (broker.ImportSchedule).
 	mux.HandleFunc("POST /api/v1/queues/{queue}/import-schedule", func(w http.ResponseWriter, r *http.Request) {

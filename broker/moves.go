@@ -82,3 +82,32 @@ func (b *Broker) ImportSchedule(ctx context.Context, ss *store.Schedule) error {
 	})
 	return err
 }
+
+// ForgetJobs deletes the jobs of queue among msgids that this broker
+// holds, in any state, for a move between shards that sends what
+// changed since it copied them (an admin's action, as RemoveJob): a
+// msgid it does not hold, or of another queue, is left alone. It
+// returns how many it deleted.
+func (b *Broker) ForgetJobs(ctx context.Context, queue string, msgids []string) (int, error) {
+	var mine []string
+	for _, id := range msgids {
+		if j, err := b.journal.Get(id); err == nil && j.Queue == queue {
+			mine = append(mine, id)
+		}
+	}
+	return changeN(ctx, b, len(mine), func(each func(error)) {
+		for _, id := range mine {
+			if j := b.jobs[id]; j != nil {
+				if j.state == journaling {
+					j.dropped = true
+				} else {
+					b.unlink(j)
+				}
+			}
+			b.journal.Remove(id, func(_ bool, err error) {
+				b.adminWriteFailed(err, "journal could not remove a moved job", id)
+				each(err)
+			})
+		}
+	})
+}

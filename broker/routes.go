@@ -89,7 +89,7 @@ func (b *Broker) elsewhere(from peerKey, ref, queue string) bool {
 	if r.table == nil {
 		return false
 	}
-	if m, ok := r.table.Moving[queue]; ok && !m.Copied {
+	if m, ok := r.table.Moving[queue]; ok && m.Held && !m.Copied {
 		b.refuse(from, ref, emqp.CodeUnavailable, fmt.Sprintf("queue %q is being moved from shard %s to shard %s; send it again shortly", queue, m.From, m.To))
 		return true
 	}
@@ -106,14 +106,20 @@ func (b *Broker) elsewhere(from peerKey, ref, queue string) bool {
 }
 
 // held reports whether queue's jobs wait here for a move between
-// shards: both shards hold it while it is copied, and the source what
-// it still has of it once it is copied.
+// shards (emqp.Move): the target holds what it is sent until the move is
+// copied, the source its own from when the move holds the queue.
 func (r *routes) held(queue string) bool {
 	if r.table == nil || len(r.table.Moving) == 0 {
 		return false
 	}
 	m, ok := r.table.Moving[queue]
-	return ok && (!m.Copied || m.From == r.shard)
+	switch {
+	case !ok:
+		return false
+	case m.From == r.shard:
+		return m.Held || m.Copied
+	}
+	return !m.Copied
 }
 
 // answerRoutes answers ROUTES with the table ("{}" when not a shard),

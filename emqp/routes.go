@@ -28,15 +28,18 @@ type RouteTable struct {
 }
 
 // Move is a queue on its way from one shard to another. Until Copied,
-// the queue is still From's (Queues says so): both shards refuse its new
-// jobs (ERROR unavailable, which clients retry) and dispatch none of it,
-// while From copies its stored jobs to To. The change that sets Copied
-// also places the queue on To, which then serves it; From dispatches
-// none of what it still holds of the queue, deletes it, and ends the
-// move.
+// the queue is still From's (Queues says so), and To holds what it is
+// sent of it without dispatching any. First From goes on serving the
+// queue while it copies its stored jobs to To; then, Held, neither shard
+// takes the queue's new jobs (ERROR unavailable, which clients retry)
+// nor dispatches any, while From sends what changed since it began. The
+// change that sets Copied also places the queue on To, which then serves
+// it; From dispatches none of what it still holds of the queue, deletes
+// it, and ends the move.
 type Move struct {
 	From   string `json:"from"`
 	To     string `json:"to"`
+	Held   bool   `json:"held,omitempty"`
 	Copied bool   `json:"copied,omitempty"`
 }
 

@@ -195,6 +195,7 @@ type Group struct {
 	broker  *broker.Broker             // while leading
 	moving  map[string]context.Context // the queues this leader is moving out, and the leadership doing it (move.go)
 	moveCtx context.Context            // ends with this leadership's broker
+	track   *tracked                   // this leadership's journal, for the moves (track.go)
 	cancel  context.CancelFunc
 	started bool
 	closing bool // Close: a broker elected from now on stops at once
@@ -530,7 +531,15 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 		eo.OnWarmMissed = func(err error) {
 			g.log.Warn("taking over without the standby's copy of the journal: reading it all", "err", err)
 		}
-		return etcdstore.Open(g.cli, eo)
+		j, err := etcdstore.Open(g.cli, eo)
+		if err != nil || g.opts.Shard == "" {
+			return j, err
+		}
+		tj := &tracked{Journal: j}
+		g.mu.Lock()
+		g.track = tj
+		g.mu.Unlock()
+		return tj, nil
 	}
 	if g.opts.Shard != "" {
 		if opts.Routes, err = g.shardRoutes(ctx); err != nil {

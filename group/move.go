@@ -1,13 +1,17 @@
 package group
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/store"
 )
 
@@ -16,28 +20,36 @@ import (
 // and the leader that follows it after a crash carries it on, since the
 // move is in the placement, not in anyone's memory:
 //
-//  1. Hold. Both shards' brokers see the move: neither takes the queue's
-//     new jobs (ERROR unavailable, which clients retry) nor dispatches
-//     any of it. From waits for its jobs in flight (up to moveDrain).
-//  2. Copy. From sends its stored jobs of the queue (pending, delayed,
-//     dead; in queue order) to To's leader (its admin API, import), in
-//     batches; To stores each as it was, once (a msgid it holds is left
-//     alone), so a copy cut short is simply done again from the start.
-//     Its controls go too. To must serve by the placement that holds the
-//     queue before it is sent anything.
+//  1. Copy live. From goes on serving the queue. It notes the msgid of
+//     every write its journal takes from now on (track.go), then sends
+//     its stored jobs of the queue (pending, delayed, dead; in queue
+//     order) to To's leader (its admin API, import), which stores each as
+//     it was, once, and holds them: To dispatches none of the queue and
+//     answers its new jobs with ERROR moved (From still owns it). Jobs To
+//     holds of the queue that were not sent (a copy a crash cut short)
+//     are taken out of it. To must serve by the placement with the move
+//     before it is sent anything.
+//  2. Hold. A change of the placement marks the move held: neither shard
+//     takes the queue's new jobs (ERROR unavailable, which clients
+//     retry) nor dispatches any. From waits until its journal holds
+//     every job it took, and for the jobs in flight (up to moveDrain),
+//     then sends To what changed since step 1 (each job noted: sent again
+//     as it is now, or taken out of To when it is gone), the queue's
+//     schedules and its controls. Without the notes (a new leader after a
+//     crash, or more changes than it keeps) it sends the whole queue.
 //  3. Flip. One guarded change of the placement puts the queue on To and
 //     marks the move copied: To serves it from then on, From answers its
 //     jobs with ERROR moved.
 //  4. Forget. From deletes what it holds of the queue (dispatching none
 //     of it meanwhile), then ends the move in the placement.
 //
-// A crash of From's leader at any step leaves the move in the placement:
-// the next leader loads the journal (what was in flight is pending
-// again), holds the queue, and goes on from step 1 or 4. A crash of To's
-// leader fails From's requests until the next one serves; what it had
-// stored is in its journal. Jobs in flight at From when a crash cut step
-// 1 short are copied and may run again at To: at least once, as after
-// any crash.
+// The queue is paused from step 2 to step 3 only. A crash of From's
+// leader at any step leaves the move in the placement: the next leader
+// loads the journal (what was in flight is pending again) and goes on
+// from the step the placement names. A crash of To's leader fails From's
+// requests until the next one serves; what it had stored is in its
+// journal. Jobs in flight at From when a crash cut step 2 short are
+// copied and may run again at To: at least once, as after any crash.
 
 // moveDrain bounds the wait for the queue's jobs in flight at From
 // before they are copied anyway (and may run twice).
@@ -75,19 +87,37 @@ func (g *Group) startMoves(ctx context.Context, b *broker.Broker, p *Placement) 
 	}
 }
 
+// mover is one move's state in this leader: the changes it follows
+// since its live copy began, and the msgids that copy sent.
+type mover struct {
+	g      *Group
+	b      *broker.Broker
+	queue  string
+	log    *slog.Logger
+	ch     *changes
+	stop   func() // stops following
+	sent   map[string]bool
+	copied time.Time // when the live copy began, for the log
+}
+
 // move carries out the move of queue until it ends or ctx does (this
 // broker stops leading), trying each step again after a failure.
 func (g *Group) move(ctx context.Context, b *broker.Broker, queue string) {
-	log := g.log.With("queue", queue)
+	mv := &mover{g: g, b: b, queue: queue, log: g.log.With("queue", queue)}
+	defer func() {
+		if mv.stop != nil {
+			mv.stop()
+		}
+	}()
 	start := time.Now()
 	for ctx.Err() == nil {
-		done, err := g.moveStep(ctx, b, queue, log)
+		done, err := mv.step(ctx)
 		if done {
-			log.Info("move: done", "took", time.Since(start).Round(time.Millisecond))
+			mv.log.Info("move: done", "took", time.Since(start).Round(time.Millisecond))
 			return
 		}
 		if err != nil && ctx.Err() == nil {
-			log.Warn("move: a step failed; trying again", "err", err)
+			mv.log.Warn("move: a step failed; trying again", "err", err)
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second):
@@ -96,77 +126,207 @@ func (g *Group) move(ctx context.Context, b *broker.Broker, queue string) {
 	}
 }
 
-// moveStep takes the move of queue one step on, as the placement now
-// says; done when the move is over.
-func (g *Group) moveStep(ctx context.Context, b *broker.Broker, queue string, log interface {
-	Info(string, ...any)
-}) (done bool, err error) {
+// step takes the move one step on, as the placement now says; done when
+// the move is over.
+func (mv *mover) step(ctx context.Context) (done bool, err error) {
+	g, b, queue := mv.g, mv.b, mv.queue
 	p := g.placement.Load()
 	m, ok := p.Moving[queue]
 	if !ok || m.From != g.opts.Shard {
 		return true, nil
 	}
-	if !m.Copied {
-		// The broker must serve by this placement (it holds the queue)
-		// before its jobs are read.
-		if r := b.Routes(); r == nil || r.Version < p.Version {
-			return false, fmt.Errorf("this broker does not serve by placement %d yet", p.Version)
-		}
-		log.Info("move: holding the queue; copying it", "to", m.To)
-		if err := drain(ctx, b, queue); err != nil {
-			return false, err
-		}
-		to, err := g.leaderOf(ctx, p, m.To, p.Version)
-		if err != nil {
-			return false, err
-		}
-		cs, err := copyQueue(ctx, b, to, queue)
-		if err != nil {
-			return false, err
-		}
-		log.Info("move: copied; placing the queue on its new shard", "to", m.To, "jobs", cs.jobs,
-			"reading", cs.reading.Round(time.Millisecond), "sending", cs.sending.Round(time.Millisecond))
-		if _, err := ChangePlacement(ctx, g.pcli, g.opts.PlacementPrefix, func(p *Placement) error {
-			if cur, ok := p.Moving[queue]; !ok || cur != m {
+	// The broker must serve by this placement before the queue is read.
+	if r := b.Routes(); r == nil || r.Version < p.Version {
+		return false, fmt.Errorf("this broker does not serve by placement %d yet", p.Version)
+	}
+	change := func(fn func(*emqp.Move, *Placement)) error {
+		_, err := ChangePlacement(ctx, g.pcli, g.opts.PlacementPrefix, func(p *Placement) error {
+			cur, ok := p.Moving[queue]
+			if !ok || cur != m {
 				return errMoveChanged
 			}
+			fn(&cur, p)
+			if _, ok := p.Moving[queue]; ok {
+				p.Moving[queue] = cur
+			}
+			return nil
+		})
+		return err
+	}
+	switch {
+	case !m.Held && !m.Copied:
+		if err := mv.copyLive(ctx, p, m); err != nil {
+			return false, err
+		}
+		if err := change(func(m *emqp.Move, _ *Placement) { m.Held = true }); err != nil {
+			return errors.Is(err, errMoveChanged), err
+		}
+		return false, g.waitPlacement(ctx, b, queue, func(m emqp.Move) bool { return m.Held })
+	case !m.Copied:
+		if err := mv.copyHeld(ctx, p, m); err != nil {
+			return false, err
+		}
+		if err := change(func(m *emqp.Move, p *Placement) {
 			delete(p.Queues, queue)
 			if p.Table().Owner(queue) != m.To {
 				PlaceQueue(p, queue, m.To)
 			}
 			m.Copied = true
-			p.Moving[queue] = m
-			return nil
 		}); err != nil {
 			return errors.Is(err, errMoveChanged), err
 		}
-		return false, g.waitPlacement(ctx, b, queue)
+		return false, g.waitPlacement(ctx, b, queue, func(m emqp.Move) bool { return m.Copied })
 	}
 	// Copied: forget what is left here, then end the move.
-	if r := b.Routes(); r == nil || r.Version < p.Version {
-		return false, fmt.Errorf("this broker does not serve by placement %d yet", p.Version)
-	}
 	if err := forget(ctx, b, queue); err != nil {
 		return false, err
 	}
-	_, err = ChangePlacement(ctx, g.pcli, g.opts.PlacementPrefix, func(p *Placement) error {
-		if cur, ok := p.Moving[queue]; !ok || cur != m {
-			return errMoveChanged
-		}
-		delete(p.Moving, queue)
-		return nil
-	})
+	err = change(func(_ *emqp.Move, p *Placement) { delete(p.Moving, queue) })
 	return err == nil || errors.Is(err, errMoveChanged), err
+}
+
+// copyLive copies the queue to its target while it still serves here,
+// following every change made meanwhile, then takes out of the target
+// what it holds of the queue that was not sent (left by a copy a crash
+// cut short).
+func (mv *mover) copyLive(ctx context.Context, p *Placement, m emqp.Move) error {
+	if mv.stop != nil {
+		mv.stop()
+	}
+	tj := mv.g.tracking()
+	if tj == nil {
+		return nil // nothing follows changes: the held step copies it all
+	}
+	mv.ch, mv.stop = tj.follow()
+	mv.copied = time.Now()
+	// Writes made before following began land before one made now: the
+	// copy reads them all, and each later one is noted.
+	if _, err := mv.b.ChangeQueue(ctx, mv.queue, broker.QueueChange{}); err != nil {
+		return fmt.Errorf("waiting for the journal: %w", err)
+	}
+	to, err := mv.g.leaderOf(ctx, p, m.To, p.Version)
+	if err != nil {
+		return err
+	}
+	mv.log.Info("move: copying the queue while it serves", "to", m.To)
+	cs, err := copyQueue(ctx, mv.b, to, mv.queue)
+	if err != nil {
+		return err
+	}
+	mv.sent = cs.sent
+	extra, err := notSent(ctx, to, mv.queue, cs.sent)
+	if err == nil && len(extra) > 0 {
+		_, err = to.ForgetJobs(ctx, mv.queue, extra)
+	}
+	if err != nil {
+		return fmt.Errorf("taking earlier copies out of the target: %w", err)
+	}
+	mv.log.Info("move: copied while serving; holding the queue", "to", m.To, "jobs", cs.jobs,
+		"reading", cs.reading.Round(time.Millisecond), "sending", cs.sending.Round(time.Millisecond), "earlier_copies_removed", len(extra))
+	return nil
+}
+
+// copyHeld, with the queue held on both shards, sends what changed since
+// the live copy (or, without one, the whole queue), its schedules and its
+// controls.
+func (mv *mover) copyHeld(ctx context.Context, p *Placement, m emqp.Move) error {
+	b, queue := mv.b, mv.queue
+	held := time.Now()
+	if err := drain(ctx, b, queue); err != nil {
+		return err
+	}
+	to, err := mv.g.leaderOf(ctx, p, m.To, p.Version)
+	if err != nil {
+		return err
+	}
+	if err := copyControls(ctx, b, to, queue); err != nil {
+		return err
+	}
+	if err := moveSchedules(ctx, b, to, queue); err != nil {
+		return err
+	}
+	var ids []string
+	purged, over := map[string]bool{}, true
+	if mv.ch != nil && mv.sent != nil {
+		ids, purged, over = mv.g.tracking().taken(mv.ch)
+	}
+	if over || purged[queue] {
+		cs, err := copyQueue(ctx, b, to, queue)
+		if err != nil {
+			return err
+		}
+		extra, err := notSent(ctx, to, queue, cs.sent)
+		if err == nil && len(extra) > 0 {
+			_, err = to.ForgetJobs(ctx, queue, extra)
+		}
+		if err != nil {
+			return err
+		}
+		mv.log.Info("move: copied the held queue whole", "to", m.To, "jobs", cs.jobs, "took", time.Since(held).Round(time.Millisecond))
+		return nil
+	}
+	// What changed: sent again as it is now, or taken out of the target.
+	var again []*store.Job
+	var gone []string
+	for _, id := range ids {
+		j, err := b.JournalJob(id)
+		switch {
+		case err == nil && j.Queue == queue && (j.State == store.Pending || j.State == store.Dead):
+			again = append(again, j)
+			if mv.sent[id] {
+				gone = append(gone, id) // replaced: taken out first
+			}
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return err
+		case mv.sent[id]:
+			gone = append(gone, id)
+		}
+	}
+	slices.SortFunc(again, func(a, b *store.Job) int { return cmp.Compare(a.Seq, b.Seq) })
+	if len(gone) > 0 {
+		if _, err := to.ForgetJobs(ctx, queue, gone); err != nil {
+			return fmt.Errorf("taking changed jobs out of the target: %w", err)
+		}
+	}
+	for len(again) > 0 {
+		n := min(len(again), moveBatchJobs)
+		if _, err := to.ImportJobs(ctx, queue, again[:n]); err != nil {
+			return fmt.Errorf("sending changed jobs: %w", err)
+		}
+		again = again[n:]
+	}
+	mv.log.Info("move: sent what changed while copying", "to", m.To, "changed", len(ids), "gone", len(gone),
+		"held_for", time.Since(held).Round(time.Millisecond), "since_copy_began", time.Since(mv.copied).Round(time.Millisecond))
+	return nil
+}
+
+// notSent lists the target's jobs of queue that are not in sent.
+func notSent(ctx context.Context, to *admin.Client, queue string, sent map[string]bool) ([]string, error) {
+	var extra []string
+	for after := ""; ; {
+		page, err := to.Jobs(ctx, admin.JobFilter{Queue: queue, After: after, Limit: 1000})
+		if err != nil {
+			return nil, err
+		}
+		for _, j := range page.Jobs {
+			if !sent[j.MsgID] {
+				extra = append(extra, j.MsgID)
+			}
+		}
+		if after = page.Next; after == "" {
+			return extra, nil
+		}
+	}
 }
 
 var errMoveChanged = errors.New("the move changed meanwhile")
 
-// waitPlacement waits until the broker serves by the placement that has
-// the queue copied.
-func (g *Group) waitPlacement(ctx context.Context, b *broker.Broker, queue string) error {
+// waitPlacement waits until the broker serves by a placement whose move
+// of queue is over, or is as reached says.
+func (g *Group) waitPlacement(ctx context.Context, b *broker.Broker, queue string, reached func(emqp.Move) bool) error {
 	for ctx.Err() == nil {
 		if r := b.Routes(); r != nil {
-			if m, ok := r.Moving[queue]; !ok || m.Copied {
+			if m, ok := r.Moving[queue]; !ok || reached(m) {
 				return nil
 			}
 		}
@@ -243,32 +403,35 @@ func (g *Group) leaderOf(ctx context.Context, p *Placement, shard string, versio
 // them here and sending them.
 type copyStats struct {
 	jobs             int
+	sent             map[string]bool
 	reading, sending time.Duration
 }
 
-// copyQueue sends every stored job of queue (pending, then dead, each in
-// queue order), its schedules and its controls to the shard behind to.
-func copyQueue(ctx context.Context, b *broker.Broker, to *admin.Client, queue string) (copyStats, error) {
-	var cs copyStats
-	if w, err := b.List(store.ListOptions{Queue: queue, State: store.Waiting, Limit: 1, NoPayloads: true}); err != nil {
-		return cs, err
-	} else if len(w.Jobs) > 0 {
-		return cs, fmt.Errorf("queue %s has jobs waiting for others (workflows): they cannot leave their parents' shard", queue)
-	}
+// copyControls sends queue's controls to the shard behind to.
+func copyControls(ctx context.Context, b *broker.Broker, to *admin.Client, queue string) error {
 	qs, err := b.Queues(ctx)
 	if err != nil {
-		return cs, err
+		return err
 	}
 	for _, q := range qs {
 		if q.Name == queue && (q.Paused || q.Concurrency > 0 || q.Rate > 0) {
 			c := broker.QueueChange{Paused: &q.Paused, Concurrency: &q.Concurrency, Rate: &q.Rate, Burst: &q.Burst}
 			if _, err := to.ChangeQueue(ctx, queue, c); err != nil {
-				return cs, fmt.Errorf("sending the queue's controls: %w", err)
+				return fmt.Errorf("sending the queue's controls: %w", err)
 			}
 		}
 	}
-	if err := moveSchedules(ctx, b, to, queue); err != nil {
+	return nil
+}
+
+// copyQueue sends every stored job of queue (pending, then dead, each in
+// queue order) to the shard behind to.
+func copyQueue(ctx context.Context, b *broker.Broker, to *admin.Client, queue string) (copyStats, error) {
+	cs := copyStats{sent: map[string]bool{}}
+	if w, err := b.List(store.ListOptions{Queue: queue, State: store.Waiting, Limit: 1, NoPayloads: true}); err != nil {
 		return cs, err
+	} else if len(w.Jobs) > 0 {
+		return cs, fmt.Errorf("queue %s has jobs waiting for others (workflows): they cannot leave their parents' shard", queue)
 	}
 	// Reading here and sending there overlap: the next batch is read
 	// while one is sent. Batches go one at a time, in queue order.
@@ -287,10 +450,13 @@ func copyQueue(ctx context.Context, b *broker.Broker, to *admin.Client, queue st
 			}
 			cs.sending += time.Since(t0)
 			cs.jobs += len(batch)
+			for _, j := range batch {
+				cs.sent[j.MsgID] = true
+			}
 		}
 		sent <- err
 	}()
-	err = readQueue(b, queue, &cs.reading, batches)
+	err := readQueue(b, queue, &cs.reading, batches)
 	close(batches)
 	if serr := <-sent; serr != nil {
 		return cs, serr
