@@ -89,9 +89,23 @@ func (b *Broker) ImportSchedule(ctx context.Context, ss *store.Schedule) error {
 // msgid it does not hold, or of another queue, is left alone. It
 // returns how many it deleted.
 func (b *Broker) ForgetJobs(ctx context.Context, queue string, msgids []string) (int, error) {
+	// Pending jobs are known in memory; the others (dead) are read.
+	inMemory, err := query(ctx, b, func() []bool {
+		mem := make([]bool, len(msgids))
+		for i, id := range msgids {
+			j := b.jobs[id]
+			mem[i] = j != nil && j.q.name == queue
+		}
+		return mem
+	})
+	if err != nil {
+		return 0, err
+	}
 	var mine []string
-	for _, id := range msgids {
-		if j, err := b.journal.Get(id); err == nil && j.Queue == queue {
+	for i, id := range msgids {
+		if inMemory[i] {
+			mine = append(mine, id)
+		} else if j, err := b.journal.Get(id); err == nil && j.Queue == queue {
 			mine = append(mine, id)
 		}
 	}

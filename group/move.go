@@ -245,7 +245,7 @@ func (mv *mover) copyHeld(ctx context.Context, p *Placement, m emqp.Move) error 
 	if err := moveSchedules(ctx, b, to, queue); err != nil {
 		return err
 	}
-	var ids []string
+	var ids map[string]touch
 	purged, over := map[string]bool{}, true
 	if mv.ch != nil && mv.sent != nil {
 		ids, purged, over = mv.g.tracking().taken(mv.ch)
@@ -268,7 +268,10 @@ func (mv *mover) copyHeld(ctx context.Context, p *Placement, m emqp.Move) error 
 	// What changed: sent again as it is now, or taken out of the target.
 	var again []*store.Job
 	var gone []string
-	for _, id := range ids {
+	for id, how := range ids {
+		if how == added && mv.sent[id] {
+			continue // stored, then read by the live copy as it is now
+		}
 		j, err := b.JournalJob(id)
 		switch {
 		case err == nil && j.Queue == queue && (j.State == store.Pending || j.State == store.Dead):

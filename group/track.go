@@ -20,21 +20,31 @@ type tracked struct {
 	notes map[*changes]struct{}
 }
 
-// changes are the msgids touched since a move began to follow them,
-// and the queues purged meanwhile; over when more were touched than it
-// keeps (the move then copies the whole queue again).
+// changes are the msgids touched since a move began to follow them (and
+// how: added, changed), and the queues purged meanwhile; over when more
+// were touched than it keeps (the move then copies the whole queue
+// again).
 type changes struct {
-	ids    map[string]struct{}
+	ids    map[string]touch
 	purged map[string]bool
 	over   bool
 }
+
+// touch is how a job was touched: added (stored new) and/or changed
+// (anything else: done, retried, buried, revived, removed, cancelled).
+type touch uint8
+
+const (
+	added touch = 1 << iota
+	changed
+)
 
 // maxChanges bounds the msgids a move keeps (about 100 bytes each).
 const maxChanges = 1 << 20
 
 // follow starts noting changes; stop ends it.
 func (t *tracked) follow() (c *changes, stop func()) {
-	c = &changes{ids: map[string]struct{}{}, purged: map[string]bool{}}
+	c = &changes{ids: map[string]touch{}, purged: map[string]bool{}}
 	t.mu.Lock()
 	if t.notes == nil {
 		t.notes = map[*changes]struct{}{}
@@ -49,23 +59,20 @@ func (t *tracked) follow() (c *changes, stop func()) {
 }
 
 // taken returns the msgids noted so far and starts afresh.
-func (t *tracked) taken(c *changes) (ids []string, purged map[string]bool, over bool) {
+func (t *tracked) taken(c *changes) (ids map[string]touch, purged map[string]bool, over bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for id := range c.ids {
-		ids = append(ids, id)
-	}
-	purged, over = c.purged, c.over
-	c.ids, c.purged, c.over = map[string]struct{}{}, map[string]bool{}, false
+	ids, purged, over = c.ids, c.purged, c.over
+	c.ids, c.purged, c.over = map[string]touch{}, map[string]bool{}, false
 	return ids, purged, over
 }
 
-func (t *tracked) note(id string) {
+func (t *tracked) note(id string, how touch) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for c := range t.notes {
 		if len(c.ids) < maxChanges {
-			c.ids[id] = struct{}{}
+			c.ids[id] |= how
 		} else {
 			c.over = true
 		}
@@ -73,47 +80,47 @@ func (t *tracked) note(id string) {
 }
 
 func (t *tracked) Append(j *store.Job, done func(bool, error)) {
-	t.note(j.MsgID)
+	t.note(j.MsgID, added)
 	t.Journal.Append(j, done)
 }
 
 func (t *tracked) Import(j *store.Job, done func(bool, error)) {
-	t.note(j.MsgID)
+	t.note(j.MsgID, added)
 	t.Journal.Import(j, done)
 }
 
 func (t *tracked) Complete(msgid string, result []byte, keepUntil time.Time, trail []store.TrailEvent, done func(bool, error)) {
-	t.note(msgid)
+	t.note(msgid, changed)
 	t.Journal.Complete(msgid, result, keepUntil, trail, done)
 }
 
 func (t *tracked) Remove(msgid string, done func(bool, error)) {
-	t.note(msgid)
+	t.note(msgid, changed)
 	t.Journal.Remove(msgid, done)
 }
 
 func (t *tracked) RecordAttempt(msgid, reason string, notBefore time.Time, trail []store.TrailEvent, done func(*store.Job, error)) {
-	t.note(msgid)
+	t.note(msgid, changed)
 	t.Journal.RecordAttempt(msgid, reason, notBefore, trail, done)
 }
 
 func (t *tracked) Bury(msgid, reason string, trail []store.TrailEvent, done func(*store.Job, error)) {
-	t.note(msgid)
+	t.note(msgid, changed)
 	t.Journal.Bury(msgid, reason, trail, done)
 }
 
 func (t *tracked) Revive(msgid string, trail []store.TrailEvent, done func(*store.Job, error)) {
-	t.note(msgid)
+	t.note(msgid, changed)
 	t.Journal.Revive(msgid, trail, done)
 }
 
 func (t *tracked) Cancel(msgid string, keepUntil time.Time, trail []store.TrailEvent, done func(*store.Job, error)) {
-	t.note(msgid)
+	t.note(msgid, changed)
 	t.Journal.Cancel(msgid, keepUntil, trail, done)
 }
 
 func (t *tracked) FireSchedule(id string, due, next time.Time, msgid string, done func(*store.Job, bool, error)) {
-	t.note(msgid)
+	t.note(msgid, added)
 	t.Journal.FireSchedule(id, due, next, msgid, done)
 }
 

@@ -18,16 +18,22 @@ import (
 // BenchmarkQueueMove times the move of a queue of EMQ_MOVE_JOBS stored
 // jobs (100,000; 100 bytes each) between two shards on one 3-member etcd
 // (in this process), with emq queues place. It reports the pause (from
-// the move's start, when both shards hold the queue, to its flip, when
-// the target serves it: no job of the queue runs and none is taken
-// meanwhile) and the whole move (with the source forgetting its copy):
+// the placement's hold, when both shards stop taking and dispatching the
+// queue's jobs, to its flip, when the target serves it), the live copy
+// before it (the queue served meanwhile), and the whole move (with the
+// source forgetting its copy):
 //
 //	go test -run '^$' -bench QueueMove -benchtime 1x ./cmd/emq
+//
+// With EMQ_MOVE_RATE set, a sender adds that many jobs a second to the
+// queue while it moves (no worker takes them): what the pause then costs
+// is sending what came during the live copy.
 func BenchmarkQueueMove(b *testing.B) {
 	jobs := 100_000
 	if n, err := strconv.Atoi(os.Getenv("EMQ_MOVE_JOBS")); err == nil {
 		jobs = n
 	}
+	rate, _ := strconv.Atoi(os.Getenv("EMQ_MOVE_RATE"))
 	etcd := etcdtest.Start(b, 3)
 	eps := strings.Join(etcd.Endpoints(), ",")
 	shards := startShards(b, etcd.Endpoints(), nil, []string{"--log-level", "info"}, "a", "b")
@@ -35,7 +41,7 @@ func BenchmarkQueueMove(b *testing.B) {
 	mustEmq(b, "queues", "place", "mq", from, "--etcd-endpoints", eps)
 	fill(b, shards[from].frontend, "mq", jobs)
 	for b.Loop() {
-		var moving, flipped, ended time.Time
+		var moving, held, flipped, ended time.Time
 		stop := make(chan struct{})
 		watched := make(chan struct{})
 		go func() { // the placement's steps, as they come
@@ -46,8 +52,10 @@ func BenchmarkQueueMove(b *testing.B) {
 				if err == nil {
 					m, ok := tb.Moving["mq"]
 					switch {
-					case ok && !m.Copied && moving.IsZero():
+					case ok && !m.Held && !m.Copied && moving.IsZero():
 						moving = now
+					case ok && m.Held && !m.Copied && held.IsZero():
+						held = now
 					case ok && m.Copied && flipped.IsZero():
 						flipped = now
 					}
@@ -59,11 +67,42 @@ func BenchmarkQueueMove(b *testing.B) {
 				}
 			}
 		}()
+		added := 0
+		sending := make(chan struct{})
+		if rate > 0 {
+			go func() {
+				defer close(sending)
+				c, err := client.New(client.Options{Broker: shards[from].frontend, Logger: bt.Logger(b), ResendAfter: 100 * time.Millisecond})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				defer c.Close()
+				tick := time.NewTicker(time.Second / time.Duration(rate))
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+					if _, err := c.Send(context.Background(), "mq", []byte("during the move")); err != nil {
+						b.Error(err)
+						return
+					}
+					added++
+				}
+			}()
+		} else {
+			close(sending)
+		}
 		start := time.Now()
 		mustEmq(b, "queues", "place", "mq", to, "--etcd-endpoints", eps)
 		ended = time.Now()
 		close(stop)
 		<-watched
+		<-sending
+		jobs += added
 		if got := queuesOf(b, shards[to])["mq"].Pending; got != jobs {
 			b.Fatalf("shard %s holds %d jobs of mq after the move, want %d", to, got, jobs)
 		}
@@ -73,14 +112,17 @@ func BenchmarkQueueMove(b *testing.B) {
 		if flipped.IsZero() {
 			flipped = ended
 		}
+		if held.IsZero() { // held and flipped between two looks
+			held = flipped
+		}
 		for line := range strings.SplitSeq(shards[from].log(), "\n") {
 			if strings.Contains(line, "move:") {
 				b.Log(line)
 			}
 		}
-		b.ReportMetric(flipped.Sub(moving).Seconds(), "pause-s")
+		b.ReportMetric(flipped.Sub(held).Seconds(), "pause-s")
+		b.ReportMetric(held.Sub(moving).Seconds(), "live-copy-s")
 		b.ReportMetric(ended.Sub(start).Seconds(), "move-s")
-		b.ReportMetric(float64(jobs)/flipped.Sub(moving).Seconds(), "jobs/s-copied")
 		from, to = to, from
 	}
 }
