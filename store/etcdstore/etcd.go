@@ -152,6 +152,10 @@ type Journal struct {
 	// (without: nobody else changes it); views clone it under mu.
 	shadow    *stree
 	shadowRev int64
+	// writing counts the transactions under way, wrote those finished
+	// (beginWrite, endWrite); under mu.
+	writing int
+	wrote   uint64
 	// inflight is the changes of batches submitted and not yet committed
 	// (pipelined: Submit), by key, with the batch that made the last;
 	// flights is those batches, in order.
@@ -346,35 +350,71 @@ func (e *Journal) ctx() (context.Context, context.CancelFunc) {
 // journal still reads at (a Load may take minutes): the revisions the
 // journal's churn made are freed, and no read of its own loses its
 // revision. Compaction is cluster-wide: another user of the cluster that
-// compacts further breaks long reads (one group per cluster).
+// compacts further breaks long reads.
+//
+// Four times a period it also moves the shadow's revision, where views
+// read, up to etcd's latest while the journal writes nothing: nobody else
+// writes its keys, so they are the same there. A journal that sits idle
+// on a cluster that others write (shards sharing one etcd) then reads at
+// a recent revision, which their compaction, a period behind, has not
+// reached.
 func (e *Journal) compactLoop() {
 	defer e.compacted.Done()
-	tick := time.NewTicker(e.opts.CompactEvery)
+	tick := time.NewTicker(max(e.opts.CompactEvery/4, time.Millisecond))
 	defer tick.Stop()
 	var last, done int64
-	for {
+	for n := 1; ; n++ {
 		select {
 		case <-e.stopCompact:
 			return
 		case <-tick.C:
 		}
-		to := min(last, e.oldestView())
-		e.mu.Lock()
-		to = min(to, e.shadowRev) // a view begun now reads at the shadow's revision
-		e.mu.Unlock()
 		ctx, cancel := e.ctx()
-		if to > done {
-			_, err := e.cli.Compact(ctx, to)
-			if err == nil || errors.Is(err, rpctypes.ErrCompacted) { // compacted further already: fine
-				done = to
+		if n%4 == 0 {
+			to := min(last, e.oldestView())
+			e.mu.Lock()
+			to = min(to, e.shadowRev) // a view begun now reads at the shadow's revision
+			e.mu.Unlock()
+			if to > done {
+				_, err := e.cli.Compact(ctx, to)
+				if err == nil || errors.Is(err, rpctypes.ErrCompacted) { // compacted further already: fine
+					done = to
+				}
 			}
 		}
+		e.mu.Lock()
+		idle, wrote := e.writing == 0, e.wrote
+		e.mu.Unlock()
 		resp, err := e.cli.Get(ctx, e.key(store.BucketMeta, formatKey))
 		cancel()
-		if err == nil {
+		if err != nil {
+			continue
+		}
+		if n%4 == 0 {
 			last = resp.Header.Revision
 		}
+		e.mu.Lock()
+		if idle && e.writing == 0 && e.wrote == wrote {
+			e.shadowRev = max(e.shadowRev, resp.Header.Revision)
+		}
+		e.mu.Unlock()
 	}
+}
+
+// beginWrite and endWrite bracket each transaction the journal sends:
+// while one is under way the shadow's revision stays where its commits
+// put it (compactLoop).
+func (e *Journal) beginWrite() {
+	e.mu.Lock()
+	e.writing++
+	e.mu.Unlock()
+}
+
+func (e *Journal) endWrite() {
+	e.mu.Lock()
+	e.writing--
+	e.wrote++
+	e.mu.Unlock()
 }
 
 // oldestView is the oldest revision a view reads at now (max: none).
@@ -544,6 +584,8 @@ func (e *Journal) commitWave(w wave, ok []bool) error {
 		// still asks the guard: an answer that gates an ACK comes only
 		// from the leader.
 		wg.Go(func() {
+			e.beginWrite()
+			defer e.endWrite()
 			ctx, cancel := e.ctx()
 			defer cancel()
 			ops := lastOfEach(c.ops)
@@ -1004,7 +1046,12 @@ func (t *etcdTx) NextSeq() (uint64, error) {
 		var v [8]byte
 		binary.BigEndian.PutUint64(v[:], top)
 		ctx, cancel := e.ctx()
+		e.beginWrite()
 		resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(clientv3.OpPut(e.key(store.BucketMeta, seqKey), string(v[:]))).Commit()
+		if err == nil && resp.Succeeded {
+			e.applyShadow([]clientv3.Op{clientv3.OpPut(e.key(store.BucketMeta, seqKey), string(v[:]))}, resp.Header.Revision)
+		}
+		e.endWrite()
 		cancel()
 		switch {
 		case err != nil:
@@ -1014,7 +1061,6 @@ func (t *etcdTx) NextSeq() (uint64, error) {
 			e.fence(err)
 			return 0, err
 		}
-		e.applyShadow([]clientv3.Op{clientv3.OpPut(e.key(store.BucketMeta, seqKey), string(v[:]))}, resp.Header.Revision)
 		e.seqTop = top
 	}
 	e.seq++

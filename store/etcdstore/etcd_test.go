@@ -490,3 +490,52 @@ func TestOlderFormatsAreUpgradedAndNewerRefused(t *testing.T) {
 		t.Fatalf("open of a format 5 prefix: %v; want ErrTooNew naming the prefix", err)
 	}
 }
+
+// TestEtcdIdleJournalReadsPastOthersCompaction: two journals on one etcd
+// (shards sharing a cluster). While one writes, its compaction passes the
+// other's last write; the idle one still reads its jobs, payloads and
+// listings, since it reads at etcd's latest revision while it writes
+// nothing.
+func TestEtcdIdleJournalReadsPastOthersCompaction(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	optsA, optsB := etcdstore.DefaultOptions(), etcdstore.DefaultOptions()
+	optsA.Prefix, optsB.Prefix = "/emq/a/journal/", "/emq/b/journal/"
+	optsA.CompactEvery, optsB.CompactEvery = 40*time.Millisecond, 40*time.Millisecond
+	jb := openEtcd(t, cli, optsB)
+	if _, err := store.Wait(func(done func(bool, error)) {
+		jb.Append(&store.Job{MsgID: "b1", Queue: "q", Payload: []byte("kept")}, done)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	resp, err := cli.Get(ctx, optsB.Prefix+"jobs/b1")
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("b1 in etcd: %v", err)
+	}
+	written := resp.Kvs[0].ModRevision
+	ja := openEtcd(t, cli, optsA)
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; ; i++ {
+		id := fmt.Sprint("a", i)
+		if _, err := store.Wait(func(done func(bool, error)) { ja.Append(&store.Job{MsgID: id, Queue: "q"}, done) }); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Wait(func(done func(bool, error)) { ja.Complete(id, nil, time.Time{}, nil, done) }); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Get(ctx, optsB.Prefix+"jobs/b1", clientv3.WithRev(written)); errors.Is(err, rpctypes.ErrCompacted) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the busy journal's compaction did not pass the idle one's write in 20 s")
+		}
+	}
+	j, err := jb.Get("b1")
+	if err != nil || string(j.Payload) != "kept" {
+		t.Fatalf("the idle journal's job after the other's compaction: %+v, %v", j, err)
+	}
+	page, err := jb.List(store.ListOptions{Queue: "q"})
+	if err != nil || len(page.Jobs) != 1 {
+		t.Fatalf("the idle journal's listing after the other's compaction: %+v, %v", page, err)
+	}
+}
