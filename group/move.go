@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/eventmq/emq/admin"
@@ -266,24 +267,43 @@ func (mv *mover) copyHeld(ctx context.Context, p *Placement, m emqp.Move) error 
 		return nil
 	}
 	// What changed: sent again as it is now, or taken out of the target.
+	// Each is read here, 32 at a time.
 	var again []*store.Job
 	var gone []string
+	var mu sync.Mutex
+	var failed error
+	read := make(chan string)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for id := range read {
+				j, err := b.JournalJob(id)
+				mu.Lock()
+				switch {
+				case err == nil && j.Queue == queue && (j.State == store.Pending || j.State == store.Dead):
+					again = append(again, j)
+					if mv.sent[id] {
+						gone = append(gone, id) // replaced: taken out first
+					}
+				case err != nil && !errors.Is(err, store.ErrNotFound):
+					failed = err
+				case mv.sent[id]:
+					gone = append(gone, id)
+				}
+				mu.Unlock()
+			}
+		})
+	}
 	for id, how := range ids {
 		if how == added && mv.sent[id] {
 			continue // stored, then read by the live copy as it is now
 		}
-		j, err := b.JournalJob(id)
-		switch {
-		case err == nil && j.Queue == queue && (j.State == store.Pending || j.State == store.Dead):
-			again = append(again, j)
-			if mv.sent[id] {
-				gone = append(gone, id) // replaced: taken out first
-			}
-		case err != nil && !errors.Is(err, store.ErrNotFound):
-			return err
-		case mv.sent[id]:
-			gone = append(gone, id)
-		}
+		read <- id
+	}
+	close(read)
+	wg.Wait()
+	if failed != nil {
+		return failed
 	}
 	slices.SortFunc(again, func(a, b *store.Job) int { return cmp.Compare(a.Seq, b.Seq) })
 	if len(gone) > 0 {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,10 +68,10 @@ func BenchmarkQueueMove(b *testing.B) {
 				}
 			}
 		}()
-		added := 0
+		var added atomic.Int64
 		sending := make(chan struct{})
 		if rate > 0 {
-			go func() {
+			go func() { // rate jobs a second, 64 senders at once
 				defer close(sending)
 				c, err := client.New(client.Options{Broker: shards[from].frontend, Logger: bt.Logger(b), ResendAfter: 100 * time.Millisecond})
 				if err != nil {
@@ -78,19 +79,35 @@ func BenchmarkQueueMove(b *testing.B) {
 					return
 				}
 				defer c.Close()
-				tick := time.NewTicker(time.Second / time.Duration(rate))
+				tokens := make(chan struct{}, rate)
+				var senders sync.WaitGroup
+				for range 64 {
+					senders.Go(func() {
+						for range tokens {
+							if _, err := c.Send(context.Background(), "mq", []byte("during the move")); err != nil {
+								b.Error(err)
+								return
+							}
+							added.Add(1)
+						}
+					})
+				}
+				tick := time.NewTicker(10 * time.Millisecond)
 				defer tick.Stop()
 				for {
 					select {
 					case <-stop:
+						close(tokens)
+						senders.Wait()
 						return
 					case <-tick.C:
 					}
-					if _, err := c.Send(context.Background(), "mq", []byte("during the move")); err != nil {
-						b.Error(err)
-						return
+					for range max(1, rate/100) {
+						select {
+						case tokens <- struct{}{}:
+						default: // the senders are behind: the rate is not reached
+						}
 					}
-					added++
 				}
 			}()
 		} else {
@@ -102,7 +119,7 @@ func BenchmarkQueueMove(b *testing.B) {
 		close(stop)
 		<-watched
 		<-sending
-		jobs += added
+		jobs += int(added.Load())
 		if got := queuesOf(b, shards[to])["mq"].Pending; got != jobs {
 			b.Fatalf("shard %s holds %d jobs of mq after the move, want %d", to, got, jobs)
 		}
@@ -123,6 +140,7 @@ func BenchmarkQueueMove(b *testing.B) {
 		b.ReportMetric(flipped.Sub(held).Seconds(), "pause-s")
 		b.ReportMetric(held.Sub(moving).Seconds(), "live-copy-s")
 		b.ReportMetric(ended.Sub(start).Seconds(), "move-s")
+		b.ReportMetric(float64(added.Load())/ended.Sub(start).Seconds(), "sent-jobs/s")
 		from, to = to, from
 	}
 }
