@@ -25,13 +25,13 @@
 # shards) is printed once, for the largest S. Everything started is
 # killed on exit and the etcd data dirs removed.
 #
-#   BIN=/tmp/emq-shards/emq  SHARDS="1 2 3"  WINDOWS="1 32"  N=10000 jobs a bench
+#   BIN=bin/emq  SHARDS="1 2 3"  WINDOWS="1 32"  N=10000 jobs a bench
 #   REPEAT=2  SENDERS=16  SLOTS=16  PORTS=26 (ports PORTS1k1-3 etcd clients,
 #   PORTS2k1-3 peers, PORTS30k frontend, PORTS40k backend, PORTS90k admin of
 #   shard k)  BROKER_ARGS=  ETCD_ARGS=  RESULTS=file (JSON a run appended)
 #   IDLE_MAX=0.3  IDLE_WAIT=300  OTHER_MAX=0.2  TRIES=4
 set -euo pipefail
-BIN=${BIN:-/tmp/emq-shards/emq}
+BIN=${BIN:-bin/emq}
 SHARDS=${SHARDS:-"1 2 3"}
 WINDOWS=${WINDOWS:-"1 32"}
 N=${N:-10000}
