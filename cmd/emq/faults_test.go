@@ -43,12 +43,25 @@ import (
 // name), EMQ_FAULT_HOLD (a cut's or an etcd pause's length, 6 s),
 // EMQ_FAULT_BROKER_ARGS (more broker flags), EMQ_FAULT_LOGS (print the
 // brokers' logs even when the test passes).
-func TestGroupFaults(t *testing.T) {
+func TestGroupFaults(t *testing.T) { runFaults(t, faultClasses(), false) }
+
+// TestShardFaults: the harness's partition classes with the group as one
+// shard of two. The senders and the worker are given the other shard's
+// endpoints only, and reach the faulted shard by the placement (ROUTES,
+// ERROR moved) on the lab's etcd.
+func TestShardFaults(t *testing.T) {
+	runFaults(t, slices.DeleteFunc(faultClasses(), func(c faultClass) bool { return !strings.Contains(c.name, "partition") }), true)
+}
+
+// runFaults runs classes against a group of two brokers, in a lab of
+// network namespaces with its 3-member etcd; sharded, the group is shard
+// s1 of a placement whose shard s2 is a third broker, and the load goes
+// through s2's endpoints.
+func runFaults(t *testing.T, classes []faultClass, sharded bool) {
 	rounds := 2
 	if v, err := strconv.Atoi(os.Getenv("EMQ_FAULT_ROUNDS")); err == nil && v > 0 {
 		rounds = v
 	}
-	classes := faultClasses()
 	if only := os.Getenv("EMQ_FAULT_CLASS"); only != "" {
 		classes = slices.DeleteFunc(classes, func(c faultClass) bool { return !strings.Contains(c.name, only) })
 	}
@@ -63,13 +76,35 @@ func TestGroupFaults(t *testing.T) {
 		return etcdNodes[i].Command(name, args...)
 	})
 	nodeA, nodeB := lab.Node("broker-a"), lab.Node("broker-b")
+	var nodeC *netlab.Node
+	var s1, s2 []string // the shards' brokers' args
+	if sharded {
+		nodeC = lab.Node("broker-c")
+		eps := strings.Join(etcd.Endpoints(), ",")
+		addr := func(n *netlab.Node, port int) string { return n.Addr(port) }
+		mustEmq(t, "shards", "add", "s1", "--etcd-endpoints", eps, "--shard-prefix", "/emq/s1/",
+			"--frontend", "tcp://"+addr(nodeA, labFrontend)+",tcp://"+addr(nodeB, labFrontend),
+			"--backend", "tcp://"+addr(nodeA, labBackend)+",tcp://"+addr(nodeB, labBackend),
+			"--shard-admin", addr(nodeA, labAdmin)+","+addr(nodeB, labAdmin))
+		mustEmq(t, "shards", "add", "s2", "--etcd-endpoints", eps, "--shard-prefix", "/emq/s2/",
+			"--frontend", "tcp://"+addr(nodeC, labFrontend), "--backend", "tcp://"+addr(nodeC, labBackend), "--shard-admin", addr(nodeC, labAdmin))
+		mustEmq(t, "queues", "place", "q", "s1", "--etcd-endpoints", eps)
+		s1, s2 = []string{"--shard", "s1", "--etcd-prefix", "/emq/s1/"}, []string{"--shard", "s2", "--etcd-prefix", "/emq/s2/"}
+	}
 	var rows [][]string
 	for _, class := range classes {
 		t.Run(class.name, func(t *testing.T) {
-			a, b := newLabBroker(t, nodeA, etcd.Endpoints(), "a"), newLabBroker(t, nodeB, etcd.Endpoints(), "b")
+			a, b := newLabBroker(t, nodeA, etcd.Endpoints(), "a", s1...), newLabBroker(t, nodeB, etcd.Endpoints(), "b", s1...)
 			leaderOf(t, a, b)
 			both := sampleReady(a, b)
-			l := startLoad(t, 4, a, b)
+			var l *load
+			if sharded {
+				c := newLabBroker(t, nodeC, etcd.Endpoints(), "c", s2...)
+				leaderOf(t, c)
+				l = startLoadAt(t, 4, "q", []string{c.frontend}, []string{c.backend})
+			} else {
+				l = startLoad(t, 4, a, b)
+			}
 			f := &fault{t: t, lab: lab, etcd: etcd, etcdNodes: etcdNodes, brokers: []*groupBroker{a, b}, load: l}
 			t.Cleanup(func() { // a round that failed half-way leaves no cut to the next class
 				if err := lab.HealAll(); err != nil {
@@ -311,7 +346,7 @@ const labFrontend, labBackend, labAdmin = 5001, 5002, 8080
 const clockEnv = "EMQ_TEST_CLOCK"
 
 // newLabBroker runs `emq broker` in node's namespace, in a group on etcd.
-func newLabBroker(t *testing.T, node *netlab.Node, etcd []string, name string) *groupBroker {
+func newLabBroker(t *testing.T, node *netlab.Node, etcd []string, name string, args ...string) *groupBroker {
 	g := &groupBroker{t: t, name: name, node: node, command: node.Command,
 		frontend: "tcp://" + node.Addr(labFrontend), backend: "tcp://" + node.Addr(labBackend), admin: node.Addr(labAdmin),
 		clock: filepath.Join(t.TempDir(), "clock")}
@@ -319,7 +354,8 @@ func newLabBroker(t *testing.T, node *netlab.Node, etcd []string, name string) *
 	g.env = []string{clockEnv + "=" + g.clock}
 	// The lab's network is private to this machine. EMQ_FAULT_BROKER_ARGS
 	// tries other settings (--etcd-timeout 1s).
-	g.setArgs(etcd, append([]string{"--allow-anonymous", "--admin-token", "lab-token"}, strings.Fields(os.Getenv("EMQ_FAULT_BROKER_ARGS"))...)...)
+	args = append(append([]string{"--allow-anonymous", "--admin-token", "lab-token"}, args...), strings.Fields(os.Getenv("EMQ_FAULT_BROKER_ARGS"))...)
+	g.setArgs(etcd, args...)
 	g.start()
 	t.Cleanup(func() {
 		g.kill()
