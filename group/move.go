@@ -222,10 +222,38 @@ func (mv *mover) copyLive(ctx context.Context, p *Placement, m emqp.Move) error 
 	if err != nil {
 		return fmt.Errorf("taking earlier copies out of the target: %w", err)
 	}
-	mv.log.Info("move: copied while serving; holding the queue", "to", m.To, "jobs", cs.jobs,
+	mv.log.Info("move: copied while serving", "to", m.To, "jobs", cs.jobs,
 		"reading", cs.reading.Round(time.Millisecond), "sending", cs.sending.Round(time.Millisecond), "earlier_copies_removed", len(extra))
+	// What changed meanwhile goes too, still serving, a few rounds while
+	// it shrinks: the hold then has only the last round's changes to send.
+	for round := 1; round <= liveRounds; round++ {
+		ids, purged, over, err := mv.changes(ctx)
+		if err != nil {
+			return err
+		}
+		if over || purged[mv.queue] {
+			mv.sent = nil // the hold copies the whole queue
+			return nil
+		}
+		n, gone, err := mv.sendChanges(ctx, to, ids)
+		if err != nil {
+			return err
+		}
+		mv.log.Info("move: sent what changed, still serving", "round", round, "changed", n, "gone", gone)
+		if n < liveEnough {
+			break
+		}
+	}
 	return nil
 }
+
+// liveRounds bounds the rounds of changes a move sends while the queue
+// still serves; after one of fewer than liveEnough changes it holds the
+// queue.
+const (
+	liveRounds = 4
+	liveEnough = 500
+)
 
 // copyHeld, with the queue held on both shards, sends what changed since
 // the live copy (or, without one, the whole queue), its schedules and its
@@ -249,7 +277,9 @@ func (mv *mover) copyHeld(ctx context.Context, p *Placement, m emqp.Move) error 
 	var ids map[string]touch
 	purged, over := map[string]bool{}, true
 	if mv.ch != nil && mv.sent != nil {
-		ids, purged, over = mv.g.tracking().taken(mv.ch)
+		if ids, purged, over, err = mv.changes(ctx); err != nil {
+			return err
+		}
 	}
 	if over || purged[queue] {
 		cs, err := copyQueue(ctx, b, to, queue)
@@ -266,17 +296,40 @@ func (mv *mover) copyHeld(ctx context.Context, p *Placement, m emqp.Move) error 
 		mv.log.Info("move: copied the held queue whole", "to", m.To, "jobs", cs.jobs, "took", time.Since(held).Round(time.Millisecond))
 		return nil
 	}
-	// What changed: sent again as it is now, or taken out of the target.
-	// Each is read here, 32 at a time.
+	n, gone, err := mv.sendChanges(ctx, to, ids)
+	if err != nil {
+		return err
+	}
+	mv.log.Info("move: sent what changed while copying", "to", m.To, "changed", n, "gone", gone,
+		"held_for", time.Since(held).Round(time.Millisecond), "since_copy_began", time.Since(mv.copied).Round(time.Millisecond))
+	return nil
+}
+
+// changes takes the changes noted so far, once the journal holds every
+// write they name: each write is noted as the loop makes it, and a write
+// made after that lands after them all.
+func (mv *mover) changes(ctx context.Context) (ids map[string]touch, purged map[string]bool, over bool, err error) {
+	ids, purged, over = mv.g.tracking().taken(mv.ch)
+	if _, err := mv.b.ChangeQueue(ctx, mv.queue, broker.QueueChange{}); err != nil {
+		return nil, nil, false, fmt.Errorf("waiting for the journal: %w", err)
+	}
+	return ids, purged, over, nil
+}
+
+// sendChanges sends to the target what changed of the jobs ids names:
+// each read here (32 at a time) and sent again as it is now, or taken out
+// of the target when it is gone; how many it read and took out.
+func (mv *mover) sendChanges(ctx context.Context, to *admin.Client, ids map[string]touch) (read, took int, err error) {
+	b, queue := mv.b, mv.queue
 	var again []*store.Job
 	var gone []string
 	var mu sync.Mutex
 	var failed error
-	read := make(chan string)
+	todo := make(chan string)
 	var wg sync.WaitGroup
 	for range 32 {
 		wg.Go(func() {
-			for id := range read {
+			for id := range todo {
 				j, err := b.JournalJob(id)
 				mu.Lock()
 				switch {
@@ -298,29 +351,34 @@ func (mv *mover) copyHeld(ctx context.Context, p *Placement, m emqp.Move) error 
 		if how == added && mv.sent[id] {
 			continue // stored, then read by the live copy as it is now
 		}
-		read <- id
+		read++
+		todo <- id
 	}
-	close(read)
+	close(todo)
 	wg.Wait()
 	if failed != nil {
-		return failed
+		return read, 0, failed
 	}
 	slices.SortFunc(again, func(a, b *store.Job) int { return cmp.Compare(a.Seq, b.Seq) })
 	if len(gone) > 0 {
 		if _, err := to.ForgetJobs(ctx, queue, gone); err != nil {
-			return fmt.Errorf("taking changed jobs out of the target: %w", err)
+			return read, 0, fmt.Errorf("taking changed jobs out of the target: %w", err)
+		}
+		for _, id := range gone {
+			delete(mv.sent, id)
 		}
 	}
 	for len(again) > 0 {
 		n := min(len(again), moveBatchJobs)
 		if _, err := to.ImportJobs(ctx, queue, again[:n]); err != nil {
-			return fmt.Errorf("sending changed jobs: %w", err)
+			return read, len(gone), fmt.Errorf("sending changed jobs: %w", err)
+		}
+		for _, j := range again[:n] {
+			mv.sent[j.MsgID] = true
 		}
 		again = again[n:]
 	}
-	mv.log.Info("move: sent what changed while copying", "to", m.To, "changed", len(ids), "gone", len(gone),
-		"held_for", time.Since(held).Round(time.Millisecond), "since_copy_began", time.Since(mv.copied).Round(time.Millisecond))
-	return nil
+	return read, len(gone), nil
 }
 
 // notSent lists the target's jobs of queue that are not in sent.
