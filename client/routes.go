@@ -163,6 +163,12 @@ func (s *shards) linkTo(endpoints []string) (*Client, error) {
 	if l := s.links[key]; l != nil {
 		return l, nil
 	}
+	s.seed.mu.Lock()
+	closed := s.seed.closed
+	s.seed.mu.Unlock()
+	if closed { // a call racing Close: no new connection outlives it
+		return nil, ErrClosed
+	}
 	opts := s.seed.opts
 	opts.Broker = key
 	l, err := newClient(opts)
