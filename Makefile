@@ -34,8 +34,8 @@ test: vet $(JAEGER) race memory fuzz-short ## all tests: go vet, the race detect
 vet:
 	$(GO) vet ./...
 
-race:
-	$(GO) test -race -count=1 ./...
+race: ## cmd/emq's process-level tests take over 10 minutes under the race detector on 2 cores
+	$(GO) test -race -count=1 -timeout 25m ./...
 
 memory: ## the broker's memory tests, which the race detector skips
 	$(GO) test -count=1 -run 'LargerThanMemory|StayWithinTheBudget|LargeJobsAtOnce' ./broker/

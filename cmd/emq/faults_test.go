@@ -50,6 +50,9 @@ func TestGroupFaults(t *testing.T) { runFaults(t, faultClasses(), false) }
 // endpoints only, and reach the faulted shard by the placement (ROUTES,
 // ERROR moved) on the lab's etcd.
 func TestShardFaults(t *testing.T) {
+	if os.Getenv("EMQ_FAULT_ROUNDS") == "" {
+		t.Setenv("EMQ_FAULT_ROUNDS", "1") // TestGroupFaults runs these classes twice already
+	}
 	runFaults(t, slices.DeleteFunc(faultClasses(), func(c faultClass) bool { return !strings.Contains(c.name, "partition") }), true)
 }
 

