@@ -60,6 +60,9 @@ func (rb *rawBroker) receive(id string, frames [][]byte, _ zmtp.Held) {
 	case *emqp.Heartbeat:
 		_ = rb.router.Send(id, emqp.Encode(&emqp.Heartbeat{MsgID: emqp.NewID()}))
 		return
+	case *emqp.Routes: // a worker asks where its queues are: no shards here
+		_ = rb.router.Send(id, emqp.Encode(&emqp.Routes{MsgID: m.MsgID, Table: []byte("{}")}))
+		return
 	case *emqp.Inform:
 		_ = rb.router.Send(id, emqp.Encode(&emqp.Ack{MsgID: emqp.NewID(), AckedID: m.MsgID}))
 	}
