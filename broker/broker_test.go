@@ -240,6 +240,12 @@ func TestLostWorkersJobsKeepTheirOrder(t *testing.T) {
 		}
 	}
 	first.Send(&emqp.Kbye{MsgID: emqp.NewID()})
+	// The goodbye and the next worker's READY come on two connections, in
+	// no set order: the next worker comes once the first is gone.
+	bt.Eventually(t, "the first worker's jobs back in their queue", func() bool {
+		held, err := b.InFlight(context.Background(), "q")
+		return err == nil && len(held) == 0
+	})
 	second := bt.Worker(t, b.Backend(), "second", "q")
 	second.Ready(5)
 	for i, id := range ids {
