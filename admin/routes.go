@@ -222,6 +222,16 @@ func (s *Server) ready() error {
 	return errors.New("not ready")
 }
 
+// serving is the broker served, or nil after answering 503: a moved
+// queue's jobs go only to a broker that serves.
+func (s *Server) serving(w http.ResponseWriter) *target {
+	t := s.current()
+	if t == nil {
+		refuse(w, http.StatusServiceUnavailable, "unavailable", "no broker is serving here")
+	}
+	return t
+}
+
 // controlRoutes serve the queue controls: pause, resume, and settings
 // (a JSON QueueChange). Each answers with the queue's controls once stored.
 func (s *Server) controlRoutes(mux *http.ServeMux) {
@@ -239,9 +249,8 @@ func (s *Server) controlRoutes(mux *http.ServeMux) {
 	// the source's journal holds them (store.Job), stored as they were
 	// (broker.ImportJobs); answered with how many were new.
 	mux.HandleFunc("POST /api/v1/queues/{queue}/import", func(w http.ResponseWriter, r *http.Request) {
-		t := s.current()
+		t := s.serving(w)
 		if t == nil {
-			refuse(w, http.StatusServiceUnavailable, "unavailable", "no broker is serving here")
 			return
 		}
 		var jobs []*store.Job
@@ -261,9 +270,8 @@ func (s *Server) controlRoutes(mux *http.ServeMux) {
 	// A move sends what changed at its source since it copied the queue:
 	// the jobs of the queue among these msgids go (broker.ForgetJobs).
 	mux.HandleFunc("POST /api/v1/queues/{queue}/forget", func(w http.ResponseWriter, r *http.Request) {
-		t := s.current()
+		t := s.serving(w)
 		if t == nil {
-			refuse(w, http.StatusServiceUnavailable, "unavailable", "no broker is serving here")
 			return
 		}
 		var in struct {
@@ -279,9 +287,8 @@ func (s *Server) controlRoutes(mux *http.ServeMux) {
 	// A moved queue's schedule arrives here as the source's journal holds
 	// it (store.Schedule), kept as it was (broker.ImportSchedule).
 	mux.HandleFunc("POST /api/v1/queues/{queue}/import-schedule", func(w http.ResponseWriter, r *http.Request) {
-		t := s.current()
+		t := s.serving(w)
 		if t == nil {
-			refuse(w, http.StatusServiceUnavailable, "unavailable", "no broker is serving here")
 			return
 		}
 		var ss store.Schedule
