@@ -15,6 +15,7 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/goleak"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // Cluster is a running etcd cluster.
@@ -69,6 +70,10 @@ func startWith(t testing.TB, n int, with Config) (*Cluster, error) {
 		cfg.LogLevel = "error"
 		cfg.LogOutputs = []string{filepath.Join(cfg.Dir, "etcd.log")} // its errors at shutdown are noise
 		cfg.QuotaBackendBytes = with.QuotaBytes
+		// bcrypt's default cost takes seconds a password check under the
+		// race detector on a loaded machine: more than a client's dial
+		// timeout, where authentication happens.
+		cfg.BcryptCost = uint(bcrypt.MinCost)
 		peer, client := freeURL(t), freeURL(t)
 		if with.CertFile != "" {
 			client.Scheme = "https"
