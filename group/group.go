@@ -76,6 +76,9 @@ type Options struct {
 	// Pipeline is how many of the journal's batches commit at once
 	// (etcdstore.Options.Pipeline).
 	Pipeline int
+	// Gather is how long a commit of several senders' jobs waits for
+	// more of them (etcdstore.Options.Gather; 0 = never).
+	Gather time.Duration
 	// ColdStandby: a standby keeps no copy of the journal's shadow
 	// (etcdstore.Warm), and a takeover reads the whole journal.
 	ColdStandby bool
@@ -94,7 +97,7 @@ type Options struct {
 // DefaultOptions returns the defaults.
 func DefaultOptions() Options {
 	return Options{Prefix: "/emq/", LeaderTTL: 2 * time.Second, Timeout: 2 * time.Second, DialTimeout: 5 * time.Second,
-		Pipeline: etcdstore.DefaultPipeline, PlacementPrefix: DefaultPlacementPrefix}
+		Pipeline: etcdstore.DefaultPipeline, Gather: etcdstore.DefaultGather, PlacementPrefix: DefaultPlacementPrefix}
 }
 
 // Validate reports the first bad option, named as its flag.
@@ -110,6 +113,8 @@ func (g Options) Validate() error {
 		return fmt.Errorf("etcd-timeout: must be positive, got %v", g.Timeout)
 	case g.Pipeline < 1 || g.Pipeline > 1024:
 		return fmt.Errorf("etcd-pipeline: must be 1 to 1024, got %d", g.Pipeline)
+	case g.Gather < 0 || g.Gather > time.Second:
+		return fmt.Errorf("etcd-gather: must be 0 to 1s, got %v", g.Gather)
 	case g.DialTimeout <= 0:
 		return fmt.Errorf("etcd dial timeout: must be positive, got %v", g.DialTimeout)
 	case (g.Username == "") != (g.Password == ""):
@@ -152,7 +157,7 @@ func (g Options) JournalOptions(el *concurrency.Election) etcdstore.Options {
 // it is, how long a request may take, the commits in flight.
 func (g Options) journal() etcdstore.Options {
 	eo := etcdstore.DefaultOptions()
-	eo.Prefix, eo.Timeout, eo.Pipeline = JournalPrefix(g.Prefix), g.Timeout, g.Pipeline
+	eo.Prefix, eo.Timeout, eo.Pipeline, eo.Gather = JournalPrefix(g.Prefix), g.Timeout, g.Pipeline, g.Gather
 	return eo
 }
 

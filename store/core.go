@@ -40,6 +40,10 @@ type Core struct {
 	slots    chan struct{} // one per batch in flight
 	landed   chan struct{} // cap 1: a batch in flight was reported
 	reported chan struct{} // closed when the reporter has finished
+
+	// gathered: the last batch taken held more than one write that gates
+	// an ACK (Gather); the committer's own.
+	gathered bool
 }
 
 // flight is a batch submitted to a Pipeliner, waiting for its commit.
@@ -83,6 +87,15 @@ type CoreOptions struct {
 	// LazyDelay is how long Completes, when nothing else is queued, wait
 	// for a write that cannot wait (an Append) to share its commit.
 	LazyDelay time.Duration
+	// Gather, if set, is how long a batch that gates ACKs waits for the
+	// next write before it commits, while writes keep coming (up to
+	// 4×Gather in all), when the commit before it carried more than one
+	// such write. Senders that each wait for their ACK before they send
+	// again come back together just after a commit: without it the
+	// first of them to come back starts the next commit alone, and the
+	// senders settle into halves that take turns (measured on etcd at
+	// 16 senders: 8 jobs a commit). A lone sender never waits.
+	Gather time.Duration
 
 	// AfterCommit, if set, runs after each batch is reported, with the
 	// bytes it stored: on the committer, or on the reporter when
@@ -186,6 +199,9 @@ func (j *Core) commitLoop() {
 			}
 			timer.Stop()
 		}
+		if j.opts.Gather > 0 && len(batch) > 0 && !closing {
+			batch, closing = j.gather(batch, timer)
+		}
 		// Pipelined: a small batch goes beside one in flight only once it
 		// has company (pipelineMin), else when that one is done, so that
 		// overlap does not cut the same writes into more transactions.
@@ -206,6 +222,44 @@ func (j *Core) commitLoop() {
 		}
 		<-j.wake
 	}
+}
+
+// gather goes on taking writes into a batch that gates an ACK, while
+// they come less than Gather apart (up to 4×Gather in all), when the
+// batch before it held more than one such write (CoreOptions.Gather).
+func (j *Core) gather(batch []write, timer *time.Timer) ([]write, bool) {
+	urgent := func() int {
+		n := 0
+		for _, w := range batch {
+			if !w.lazy && w.alone == nil {
+				n++
+			}
+		}
+		return n
+	}
+	closing := false
+	if n := urgent(); n > 0 && j.gathered {
+		end := time.Now().Add(4 * j.opts.Gather)
+		for len(batch) < j.opts.MaxBatch && !closing {
+			left := time.Until(end)
+			if left <= 0 {
+				break
+			}
+			timer.Reset(min(j.opts.Gather, left))
+			select {
+			case <-j.wake:
+				timer.Stop()
+				batch, closing = j.take(batch)
+				continue
+			case <-timer.C:
+			}
+			break
+		}
+	}
+	if n := urgent(); n > 0 {
+		j.gathered = n > 1
+	}
+	return batch, closing
 }
 
 // take moves queued writes to batch, up to MaxBatch in all.

@@ -539,3 +539,61 @@ func TestEtcdIdleJournalReadsPastOthersCompaction(t *testing.T) {
 		t.Fatalf("the idle journal's listing after the other's compaction: %+v, %v", page, err)
 	}
 }
+
+// TestEtcdGathersSendersIntoOneCommit: senders that each wait for their
+// write before the next share one commit a round (Gather), rather than
+// settling into groups that take turns; a lone sender never waits for
+// company.
+func TestEtcdGathersSendersIntoOneCommit(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	var commits atomic.Int64
+	opts := etcdstore.DefaultOptions()
+	opts.Prefix, opts.Gather = "/gather/", 100*time.Millisecond
+	opts.OnCommit = func(int, time.Duration) { commits.Add(1) }
+	j := openEtcd(t, cli, opts)
+	const senders, rounds = 8, 10
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Go(func() {
+			for r := range rounds {
+				_, err := store.Wait(func(done func(bool, error)) {
+					j.Append(&store.Job{MsgID: fmt.Sprintf("s%d-%d", s, r), Queue: "q", Payload: []byte("x")}, done)
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// The first round may split while the senders start; a straggler
+	// later than the gap costs one more.
+	if n := commits.Load(); n > rounds+4 {
+		t.Fatalf("%d senders × %d rounds took %d commits, want about %d", senders, rounds, n, rounds)
+	}
+
+	// Waiting, it would take a second an append at least.
+	opts.Prefix, opts.Gather = "/lone/", time.Second
+	lone := openEtcd(t, cli, opts)
+	done := make(chan error, 1)
+	go func() {
+		for r := range 10 {
+			if _, err := store.Wait(func(done func(bool, error)) {
+				lone.Append(&store.Job{MsgID: fmt.Sprintf("l%d", r), Queue: "q", Payload: []byte("x")}, done)
+			}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(9 * time.Second):
+		t.Fatal("a lone sender waited for company (Gather) it could not have")
+	}
+}
