@@ -143,7 +143,7 @@ func (t *tracked) Backup(w io.Writer, h store.BackupHeader) (store.BackupStats, 
 	return bk.Backup(w, h)
 }
 
-func (t *tracked) Restore(r io.Reader) (store.BackupStats, error) {
+func (t *tracked) Restore(r io.ReadSeeker) (store.BackupStats, error) {
 	bk, ok := t.Journal.(store.Backuper)
 	if !ok {
 		return store.BackupStats{}, errors.ErrUnsupported

@@ -78,7 +78,7 @@ var ErrBadBackup = errors.New("not a whole EMQ backup")
 // Core is one: every backend is.
 type Backuper interface {
 	Backup(w io.Writer, h BackupHeader) (BackupStats, error)
-	Restore(r io.Reader) (BackupStats, error)
+	Restore(r io.ReadSeeker) (BackupStats, error)
 	// Empty reports whether the journal holds nothing but its own meta.
 	Empty() (bool, error)
 }
@@ -114,7 +114,9 @@ func (c *countWriter) field(p []byte) {
 }
 
 // Backup implements Backuper: it writes the journal's every key to w, as
-// one moment, and returns what it wrote.
+// one moment, and returns what it wrote. A journal closing meanwhile
+// ends it with ErrClosed rather than wait for it (its read holds the
+// storage open).
 func (jn *Core) Backup(w io.Writer, h BackupHeader) (BackupStats, error) {
 	h.Format = BackupFormat
 	if h.Created.IsZero() {
@@ -132,6 +134,8 @@ func (jn *Core) Backup(w io.Writer, h BackupHeader) (BackupStats, error) {
 	cw.field(head)
 	st := BackupStats{Header: h}
 	began, paced := time.Now(), int64(0)
+	pause := time.NewTimer(time.Hour)
+	pause.Stop()
 	err = jn.view(func(t Tx) error {
 		for _, b := range Buckets {
 			err := t.Scan(b, nil, func(k, v []byte) (bool, error) {
@@ -146,8 +150,21 @@ func (jn *Core) Backup(w io.Writer, h BackupHeader) (BackupStats, error) {
 				if h.Pace > 0 && cw.n >= paced+pacedStep {
 					paced = cw.n
 					if ahead := time.Duration(float64(cw.n)/float64(h.Pace)*float64(time.Second)) - time.Since(began); ahead > 0 {
-						time.Sleep(ahead) // the pace: the serving broker's share of the machine
+						if cw.err == nil { // what is written goes out before the pause
+							cw.err = cw.w.Flush()
+						}
+						pause.Reset(ahead) // the pace: the serving broker's share of the machine
+						select {
+						case <-pause.C:
+						case <-jn.stopping:
+							pause.Stop()
+						}
 					}
+				}
+				select {
+				case <-jn.stopping: // the journal closes: it would wait for this read
+					return false, fmt.Errorf("%w: journal %s closed during the backup", ErrClosed, jn.name)
+				default:
 				}
 				if bytes.Equal(b, BucketJobs) {
 					st.Jobs++
@@ -344,12 +361,38 @@ func knownBucket(b []byte) bool {
 // is not whole (ErrBadBackup).
 func CheckBackup(r io.Reader) (BackupStats, error) { return readBackup(r, nil) }
 
-// Restore implements Backuper: it writes every record of r into the
-// journal, in writes of restoreChunk records (etcd: what one transaction
-// may hold). Check the backup first (CheckBackup): Restore stops at the
-// first fault, having written what came before it. The journal's own
-// sequence becomes the backup's, once it is opened again.
-func (jn *Core) Restore(r io.Reader) (BackupStats, error) {
+// Restore implements Backuper: it reads r through once to check it
+// (CheckBackup), writing nothing if it is not whole, then rewinds it and
+// writes every record into the journal, in writes of bulkChunk records
+// (etcd: what one transaction may hold). If r changes in between, or a
+// write fails, what was written stays: the error says the journal holds
+// part of the backup (ErrPartialRestore). The journal's own sequence
+// becomes the backup's, once it is opened again.
+func (jn *Core) Restore(r io.ReadSeeker) (BackupStats, error) {
+	checked, err := readBackup(r, nil)
+	if err != nil {
+		return checked, err
+	}
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
+		return checked, fmt.Errorf("rewinding the backup after its check: %w", err)
+	}
+	st, err := jn.restore(r)
+	if err == nil && st.Sum != checked.Sum {
+		err = fmt.Errorf("%w: it is not the backup that was checked", ErrBadBackup)
+	}
+	if err != nil {
+		return st, fmt.Errorf("%w (%d of its %d records written): %w", ErrPartialRestore, st.Records, checked.Records, err)
+	}
+	return st, nil
+}
+
+// ErrPartialRestore is a restore that stopped after it had written part
+// of the backup: the backup changed under it, or a write failed. Empty
+// the journal and restore again (emq restore --force).
+var ErrPartialRestore = errors.New("the journal now holds part of the backup")
+
+// restore writes every record of r, stopping at the first fault.
+func (jn *Core) restore(r io.Reader) (BackupStats, error) {
 	chunk, most := jn.bulkChunk(), jn.opts.MaxWrite
 	if most <= 0 {
 		most = restoreBytes

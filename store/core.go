@@ -30,6 +30,7 @@ type Core struct {
 	closing      bool
 	quarantining map[string]bool // damaged keys whose move aside is queued (quarantine.go)
 	wake         chan struct{}   // cap 1: there are writes queued
+	stopping     chan struct{}   // closed when Stop begins: long reads (Backup) give up
 	stopped      chan struct{}   // closed when the committer has finished
 	follower     follower        // told of each commit's workflow changes (workflow.go)
 	retain       atomic.Int64    // how long jobs a workflow cancels are kept (Follow)
@@ -127,7 +128,7 @@ func StartCore(name string, kv KV, opts CoreOptions) *Core {
 	if opts.LoadChunk == 0 {
 		opts.LoadChunk = 256
 	}
-	j := &Core{name: name, opts: opts, kv: kv, wake: make(chan struct{}, 1), stopped: make(chan struct{}),
+	j := &Core{name: name, opts: opts, kv: kv, wake: make(chan struct{}, 1), stopping: make(chan struct{}), stopped: make(chan struct{}),
 		quarantining: map[string]bool{}}
 	if _, ok := kv.(Pipeliner); ok && opts.Pipeline > 1 {
 		j.flights = make(chan flight, opts.Pipeline)
@@ -437,6 +438,9 @@ func (j *Core) Stop() (already bool) {
 	already = j.closing
 	j.closing = true
 	j.qmu.Unlock()
+	if !already {
+		close(j.stopping)
+	}
 	select {
 	case j.wake <- struct{}{}:
 	default:

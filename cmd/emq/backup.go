@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -213,6 +212,8 @@ func restoreInto(bk store.Backuper, from string, force bool) error {
 		return err
 	}
 	defer f.Close()
-	_, err = bk.Restore(io.Reader(f))
+	if _, err = bk.Restore(f); errors.Is(err, store.ErrPartialRestore) {
+		return fmt.Errorf("%w; restore again with --force once the file is whole", err)
+	}
 	return err
 }

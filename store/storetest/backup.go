@@ -74,6 +74,24 @@ func backupRestoresEverything(t *testing.T, f *fixture) {
 			t.Errorf("a %s backup: %v; want ErrBadBackup", name, err)
 		}
 	}
+	// Restore itself checks before it writes: nothing of a damaged one.
+	if _, err := f.backuper(target.j).Restore(bytes.NewReader(damaged)); !errors.Is(err, store.ErrBadBackup) || errors.Is(err, store.ErrPartialRestore) {
+		t.Fatalf("restore of a damaged backup: %v; want ErrBadBackup, nothing written", err)
+	}
+	if empty, err := f.backuper(target.j).Empty(); err != nil || !empty {
+		t.Fatalf("after a damaged backup's restore: empty %v, %v", empty, err)
+	}
+	// One that changes after Restore checked it (a file replaced) is not
+	// taken for the one checked: the error says what was written stays.
+	_, err = f.backuper(target.j).Restore(&changing{Reader: bytes.NewReader(buf.Bytes()), then: damaged})
+	if !errors.Is(err, store.ErrPartialRestore) {
+		t.Fatalf("restore of a backup damaged after its check: %v; want ErrPartialRestore", err)
+	}
+	if c, ok := target.j.(interface{ Clear() error }); !ok {
+		t.Fatalf("the journal %T cannot be emptied", target.j)
+	} else if err := c.Clear(); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := f.backuper(target.j).Restore(bytes.NewReader(buf.Bytes())); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
@@ -101,7 +119,8 @@ func backupRestoresEverything(t *testing.T, f *fixture) {
 }
 
 // A backup of more bytes than one write holds (etcd: one request) is
-// restored in as many writes as it takes: 120 jobs of 20 KiB.
+// restored in as many writes as it takes: 120 jobs of 20 KiB. A paced
+// backup ends when its journal closes.
 func backupRestoresLargeJobs(t *testing.T, f *fixture) {
 	var ids []string
 	for i := range 120 {
@@ -126,4 +145,49 @@ func backupRestoresLargeJobs(t *testing.T, f *fixture) {
 	if got, err := target.j.Get("big119"); err != nil || len(got.Payload) != 20<<10 || got.Payload[0] != 119 {
 		t.Fatalf("a restored job: %v", err)
 	}
+
+	// A paced backup (here 1 KiB/s: 40 minutes) ends when its journal
+	// closes, rather than hold the close for it.
+	w := &signalWriter{at: 1 << 20, reached: make(chan struct{})}
+	ended := make(chan error, 1)
+	go func() {
+		_, err := f.backuper(target.j).Backup(w, store.BackupHeader{Pace: 1 << 10})
+		ended <- err
+	}()
+	<-w.reached
+	if err := target.j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ended; !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("a paced backup when its journal closed: %v; want ErrClosed", err)
+	}
+	target.j = target.mustOpen()
+}
+
+// signalWriter takes everything, and closes reached once it has taken at
+// bytes.
+type signalWriter struct {
+	n, at   int
+	reached chan struct{}
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	before := w.n
+	w.n += len(p)
+	if before < w.at && w.n >= w.at {
+		close(w.reached)
+	}
+	return len(p), nil
+}
+
+// changing reads one stream until it is rewound, then another: a backup
+// file replaced between Restore's check and its writes.
+type changing struct {
+	*bytes.Reader
+	then []byte
+}
+
+func (c *changing) Seek(off int64, whence int) (int64, error) {
+	c.Reader = bytes.NewReader(c.then)
+	return c.Reader.Seek(off, whence)
 }
