@@ -278,3 +278,23 @@ func expectStatus(t *testing.T, b *bt.Broker, cases []wantStatus) {
 		}
 	}
 }
+
+// A backup that fails before its first byte (here: the broker stopped)
+// is answered with the error, not a dropped connection.
+func TestBackupFailureBeforeAnyByteIsAnswered(t *testing.T) {
+	t.Parallel()
+	b := bt.StartAdmin(t, "", bt.Fast, nil)
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + b.AdminAddr() + "/api/v1/backup")
+	if err != nil {
+		t.Fatalf("the backup's answer: %v", err)
+	}
+	defer resp.Body.Close()
+	var e struct{ Error, Code string }
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || resp.StatusCode != http.StatusServiceUnavailable ||
+		e.Code != "unavailable" || !strings.Contains(e.Error, "backup") || resp.Header.Get("Content-Disposition") != "" {
+		t.Fatalf("a backup of a stopped broker: %d %+v (%v)", resp.StatusCode, e, err)
+	}
+}

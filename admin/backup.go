@@ -80,7 +80,13 @@ func (s *Server) backupRoute(mux *http.ServeMux) {
 			name := "emq-" + time.Now().UTC().Format("20060102-150405") + ".emqbackup"
 			w.Header().Set("Content-Type", "application/octet-stream")
 			w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name))
-			if _, err := a.Backup(r.Context(), w, pace); err != nil {
+			sw := &sentWriter{ResponseWriter: w}
+			if _, err := a.Backup(r.Context(), sw, pace); err != nil {
+				if !sw.sent { // nothing went yet: the error can
+					w.Header().Del("Content-Disposition")
+					fail(w, fmt.Errorf("backup: %w", err))
+					return
+				}
 				// Past the first bytes the status is sent: the stream ends
 				// without its checksum, which a restore refuses.
 				s.opts.Logger.Error("backup failed; the stream sent is cut short", "err", err)
@@ -88,4 +94,15 @@ func (s *Server) backupRoute(mux *http.ServeMux) {
 			}
 		})
 	})
+}
+
+// sentWriter notes whether anything was written to the response.
+type sentWriter struct {
+	http.ResponseWriter
+	sent bool
+}
+
+func (w *sentWriter) Write(p []byte) (int, error) {
+	w.sent = w.sent || len(p) > 0
+	return w.ResponseWriter.Write(p)
 }
