@@ -235,7 +235,7 @@ func (t *batchTx) Delete(bucket, key []byte) error {
 }
 
 // seqKey is where the job sequence lives in the meta bucket.
-var seqKey = []byte("seq")
+var seqKey = store.SeqKey
 
 // NextSeq implements store.Tx: from memory, kept in meta/seq with the
 // batch.

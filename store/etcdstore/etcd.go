@@ -206,7 +206,7 @@ const (
 
 var (
 	formatKey = []byte("format")
-	seqKey    = []byte("seq")
+	seqKey    = store.SeqKey
 )
 
 // Open opens the journal under opts.Prefix on cli (which the caller
