@@ -548,7 +548,7 @@ func TestEtcdGathersSendersIntoOneCommit(t *testing.T) {
 	cli := etcdClient(t, etcdtest.Start(t, 1))
 	var commits atomic.Int64
 	opts := etcdstore.DefaultOptions()
-	opts.Prefix, opts.Gather = "/gather/", 100*time.Millisecond
+	opts.Prefix, opts.Gather = "/gather/", 250*time.Millisecond
 	opts.OnCommit = func(int, time.Duration) { commits.Add(1) }
 	j := openEtcd(t, cli, opts)
 	const senders, rounds = 8, 10
