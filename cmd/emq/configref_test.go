@@ -75,6 +75,7 @@ func TestConfigCheck(t *testing.T) {
 		// A group's settings are checked as the broker checks them at start.
 		{"pipeline.yaml", "etcd-endpoints: http://127.0.0.1:1\netcd-pipeline: 0\n", "etcd-pipeline"},
 		{"ttl.yaml", "etcd-endpoints: http://127.0.0.1:1\nleader-ttl: 1500ms\n", "leader-ttl"},
+		{"gather.yaml", "etcd-endpoints: http://127.0.0.1:1\netcd-gather: 2s\n", "etcd-gather"},
 		{"etcdsize.yaml", "etcd-endpoints: http://127.0.0.1:1\nmax-job-size: 100MiB\n", "max-job-size"},
 	} {
 		out, err := check(c.name, c.text)
