@@ -52,6 +52,9 @@ func roundTrips(t *testing.T, frontend, backend, name string, n int) {
 	client := bt.Dial(t, frontend, name+"-client")
 	worker := bt.Dial(t, backend, name+"-worker")
 	worker.Inform(name)
+	// As every worker does: a journal's flush slowed by other I/O (CI)
+	// can hold the next job longer than a short heartbeat timeout.
+	worker.KeepAlive(200 * time.Millisecond)
 	worker.Ready(1)
 	for range n {
 		id := client.Request(name, "reply-requested", []byte("x"))
