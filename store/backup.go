@@ -87,8 +87,35 @@ var _ Backuper = (*Core)(nil)
 
 var recordTag = []byte{'r'}
 
-// pacedStep is how often a paced backup looks at its pace, in bytes.
+// pacedStep is how often a backup looks at its pace and whether its
+// journal closes, in bytes.
 const pacedStep = 1 << 20
+
+// pace holds a backup that has written cw.n bytes since began back to
+// pace bytes a second (0: no pace), flushing what it wrote first; it
+// fails with ErrClosed once the journal begins to close, which would
+// otherwise wait for the backup's read.
+func (jn *Core) pace(cw *countWriter, pace int64, began time.Time, pause *time.Timer) error {
+	if pace > 0 {
+		if ahead := time.Duration(float64(cw.n)/float64(pace)*float64(time.Second)) - time.Since(began); ahead > 0 {
+			if cw.err == nil {
+				cw.err = cw.w.Flush()
+			}
+			pause.Reset(ahead)
+			select {
+			case <-pause.C:
+			case <-jn.stopping:
+				pause.Stop()
+			}
+		}
+	}
+	select {
+	case <-jn.stopping:
+		return fmt.Errorf("%w: journal %s closed during the backup", ErrClosed, jn.name)
+	default:
+		return nil
+	}
+}
 
 // countWriter counts and hashes what it writes.
 type countWriter struct {
@@ -147,24 +174,11 @@ func (jn *Core) Backup(w io.Writer, h BackupHeader) (BackupStats, error) {
 				cw.field(k)
 				cw.field(v)
 				st.Records++
-				if h.Pace > 0 && cw.n >= paced+pacedStep {
+				if cw.n >= paced+pacedStep {
 					paced = cw.n
-					if ahead := time.Duration(float64(cw.n)/float64(h.Pace)*float64(time.Second)) - time.Since(began); ahead > 0 {
-						if cw.err == nil { // what is written goes out before the pause
-							cw.err = cw.w.Flush()
-						}
-						pause.Reset(ahead) // the pace: the serving broker's share of the machine
-						select {
-						case <-pause.C:
-						case <-jn.stopping:
-							pause.Stop()
-						}
+					if err := jn.pace(cw, h.Pace, began, pause); err != nil {
+						return false, err
 					}
-				}
-				select {
-				case <-jn.stopping: // the journal closes: it would wait for this read
-					return false, fmt.Errorf("%w: journal %s closed during the backup", ErrClosed, jn.name)
-				default:
 				}
 				if bytes.Equal(b, BucketJobs) {
 					st.Jobs++
