@@ -229,17 +229,19 @@ func (j *Core) commitLoop() {
 // they come less than Gather apart (up to 4×Gather in all), when the
 // batch before it held more than one such write (CoreOptions.Gather).
 func (j *Core) gather(batch []write, timer *time.Timer) ([]write, bool) {
-	urgent := func() int {
+	urgent := func() int { // how many writes gate an ACK: 0, 1, or 2 for more
 		n := 0
 		for _, w := range batch {
 			if !w.lazy && w.alone == nil {
-				n++
+				if n++; n == 2 {
+					break
+				}
 			}
 		}
 		return n
 	}
 	closing := false
-	if n := urgent(); n > 0 && j.gathered {
+	if j.gathered && urgent() > 0 {
 		end := time.Now().Add(4 * j.opts.Gather)
 		for len(batch) < j.opts.MaxBatch && !closing {
 			left := time.Until(end)
