@@ -143,12 +143,12 @@ func (t *tracked) Backup(w io.Writer, h store.BackupHeader) (store.BackupStats, 
 	return bk.Backup(w, h)
 }
 
-func (t *tracked) Restore(r io.ReadSeeker) (store.BackupStats, error) {
+func (t *tracked) Restore(r io.ReadSeeker, replace bool) (store.BackupStats, error) {
 	bk, ok := t.Journal.(store.Backuper)
 	if !ok {
 		return store.BackupStats{}, errors.ErrUnsupported
 	}
-	return bk.Restore(r)
+	return bk.Restore(r, replace)
 }
 
 func (t *tracked) Empty() (bool, error) {

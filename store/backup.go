@@ -78,7 +78,7 @@ var ErrBadBackup = errors.New("not a whole EMQ backup")
 // Core is one: every backend is.
 type Backuper interface {
 	Backup(w io.Writer, h BackupHeader) (BackupStats, error)
-	Restore(r io.ReadSeeker) (BackupStats, error)
+	Restore(r io.ReadSeeker, replace bool) (BackupStats, error)
 	// Empty reports whether the journal holds nothing but its own meta.
 	Empty() (bool, error)
 }
@@ -376,37 +376,56 @@ func knownBucket(b []byte) bool {
 func CheckBackup(r io.Reader) (BackupStats, error) { return readBackup(r, nil) }
 
 // Restore implements Backuper: it reads r through once to check it
-// (CheckBackup), writing nothing if it is not whole, then rewinds it and
-// writes every record into the journal, in writes of bulkChunk records
-// (etcd: what one transaction may hold). If r changes in between, or a
-// write fails, what was written stays: the error says the journal holds
-// part of the backup (ErrPartialRestore). The journal's own sequence
-// becomes the backup's, once it is opened again.
-func (jn *Core) Restore(r io.ReadSeeker) (BackupStats, error) {
+// (CheckBackup), changing nothing if it is not whole; then, into a
+// journal that holds anything, it refuses with ErrNotEmpty unless
+// replace, which deletes what the journal holds (Clear); then it rewinds
+// r and writes every record into the journal, in writes of bulkChunk
+// records (etcd: what one transaction may hold). If r changes in
+// between, or a write fails, what was written stays: the error says the
+// journal holds part of the backup (ErrPartialRestore). The journal's
+// own sequence becomes the backup's, once it is opened again.
+func (jn *Core) Restore(r io.ReadSeeker, replace bool) (BackupStats, error) {
 	checked, err := readBackup(r, nil)
 	if err != nil {
 		return checked, err
 	}
+	empty, err := jn.Empty()
+	switch {
+	case err != nil:
+		return checked, err
+	case !empty && !replace:
+		return checked, ErrNotEmpty
+	case !empty:
+		if err := jn.Clear(); err != nil {
+			return checked, fmt.Errorf("emptying the journal before the restore: %w", err)
+		}
+	}
 	if _, err := r.Seek(0, io.SeekStart); err != nil {
 		return checked, fmt.Errorf("rewinding the backup after its check: %w", err)
 	}
-	st, err := jn.restore(r)
+	st, written, err := jn.restore(r)
 	if err == nil && st.Sum != checked.Sum {
 		err = fmt.Errorf("%w: it is not the backup that was checked", ErrBadBackup)
 	}
 	if err != nil {
-		return st, fmt.Errorf("%w (%d of its %d records written): %w", ErrPartialRestore, st.Records, checked.Records, err)
+		return st, fmt.Errorf("%w (%d of its %d records written): %w", ErrPartialRestore, written, checked.Records, err)
 	}
 	return st, nil
 }
+
+// ErrNotEmpty is a Restore refused, nothing changed, because the journal
+// holds jobs or other data and the caller did not ask to replace them.
+var ErrNotEmpty = errors.New("the journal holds jobs or other data")
 
 // ErrPartialRestore is a restore that stopped after it had written part
 // of the backup: the backup changed under it, or a write failed. Empty
 // the journal and restore again (emq restore --force).
 var ErrPartialRestore = errors.New("the journal now holds part of the backup")
 
-// restore writes every record of r, stopping at the first fault.
-func (jn *Core) restore(r io.Reader) (BackupStats, error) {
+// restore writes every record of r, stopping at the first fault; written
+// is how many records its writes stored. The last write waits for r's
+// checksum.
+func (jn *Core) restore(r io.Reader) (st BackupStats, written int, err error) {
 	chunk, most := jn.bulkChunk(), jn.opts.MaxWrite
 	if most <= 0 {
 		most = restoreBytes
@@ -430,9 +449,12 @@ func (jn *Core) restore(r io.Reader) (BackupStats, error) {
 				return nil
 			}, func(err error) { done(struct{}{}, err) })
 		})
+		if err == nil {
+			written += len(batch)
+		}
 		return err
 	}
-	st, err := readBackup(r, func(b, k, v []byte) error {
+	st, err = readBackup(r, func(b, k, v []byte) error {
 		n := len(b) + len(k) + len(v) + restoreFraming
 		if size+n > most { // a write holds at most MaxWrite bytes (etcd: one request)
 			if err := flush(); err != nil {
@@ -445,10 +467,10 @@ func (jn *Core) restore(r io.Reader) (BackupStats, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return st, err
+	if err == nil {
+		err = flush()
 	}
-	return st, flush()
+	return st, written, err
 }
 
 // bulkChunk is how many keys one write of Restore or Clear holds at

@@ -193,26 +193,16 @@ broker (or group) holds is refused.`,
 
 // restoreInto writes the backup file into bk, empty or emptied (force).
 func restoreInto(bk store.Backuper, from string, force bool) error {
-	empty, err := bk.Empty()
-	if err != nil {
-		return err
-	}
-	if !empty {
-		if !force {
-			return errors.New("the journal holds jobs or other data: restore into an empty one, or --force to delete what it holds first")
-		}
-		if c, ok := bk.(interface{ Clear() error }); !ok {
-			return errors.New("the journal cannot be emptied")
-		} else if err := c.Clear(); err != nil {
-			return fmt.Errorf("emptying the journal: %w", err)
-		}
-	}
 	f, err := os.Open(from)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if _, err = bk.Restore(f); errors.Is(err, store.ErrPartialRestore) {
+	_, err = bk.Restore(f, force)
+	switch {
+	case errors.Is(err, store.ErrNotEmpty):
+		return fmt.Errorf("%w: restore into an empty one, or --force to delete what it holds first", err)
+	case errors.Is(err, store.ErrPartialRestore):
 		return fmt.Errorf("%w; restore again with --force once the file is whole", err)
 	}
 	return err

@@ -75,7 +75,7 @@ func backupRestoresEverything(t *testing.T, f *fixture) {
 		}
 	}
 	// Restore itself checks before it writes: nothing of a damaged one.
-	if _, err := f.backuper(target.j).Restore(bytes.NewReader(damaged)); !errors.Is(err, store.ErrBadBackup) || errors.Is(err, store.ErrPartialRestore) {
+	if _, err := f.backuper(target.j).Restore(bytes.NewReader(damaged), false); !errors.Is(err, store.ErrBadBackup) || errors.Is(err, store.ErrPartialRestore) {
 		t.Fatalf("restore of a damaged backup: %v; want ErrBadBackup, nothing written", err)
 	}
 	if empty, err := f.backuper(target.j).Empty(); err != nil || !empty {
@@ -83,17 +83,21 @@ func backupRestoresEverything(t *testing.T, f *fixture) {
 	}
 	// One that changes after Restore checked it (a file replaced) is not
 	// taken for the one checked: the error says what was written stays.
-	_, err = f.backuper(target.j).Restore(&changing{Reader: bytes.NewReader(buf.Bytes()), then: damaged})
+	_, err = f.backuper(target.j).Restore(&changing{Reader: bytes.NewReader(buf.Bytes()), then: damaged}, false)
 	if !errors.Is(err, store.ErrPartialRestore) {
 		t.Fatalf("restore of a backup damaged after its check: %v; want ErrPartialRestore", err)
 	}
-	if c, ok := target.j.(interface{ Clear() error }); !ok {
-		t.Fatalf("the journal %T cannot be emptied", target.j)
-	} else if err := c.Clear(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.backuper(target.j).Restore(bytes.NewReader(buf.Bytes())); err != nil {
+	// Replacing what it holds (part of the backup, or nothing) is asked.
+	if _, err := f.backuper(target.j).Restore(bytes.NewReader(buf.Bytes()), true); err != nil {
 		t.Fatalf("restore: %v", err)
+	}
+	// A journal that holds something is replaced only when asked, and
+	// only by a backup that is whole: a damaged one leaves it as it was.
+	if _, err := f.backuper(target.j).Restore(bytes.NewReader(buf.Bytes()), false); !errors.Is(err, store.ErrNotEmpty) {
+		t.Fatalf("restore into a journal that holds a backup: %v; want ErrNotEmpty", err)
+	}
+	if _, err := f.backuper(target.j).Restore(bytes.NewReader(damaged), true); !errors.Is(err, store.ErrBadBackup) {
+		t.Fatalf("replace with a damaged backup: %v; want ErrBadBackup", err)
 	}
 	target.reopen()
 	if got := target.snapshot("done"); got != want {
@@ -136,7 +140,7 @@ func backupRestoresLargeJobs(t *testing.T, f *fixture) {
 	target := &fixture{t: t, opts: f.opts, h: f.h, open: f.h.Fresh(t, f.opts)}
 	target.j = target.mustOpen()
 	defer func() { target.j.Close() }()
-	if _, err := f.backuper(target.j).Restore(bytes.NewReader(buf.Bytes())); err != nil {
+	if _, err := f.backuper(target.j).Restore(bytes.NewReader(buf.Bytes()), false); err != nil {
 		t.Fatalf("restore of %d bytes: %v", buf.Len(), err)
 	}
 	if q := target.pending()["q"]; !slices.Equal(q, ids) {
