@@ -203,11 +203,14 @@
 // touched a key they change commits after them, and fails if one failed.
 // The core reports writes in the order their batches were taken.
 //
-// Keys a job's life writes: Append puts one (jobs/MSGID), Complete
-// deletes it; neither reads. With the guard's compare (which etcd counts
-// as a range), a job costs two operations and a share of two
-// transactions: one each when the broker is idle, a fiftieth when it is
-// busy. Keeping a result (retain-done) puts two more (results, its
+// Keys a job's life writes: since format 5 a job's record lives in a
+// slot (slot/N, its value the msgid and the record; etcdstore/slots.go).
+// Append puts one, Complete deletes it; neither reads. A job appended in
+// the transaction that completes another takes the ended job's slot: one
+// put over it is both, so on a steady stream a job's life costs one put.
+// With the guard's compare (which etcd counts as a range), a job costs
+// one or two operations and a share of two transactions: one each when
+// the broker is idle, a fiftieth when it is busy. Keeping a result (retain-done) puts two more (results, its
 // expiry) and the record again. A unique key is put with the Append and
 // deleted with the Complete (or, with a hold, put again with its
 // unique_exp entry, both deleted by the sweep). A job

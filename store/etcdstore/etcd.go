@@ -173,6 +173,7 @@ type Journal struct {
 	flights  []*flight
 
 	seq, seqTop uint64 // the last sequence given, and the top of the block reserved (committer only)
+	lastSlot    uint64 // the highest slot used (slots.go); under mu
 
 	stopCompact chan struct{}
 	compacted   sync.WaitGroup
@@ -191,10 +192,11 @@ const (
 	// cancelled jobs (records of version 3, their key ranges), "3" since
 	// workflows (records of version 4, waiting jobs, batches), "4" since
 	// the state indexes live in the leader's memory only (derived from the
-	// records: shadow.go). An older prefix is brought to "4" when opened
-	// for writing, and a binary that knows only an older format refuses
-	// it then, by name.
-	etcdFormat = "4"
+	// records: shadow.go), "5" since jobs live in slots (slots.go; format
+	// 4's jobs/MSGID keys stay readable). An older prefix is brought to "5"
+	// when opened for writing, and a binary that knows only an older format
+	// refuses it then, by name.
+	etcdFormat = "5"
 	seqBlock   = 1 << 16 // sequences reserved at a time
 	getChunk   = 32      // keys read in one request: a bound on the records held at once
 	// Keys a scan reads at once: many of an index (small values, and
@@ -226,7 +228,7 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 	}
 	format, seq := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
 	switch {
-	case len(format) == 1 && !slices.Contains([]string{"1", "2", "3", etcdFormat}, string(format[0].Value)):
+	case len(format) == 1 && !slices.Contains([]string{"1", "2", "3", "4", etcdFormat}, string(format[0].Value)):
 		return nil, fmt.Errorf("%w: journal on etcd %s has format %q; this binary knows %q", store.ErrTooNew, opts.Prefix, format[0].Value, etcdFormat)
 	case len(seq) == 1 && len(seq[0].Value) != 8:
 		return nil, fmt.Errorf("%w: journal on etcd %s: its sequence is %d bytes, not 8", store.ErrCorrupt, opts.Prefix, len(seq[0].Value))
@@ -584,10 +586,15 @@ func (e *Journal) drain() {
 // of those that succeed.
 func (e *Journal) commitWave(w wave, ok []bool) error {
 	errs := make([]error, len(w.chunks))
+	placed, slots := make([][]clientv3.Op, len(w.chunks)), make([]map[string]uint64, len(w.chunks))
+	for i, c := range w.chunks {
+		placed[i], slots[i] = e.place(lastOfEach(c.ops))
+	}
 	var wg sync.WaitGroup
 	for i, c := range w.chunks {
-		if len(c.ops) == 0 && len(e.opts.Guard) == 0 {
-			e.applyShadow(c.sops, 0)
+		if len(placed[i]) == 0 && len(e.opts.Guard) == 0 {
+			e.applyShadow(lastOfEach(c.ops), nil, 0)
+			e.applyShadow(c.sops, nil, 0)
 			continue
 		}
 		// A chunk that changes nothing (a duplicate, a job not found)
@@ -599,20 +606,20 @@ func (e *Journal) commitWave(w wave, ok []bool) error {
 			ctx, cancel := e.ctx()
 			defer cancel()
 			ops := lastOfEach(c.ops)
-			resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(ops...).Commit()
+			resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(placed[i]...).Commit()
 			if errors.Is(rpctypes.Error(err), rpctypes.ErrNoSpace) {
-				switch applied, known, rev := e.appliedAnyway(ops); {
+				switch applied, known, rev := e.appliedAnyway(placed[i]); {
 				case !known:
 					err = fmt.Errorf("etcd answered %v, and its keys do not say whether it applied the transaction", rpctypes.Error(err))
 				case applied: // stored: it gates its ACK like any other
-					e.applyShadow(ops, rev)
-					e.applyShadow(c.sops, rev)
+					e.applyShadow(ops, slots[i], rev)
+					e.applyShadow(c.sops, nil, rev)
 					return
 				}
 			}
 			if err == nil && resp.Succeeded {
-				e.applyShadow(ops, resp.Header.Revision)
-				e.applyShadow(c.sops, resp.Header.Revision)
+				e.applyShadow(ops, slots[i], resp.Header.Revision)
+				e.applyShadow(c.sops, nil, resp.Header.Revision)
 			}
 			switch {
 			case refused(err):
@@ -936,11 +943,14 @@ func (t *etcdTx) fetch(keys []string, collect bool) [][]byte {
 // beyond it a write reads what it needs again, one key at a time.
 const cacheBudget = 32 << 20
 
-// read gets keys in one transaction.
+// read gets keys in one transaction; a job's from its slot.
 func (t *etcdTx) read(keys []string) ([][]byte, error) {
 	ops := make([]clientv3.Op, len(keys))
+	ids := make([][]byte, len(keys))
 	for i, k := range keys {
-		ops[i] = clientv3.OpGet(k, t.readOpts()...)
+		var at string
+		at, ids[i] = t.where(k)
+		ops[i] = clientv3.OpGet(at, t.readOpts()...)
 	}
 	ctx, cancel := t.e.ctx()
 	defer cancel()
@@ -950,8 +960,20 @@ func (t *etcdTx) read(keys []string) ([][]byte, error) {
 	}
 	out := make([][]byte, len(keys))
 	for i, r := range resp.Responses {
-		if kvs := r.GetResponseRange().Kvs; len(kvs) == 1 {
+		kvs := r.GetResponseRange().Kvs
+		switch {
+		case len(kvs) != 1:
+		case ids[i] == nil:
 			out[i] = kvs[0].Value
+		default:
+			id, rec, err := unwrapJob(kvs[0].Value)
+			if err == nil && !bytes.Equal(id, ids[i]) {
+				err = fmt.Errorf("%w: slot %s holds job %q, not %q", store.ErrCorrupt, kvs[0].Key, id, ids[i])
+			}
+			if err != nil {
+				return nil, err
+			}
+			out[i] = rec
 		}
 	}
 	return out, nil
@@ -1059,7 +1081,7 @@ func (t *etcdTx) NextSeq() (uint64, error) {
 		e.beginWrite()
 		resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(clientv3.OpPut(e.key(store.BucketMeta, seqKey), string(v[:]))).Commit()
 		if err == nil && resp.Succeeded {
-			e.applyShadow([]clientv3.Op{clientv3.OpPut(e.key(store.BucketMeta, seqKey), string(v[:]))}, resp.Header.Revision)
+			e.applyShadow([]clientv3.Op{clientv3.OpPut(e.key(store.BucketMeta, seqKey), string(v[:]))}, nil, resp.Header.Revision)
 		}
 		e.endWrite()
 		cancel()
@@ -1099,8 +1121,11 @@ func (t *etcdTx) Scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) e
 	}
 	start, end := t.e.key(bucket, from), t.e.bucketEnd(bucket)
 	page := t.etcdPage
-	if isDerived(bucket) {
+	switch {
+	case isDerived(bucket):
 		page = t.shadowPage
+	case bytes.Equal(bucket, store.BucketJobs):
+		page = t.jobsPage
 	}
 	strip := len(t.e.opts.Prefix) + len(bucket) + 1
 	var mine []string // the batch's changed keys in range, in order
@@ -1189,4 +1214,25 @@ func (t *etcdTx) shadowPage(start, end string, limit int64) ([]skv, bool, error)
 		return true
 	})
 	return out, more, nil
+}
+
+// jobsPage reads up to limit jobs of [start, end): their msgids from the
+// shadow, their records from their slots (or format 4's keys).
+func (t *etcdTx) jobsPage(start, end string, limit int64) ([]skv, bool, error) {
+	kvs, more, _ := t.shadowPage(start, end, limit)
+	if len(kvs) == 0 {
+		return nil, more, nil
+	}
+	keys := make([]string, len(kvs))
+	for i, kv := range kvs {
+		keys[i] = kv.key
+	}
+	vals, err := t.read(keys)
+	if err != nil {
+		return nil, false, err
+	}
+	for i := range kvs {
+		kvs[i].val = vals[i]
+	}
+	return kvs, more, nil
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -174,7 +175,7 @@ func TestEtcdGuardFences(t *testing.T) {
 	if !errors.Is(j.Fenced(), store.ErrFenced) {
 		t.Fatalf("Fenced() = %v", j.Fenced())
 	}
-	resp, err := cli.Get(ctx, "/emq/jobs/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := cli.Get(ctx, "/emq/slot/", clientv3.WithPrefix(), clientv3.WithCountOnly()) // the jobs
 	if err != nil || resp.Count != 1 {
 		t.Fatalf("jobs stored: %d (%v), want only a", resp.Count, err)
 	}
@@ -209,7 +210,7 @@ func TestEtcdCompactsItsHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	resp, err := cli.Get(ctx, "/emq/jobs/a")
+	resp, err := cli.Get(ctx, "/emq/slot/1") // a's
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +220,7 @@ func TestEtcdCompactsItsHistory(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := cli.Get(ctx, "/emq/jobs/a", clientv3.WithRev(first))
+		_, err := cli.Get(ctx, "/emq/slot/1", clientv3.WithRev(first))
 		if errors.Is(err, rpctypes.ErrCompacted) {
 			return
 		}
@@ -435,7 +436,7 @@ func TestOlderFormatsAreUpgradedAndNewerRefused(t *testing.T) {
 	opts := etcdstore.DefaultOptions()
 	opts.Prefix = "/old/"
 	ctx := context.Background()
-	for _, old := range []string{"1", "3"} {
+	for _, old := range []string{"1", "3", "4"} {
 		j, err := etcdstore.Open(cli, opts)
 		if err != nil {
 			t.Fatal(err)
@@ -444,13 +445,21 @@ func TestOlderFormatsAreUpgradedAndNewerRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		j.Close()
-		// What an older broker stored beside the job: its index entry,
-		// and one naming a job long gone.
-		got, err := cli.Get(ctx, "/old/jobs/m"+old)
-		if err != nil || len(got.Kvs) != 1 {
-			t.Fatalf("the job's key: %v, %v", got, err)
+		// What an older broker stored: the job at its own key (not in a
+		// slot), its index entry beside it, and one naming a job long
+		// gone.
+		slots, err := cli.Get(ctx, "/old/slot/", clientv3.WithPrefix())
+		if err != nil || len(slots.Kvs) != 1 {
+			t.Fatalf("the job's slot: %v, %v", slots, err)
 		}
-		ib, ik, err := store.IndexEntry([]byte("m"+old), got.Kvs[0].Value)
+		id, rec, err := etcdstore.UnwrapJob(slots.Kvs[0].Value)
+		if err != nil || string(id) != "m"+old {
+			t.Fatalf("the slot holds %q, %v; want m%s", id, err, old)
+		}
+		if _, err := cli.Txn(ctx).Then(clientv3.OpDelete(string(slots.Kvs[0].Key)), clientv3.OpPut("/old/jobs/m"+old, string(rec))).Commit(); err != nil {
+			t.Fatal(err)
+		}
+		ib, ik, err := store.IndexEntry([]byte("m"+old), rec)
 		if err != nil || string(ib) != "pending" {
 			t.Fatalf("index entry of m%s: %s, %v", old, ib, err)
 		}
@@ -466,7 +475,7 @@ func TestOlderFormatsAreUpgradedAndNewerRefused(t *testing.T) {
 		if err := j.Load(func(jb *store.Job) error { loaded = append(loaded, jb.MsgID); return nil }); err != nil {
 			t.Fatal(err)
 		}
-		if want := map[string][]string{"1": {"m1"}, "3": {"m1", "m3"}}[old]; !slices.Equal(loaded, want) {
+		if want := map[string][]string{"1": {"m1"}, "3": {"m1", "m3"}, "4": {"m1", "m3", "m4"}}[old]; !slices.Equal(loaded, want) {
 			t.Fatalf("loaded from a format %s prefix: %v, want %v", old, loaded, want)
 		}
 		counts, err := j.Counts()
@@ -474,8 +483,8 @@ func TestOlderFormatsAreUpgradedAndNewerRefused(t *testing.T) {
 			t.Fatalf("counts after the upgrade: %+v, %v; want no dead letter", counts, err)
 		}
 		j.Close()
-		if resp, err := cli.Get(ctx, "/old/meta/format"); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "4" {
-			t.Fatalf("format after the open: %v, %v; want 4", resp, err)
+		if resp, err := cli.Get(ctx, "/old/meta/format"); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "5" {
+			t.Fatalf("format after the open: %v, %v; want 5", resp, err)
 		}
 		for _, idx := range []string{"/old/pending/", "/old/dead/"} {
 			if resp, err := cli.Get(ctx, idx, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
@@ -483,11 +492,104 @@ func TestOlderFormatsAreUpgradedAndNewerRefused(t *testing.T) {
 			}
 		}
 	}
-	if _, err := cli.Put(ctx, "/old/meta/format", "5"); err != nil {
+	// The jobs at their own keys end there; a new one takes a slot.
+	j := openEtcd(t, cli, opts)
+	if found, err := store.Wait(func(done func(bool, error)) { j.Complete("m1", nil, time.Time{}, nil, done) }); err != nil || !found {
+		t.Fatalf("complete of m1, stored by format 4: %v, %v", found, err)
+	}
+	if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: "m5", Queue: "q"}, done) }); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	for prefix, want := range map[string]int64{"/old/jobs/": 2, "/old/slot/": 1} {
+		if resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != want {
+			t.Fatalf("keys under %s: %v, %v; want %d", prefix, resp, err, want)
+		}
+	}
+	if _, err := cli.Put(ctx, "/old/meta/format", "6"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := etcdstore.Open(cli, opts); !errors.Is(err, store.ErrTooNew) || !strings.Contains(err.Error(), "/old/") {
-		t.Fatalf("open of a format 5 prefix: %v; want ErrTooNew naming the prefix", err)
+		t.Fatalf("open of a format 6 prefix: %v; want ErrTooNew naming the prefix", err)
+	}
+}
+
+// TestEtcdJobTakesAnEndedJobsSlot: a job appended in the commit that
+// completes another is put over the ended job's key, so a job's life
+// costs one put; a standby that followed it, and a fresh load, see the
+// new job there.
+func TestEtcdJobTakesAnEndedJobsSlot(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	ctx := context.Background()
+	opts := etcdstore.DefaultOptions()
+	opts.Prefix = "/slots/"
+	opts.LazyDelay = time.Second // the complete waits for the append to share its commit
+	j, err := etcdstore.Open(cli, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm := etcdstore.StartWarm(cli, opts)
+	defer warm.Stop()
+	if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: "a", Queue: "q", Payload: []byte("A")}, done) }); err != nil {
+		t.Fatal(err)
+	}
+	slotOf := func(want string) *mvccpb.KeyValue {
+		t.Helper()
+		if resp, err := cli.Get(ctx, "/slots/jobs/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
+			t.Fatalf("keys under jobs/: %v, %v; want none (jobs live in slots)", resp, err)
+		}
+		resp, err := cli.Get(ctx, "/slots/slot/", clientv3.WithPrefix())
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("slots: %v, %v; want one", resp, err)
+		}
+		if id, _, err := etcdstore.UnwrapJob(resp.Kvs[0].Value); err != nil || string(id) != want {
+			t.Fatalf("the slot holds %q, %v; want %s", id, err, want)
+		}
+		return resp.Kvs[0]
+	}
+	first := slotOf("a")
+	completed := make(chan error, 1)
+	j.Complete("a", nil, time.Time{}, nil, func(found bool, err error) {
+		if err == nil && !found {
+			err = errors.New("a not found")
+		}
+		completed <- err
+	})
+	if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: "b", Queue: "q", Payload: []byte("B")}, done) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-completed; err != nil {
+		t.Fatal(err)
+	}
+	second := slotOf("b")
+	if string(second.Key) != string(first.Key) || second.Version != 2 {
+		t.Fatalf("b went to %s (version %d); want %s put over (version 2)", second.Key, second.Version, first.Key)
+	}
+	j.Close()
+
+	// Taken over from the standby's copy, which saw a end and b start in
+	// one put.
+	o := opts
+	o.Warm = warm
+	o.OnWarmMissed = func(err error) { t.Errorf("the journal was read, not taken from the standby's copy: %v", err) }
+	j = openEtcd(t, cli, o)
+	var loaded []string
+	if err := j.Load(func(jb *store.Job) error { loaded = append(loaded, jb.MsgID); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(loaded, []string{"b"}) {
+		t.Fatalf("loaded %v; want b", loaded)
+	}
+	if jb, err := j.Get("b"); err != nil || string(jb.Payload) != "B" {
+		t.Fatalf("b's payload: %+v, %v; want B", jb, err)
+	}
+	sameShadow(t, cli, opts, j)
+	// Alone in its commit, a complete deletes the slot.
+	if found, err := store.Wait(func(done func(bool, error)) { j.Complete("b", nil, time.Time{}, nil, done) }); err != nil || !found {
+		t.Fatalf("complete of b: %v, %v", found, err)
+	}
+	if resp, err := cli.Get(ctx, "/slots/slot/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
+		t.Fatalf("slots after the last complete: %v, %v; want none", resp, err)
 	}
 }
 
@@ -508,11 +610,11 @@ func TestEtcdIdleJournalReadsPastOthersCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	resp, err := cli.Get(ctx, optsB.Prefix+"jobs/b1")
+	resp, err := cli.Get(ctx, optsB.Prefix+"slot/", clientv3.WithPrefix()) // b1's
 	if err != nil || len(resp.Kvs) == 0 {
 		t.Fatalf("b1 in etcd: %v", err)
 	}
-	written := resp.Kvs[0].ModRevision
+	written, b1 := resp.Kvs[0].ModRevision, string(resp.Kvs[0].Key)
 	ja := openEtcd(t, cli, optsA)
 	deadline := time.Now().Add(20 * time.Second)
 	for i := 0; ; i++ {
@@ -523,7 +625,7 @@ func TestEtcdIdleJournalReadsPastOthersCompaction(t *testing.T) {
 		if _, err := store.Wait(func(done func(bool, error)) { ja.Complete(id, nil, time.Time{}, nil, done) }); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := cli.Get(ctx, optsB.Prefix+"jobs/b1", clientv3.WithRev(written)); errors.Is(err, rpctypes.ErrCompacted) {
+		if _, err := cli.Get(ctx, b1, clientv3.WithRev(written)); errors.Is(err, rpctypes.ErrCompacted) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -19,8 +19,11 @@ func (e *Journal) Shadow() map[string]string {
 	defer e.mu.Unlock()
 	out := map[string]string{}
 	e.shadow.Ascend(func(it *sitem) bool {
-		out[it.key] = fmt.Sprintf("%v %q", it.whole, it.val)
+		out[it.key] = fmt.Sprintf("%v %q slot %d", it.whole, it.val, it.slot)
 		return true
 	})
 	return out
 }
+
+// UnwrapJob is unwrapJob, for the tests.
+func UnwrapJob(v []byte) (msgid, rec []byte, err error) { return unwrapJob(v) }

@@ -43,9 +43,10 @@ const (
 
 // sitem is one key of the shadow.
 type sitem struct {
-	key   string // bucket "/" key: the etcd key less the prefix
+	key   string // bucket "/" key: the etcd key less the prefix (a job's: jobs/MSGID)
 	val   []byte // see whole
 	whole bool   // val is the value; else a job's head, a result's expiry, or nil (not kept)
+	slot  uint64 // a job's slot (slots.go); 0: at its own key (format 4)
 }
 
 func lessItem(a, b *sitem) bool { return a.key < b.key }
@@ -139,28 +140,28 @@ const (
 // the shadow of it. What it holds at once beyond the shadow is a bucket's
 // keys and a few pages of values.
 func (e *Journal) loadShadow() error {
-	t, rev, err := e.readShadow()
+	l, err := e.readShadow()
 	if err != nil {
 		return err
 	}
 	e.mu.Lock()
-	e.shadow, e.shadowRev = t, rev
+	e.shadow, e.shadowRev, e.lastSlot = l.t, l.rev, l.lastSlot
 	e.mu.Unlock()
 	return nil
 }
 
 // readShadow reads every key under the prefix at one revision into a
 // shadow.
-func (e *Journal) readShadow() (*stree, int64, error) {
+func (e *Journal) readShadow() (*loader, error) {
 	ctx, cancel := e.ctx()
 	resp, err := e.cli.Get(ctx, e.key(store.BucketMeta, formatKey))
 	cancel()
 	if err != nil {
-		return nil, 0, fmt.Errorf("journal on etcd %s: reading it: %w", e.opts.Prefix, err)
+		return nil, fmt.Errorf("journal on etcd %s: reading it: %w", e.opts.Prefix, err)
 	}
 	l := &loader{e: e, t: newSTree(), rev: resp.Header.Revision, slots: make(chan struct{}, loadReads)}
 	var wg sync.WaitGroup
-	for _, b := range store.Buckets {
+	for _, b := range append(slices.Clone(store.Buckets), slotBucket) {
 		wg.Go(func() {
 			if err := l.load(b); err != nil {
 				l.fail(err)
@@ -169,9 +170,9 @@ func (e *Journal) readShadow() (*stree, int64, error) {
 	}
 	wg.Wait()
 	if l.err != nil {
-		return nil, 0, l.err
+		return nil, l.err
 	}
-	return l.t, l.rev, nil
+	return l, nil
 }
 
 // loader reads the keys under the prefix into a shadow.
@@ -180,9 +181,10 @@ type loader struct {
 	rev   int64
 	slots chan struct{} // requests at once
 
-	mu  sync.Mutex
-	t   *stree
-	err error // the first failure
+	mu       sync.Mutex
+	t        *stree
+	lastSlot uint64 // the highest slot read
+	err      error  // the first failure
 }
 
 // get is one read at the loader's revision.
@@ -281,27 +283,68 @@ func (l *loader) load(bucket []byte) error {
 // add puts a page of keys in the shadow, with the index entries their
 // jobs' records derive; it returns the page's bytes.
 func (l *loader) add(kvs []*mvccpb.KeyValue) (int, error) {
-	items := make([]*sitem, 0, 2*len(kvs))
+	items := make([]*sitem, 0, len(kvs))
+	var jobs []*sitem // each job's item, then its index entry's
 	size := 0
+	var top uint64
 	for _, kv := range kvs {
 		size += len(kv.Value)
+		job, err := jobItems(l.e, kv)
+		if err != nil {
+			return 0, fmt.Errorf("journal on etcd %s: key %s: %w", l.e.opts.Prefix, kv.Key, err)
+		}
+		if job != nil {
+			jobs = append(jobs, job...)
+			top = max(top, job[0].slot)
+			continue
+		}
 		rel := l.e.rel(string(kv.Key))
 		bucket, key := split(rel)
 		items = append(items, shadowItem(rel, bucket, key, kv.Value))
-		if bytes.Equal(bucket, store.BucketJobs) {
-			it, err := indexItem(key, kv.Value)
-			if err != nil {
-				return 0, fmt.Errorf("journal on etcd %s: key %s: %w", l.e.opts.Prefix, kv.Key, err)
-			}
-			items = append(items, it)
-		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.lastSlot = max(l.lastSlot, top)
 	for _, it := range items {
 		l.t.ReplaceOrInsert(it)
 	}
+	for i := 0; i < len(jobs); i += 2 {
+		job, idx := jobs[i], jobs[i+1]
+		if old, had := l.t.ReplaceOrInsert(job); had {
+			return 0, fmt.Errorf("journal on etcd %s: %w: %s is stored twice (slots %d and %d; 0 is its own key)", l.e.opts.Prefix, store.ErrCorrupt,
+				job.key, old.slot, job.slot)
+		}
+		l.t.ReplaceOrInsert(idx)
+	}
 	return size, nil
+}
+
+// jobItems returns the shadow's items of a job's key: its own and its
+// index entry; none for another key.
+func jobItems(e *Journal, kv *mvccpb.KeyValue) ([]*sitem, error) {
+	bucket, key := split(e.rel(string(kv.Key)))
+	var slot uint64
+	v := kv.Value
+	switch {
+	case bytes.Equal(bucket, slotBucket):
+		var err error
+		if slot, err = slotOf(key); err != nil {
+			return nil, err
+		}
+		if key, v, err = unwrapJob(v); err != nil {
+			return nil, err
+		}
+	case !bytes.Equal(bucket, store.BucketJobs):
+		return nil, nil
+	}
+	rel := string(store.BucketJobs) + "/" + string(key)
+	it := shadowItem(rel, store.BucketJobs, key, v)
+	it.slot = slot
+	idx, err := indexItem(key, v)
+	if err != nil {
+		return nil, err
+	}
+	return []*sitem{it, idx}, nil
 }
 
 func (l *loader) fail(err error) {
@@ -312,18 +355,22 @@ func (l *loader) fail(err error) {
 	}
 }
 
-// applyShadow records committed operations in the shadow, at revision rev.
-func (e *Journal) applyShadow(ops []clientv3.Op, rev int64) {
+// applyShadow records committed operations in the shadow, at revision
+// rev; slots are the slots of the jobs put (place).
+func (e *Journal) applyShadow(ops []clientv3.Op, slots map[string]uint64, rev int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, op := range ops {
-		rel := e.rel(string(op.KeyBytes()))
+		k := string(op.KeyBytes())
+		rel := e.rel(k)
 		if op.IsDelete() {
 			e.shadow.Delete(&sitem{key: rel})
 			continue
 		}
 		bucket, key := split(rel)
-		e.shadow.ReplaceOrInsert(shadowItem(rel, bucket, key, op.ValueBytes()))
+		it := shadowItem(rel, bucket, key, op.ValueBytes())
+		it.slot = slots[k]
+		e.shadow.ReplaceOrInsert(it)
 	}
 	e.shadowRev = max(e.shadowRev, rev)
 }

@@ -34,11 +34,12 @@ type Warm struct {
 	loaded chan struct{} // closed once read
 	keys   int           // read then
 
-	mu      sync.Mutex
-	t       *stree // nil until read, and once taken
-	rev     int64  // the last revision applied
-	err     error
-	changed chan struct{} // closed at each change of rev or err
+	mu       sync.Mutex
+	t        *stree // nil until read, and once taken
+	lastSlot uint64 // the highest slot seen
+	rev      int64  // the last revision applied
+	err      error
+	changed  chan struct{} // closed at each change of rev or err
 }
 
 // StartWarm starts keeping the shadow of the journal opts name (its
@@ -72,13 +73,14 @@ func (w *Warm) Stop() {
 
 func (w *Warm) run(ctx context.Context) {
 	defer close(w.done)
-	t, rev, err := w.e.readShadow()
+	l, err := w.e.readShadow()
 	if err != nil {
 		w.fail(err)
 		return
 	}
+	rev := l.rev
 	w.mu.Lock()
-	w.t, w.rev, w.keys = t, rev, t.Len()
+	w.t, w.rev, w.keys, w.lastSlot = l.t, rev, l.t.Len(), l.lastSlot
 	w.note()
 	w.mu.Unlock()
 	close(w.loaded)
@@ -122,6 +124,13 @@ func (w *Warm) apply(evs []*clientv3.Event) error {
 	for _, ev := range evs {
 		rel := w.e.rel(string(ev.Kv.Key))
 		bucket, key := split(rel)
+		if bytes.Equal(bucket, slotBucket) {
+			if err := w.applySlot(ev); err != nil {
+				return fmt.Errorf("key %s: %w", ev.Kv.Key, err)
+			}
+			w.rev = max(w.rev, ev.Kv.ModRevision)
+			continue
+		}
 		if bytes.Equal(bucket, store.BucketJobs) {
 			var prev []byte
 			if ev.PrevKv != nil {
@@ -156,29 +165,59 @@ func (w *Warm) apply(evs []*clientv3.Event) error {
 	return nil
 }
 
+// applySlot changes the shadow by an event of a slot (slots.go): the
+// job it held before ends there (its previous value names it), and the
+// one put starts.
+func (w *Warm) applySlot(ev *clientv3.Event) error {
+	if ev.PrevKv != nil {
+		id, rec, err := unwrapJob(ev.PrevKv.Value)
+		if err != nil {
+			return err
+		}
+		if it, err := indexItem(id, rec); err == nil {
+			w.t.Delete(it)
+		}
+		w.t.Delete(&sitem{key: string(store.BucketJobs) + "/" + string(id)})
+	} else if ev.Type == mvccpb.DELETE || !ev.IsCreate() {
+		return errors.New("its previous value is not known")
+	}
+	if ev.Type == mvccpb.DELETE {
+		return nil
+	}
+	items, err := jobItems(w.e, ev.Kv)
+	if err != nil {
+		return err
+	}
+	for _, it := range items {
+		w.t.ReplaceOrInsert(it)
+	}
+	w.lastSlot = max(w.lastSlot, items[0].slot)
+	return nil
+}
+
 // take waits until the shadow holds revision at, at most wait, then
 // stops the watch and hands the shadow over.
-func (w *Warm) take(at int64, wait time.Duration) (*stree, error) {
+func (w *Warm) take(at int64, wait time.Duration) (*stree, uint64, error) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		w.mu.Lock()
-		t, rev, err, changed := w.t, w.rev, w.err, w.changed
+		t, rev, err, changed, last := w.t, w.rev, w.err, w.changed, w.lastSlot
 		if err == nil && t != nil && rev >= at {
 			w.t = nil
 			w.mu.Unlock()
 			w.cancel()
 			<-w.done
-			return t, nil
+			return t, last, nil
 		}
 		w.mu.Unlock()
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		select {
 		case <-changed:
 		case <-timer.C:
-			return nil, fmt.Errorf("journal on etcd %s: the standby's copy is not at revision %d after %v", w.e.opts.Prefix, at, wait)
+			return nil, 0, fmt.Errorf("journal on etcd %s: the standby's copy is not at revision %d after %v", w.e.opts.Prefix, at, wait)
 		}
 	}
 }
@@ -201,12 +240,12 @@ func (e *Journal) fromWarm() error {
 	case !resp.Succeeded:
 		return fmt.Errorf("%w: its leadership in etcd is gone", store.ErrFenced)
 	}
-	t, err := e.opts.Warm.take(resp.Header.Revision, max(30*time.Second, 10*e.opts.Timeout))
+	t, last, err := e.opts.Warm.take(resp.Header.Revision, max(30*time.Second, 10*e.opts.Timeout))
 	if err != nil {
 		return err
 	}
 	e.mu.Lock()
-	e.shadow, e.shadowRev = t, resp.Header.Revision
+	e.shadow, e.shadowRev, e.lastSlot = t, resp.Header.Revision, last
 	e.mu.Unlock()
 	return nil
 }
