@@ -33,12 +33,15 @@ test: vet $(JAEGER) race memory fuzz-short ## all tests: go vet, the race detect
 
 vet:
 	$(GO) vet ./...
+	@echo "[make] vet done at $$(date +%T)"
 
 race: ## cmd/emq's process-level tests take over 10 minutes under the race detector on 2 cores
 	$(GO) test -race -count=1 -timeout 25m ./...
+	@echo "[make] race done at $$(date +%T)"
 
 memory: ## the broker's memory tests, which the race detector skips
 	$(GO) test -count=1 -run 'LargerThanMemory|StayWithinTheBudget|LargeJobsAtOnce' ./broker/
+	@echo "[make] memory done at $$(date +%T)"
 
 fuzz-short: ## every fuzz target for FUZZTIME (default 100,000 inputs each)
 	@FUZZTIME=$(FUZZTIME) GO=$(GO) ./scripts/fuzz.sh
