@@ -732,6 +732,21 @@ type chunk struct {
 	sops   []clientv3.Op // the shadow's alone (derived indexes), in order
 	bytes  int
 	writes []int // their places in the batch
+	// fresh and freed count, at least, the new jobs it puts and the
+	// stored jobs in slots it deletes: place pairs them, one operation
+	// for both (slots.go).
+	fresh, freed int
+}
+
+// opsAfter is how many operations c carries at most, once placed, with
+// a write of ops more operations, fresh new jobs and freed slots.
+func (c *chunk) opsAfter(ops, fresh, freed int) int {
+	return len(c.ops) + ops - min(c.fresh+fresh, c.freed+freed)
+}
+
+// pairs is how many of a write's fresh jobs or freed slots c would pair.
+func (c *chunk) pairs(fresh, freed int) int {
+	return min(c.fresh+fresh, c.freed+freed) - min(c.fresh, c.freed)
 }
 
 // wave is chunks that touch no common key, committed at once.
@@ -762,6 +777,9 @@ type etcdTx struct {
 	wide    bool
 	size    int
 	undo    []undo
+	// fresh and freed are the write's new jobs and the slots it frees, as
+	// chunk counts them.
+	fresh, freed int
 
 	waves   []wave
 	nwrites int
@@ -996,14 +1014,36 @@ func (t *etcdTx) change(bucket []byte, key string, o overlay, op clientv3.Op, si
 
 func (t *etcdTx) Put(bucket, key, val []byte) error {
 	k := t.e.key(bucket, key)
+	if bytes.Equal(bucket, store.BucketJobs) && t.slotted(k) == 0 {
+		t.fresh++
+	}
 	t.change(bucket, k, overlay{val: val}, clientv3.OpPut(k, string(val)), len(k)+len(val)+16)
 	return nil
 }
 
 func (t *etcdTx) Delete(bucket, key []byte) error {
 	k := t.e.key(bucket, key)
+	if bytes.Equal(bucket, store.BucketJobs) && t.slotted(k) == 1 {
+		t.freed++
+	}
 	t.change(bucket, k, overlay{del: true}, clientv3.OpDelete(k), len(k)+16)
 	return nil
+}
+
+// slotted says, for a job's key the batch has not changed yet, whether
+// it is surely not stored (0) or surely stored in a slot (1), as place
+// will find it; else -1. For counting only: place decides.
+func (t *etcdTx) slotted(key string) int {
+	if _, ok := t.over[key]; ok {
+		return -1
+	}
+	switch it, ok := t.lookup(key); {
+	case !ok:
+		return 0
+	case it.slot != 0: // the shadow's (a batch in flight gives none)
+		return 1
+	}
+	return -1
 }
 
 // mark ends the write being applied: it joins the chunk of the current
@@ -1014,7 +1054,7 @@ func (t *etcdTx) mark() error {
 	n := t.nwrites
 	t.nwrites++
 	defer func() {
-		t.ops, t.sops, t.wide, t.size, t.undo = nil, nil, false, 0, t.undo[:0]
+		t.ops, t.sops, t.wide, t.size, t.undo, t.fresh, t.freed = nil, nil, false, 0, t.undo[:0], 0, 0
 		clear(t.touched)
 	}()
 	maxOps, maxBytes := t.e.opts.MaxTxnOps, t.e.opts.MaxRequestBytes-etcdOverhead
@@ -1032,7 +1072,9 @@ func (t *etcdTx) mark() error {
 	}
 	w := &t.waves[len(t.waves)-1]
 	target := -1 // the chunk it must join
-	fits := func(c *chunk) bool { return len(c.ops)+len(t.ops) <= maxOps && c.bytes+t.size <= maxBytes }
+	fits := func(c *chunk) bool {
+		return c.opsAfter(len(t.ops), t.fresh, t.freed) <= maxOps && c.bytes+t.size <= maxBytes
+	}
 	newWave := w.wide || t.wide && len(w.chunks) > 0
 	for k := range t.touched {
 		if c, ok := w.keys[k]; ok && !newWave {
@@ -1049,6 +1091,16 @@ func (t *etcdTx) mark() error {
 		t.waves = append(t.waves, wave{keys: map[string]int{}})
 		w, target = &t.waves[len(t.waves)-1], -1
 	}
+	if target < 0 && t.fresh+t.freed > 0 {
+		// A new job joins a chunk that frees a slot, an ended job one
+		// that puts a new job: place pairs them.
+		for i := range w.chunks {
+			if c := &w.chunks[i]; c.pairs(t.fresh, t.freed) > 0 && fits(c) {
+				target = i
+				break
+			}
+		}
+	}
 	if target < 0 {
 		if len(w.chunks) == 0 || !fits(&w.chunks[len(w.chunks)-1]) {
 			w.chunks = append(w.chunks, chunk{})
@@ -1058,6 +1110,8 @@ func (t *etcdTx) mark() error {
 	c := &w.chunks[target]
 	c.ops = append(c.ops, t.ops...)
 	c.sops = append(c.sops, t.sops...)
+	c.fresh += t.fresh
+	c.freed += t.freed
 	c.bytes += t.size
 	c.writes = append(c.writes, n)
 	for k := range t.touched {

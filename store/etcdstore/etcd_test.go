@@ -699,3 +699,83 @@ func TestEtcdGathersSendersIntoOneCommit(t *testing.T) {
 		t.Fatal("a lone sender waited for company (Gather) it could not have")
 	}
 }
+
+// TestEtcdPairsEndedAndNewJobsAcrossABatch: a batch that ends 200 jobs
+// and then puts 200 new ones (the order a busy broker's completes and
+// appends often come in) commits 200 puts over the ended jobs' slots
+// and no delete, in as few transactions as etcd's limit allows.
+func TestEtcdPairsEndedAndNewJobsAcrossABatch(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	opts := etcdstore.DefaultOptions()
+	opts.Prefix = "/pairs/"
+	j := openEtcd(t, cli, opts)
+	const n = 200
+	recs := make([][]byte, n)
+	for i := range n {
+		id := fmt.Sprint("old", i)
+		if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: id, Queue: "q"}, done) }); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := j.Record(id)
+		if err != nil || rec == nil {
+			t.Fatalf("record of %s: %q, %v", id, rec, err)
+		}
+		recs[i] = rec
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	now, err := cli.Get(ctx, "/pairs/meta/format")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wch := cli.Watch(ctx, "/pairs/slot/", clientv3.WithPrefix(), clientv3.WithRev(now.Header.Revision+1))
+	err = j.Batch(func(tx store.Tx, mark func() error) error {
+		for i := range n {
+			if err := tx.Delete(store.BucketJobs, []byte(fmt.Sprint("old", i))); err != nil {
+				return err
+			}
+			if err := mark(); err != nil {
+				return err
+			}
+		}
+		for i := range n {
+			if err := tx.Put(store.BucketJobs, []byte(fmt.Sprint("new", i)), recs[i]); err != nil {
+				return err
+			}
+			if err := mark(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	puts, deletes, revs := 0, 0, map[int64]bool{}
+	for puts+deletes < n {
+		select {
+		case resp := <-wch:
+			for _, ev := range resp.Events {
+				revs[ev.Kv.ModRevision] = true
+				if ev.Type == clientv3.EventTypeDelete {
+					deletes++
+				} else {
+					puts++
+				}
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("after 10 s the watch saw %d puts and %d deletes", puts, deletes)
+		}
+	}
+	if puts != n || deletes != 0 || len(revs) > 2 {
+		t.Fatalf("etcd took %d puts, %d deletes in %d transactions; want %d puts, no delete, in 2 (128 operations a transaction)", puts, deletes, len(revs), n)
+	}
+	for i := range n {
+		if got, err := j.Record(fmt.Sprint("new", i)); err != nil || string(got) != string(recs[i]) {
+			t.Fatalf("new%d: %q, %v", i, got, err)
+		}
+		if got, err := j.Record(fmt.Sprint("old", i)); err != nil || got != nil {
+			t.Fatalf("old%d after its delete: %q, %v", i, got, err)
+		}
+	}
+}

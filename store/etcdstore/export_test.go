@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/eventmq/emq/store"
 )
 
 // AppliedAnyway is appliedAnyway, for the tests.
@@ -27,3 +29,18 @@ func (e *Journal) Shadow() map[string]string {
 
 // UnwrapJob is unwrapJob, for the tests.
 func UnwrapJob(v []byte) (msgid, rec []byte, err error) { return unwrapJob(v) }
+
+// Batch runs fn as one batch of the journal's writes, beside its
+// committer: for tests of an idle journal only.
+func (e *Journal) Batch(fn func(t store.Tx, mark func() error) error) error {
+	return etcdKV{e}.Update(fn, true)
+}
+
+// Record is what the journal stores for a job (its record).
+func (e *Journal) Record(msgid string) (rec []byte, err error) {
+	err = etcdKV{e}.View(func(t store.Tx) error {
+		rec = t.Get(store.BucketJobs, []byte(msgid))
+		return nil
+	})
+	return rec, err
+}
