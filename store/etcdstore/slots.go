@@ -25,7 +25,11 @@ import (
 //   - a job put and deleted within one transaction costs nothing.
 //
 // A slot freed by a transaction that stores no new job is deleted in it.
-// A job stored at jobs/MSGID by format 4 stays there until it ends.
+// A batch's writes come in clumps (appends, then completes), so a write
+// that puts a new job joins a transaction of its wave that frees a slot,
+// and one that frees a slot a transaction that puts a new job (mark); a
+// transaction's operations are counted as place will send them. A job
+// stored at jobs/MSGID by format 4 stays there until it ends.
 //
 // The slot of a stored job is the shadow's (sitem.slot), so a view reads
 // a job's value at its revision from the slot it had then. The standby's
