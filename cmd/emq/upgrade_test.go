@@ -18,9 +18,9 @@ import (
 )
 
 // olderRelease is the commit an upgrade is tested from: the last landed
-// before the journal's etcd format 4 (state indexes in the leader's
-// memory alone), whose brokers write format 3 (state indexes in etcd).
-const olderRelease = "2fd981d"
+// before the journal's etcd format 5 (jobs in slots), whose brokers write
+// format 4 (each job at its own key, jobs/MSGID).
+const olderRelease = "a97bb1d"
 
 // olderEmq builds emq as it was at olderRelease, from this checkout's
 // history, with the modules already here (no network): skipped where
@@ -117,8 +117,8 @@ func TestGroupRollingUpgrade(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := cli.Get(ctx, group.JournalPrefix(group.DefaultOptions().Prefix)+"meta/format")
-	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "4" {
-		t.Fatalf("the journal's format after the upgrade: %v, %v; want 4", resp, err)
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "5" {
+		t.Fatalf("the journal's format after the upgrade: %v, %v; want 5", resp, err)
 	}
 	// An older broker started on the upgraded journal refuses it, naming it.
 	late := &groupBroker{t: t, name: "late", frontend: bt.FreeEndpoint(t), backend: bt.FreeEndpoint(t),
@@ -136,6 +136,6 @@ func TestGroupRollingUpgrade(t *testing.T) {
 	}()
 	// Its campaign comes once the others are gone.
 	testutil.EventuallyWithin(t, 30*time.Second, "the older broker refusing the upgraded journal by name", func() bool {
-		return strings.Contains(late.log(), `has format \"4\"; this binary knows \"3\"`)
+		return strings.Contains(late.log(), `has format \"5\"; this binary knows \"4\"`)
 	})
 }
