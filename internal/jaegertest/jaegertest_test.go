@@ -14,7 +14,7 @@ import (
 
 // A span sent over OTLP gRPC comes back through the query API, with its
 // service and parent.
-func TestSpanRoundTrip(t *testing.T) {
+func TestJaegerSpanRoundTrip(t *testing.T) {
 	t.Parallel()
 	j := jaegertest.Start(t, "")
 	exp, err := otlptracegrpc.New(context.Background(), otlptracegrpc.WithEndpoint(j.OTLPGRPC), otlptracegrpc.WithInsecure())
