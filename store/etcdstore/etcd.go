@@ -174,6 +174,7 @@ type Journal struct {
 
 	seq, seqTop uint64 // the last sequence given, and the top of the block reserved (committer only)
 	lastSlot    uint64 // the highest slot used (slots.go); under mu
+	jobsPrefix  string // PREFIX "jobs/": the keys place and where turn into slots
 
 	stopCompact chan struct{}
 	compacted   sync.WaitGroup
@@ -218,7 +219,7 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 		return nil, err
 	}
 	e := &Journal{cli: cli, opts: opts, stopCompact: make(chan struct{}), views: map[*etcdTx]struct{}{},
-		inflight: map[string]inflightChange{}}
+		inflight: map[string]inflightChange{}, jobsPrefix: opts.Prefix + string(store.BucketJobs) + "/"}
 	kv := etcdKV{e}
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 	defer cancel()
@@ -586,14 +587,17 @@ func (e *Journal) drain() {
 // of those that succeed.
 func (e *Journal) commitWave(w wave, ok []bool) error {
 	errs := make([]error, len(w.chunks))
-	placed, slots := make([][]clientv3.Op, len(w.chunks)), make([]map[string]uint64, len(w.chunks))
+	// Each chunk's operations, each key once, and as sent to etcd: the
+	// jobs in their slots.
+	ops, placed, slots := make([][]clientv3.Op, len(w.chunks)), make([][]clientv3.Op, len(w.chunks)), make([]map[string]uint64, len(w.chunks))
 	for i, c := range w.chunks {
-		placed[i], slots[i] = e.place(lastOfEach(c.ops))
+		ops[i] = lastOfEach(c.ops)
+		placed[i], slots[i] = e.place(ops[i])
 	}
 	var wg sync.WaitGroup
 	for i, c := range w.chunks {
 		if len(placed[i]) == 0 && len(e.opts.Guard) == 0 {
-			e.applyShadow(lastOfEach(c.ops), nil, 0)
+			e.applyShadow(ops[i], nil, 0)
 			e.applyShadow(c.sops, nil, 0)
 			continue
 		}
@@ -605,20 +609,19 @@ func (e *Journal) commitWave(w wave, ok []bool) error {
 			defer e.endWrite()
 			ctx, cancel := e.ctx()
 			defer cancel()
-			ops := lastOfEach(c.ops)
 			resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(placed[i]...).Commit()
 			if errors.Is(rpctypes.Error(err), rpctypes.ErrNoSpace) {
 				switch applied, known, rev := e.appliedAnyway(placed[i]); {
 				case !known:
 					err = fmt.Errorf("etcd answered %v, and its keys do not say whether it applied the transaction", rpctypes.Error(err))
 				case applied: // stored: it gates its ACK like any other
-					e.applyShadow(ops, slots[i], rev)
+					e.applyShadow(ops[i], slots[i], rev)
 					e.applyShadow(c.sops, nil, rev)
 					return
 				}
 			}
 			if err == nil && resp.Succeeded {
-				e.applyShadow(ops, slots[i], resp.Header.Revision)
+				e.applyShadow(ops[i], slots[i], resp.Header.Revision)
 				e.applyShadow(c.sops, nil, resp.Header.Revision)
 			}
 			switch {

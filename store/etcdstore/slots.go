@@ -77,9 +77,9 @@ func unwrapJob(v []byte) (msgid, rec []byte, err error) {
 // of their slots (see above), and returns the slot of each job it puts
 // in one (by etcd key) for the shadow. ops name each key once.
 func (e *Journal) place(ops []clientv3.Op) ([]clientv3.Op, map[string]uint64) {
-	jobs := e.key(store.BucketJobs, nil)
+	jobs := e.jobsPrefix
 	out := make([]clientv3.Op, 0, len(ops))
-	var slots map[string]uint64
+	slots := map[string]uint64{}
 	var free []uint64 // freed by the deletes
 	var fresh []int   // the new jobs' puts
 	e.mu.Lock()
@@ -100,7 +100,7 @@ func (e *Journal) place(ops []clientv3.Op) ([]clientv3.Op, map[string]uint64) {
 		case op.IsDelete():
 			free = append(free, it.slot)
 		default:
-			slots = withSlot(slots, k, it.slot)
+			slots[k] = it.slot
 			out = append(out, clientv3.OpPut(e.slotKey(it.slot), wrapJob([]byte(k[len(jobs):]), op.ValueBytes())))
 		}
 	}
@@ -113,7 +113,7 @@ func (e *Journal) place(ops []clientv3.Op) ([]clientv3.Op, map[string]uint64) {
 			n = e.lastSlot
 		}
 		k := string(ops[i].KeyBytes())
-		slots = withSlot(slots, k, n)
+		slots[k] = n
 		out = append(out, clientv3.OpPut(e.slotKey(n), wrapJob([]byte(k[len(jobs):]), ops[i].ValueBytes())))
 	}
 	for _, n := range free {
@@ -122,18 +122,10 @@ func (e *Journal) place(ops []clientv3.Op) ([]clientv3.Op, map[string]uint64) {
 	return out, slots
 }
 
-func withSlot(m map[string]uint64, k string, n uint64) map[string]uint64 {
-	if m == nil {
-		m = map[string]uint64{}
-	}
-	m[k] = n
-	return m
-}
-
 // where is the etcd key that holds key's value for t, and the msgid its
 // value starts with (nil: the value is the key's own, unwrapped).
 func (t *etcdTx) where(key string) (string, []byte) {
-	jobs := t.e.key(store.BucketJobs, nil)
+	jobs := t.e.jobsPrefix
 	if !strings.HasPrefix(key, jobs) {
 		return key, nil
 	}
