@@ -289,13 +289,13 @@ func (l *loader) add(kvs []*mvccpb.KeyValue) (int, error) {
 	var top uint64
 	for _, kv := range kvs {
 		size += len(kv.Value)
-		job, err := jobItems(l.e, kv)
+		job, idx, err := l.e.jobItems(kv)
 		if err != nil {
 			return 0, fmt.Errorf("journal on etcd %s: key %s: %w", l.e.opts.Prefix, kv.Key, err)
 		}
 		if job != nil {
-			jobs = append(jobs, job...)
-			top = max(top, job[0].slot)
+			jobs = append(jobs, job, idx)
+			top = max(top, job.slot)
 			continue
 		}
 		rel := l.e.rel(string(kv.Key))
@@ -319,33 +319,33 @@ func (l *loader) add(kvs []*mvccpb.KeyValue) (int, error) {
 	return size, nil
 }
 
-// jobItems returns the shadow's items of a job's key: its own and its
-// index entry; none for another key.
-func jobItems(e *Journal, kv *mvccpb.KeyValue) ([]*sitem, error) {
+// jobItems returns the shadow's items of a job's key (jobs/MSGID, or a
+// slot): the job's and its index entry's; nil for another key.
+func (e *Journal) jobItems(kv *mvccpb.KeyValue) (job, idx *sitem, err error) {
 	bucket, key := split(e.rel(string(kv.Key)))
 	var slot uint64
 	v := kv.Value
 	switch {
 	case bytes.Equal(bucket, slotBucket):
-		var err error
 		if slot, err = slotOf(key); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if key, v, err = unwrapJob(v); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	case !bytes.Equal(bucket, store.BucketJobs):
-		return nil, nil
+		return nil, nil, nil
 	}
-	rel := string(store.BucketJobs) + "/" + string(key)
-	it := shadowItem(rel, store.BucketJobs, key, v)
-	it.slot = slot
-	idx, err := indexItem(key, v)
-	if err != nil {
-		return nil, err
+	if idx, err = indexItem(key, v); err != nil {
+		return nil, nil, err
 	}
-	return []*sitem{it, idx}, nil
+	job = shadowItem(jobRel(key), store.BucketJobs, key, v)
+	job.slot = slot
+	return job, idx, nil
 }
+
+// jobRel is the shadow's key of job msgid.
+func jobRel(msgid []byte) string { return string(store.BucketJobs) + "/" + string(msgid) }
 
 func (l *loader) fail(err error) {
 	l.mu.Lock()

@@ -124,40 +124,15 @@ func (w *Warm) apply(evs []*clientv3.Event) error {
 	for _, ev := range evs {
 		rel := w.e.rel(string(ev.Kv.Key))
 		bucket, key := split(rel)
-		if bytes.Equal(bucket, slotBucket) {
-			if err := w.applySlot(ev); err != nil {
+		switch {
+		case bytes.Equal(bucket, store.BucketJobs) || bytes.Equal(bucket, slotBucket):
+			if err := w.applyJob(ev, bucket, key); err != nil {
 				return fmt.Errorf("key %s: %w", ev.Kv.Key, err)
 			}
-			w.rev = max(w.rev, ev.Kv.ModRevision)
-			continue
-		}
-		if bytes.Equal(bucket, store.BucketJobs) {
-			var prev []byte
-			if ev.PrevKv != nil {
-				prev = ev.PrevKv.Value
-			} else if it, ok := w.t.Get(&sitem{key: rel}); ok {
-				if it.val == nil {
-					return fmt.Errorf("the previous record of job %q is not known", key)
-				}
-				prev = it.val
-			}
-			if prev != nil {
-				if it, err := indexItem(key, prev); err == nil {
-					w.t.Delete(it)
-				}
-			}
-		}
-		if ev.Type == mvccpb.DELETE {
+		case ev.Type == mvccpb.DELETE:
 			w.t.Delete(&sitem{key: rel})
-		} else {
+		default:
 			w.t.ReplaceOrInsert(shadowItem(rel, bucket, key, ev.Kv.Value))
-			if bytes.Equal(bucket, store.BucketJobs) {
-				it, err := indexItem(key, ev.Kv.Value)
-				if err != nil {
-					return fmt.Errorf("key %s: %w", ev.Kv.Key, err)
-				}
-				w.t.ReplaceOrInsert(it)
-			}
 		}
 		w.rev = max(w.rev, ev.Kv.ModRevision)
 	}
@@ -165,33 +140,47 @@ func (w *Warm) apply(evs []*clientv3.Event) error {
 	return nil
 }
 
-// applySlot changes the shadow by an event of a slot (slots.go): the
-// job it held before ends there (its previous value names it), and the
-// one put starts.
-func (w *Warm) applySlot(ev *clientv3.Event) error {
-	if ev.PrevKv != nil {
-		id, rec, err := unwrapJob(ev.PrevKv.Value)
-		if err != nil {
+// applyJob changes the shadow by an event of a job's key (jobs/MSGID or
+// a slot, slots.go): the job there before ends (its item and the index
+// entry its record derived), and the one put starts.
+func (w *Warm) applyJob(ev *clientv3.Event, bucket, key []byte) error {
+	id, prev := key, []byte(nil) // the job there before, and its record
+	switch {
+	case bytes.Equal(bucket, slotBucket) && ev.PrevKv != nil:
+		var err error
+		if id, prev, err = unwrapJob(ev.PrevKv.Value); err != nil {
 			return err
 		}
-		if it, err := indexItem(id, rec); err == nil {
-			w.t.Delete(it)
+	case bytes.Equal(bucket, slotBucket):
+		if ev.Type == mvccpb.DELETE || !ev.IsCreate() {
+			return errors.New("the job it held before is not known")
 		}
-		w.t.Delete(&sitem{key: string(store.BucketJobs) + "/" + string(id)})
-	} else if ev.Type == mvccpb.DELETE || !ev.IsCreate() {
-		return errors.New("its previous value is not known")
+	case ev.PrevKv != nil:
+		prev = ev.PrevKv.Value
+	default:
+		if it, ok := w.t.Get(&sitem{key: jobRel(key)}); ok {
+			if it.val == nil {
+				return fmt.Errorf("the previous record of job %q is not known", key)
+			}
+			prev = it.val // its head: enough for its index entry
+		}
+	}
+	if prev != nil {
+		if idx, err := indexItem(id, prev); err == nil {
+			w.t.Delete(idx)
+		}
+		w.t.Delete(&sitem{key: jobRel(id)})
 	}
 	if ev.Type == mvccpb.DELETE {
 		return nil
 	}
-	items, err := jobItems(w.e, ev.Kv)
+	job, idx, err := w.e.jobItems(ev.Kv)
 	if err != nil {
 		return err
 	}
-	for _, it := range items {
-		w.t.ReplaceOrInsert(it)
-	}
-	w.lastSlot = max(w.lastSlot, items[0].slot)
+	w.t.ReplaceOrInsert(job)
+	w.t.ReplaceOrInsert(idx)
+	w.lastSlot = max(w.lastSlot, job.slot)
 	return nil
 }
 
