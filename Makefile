@@ -8,6 +8,7 @@ JAEGER    ?= bin/jaeger
 # load (golang/go#75804, fixed in go1.27); a count has no deadline to race.
 FUZZTIME  ?= 100000x
 STATICCHECK_VERSION ?= v0.8.2
+RACE      := $(GO) test -race -count=1 -timeout 25m
 
 .PHONY: help run build check test test-most vet race race-most jaeger-idle memory fuzz fuzz-short bench gobench lint screenshots torture faults ha-demo trace-demo clean
 
@@ -31,7 +32,7 @@ check: ## the edit-test loop, under a minute: vet, build, the short tests that n
 
 test: vet ## all tests: go vet, the race detector, the memory tests, a short fuzz pass
 	@$(MAKE) --no-print-directory -j2 jaeger-idle test-most
-	$(GO) test -race -count=1 -run '$(JAEGER_TESTS)' ./cmd/emq ./internal/jaegertest
+	$(RACE) -run '$(JAEGER_TESTS)' ./cmd/emq ./internal/jaegertest
 	@echo "[make] trace tests done at $$(date +%T)"
 
 # make test runs the trace tests (JAEGER_TESTS: they need bin/jaeger)
@@ -47,7 +48,7 @@ test-most: # one after another, beside jaeger-idle
 	@$(MAKE) --no-print-directory fuzz-short
 
 race-most:
-	$(GO) test -race -count=1 -timeout 25m -skip '$(JAEGER_TESTS)' ./...
+	$(RACE) -skip '$(JAEGER_TESTS)' ./...
 	@echo "[make] race (but the trace tests) done at $$(date +%T)"
 
 jaeger-idle:
@@ -58,7 +59,7 @@ vet:
 	@echo "[make] vet done at $$(date +%T)"
 
 race: $(JAEGER) ## every package under the race detector: cmd/emq's process-level tests take about 9 minutes on 2 cores
-	$(GO) test -race -count=1 -timeout 25m ./...
+	$(RACE) ./...
 	@echo "[make] race done at $$(date +%T)"
 
 memory: ## the broker's memory tests, which the race detector skips
