@@ -111,7 +111,9 @@
 //	    forwarded REQUEST keeps the client's msgid and has reply-requested
 //	    added, and attempt:N from the second delivery on.
 //	 4. REPLY from the worker holding the job: Complete in the journal (it
-//	    may wait a moment to share an append's commit), the REPLY forwarded
+//	    may wait a moment to share an append's commit; on etcd up to
+//	    --etcd-hold-completes, so that a new job takes its key: a failover
+//	    meanwhile runs the job again), the REPLY forwarded
 //	    to the client if it asked, the result kept for ResultTTL if set. A
 //	    REPLY or FAIL for a job the sender does not hold is ignored and
 //	    counted.

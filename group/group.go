@@ -82,6 +82,9 @@ type Options struct {
 	// ColdStandby: a standby keeps no copy of the journal's shadow
 	// (etcdstore.Warm), and a takeover reads the whole journal.
 	ColdStandby bool
+	// HoldCompletes is how long a job's Complete may wait for a new job
+	// to take its etcd key (etcdstore.Options.HoldCompletes; 0 = never).
+	HoldCompletes time.Duration
 	// Shard names the group's shard when queues are spread over several
 	// groups (placement.go); "" = the only group. The placement is at
 	// PlacementPrefix on PlacementEndpoints (none = Endpoints).
@@ -97,7 +100,8 @@ type Options struct {
 // DefaultOptions returns the defaults.
 func DefaultOptions() Options {
 	return Options{Prefix: "/emq/", LeaderTTL: 2 * time.Second, Timeout: 2 * time.Second, DialTimeout: 5 * time.Second,
-		Pipeline: etcdstore.DefaultPipeline, Gather: etcdstore.DefaultGather, PlacementPrefix: DefaultPlacementPrefix}
+		Pipeline: etcdstore.DefaultPipeline, Gather: etcdstore.DefaultGather, PlacementPrefix: DefaultPlacementPrefix,
+		HoldCompletes: etcdstore.DefaultHoldCompletes}
 }
 
 // Validate reports the first bad option, named as its flag.
@@ -115,6 +119,8 @@ func (g Options) Validate() error {
 		return fmt.Errorf("etcd-pipeline: must be 1 to 1024, got %d", g.Pipeline)
 	case g.Gather < 0 || g.Gather > time.Second:
 		return fmt.Errorf("etcd-gather: must be 0 to 1s, got %v", g.Gather)
+	case g.HoldCompletes < 0 || g.HoldCompletes > time.Second:
+		return fmt.Errorf("etcd-hold-completes: must be 0 to 1s, got %v", g.HoldCompletes)
 	case g.DialTimeout <= 0:
 		return fmt.Errorf("etcd dial timeout: must be positive, got %v", g.DialTimeout)
 	case (g.Username == "") != (g.Password == ""):
@@ -158,6 +164,7 @@ func (g Options) JournalOptions(el *concurrency.Election) etcdstore.Options {
 func (g Options) journal() etcdstore.Options {
 	eo := etcdstore.DefaultOptions()
 	eo.Prefix, eo.Timeout, eo.Pipeline, eo.Gather = JournalPrefix(g.Prefix), g.Timeout, g.Pipeline, g.Gather
+	eo.HoldCompletes = g.HoldCompletes
 	return eo
 }
 

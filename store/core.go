@@ -70,6 +70,16 @@ type write struct {
 	finish func(commitErr error)
 	lazy   bool // may wait LazyDelay for company (see Options)
 	size   int  // bytes it stores (an Append's record)
+
+	// What HoldCompletes needs to know of a job's write: its msgid, and
+	// whether it is an Append (takes a place for a new job; plain: no
+	// unique key, no workflow, so it reads only its own msgid's keys) or
+	// a Complete that deletes its job (frees one). held: when it was
+	// first held over (zero: never).
+	job          string
+	takes, plain bool
+	frees        bool
+	held         time.Time
 }
 
 // CoreOptions are what a backend tells the journal's core: its own
@@ -120,6 +130,14 @@ type CoreOptions struct {
 	// batches may be committing at once. Their writes are reported in
 	// the order the batches were taken.
 	Pipeline int
+	// HoldCompletes, if set, is how long a batch's Completes beyond its
+	// Appends may wait, batch after batch, for Appends to share their
+	// commit (holdOver). On etcd a job deleted in the transaction that
+	// stores another costs one put over the same key (etcdstore's
+	// slots); a Complete with no Append beside it costs a delete. The
+	// price: a job completed stays stored that much longer, and a
+	// failover meanwhile runs it again.
+	HoldCompletes time.Duration
 }
 
 // StartCore starts the committer of a journal named name (in errors: a
@@ -180,17 +198,19 @@ func (j *Core) commitLoop() {
 	if j.flights != nil {
 		defer func() { close(j.flights); <-j.reported }()
 	}
-	var batch []write
+	var batch, held []write
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
 		var closing bool
-		batch, closing = j.take(batch[:0])
+		batch, closing = j.take(append(batch[:0], held...))
+		clear(held)
+		held = held[:0]
 		if len(batch) > 0 && !closing && j.opts.LazyDelay > 0 && allLazy(batch) {
 			// Only Completes: give an Append the chance to share the fsync.
 			timer.Reset(j.opts.LazyDelay)
 		wait:
-			for allLazy(batch) && len(batch) < j.opts.MaxBatch {
+			for allLazy(batch) && len(batch) < j.opts.MaxBatch && !closing {
 				select {
 				case <-j.wake:
 					batch, closing = j.take(batch)
@@ -213,9 +233,27 @@ func (j *Core) commitLoop() {
 			case <-j.landed:
 			}
 		}
+		if j.opts.HoldCompletes > 0 && !closing {
+			batch, held = holdOver(batch, held, time.Now(), j.opts.HoldCompletes)
+		}
 		if len(batch) > 0 {
 			j.commitAll(batch)
 			clear(batch)
+			continue
+		}
+		if len(held) > 0 { // and nothing else: wait for company, or until one must go
+			first := held[0].held
+			for _, w := range held[1:] {
+				if w.held.Before(first) {
+					first = w.held
+				}
+			}
+			timer.Reset(time.Until(first.Add(j.opts.HoldCompletes)))
+			select {
+			case <-j.wake:
+			case <-timer.C:
+			}
+			timer.Stop()
 			continue
 		}
 		if closing {
@@ -223,6 +261,60 @@ func (j *Core) commitLoop() {
 		}
 		<-j.wake
 	}
+}
+
+// holdOver moves to held the Completes of batch that no Append of it
+// pairs with: as many as it has Completes that delete beyond Appends,
+// from its end, and none first held before since. A Complete is moved
+// only past plain Appends of other msgids, which read nothing it writes,
+// and held ones go first in the next batch: every write still sees the
+// ones before it as they came.
+func holdOver(batch, held []write, now time.Time, hold time.Duration) (kept, _ []write) {
+	since := now.Add(-hold)
+	surplus := 0
+	for _, w := range batch {
+		switch {
+		case w.frees:
+			surplus++
+		case w.takes:
+			surplus--
+		}
+	}
+	if surplus <= 0 {
+		return batch, held
+	}
+	passed := map[string]bool{} // msgids of the Appends a held Complete goes past
+	var moved []int             // indexes in batch, from its end
+	for i := len(batch) - 1; i >= 0 && surplus > 0; i-- {
+		w := batch[i]
+		if w.takes && w.plain {
+			passed[w.job] = true
+			continue
+		}
+		if !w.frees || passed[w.job] || (!w.held.IsZero() && w.held.Before(since)) {
+			break
+		}
+		moved = append(moved, i)
+		surplus--
+	}
+	if len(moved) == 0 {
+		return batch, held
+	}
+	kept = batch[:moved[len(moved)-1]]
+	for n := len(moved) - 1; n >= 0; n-- {
+		w := batch[moved[n]]
+		if w.held.IsZero() {
+			w.held = now
+		}
+		held = append(held, w)
+		end := len(batch)
+		if n > 0 {
+			end = moved[n-1]
+		}
+		kept = append(kept, batch[moved[n]+1:end]...)
+	}
+	clear(batch[len(kept):])
+	return kept, held
 }
 
 // gather goes on taking writes into a batch that gates an ACK, while

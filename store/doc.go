@@ -92,7 +92,10 @@
 // committing, so concurrent writers share one flush without a fixed
 // delay. A batch of only Completes (which gate no ACK) is not flushed on
 // its own: the next durable batch flushes it (boltstore; LazyDelay, 0 by
-// default, can make it wait for one). A write's done runs only after its
+// default, can make it wait for one). On etcd the Completes a batch has
+// beyond its Appends wait for the Appends of the batches after, up to
+// HoldCompletes, so that a new job's put ends an old job too
+// (etcdstore/slots.go). A write's done runs only after its
 // batch is durable; if the commit fails (disk full, I/O error), every
 // write of that batch gets the error and nothing of it is acknowledged.
 // Records are encoded on the caller's goroutine; the committer only

@@ -139,6 +139,7 @@ func (jn *Core) Append(j *Job, done func(dup bool, err error)) {
 			}
 		},
 		size: len(j.Payload) + len(j.Headers),
+		job:  j.MsgID, takes: true, plain: uk == nil && !workflow,
 	})
 }
 
@@ -301,6 +302,7 @@ func (jn *Core) Complete(msgid string, result []byte, keepUntil time.Time, trail
 			}
 		},
 		lazy: true,
+		job:  msgid, frees: keepUntil.IsZero(),
 	})
 }
 

@@ -84,6 +84,7 @@ start).`,
 	f.Duration("leader-ttl", group.DefaultOptions().LeaderTTL, "with --etcd-endpoints: the leader's lease, how long a group goes without a leader when it dies (whole seconds)")
 	f.String("etcd-name", "", "with --etcd-endpoints: this broker's name in the group (default host:pid)")
 	f.Bool("cold-standby", false, "with --etcd-endpoints: a standby keeps no copy of the journal's keys (by default it follows the leader's writes, holding what the leader holds in memory, about 330 bytes a stored job, so that a takeover need not read the journal: with 1,000,000 jobs stored that read takes seconds)")
+	f.Duration("etcd-hold-completes", group.DefaultOptions().HoldCompletes, "with --etcd-endpoints: how long a job's completion with no new job in its commit to take its etcd key may wait for one in the commits after, so that one put ends the one job and stores the other (0 = delete at once; until the deletion is written, a failover runs the job again)")
 	f.Duration("etcd-gather", group.DefaultOptions().Gather, "with --etcd-endpoints: while several senders' jobs come in less than this apart, a commit waits for the next (up to 4 times this in all), so that senders waiting for their ACKs share commits (0 = commit at once)")
 	f.Int("etcd-pipeline", group.DefaultOptions().Pipeline, "with --etcd-endpoints: how many of the journal's commits may be in flight at once (1 to 1024; etcd carries concurrent transactions in one raft round; 1: one after another)")
 	f.String("shard", "", "with --etcd-endpoints: the group is this shard of several, and takes jobs only for the queues the placement puts on it (emq shards)")
@@ -203,6 +204,13 @@ func groupOptions(c *config) (group.Options, error) {
 			return g, err
 		}
 		g.ColdStandby = b
+	}
+	if c.v.IsSet("etcd-hold-completes") {
+		d, err := c.duration("etcd-hold-completes")
+		if err != nil {
+			return g, err
+		}
+		g.HoldCompletes = d
 	}
 	if c.v.IsSet("etcd-pipeline") {
 		n, err := c.integer("etcd-pipeline")

@@ -74,13 +74,18 @@ type Options struct {
 	// the revision it had one period before (0: never). Read-only
 	// journals never compact.
 	CompactEvery time.Duration
+	// HoldCompletes is how long a Complete with no Append in its batch
+	// to take its job's slot may wait for one in the batches after,
+	// rather than cost a delete of its own (0 = never;
+	// store.CoreOptions.HoldCompletes).
+	HoldCompletes time.Duration
 }
 
 // DefaultOptions returns the defaults. MaxJobSize leaves room in one
 // request for a job's keys and a kept result's.
 func DefaultOptions() Options {
 	o := Options{MaxBatch: 8192, LazyDelay: 2 * time.Millisecond, Prefix: "/emq/", MaxTxnOps: 128, MaxRequestBytes: 1536 << 10,
-		Timeout: 5 * time.Second, CompactEvery: 10 * time.Second, Pipeline: DefaultPipeline, Gather: DefaultGather}
+		Timeout: 5 * time.Second, CompactEvery: 10 * time.Second, Pipeline: DefaultPipeline, Gather: DefaultGather, HoldCompletes: DefaultHoldCompletes}
 	o.MaxJobSize = MaxJobSize(o.MaxRequestBytes)
 	return o
 }
@@ -91,6 +96,10 @@ func DefaultOptions() Options {
 // second (docs/benchmarks.md, issue 34); across a network, where a
 // commit waits on the round trip, more may carry more.
 const DefaultPipeline = 1
+
+// DefaultHoldCompletes is how long a Complete waits by default for a
+// new job to take its slot (Options.HoldCompletes).
+const DefaultHoldCompletes = 100 * time.Millisecond
 
 // DefaultGather is how long a commit of several senders' jobs waits for
 // more of them by default (Options.Gather): a tenth of a commit on etcd
@@ -121,6 +130,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("store: LazyDelay must be 0 to 1s, got %v", o.LazyDelay)
 	case o.Gather < 0 || o.Gather > time.Second:
 		return fmt.Errorf("store: Gather must be 0 to 1s, got %v", o.Gather)
+	case o.HoldCompletes < 0 || o.HoldCompletes > time.Second:
+		return fmt.Errorf("store: HoldCompletes must be 0 to 1s, got %v", o.HoldCompletes)
 	case o.Prefix == "" || !strings.HasSuffix(o.Prefix, "/"):
 		return fmt.Errorf("store: etcd prefix must end with /, got %q", o.Prefix)
 	case o.MaxTxnOps < 8:
@@ -265,10 +276,11 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 	}
 	e.Core = store.StartCore("on etcd "+opts.Prefix, kv, store.CoreOptions{MaxBatch: opts.MaxBatch, MaxJobSize: opts.MaxJobSize,
 		ReadOnly: opts.ReadOnly, OnCommit: opts.OnCommit, LazyDelay: opts.LazyDelay, Gather: opts.Gather,
-		BulkLimit: opts.MaxTxnOps / 5,                  // a done job's expiry deletes four keys
-		MaxWrite:  opts.MaxRequestBytes - etcdOverhead, // one request
-		LoadChunk: 4 * getChunk,                        // copied out of etcd, payloads with them: 4 requests at once
-		Pipeline:  opts.Pipeline,
+		BulkLimit:     opts.MaxTxnOps / 5,                  // a done job's expiry deletes four keys
+		MaxWrite:      opts.MaxRequestBytes - etcdOverhead, // one request
+		LoadChunk:     4 * getChunk,                        // copied out of etcd, payloads with them: 4 requests at once
+		Pipeline:      opts.Pipeline,
+		HoldCompletes: opts.HoldCompletes,
 	})
 	if !opts.ReadOnly {
 		if err := e.Resume(); err != nil {

@@ -779,3 +779,178 @@ func TestEtcdPairsEndedAndNewJobsAcrossABatch(t *testing.T) {
 		}
 	}
 }
+
+// TestEtcdHoldsACompleteOverForTheNextAppend: a batch with more
+// Completes than Appends (here two of one, one of the other) holds the
+// Complete its Append cannot pair with over to a later batch, where the
+// next job's put takes its slot: two jobs ended and two stored in two
+// puts, no delete. Without the hold the second Complete costs a delete.
+func TestEtcdHoldsACompleteOverForTheNextAppend(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	for _, hold := range []bool{true, false} {
+		t.Run(fmt.Sprint("hold=", hold), func(t *testing.T) {
+			opts := etcdstore.DefaultOptions()
+			opts.Prefix = fmt.Sprintf("/hold%v/", hold)
+			opts.LazyDelay = time.Second // a held Complete waits for the next Append (the longest allowed)
+			opts.HoldCompletes = 0
+			if hold {
+				opts.HoldCompletes = time.Second
+			}
+			j := openEtcd(t, cli, opts)
+			appendJob(t, j, "a")
+			appendJob(t, j, "c")
+			events := watchSlots(t, cli, opts.Prefix)
+			completed := make(chan string, 2)
+			stalled := stallCommitter(t, j)
+			for _, id := range []string{"a", "c"} {
+				j.Complete(id, nil, time.Time{}, nil, func(found bool, err error) {
+					if !found || err != nil {
+						t.Errorf("complete %s: found %v, %v", id, found, err)
+					}
+					completed <- id
+				})
+			}
+			j.Append(&store.Job{MsgID: "b", Queue: "q"}, nil)
+			close(stalled)
+			if id := <-completed; id != "a" {
+				t.Fatalf("%s completed first; want a, with b's commit", id)
+			}
+			want := []string{"put b", "delete", "put d"} // c's own delete
+			if hold {
+				select {
+				case id := <-completed:
+					t.Fatalf("%s completed before a job came to take its slot", id)
+				default:
+				}
+				want = []string{"put b", "put d"}
+			} else {
+				<-completed
+			}
+			appendJob(t, j, "d")
+			if hold {
+				<-completed
+			}
+			if got := events(len(want)); !slices.Equal(got, want) {
+				t.Fatalf("etcd took %q; want %q", got, want)
+			}
+			for id, want := range map[string]bool{"a": false, "b": true, "c": false, "d": true} {
+				if rec, err := j.Record(id); err != nil || (rec != nil) != want {
+					t.Fatalf("%s stored: %v, %v; want %v", id, rec != nil, err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestEtcdHeldCompletesKeepTheirOrder: a Complete is not held past an
+// Append of its own msgid (the job sent again once it ended is a new
+// job, not a duplicate), and a held one is written when the journal
+// closes, however long LazyDelay.
+func TestEtcdHeldCompletesKeepTheirOrder(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	opts := etcdstore.DefaultOptions()
+	opts.Prefix = "/order/"
+	opts.LazyDelay = time.Second
+	j, err := etcdstore.Open(cli, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendJob(t, j, "a")
+	appendJob(t, j, "c")
+	appendJob(t, j, "e")
+	stalled := stallCommitter(t, j)
+	errs := make(chan error, 4)
+	done := func(_ bool, err error) { errs <- err }
+	j.Complete("c", nil, time.Time{}, nil, done)
+	j.Complete("a", nil, time.Time{}, nil, done)
+	var dup bool
+	j.Append(&store.Job{MsgID: "a", Queue: "q", Payload: []byte("again")}, func(d bool, err error) { dup = d; errs <- err })
+	close(stalled)
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rec, err := j.Record("a"); err != nil || dup || rec == nil {
+		t.Fatalf("a sent again after its Complete: duplicate %v, stored %v, %v; want a new job, stored", dup, rec != nil, err)
+	}
+	j.Complete("e", nil, time.Time{}, nil, done) // alone: held over, then waits LazyDelay
+	j.Close()
+	if err := <-errs; err != nil {
+		t.Fatalf("a held Complete at Close: %v", err)
+	}
+	j = openEtcd(t, cli, opts)
+	if rec, err := j.Record("e"); err != nil || rec != nil {
+		t.Fatalf("e after its Complete and Close: stored %v, %v", rec != nil, err)
+	}
+}
+
+// TestEtcdHeldCompleteIsWrittenAlone: a Complete that no job comes to
+// pair with is deleted once its hold is up, not kept waiting.
+func TestEtcdHeldCompleteIsWrittenAlone(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	opts := etcdstore.DefaultOptions()
+	opts.Prefix = "/alone/"
+	opts.LazyDelay, opts.HoldCompletes = time.Millisecond, 50*time.Millisecond
+	j := openEtcd(t, cli, opts)
+	appendJob(t, j, "a")
+	events := watchSlots(t, cli, opts.Prefix)
+	if found, err := store.Wait(func(done func(bool, error)) { j.Complete("a", nil, time.Time{}, nil, done) }); !found || err != nil {
+		t.Fatalf("complete a: found %v, %v", found, err)
+	}
+	if got := events(1); !slices.Equal(got, []string{"delete"}) {
+		t.Fatalf("etcd took %q; want a's delete", got)
+	}
+}
+
+// appendJob appends a job of queue q and waits until it is stored.
+func appendJob(t *testing.T, j *etcdstore.Journal, id string) {
+	t.Helper()
+	if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: id, Queue: "q"}, done) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stallCommitter holds the journal's committer until the channel it
+// returns is closed, so that the writes queued meanwhile make one batch.
+func stallCommitter(t *testing.T, j *etcdstore.Journal) chan struct{} {
+	stalled, running := make(chan struct{}), make(chan struct{})
+	j.Alone(func() { close(running); <-stalled }, func(err error) { t.Errorf("stall: %v", err) })
+	<-running
+	return stalled
+}
+
+// watchSlots watches the slots under prefix from now on; the function it
+// returns waits for n changes and names them ("put MSGID", "delete").
+func watchSlots(t *testing.T, cli *clientv3.Client, prefix string) func(n int) []string {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	now, err := cli.Get(ctx, prefix+"meta/format")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wch := cli.Watch(ctx, prefix+"slot/", clientv3.WithPrefix(), clientv3.WithRev(now.Header.Revision+1))
+	return func(n int) []string {
+		t.Helper()
+		var got []string
+		for len(got) < n {
+			select {
+			case resp := <-wch:
+				for _, ev := range resp.Events {
+					if ev.Type == clientv3.EventTypeDelete {
+						got = append(got, "delete")
+						continue
+					}
+					id, _, err := etcdstore.UnwrapJob(ev.Kv.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got = append(got, "put "+string(id))
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("after 10 s the watch saw %q; want %d changes", got, n)
+			}
+		}
+		return got
+	}
+}
