@@ -76,6 +76,8 @@ func TestConfigCheck(t *testing.T) {
 		{"pipeline.yaml", "etcd-endpoints: http://127.0.0.1:1\netcd-pipeline: 0\n", "etcd-pipeline"},
 		{"ttl.yaml", "etcd-endpoints: http://127.0.0.1:1\nleader-ttl: 1500ms\n", "leader-ttl"},
 		{"gather.yaml", "etcd-endpoints: http://127.0.0.1:1\netcd-gather: 2s\n", "etcd-gather"},
+		{"hold.yaml", "etcd-endpoints: http://127.0.0.1:1\netcd-hold-completes: -1s\n", "etcd-hold-completes"},
+		{"holdword.yaml", "etcd-endpoints: http://127.0.0.1:1\netcd-hold-completes: yes\n", "etcd-hold-completes"},
 		{"etcdsize.yaml", "etcd-endpoints: http://127.0.0.1:1\nmax-job-size: 100MiB\n", "max-job-size"},
 	} {
 		out, err := check(c.name, c.text)
