@@ -48,6 +48,13 @@ type Core struct {
 	// appended: how many Appends the last batch taken held (holdOver);
 	// the committer's own.
 	appended int
+	// workflows: the journal may hold workflow state (found by the
+	// committer's first look, looked is set; or a workflow's Append or
+	// OpenBatch queued since). Its Completes are then never held: a
+	// Complete settles what waits for its job or its batch (workflow.go),
+	// which must not wait with it, nor be passed by an Append.
+	workflows atomic.Bool
+	looked    bool
 }
 
 // flight is a batch submitted to a Pipeliner, waiting for its commit.
@@ -133,10 +140,12 @@ type CoreOptions struct {
 	// batches may be committing at once. Their writes are reported in
 	// the order the batches were taken.
 	Pipeline int
-	// HoldCompletes, if set, is how long a batch's Completes beyond its
-	// Appends may wait, batch after batch, for Appends to share their
-	// commit (holdOver). On etcd a job deleted in the transaction that
-	// stores another costs one put over the same key (etcdstore's
+	// HoldCompletes, if set, is about how long a batch's Completes
+	// beyond its Appends may wait, batch after batch, for Appends to
+	// share their commit (holdOver; up to a LazyDelay more on each
+	// side), as many as the last batches' Appends, and none while the
+	// journal holds workflows. On etcd a job deleted in the transaction
+	// that stores another costs one put over the same key (etcdstore's
 	// slots); a Complete with no Append beside it costs a delete. The
 	// price: a job completed stays stored that much longer, and a
 	// failover meanwhile runs it again.
@@ -236,7 +245,7 @@ func (j *Core) commitLoop() {
 			case <-j.landed:
 			}
 		}
-		if j.opts.HoldCompletes > 0 && !closing {
+		if j.opts.HoldCompletes > 0 && !closing && !j.hasWorkflows() {
 			batch, held, j.appended = holdOver(batch, held, j.appended, time.Now(), j.opts.HoldCompletes)
 		}
 		if len(batch) > 0 {
@@ -251,12 +260,17 @@ func (j *Core) commitLoop() {
 					first = w.held
 				}
 			}
-			timer.Reset(time.Until(first.Add(j.opts.HoldCompletes)))
-			select {
-			case <-j.wake:
-			case <-timer.C:
+			j.qmu.Lock()
+			queued := len(j.queue) > 0 // left by a take that was full
+			j.qmu.Unlock()
+			if !queued {
+				timer.Reset(time.Until(first.Add(j.opts.HoldCompletes)))
+				select {
+				case <-j.wake:
+				case <-timer.C:
+				}
+				timer.Stop()
 			}
-			timer.Stop()
 			continue
 		}
 		if closing {
@@ -264,6 +278,29 @@ func (j *Core) commitLoop() {
 		}
 		<-j.wake
 	}
+}
+
+// hasWorkflows reports whether the journal may hold workflow state; the
+// first call looks (the committer's).
+func (j *Core) hasWorkflows() bool {
+	if !j.looked {
+		j.looked = true
+		err := j.kv.View(func(t Tx) error {
+			for _, b := range [][]byte{BucketBatches, BucketAfter, BucketAfterB, BucketSettling} {
+				if err := t.Scan(b, nil, func(_, _ []byte) (bool, error) {
+					j.workflows.Store(true)
+					return false, nil
+				}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			j.workflows.Store(true) // not known: as if
+		}
+	}
+	return j.workflows.Load()
 }
 
 // holdOver moves to held the Completes of batch that no Append of it
@@ -275,7 +312,8 @@ func (j *Core) commitLoop() {
 // a sum of each batch's surplus, drift up to all those of the last hold
 // (measured: 99 jobs run again a leader's kill at 8 senders, not 4.5).
 // A Complete is moved only past plain Appends of other msgids, which
-// read nothing it writes, and held ones go first in the next batch:
+// read nothing it writes (with no workflows: hasWorkflows), and held
+// ones go first in the next batch:
 // every write still sees the ones before it as they came. It returns
 // this batch's Appends.
 func holdOver(batch, held []write, before int, now time.Time, hold time.Duration) (kept, _ []write, appends int) {

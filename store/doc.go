@@ -93,9 +93,11 @@
 // delay. A batch of only Completes (which gate no ACK) is not flushed on
 // its own: the next durable batch flushes it (boltstore; LazyDelay, 0 by
 // default, can make it wait for one). On etcd the Completes a batch has
-// beyond its Appends wait for the Appends of the batches after, up to
-// HoldCompletes, so that a new job's put ends an old job too
-// (etcdstore/slots.go). A write's done runs only after its
+// beyond its Appends (as many as the last batches' Appends) wait for the
+// Appends of the batches after, for about HoldCompletes, so that a new
+// job's put ends an old job too (etcdstore/slots.go); not while the
+// journal holds workflows, whose Completes settle other jobs. A write's
+// done runs only after its
 // batch is durable; if the commit fails (disk full, I/O error), every
 // write of that batch gets the error and nothing of it is acknowledged.
 // Records are encoded on the caller's goroutine; the committer only

@@ -549,6 +549,7 @@ func (jn *Core) Resume() error {
 func (jn *Core) OpenBatch(name string, open bool, done func(*Batch, error)) {
 	var out *Batch
 	f := jn.newFlow(time.Now())
+	jn.workflows.Store(true) // no Complete is held once batches exist (holdOver)
 	jn.enqueue(write{
 		apply: func(t Tx) error {
 			if name == "" || len(name) > MaxQueueLen {

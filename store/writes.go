@@ -76,6 +76,7 @@ func (jn *Core) Append(j *Job, done func(dup bool, err error)) {
 	}
 	var f *flow
 	if workflow {
+		jn.workflows.Store(true) // before it is queued: no Complete is held past it (holdOver)
 		f = jn.newFlow(rec.Enqueued)
 		for _, p := range j.After {
 			reads = append(reads, Key{Bucket: BucketJobs, Key: []byte(p)}, Key{Bucket: BucketResults, Key: []byte(p)})

@@ -954,3 +954,47 @@ func watchSlots(t *testing.T, cli *clientv3.Client, prefix string) func(n int) [
 		return got
 	}
 }
+
+// TestEtcdDoesNotHoldCompletesOfWorkflows: a journal that holds a batch
+// (found when it opens, or opened since) holds no Complete over: each
+// settles what waits for its job or batch in its own commit.
+func TestEtcdDoesNotHoldCompletesOfWorkflows(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	opts := etcdstore.DefaultOptions()
+	opts.Prefix = "/flows/"
+	opts.LazyDelay, opts.HoldCompletes = time.Second, time.Second
+	for _, reopened := range []bool{false, true} {
+		commits := make(chan int, 16)
+		opts.OnCommit = func(writes int, _ time.Duration) { commits <- writes }
+		j, err := etcdstore.Open(cli, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reopened {
+			if _, err := store.Wait(func(done func(*store.Batch, error)) { j.OpenBatch("b", false, done) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		appendJob(t, j, "a")
+		appendJob(t, j, "c")
+		for len(commits) > 0 {
+			<-commits
+		}
+		stalled := stallCommitter(t, j)
+		errs := make(chan error, 3)
+		done := func(_ bool, err error) { errs <- err }
+		j.Complete("a", nil, time.Time{}, nil, done)
+		j.Complete("c", nil, time.Time{}, nil, done)
+		j.Append(&store.Job{MsgID: "n", Queue: "q"}, done)
+		close(stalled)
+		if n := <-commits; n != 3 {
+			t.Fatalf("reopened %v: the first commit after the stall carried %d writes; want all 3 (no Complete held)", reopened, n)
+		}
+		for range 3 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		j.Close()
+	}
+}

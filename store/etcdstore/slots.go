@@ -32,10 +32,12 @@ import (
 // stored at jobs/MSGID by format 4 stays there until it ends.
 //
 // A batch with more Completes than Appends would still delete the slots
-// left over. Its surplus Completes wait instead for the Appends of the
-// batches after, up to HoldCompletes (store.CoreOptions.HoldCompletes):
-// with one sender, each job's Complete rides on the next job's commit,
-// and a job's life costs one put and its commit's compare.
+// left over. Its surplus Completes (as many as the last batches'
+// Appends) wait instead for the Appends of the batches after, for about
+// HoldCompletes (store.CoreOptions.HoldCompletes; not while the journal
+// holds workflows): with one sender, each job's Complete rides on the
+// next job's commit, and a job's life costs one put and its commit's
+// compare.
 //
 // The slot of a stored job is the shadow's (sitem.slot), so a view reads
 // a job's value at its revision from the slot it had then. The standby's
