@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 )
@@ -67,6 +68,20 @@ func Head(msgid, rec []byte) ([]byte, error) {
 		h = append(h, 0) // no trail
 	}
 	return append(h, rest...), nil
+}
+
+// Part is the part of bucket's key holding v that a write decides on
+// (what a HeadReader gives): a job's head, a kept result's expiry, or,
+// whole, v itself. A job record that does not decode has no part (nil).
+func Part(bucket, key, v []byte) (part []byte, whole bool) {
+	switch {
+	case bytes.Equal(bucket, BucketJobs):
+		h, _ := Head(key, v)
+		return h, false
+	case bytes.Equal(bucket, BucketResults) && len(v) > 8:
+		return v[:8], false
+	}
+	return v, true
 }
 
 // A HeadReader is a Tx that gives a value as a write that decides on it

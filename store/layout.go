@@ -69,6 +69,12 @@ func Seal(bucket, key, val []byte) []byte {
 	return out
 }
 
+// AppendSeal is Seal without a copy: val's checksum appended to val
+// (in place when it has the room).
+func AppendSeal(bucket, key, val []byte) []byte {
+	return binary.LittleEndian.AppendUint32(val, sealSum(bucket, key, val))
+}
+
 // Unseal checks a sealed value and returns it without its checksum.
 func Unseal(bucket, key, stored []byte) ([]byte, bool) {
 	if len(stored) < 4 {

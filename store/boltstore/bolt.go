@@ -133,13 +133,19 @@ type Journal struct {
 	// checkpointer dropping frozen.
 	mu         sync.Mutex
 	active     *tree
-	frozen     *tree        // being checkpointed; nil when none is
-	frozenUpto checkpointAt // the last log record in frozen, and where it ends
-	snap       *tree        // a clone of active for views; nil: make one
-	memBytes   int64        // of active and frozen
-	seq        uint64       // the job sequence (NextSeq)
-	applied    uint64       // the last log record in the memtable
-	ckptErr    error        // the last checkpoint's failure
+	frozen     *tree          // being checkpointed; nil when none is
+	frozenUpto checkpointAt   // the last log record in frozen, and where it ends
+	snap       *tree          // a clone of active for views; nil: make one
+	memBytes   int64          // of active and frozen
+	activeLog  int64          // the log's bytes of the records in active
+	frozenLog  int64          // and of those in frozen
+	pins       map[uint64]int // views reading the log from each record on (pin)
+	truncTo    uint64         // the log may lose its records up to this one, once no view pins them
+	betweenTxs func()         // a test's hook: after each transaction of a checkpoint but the last
+	txBytes    int64          // of values in one bbolt transaction of a checkpoint: CheckpointBytes
+	seq        uint64         // the job sequence (NextSeq)
+	applied    uint64         // the last log record in the memtable
+	ckptErr    error          // the last checkpoint's failure
 
 	checkpointed atomic.Uint64 // the last log record in bbolt
 	ckptMu       sync.Mutex    // one bbolt write at a time: a checkpoint, a direct commit, a compaction
@@ -204,7 +210,7 @@ func Open(path string, opts Options) (*Journal, error) {
 		db.Close()
 		return nil, fmt.Errorf("journal %s: %w", path, err)
 	}
-	j := &Journal{path: path, db: db, opts: opts, active: newTree(),
+	j := &Journal{path: path, db: db, opts: opts, active: newTree(), txBytes: opts.CheckpointBytes,
 		ckptWake: make(chan struct{}, 1), ckptStop: make(chan struct{}), ckptDone: make(chan struct{}), checked: make(chan struct{})}
 	var at checkpointAt
 	var seq uint64
@@ -215,7 +221,7 @@ func Open(path string, opts Options) (*Journal, error) {
 	}
 	j.seq, j.applied = seq, at.seq
 	j.checkpointed.Store(at.seq)
-	log, rep, err := wal.Open(LogDir(path), wal.Options{SegmentSize: opts.SegmentSize, ReadOnly: opts.ReadOnly, Recover: opts.Recover, Checkpointed: at.end},
+	log, rep, err := wal.OpenRecords(LogDir(path), wal.Options{SegmentSize: opts.SegmentSize, ReadOnly: opts.ReadOnly, Recover: opts.Recover, Checkpointed: at.end},
 		at.seq, j.replay)
 	if err != nil {
 		db.Close()
@@ -303,7 +309,7 @@ func (j *Journal) rebase() error {
 	}
 	j.log = log
 	// The position bbolt holds is of the log just removed.
-	return j.writeBolt(checkpointAt{j.applied, log.End()})
+	return j.writeBolt(checkpointAt{j.applied, log.End()}, nil)
 }
 
 func openBolt(path string, opts Options) (db *bolt.DB, err error) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -87,9 +88,13 @@ func Check(path string) (CheckReport, error) {
 		rep.Structure = append(rep.Structure, err.Error())
 	}
 	rep.Checkpoint = at.seq
-	lrep, err := replayLog(path, at, true, func(uint64, *tree) {})
+	logged := newTree()
+	lrep, err := replayLog(path, at, true, func(_ uint64, over *tree) { logIndexes(logged, over) })
 	if err != nil {
 		rep.LogDamage = append(rep.LogDamage, wal.Cut{File: LogDir(path), Reason: err.Error()})
+	}
+	if err := guarded(func() error { return checkIndexes(db, logged, &rep) }); err != nil {
+		rep.Structure = append(rep.Structure, err.Error())
 	}
 	rep.Records, rep.Torn = lrep.Records, lrep.Torn
 	rep.LogDamage = append(rep.LogDamage, lrep.Lost...)
@@ -174,8 +179,7 @@ func guarded(fn func() error) (err error) {
 	return fn()
 }
 
-// checkValues checks every value's checksum, and the indexes against the
-// jobs.
+// checkValues checks every value's checksum.
 func checkValues(db *bolt.DB, rep *CheckReport) error {
 	return db.View(func(tx *bolt.Tx) error {
 		for _, name := range buckets {
@@ -203,47 +207,108 @@ func checkValues(db *bolt.DB, rep *CheckReport) error {
 				return err
 			}
 		}
-		// Every index entry names a stored job in that place, and every
-		// job is in one index.
+		return nil
+	})
+}
+
+// indexBuckets are the indexes of job states.
+var indexBuckets = [][]byte{store.BucketPending, store.BucketDead, store.BucketDone, store.BucketCancelled, store.BucketWaiting}
+
+// checkIndexes checks that every index entry names a stored job in that
+// place, and that every job is in one index: in the file with the log's
+// changes after its checkpoint on top (logged: a job's head, an index
+// entry's msgid, a tombstone), since a checkpoint may go into the file in
+// several transactions, and until the last the file alone may hold a job
+// whose index entry is only in the log.
+func checkIndexes(db *bolt.DB, logged *tree, rep *CheckReport) error {
+	return db.View(func(tx *bolt.Tx) error {
 		jobs := tx.Bucket(store.BucketJobs)
-		indexed := map[string]bool{}
-		for _, name := range [][]byte{store.BucketPending, store.BucketDead, store.BucketDone, store.BucketCancelled, store.BucketWaiting} {
-			idx := tx.Bucket(name)
-			if idx == nil || jobs == nil {
-				continue
-			}
-			err := idx.ForEach(func(k, v []byte) error {
-				id, ok := unseal(name, k, v)
-				if !ok {
-					return nil // reported above
+		jobsID, _ := bucketID(store.BucketJobs)
+		// each calls fn with every live key of bucket and its value
+		// (checked): the file's, but for those the log changed, then the
+		// log's.
+		each := func(bucket []byte, fn func(k, v []byte)) error {
+			id, _ := bucketID(bucket)
+			if bkt := tx.Bucket(bucket); bkt != nil {
+				err := bkt.ForEach(func(k, v []byte) error {
+					if logged.Has(&item{bucket: id, key: k}) {
+						return nil
+					}
+					if val, ok := unseal(bucket, k, v); ok {
+						fn(k, val)
+					}
+					return nil // a damaged one is reported by checkValues
+				})
+				if err != nil {
+					return err
 				}
-				rec, ok := unseal(store.BucketJobs, id, jobs.Get(id))
-				j, err := store.DecodeJob(id, rec)
+			}
+			logged.AscendGreaterOrEqual(&item{bucket: id}, func(it *item) bool {
+				if it.bucket != id {
+					return false
+				}
+				if !it.del {
+					fn(it.key, it.val)
+				}
+				return true
+			})
+			return nil
+		}
+		job := func(id []byte) (rec []byte, stored bool) {
+			if it, ok := logged.Get(&item{bucket: jobsID, key: id}); ok {
+				return it.val, !it.del
+			}
+			if jobs == nil {
+				return nil, false
+			}
+			v := jobs.Get(id)
+			rec, _ = unseal(store.BucketJobs, id, v)
+			return rec, v != nil
+		}
+		indexed := map[string]bool{}
+		for _, name := range indexBuckets {
+			err := each(name, func(k, id []byte) {
+				rec, stored := job(id)
+				ib, ik, err := store.IndexEntry(id, rec)
 				switch {
-				case jobs.Get(id) == nil:
+				case !stored:
 					rep.Dangling = append(rep.Dangling, fmt.Sprintf("%s/%x names job %q, which is not stored", name, k, id))
-				case !ok:
-				case err != nil || !bytes.Equal(store.QueueKey(j.Queue, j.Seq), k) || !bytes.Equal(store.IndexOf(j.State), name):
+				case rec == nil: // damaged: reported by checkValues
+				case err != nil || !bytes.Equal(ik, k) || !bytes.Equal(ib, name):
 					rep.Dangling = append(rep.Dangling, fmt.Sprintf("%s/%x names job %q, which is elsewhere", name, k, id))
 				default:
 					indexed[string(id)] = true
 				}
-				return nil
 			})
 			if err != nil {
 				return err
 			}
 		}
-		if jobs == nil {
-			return nil
-		}
-		return jobs.ForEach(func(k, v []byte) error {
+		return each(store.BucketJobs, func(k, _ []byte) {
 			rep.Jobs++
-			if _, ok := unseal(store.BucketJobs, k, v); ok && !indexed[string(k)] {
+			if !indexed[string(k)] {
 				rep.Unindexed = append(rep.Unindexed, string(k))
 			}
-			return nil
 		})
+	})
+}
+
+// logIndexes gathers what a log record changes of the jobs and the
+// indexes (the jobs' heads), for checkIndexes.
+func logIndexes(into, over *tree) {
+	jobsID, _ := bucketID(store.BucketJobs)
+	over.Ascend(func(it *item) bool {
+		switch {
+		case it.bucket == jobsID && !it.del:
+			h, err := store.Head(it.key, it.val)
+			if err != nil {
+				h = nil // fails to decode: checkIndexes names it elsewhere
+			}
+			into.ReplaceOrInsert(&item{bucket: it.bucket, key: it.key, val: h})
+		case it.bucket == jobsID || slices.ContainsFunc(indexBuckets, func(b []byte) bool { return bytes.Equal(b, buckets[it.bucket]) }):
+			into.ReplaceOrInsert(it)
+		}
+		return true
 	})
 }
 
@@ -257,7 +322,7 @@ func replayLog(path string, at checkpointAt, recover bool, fn func(seq uint64, o
 	var bad []wal.Cut
 	log, rep, err := wal.Open(LogDir(path), wal.Options{ReadOnly: true, Recover: recover, SegmentSize: segmentSizeOf(path), Checkpointed: at.end}, at.seq,
 		func(seq uint64, rec []byte) error {
-			over, err := decodeBatch(rec)
+			over, err := decodeBatch(rec, nil)
 			if err != nil {
 				bad = append(bad, wal.Cut{File: LogDir(path), Reason: fmt.Sprintf("record %d: %v", seq, err)})
 				return nil

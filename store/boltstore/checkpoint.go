@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -55,6 +56,7 @@ func (j *Journal) freeze() {
 	}
 	j.frozen, j.frozenUpto = j.active, checkpointAt{j.applied, j.log.End()}
 	j.active, j.snap = newTree(), nil
+	j.frozenLog, j.activeLog = j.activeLog, 0
 }
 
 func (j *Journal) wakeCheckpointer() {
@@ -135,7 +137,7 @@ func (j *Journal) checkpoint() error {
 	j.dbmu.RLock()
 	// bbolt copies every value left on a leaf it rewrites, from the mapping.
 	stop := dropWhile(func() { dropDB(j.db) })
-	err := j.writeBolt(at, frozen)
+	err := j.writeBolt(at, nil, frozen)
 	stop()
 	j.dbmu.RUnlock()
 	j.setCheckpointErr(err)
@@ -145,19 +147,103 @@ func (j *Journal) checkpoint() error {
 	j.mu.Lock()
 	j.frozen, j.snap = nil, nil
 	j.memBytes = treeBytes(j.active)
+	j.frozenLog = 0
 	j.mu.Unlock()
 	j.checkpointed.Store(at.seq)
 	if j.opts.OnCheckpoint != nil {
 		j.opts.OnCheckpoint(frozen.Len(), time.Since(start))
 	}
-	return j.log.TruncateFront(at.seq)
+	return j.truncate(at.seq)
+}
+
+// The log's segments that bbolt holds wholly are deleted (truncate),
+// but for those a view may still read: a view reads the memtable's
+// logged values from the log, so it pins the records from the first
+// not in bbolt on until it ends, and the deletion of those waits for
+// it (the next checkpoint, or the view's end, catches up).
+
+// pin keeps the log's records from the first not in bbolt on, until
+// unpin (under j.mu).
+func (j *Journal) pin() uint64 {
+	from := j.checkpointed.Load() + 1
+	if j.pins == nil {
+		j.pins = map[uint64]int{}
+	}
+	j.pins[from]++
+	return from
+}
+
+func (j *Journal) unpin(from uint64) {
+	j.mu.Lock()
+	if j.pins[from]--; j.pins[from] == 0 {
+		delete(j.pins, from)
+	}
+	j.mu.Unlock()
+	_ = j.truncate(0) // one held back by this pin goes now; a failure is the next checkpoint's to report
+}
+
+// truncate deletes the log's segments wholly at or below upto, and any
+// a pin held back before, but for those pinned now.
+func (j *Journal) truncate(upto uint64) error {
+	if j.opts.ReadOnly {
+		return nil // another process's log
+	}
+	j.mu.Lock()
+	j.truncTo = max(j.truncTo, upto)
+	upto = j.truncTo
+	for from := range j.pins {
+		upto = min(upto, from-1)
+	}
+	j.mu.Unlock()
+	return j.log.TruncateFront(upto)
 }
 
 // writeBolt writes the layers' items (oldest first, so that newer ones
-// win) into bbolt in one transaction, sealed, with meta/checkpoint at.
-// The caller holds dbmu for reading, and no read transaction of its own
-// (bbolt's write may need to grow the mapping).
-func (j *Journal) writeBolt(at checkpointAt, layers ...*tree) error {
+// win) into bbolt, sealed, then last's and meta/checkpoint at in one
+// transaction. The layers go in transactions of about CheckpointBytes
+// of values each: bbolt holds a transaction's pages in memory until it
+// commits. That is safe: until the last commits, meta/checkpoint says
+// the log holds them all (a crash replays them over what was written),
+// and the layers shadow the keys written for every reader. The caller
+// holds dbmu for reading, and no read transaction of its own (bbolt's
+// write may need to grow the mapping).
+func (j *Journal) writeBolt(at checkpointAt, last *tree, layers ...*tree) error {
+	for _, t := range layers {
+		if t == nil {
+			continue
+		}
+		var from *item // where the next transaction starts
+		for done := false; !done; {
+			err := j.boltUpdate(func(tx *bolt.Tx) error {
+				var err error
+				done, from, err = j.putItems(tx, t, from, j.txBytes)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			j.mu.Lock()
+			hook := j.betweenTxs
+			j.mu.Unlock()
+			if hook != nil {
+				hook()
+			}
+		}
+	}
+	return j.boltUpdate(func(tx *bolt.Tx) error {
+		if last != nil {
+			if _, _, err := j.putItems(tx, last, nil, -1); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(store.BucketMeta)
+		return meta.Put(checkpointKey, sealed(store.BucketMeta, checkpointKey, at.encode()))
+	})
+}
+
+// boltUpdate is a bbolt write transaction, guarded, with the append-only
+// buckets packed full.
+func (j *Journal) boltUpdate(fn func(tx *bolt.Tx) error) error {
 	return j.guard(func() error {
 		return j.db.Update(func(tx *bolt.Tx) error {
 			for _, name := range [][]byte{store.BucketJobs, store.BucketPending} {
@@ -165,32 +251,75 @@ func (j *Journal) writeBolt(at checkpointAt, layers ...*tree) error {
 					bkt.FillPercent = appendFill
 				}
 			}
-			var err error
-			for _, t := range layers {
-				if t == nil {
-					continue
-				}
-				t.Ascend(func(it *item) bool {
-					bkt := tx.Bucket(buckets[it.bucket])
-					if bkt == nil {
-						err = fmt.Errorf("journal %s: no bucket %s in the file", j.path, buckets[it.bucket])
-						return false
-					}
-					if it.del {
-						err = bkt.Delete(it.key)
-					} else {
-						err = bkt.Put(it.key, sealed(buckets[it.bucket], it.key, it.val))
-					}
-					return err == nil
-				})
-				if err != nil {
-					return err
-				}
-			}
-			meta := tx.Bucket(store.BucketMeta)
-			return meta.Put(checkpointKey, sealed(store.BucketMeta, checkpointKey, at.encode()))
+			return fn(tx)
 		})
 	})
+}
+
+// putItems writes t's items from from on (nil: the first) into tx, up to
+// about limit bytes of values (-1: all), and says whether it reached the
+// end, or the item to go on from.
+func (j *Journal) putItems(tx *bolt.Tx, t *tree, from *item, limit int64) (done bool, next *item, err error) {
+	var n int64
+	done = true
+	each := func(it *item) bool {
+		if limit >= 0 && n >= limit {
+			done, next = false, it
+			return false
+		}
+		bkt := tx.Bucket(buckets[it.bucket])
+		if bkt == nil {
+			err = fmt.Errorf("journal %s: no bucket %s in the file", j.path, buckets[it.bucket])
+			return false
+		}
+		switch {
+		case it.del:
+			err = bkt.Delete(it.key)
+		case it.logged():
+			var v []byte
+			if v, err = j.sealLogged(it); err == nil {
+				err = bkt.Put(it.key, v)
+			}
+			n += int64(it.ref.n)
+		default:
+			err = bkt.Put(it.key, sealed(buckets[it.bucket], it.key, it.val))
+			n += int64(len(it.val))
+		}
+		return err == nil
+	}
+	if from == nil {
+		t.Ascend(each)
+	} else {
+		t.AscendGreaterOrEqual(from, each)
+	}
+	return done, next, err
+}
+
+// sealLogged reads a logged value back and seals it for bbolt. One that
+// fails its checksum in the log is written with a seal that fails too:
+// the damage stays named where it is read (quarantine), never served.
+func (j *Journal) sealLogged(it *item) ([]byte, error) {
+	v, ok, err := j.readLogged(it)
+	if err != nil {
+		return nil, err
+	}
+	v = store.AppendSeal(buckets[it.bucket], it.key, v)
+	if !ok {
+		j.opts.Logger.Error("journal: a value in the log fails its checksum; it goes into the file marked damaged, to be set aside where it is read",
+			"journal", j.path, "bucket", string(buckets[it.bucket]), "key", fmt.Sprintf("%q", it.key), "segment", it.ref.at.Segment, "offset", it.ref.at.Offset)
+		v[len(v)-1] ^= 0xff
+	}
+	return v, nil
+}
+
+// readLogged reads a logged value back from the log, with room for a
+// seal after it; ok is false when it fails its checksum.
+func (j *Journal) readLogged(it *item) (v []byte, ok bool, err error) {
+	v = make([]byte, it.ref.n, it.ref.n+4)
+	if err := j.log.ReadAt(v, it.ref.at); err != nil {
+		return nil, false, fmt.Errorf("journal %s: %w", j.path, err)
+	}
+	return v, crc32.Checksum(v, castagnoli) == it.ref.sum, nil
 }
 
 func treeBytes(t *tree) int64 {
@@ -210,15 +339,16 @@ func (j *Journal) direct(t *batchTx, btx *bolt.Tx) error {
 	j.mu.Lock()
 	frozen, active, at := j.frozen, j.active, checkpointAt{j.applied, j.log.End()}
 	j.mu.Unlock()
-	if err := j.writeBolt(at, frozen, active, t.over); err != nil {
+	if err := j.writeBolt(at, t.over, frozen, active); err != nil {
 		return err
 	}
 	j.mu.Lock()
 	j.frozen, j.active, j.snap, j.memBytes = nil, newTree(), nil, 0
+	j.frozenLog, j.activeLog = 0, 0
 	j.seq = t.seq
 	j.mu.Unlock()
 	j.checkpointed.Store(at.seq)
-	return j.log.TruncateFront(at.seq)
+	return j.truncate(at.seq)
 }
 
 func (j *Journal) setCheckpointErr(err error) {

@@ -73,8 +73,13 @@ const peekSize = 64 << 10
 // read), or bbolt's, checked unless lazy and of peekSize or more.
 func (r *reader) get(bucket, key []byte, lazy bool) (_ []byte, checked bool) {
 	if it, ok := lookup(r.layers, r.id(bucket), key); ok {
-		if it.del {
+		switch {
+		case it.del:
 			return nil, true
+		case it.logged() && lazy && it.ref.head != nil:
+			return it.ref.head, true // Load reads a job's fields only
+		case it.logged():
+			return r.logged(bucket, it), true
 		}
 		return it.val, true
 	}
@@ -90,6 +95,33 @@ func (r *reader) get(bucket, key []byte, lazy bool) (_ []byte, checked bool) {
 		return v[:len(v)-4], false
 	}
 	return r.check(bucket, key, v), true
+}
+
+// Head implements store.HeadReader: a logged job's head, or a kept
+// result's expiry, from memory; any other value whole.
+func (r *reader) Head(bucket, key []byte) []byte {
+	if it, ok := lookup(r.layers, r.id(bucket), key); ok && it.logged() && it.ref.head != nil {
+		return it.ref.head
+	}
+	return r.Get(bucket, key)
+}
+
+// logged reads a memtable's logged value from the log: nil, noted as
+// damaged, when it fails its checksum.
+func (r *reader) logged(bucket []byte, it *item) []byte {
+	v, ok, err := r.j.readLogged(it)
+	switch {
+	case err != nil:
+		if r.first == nil {
+			r.first = err
+		}
+		return nil
+	case !ok:
+		r.damaged = append(r.damaged, store.Damage{Bucket: bytes.Clone(bucket), Key: bytes.Clone(it.key),
+			Reason: fmt.Sprintf("its checksum in the log %s (segment %d, offset %d) fails", LogDir(r.j.path), it.ref.at.Segment, it.ref.at.Offset)})
+		return nil
+	}
+	return v
 }
 
 // check returns bbolt's value v of key without its checksum, or nil,
@@ -123,6 +155,10 @@ func (r *reader) Gets(bucket []byte, keys [][]byte) [][]byte {
 // Raw implements store.Tx.
 func (r *reader) Raw(bucket, key []byte) []byte {
 	if it, ok := lookup(r.layers, r.id(bucket), key); ok {
+		if it.logged() {
+			v, _, _ := r.j.readLogged(it)
+			return v
+		}
 		return it.val
 	}
 	bkt := r.bolt(bucket)
@@ -175,6 +211,10 @@ func (r *reader) Scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) e
 		if win >= 0 {
 			it := curs[win].head()
 			val, live = it.val, !it.del
+			if live && it.logged() {
+				val = r.logged(bucket, it)
+				live = val != nil
+			}
 		} else {
 			val = r.check(bucket, bk, bv)
 			live = val != nil

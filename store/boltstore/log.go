@@ -1,14 +1,17 @@
 package boltstore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"runtime/debug"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/wal"
 )
 
 // A commit is one log record: the batch's changes, each key's last,
@@ -26,6 +29,9 @@ const (
 	opDelete     = 2
 )
 
+// encodeBatch encodes a batch's changes as a log record. Each value of
+// logMin bytes or more gets a ref with its offset in the record, its
+// length and its checksum, for logValues once the record is written.
 func encodeBatch(over *tree) []byte {
 	n := 1
 	over.Ascend(func(it *item) bool {
@@ -44,6 +50,9 @@ func encodeBatch(over *tree) []byte {
 		b = append(b, it.key...)
 		if !it.del {
 			b = binary.AppendUvarint(b, uint64(len(it.val)))
+			if len(it.val) >= logMin {
+				it.ref = &logRef{at: wal.Position{Offset: int64(len(b))}, n: uint32(len(it.val)), sum: crc32.Checksum(it.val, castagnoli)}
+			}
 			b = append(b, it.val...)
 		}
 		return true
@@ -51,8 +60,33 @@ func encodeBatch(over *tree) []byte {
 	return b
 }
 
-// decodeBatch reads a record's changes into a tree.
-func decodeBatch(rec []byte) (*tree, error) {
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// logValues lets go of the large values of a batch just written as the
+// log record at rec (encodeBatch noted them): each item keeps where its
+// value lies, and its head.
+func logValues(over *tree, rec wal.Position) {
+	over.Ascend(func(it *item) bool {
+		if it.ref != nil && !it.del {
+			it.ref.at = wal.Position{Segment: rec.Segment, Offset: rec.Offset + it.ref.at.Offset}
+			it.setHead()
+			it.val = nil
+		}
+		return true
+	})
+}
+
+// setHead keeps a logged value's part, if small.
+func (it *item) setHead() {
+	if part, whole := store.Part(buckets[it.bucket], it.key, it.val); !whole && len(part) <= headMax {
+		it.ref.head = bytes.Clone(part)
+	}
+}
+
+// decodeBatch reads a record's changes into a tree, every value copied;
+// with at (where the record lies in the log), a value of logMin bytes or
+// more is left there (logValues).
+func decodeBatch(rec []byte, at *wal.Position) (*tree, error) {
 	if len(rec) == 0 || rec[0] != batchVersion {
 		return nil, fmt.Errorf("a log record of an unknown version")
 	}
@@ -68,9 +102,18 @@ func decodeBatch(rec []byte) (*tree, error) {
 		if it.key, b, ok = lenBytes(b); !ok {
 			return nil, fmt.Errorf("a log record cut short")
 		}
+		it.key = bytes.Clone(it.key)
 		if !it.del {
 			if it.val, b, ok = lenBytes(b); !ok {
 				return nil, fmt.Errorf("a log record cut short")
+			}
+			if at != nil && len(it.val) >= logMin {
+				off := int64(len(rec) - len(b) - len(it.val))
+				it.ref = &logRef{at: wal.Position{Segment: at.Segment, Offset: at.Offset + off}, n: uint32(len(it.val)), sum: crc32.Checksum(it.val, castagnoli)}
+				it.setHead()
+				it.val = nil
+			} else {
+				it.val = bytes.Clone(it.val)
 			}
 		}
 		over.ReplaceOrInsert(it)
@@ -78,13 +121,13 @@ func decodeBatch(rec []byte) (*tree, error) {
 	return over, nil
 }
 
-// lenBytes reads a uvarint length and that many bytes, copied.
+// lenBytes reads a uvarint length and that many bytes (not copied).
 func lenBytes(b []byte) ([]byte, []byte, bool) {
 	n, k := binary.Uvarint(b)
 	if k <= 0 || n > uint64(len(b)-k) {
 		return nil, nil, false
 	}
-	return append([]byte(nil), b[k:k+int(n)]...), b[k+int(n):], true
+	return b[k : k+int(n)], b[k+int(n):], true
 }
 
 // markBelow notes, in each item of a batch, whether its key lies below
@@ -187,10 +230,12 @@ func (k logKV) Update(fn func(t store.Tx, mark func() error) error, durable bool
 	if err != nil {
 		return err
 	}
+	logValues(t.over, j.log.LastAppended())
 	j.mu.Lock()
 	j.apply(t.over)
 	j.seq, j.applied = t.seq, last
-	due := j.memBytes >= j.opts.CheckpointBytes && j.frozen == nil
+	j.activeLog += int64(len(rec))
+	due := (j.memBytes >= j.opts.CheckpointBytes || j.activeLog >= j.opts.CheckpointBytes) && j.frozen == nil
 	j.mu.Unlock()
 	if due {
 		j.freeze()
@@ -199,11 +244,11 @@ func (k logKV) Update(fn func(t store.Tx, mark func() error) error, durable bool
 	return nil
 }
 
-// overLimit is the refusal of a write that must be durable while the
-// memtable (what the log holds and bbolt not yet) is over MaxLogBytes.
+// overLimit is the refusal of a write that must be durable while what
+// the log holds and bbolt not yet, or the memtable, is over MaxLogBytes.
 func (j *Journal) overLimit() error {
 	j.mu.Lock()
-	n := j.memBytes
+	n := max(j.memBytes, j.activeLog+j.frozenLog)
 	j.mu.Unlock()
 	if n <= j.opts.MaxLogBytes {
 		return nil
@@ -221,7 +266,8 @@ func (j *Journal) overLimit() error {
 var ErrLogFull = errors.New("journal log is full")
 
 // View implements store.KV: a clone of the memtable (one moment) over a
-// bbolt read transaction begun after it.
+// bbolt read transaction begun after it. The log's segments it may read
+// are kept until it ends (pin).
 func (k logKV) View(fn func(t store.Tx) error) error {
 	j := k.j
 	j.mu.Lock()
@@ -229,7 +275,9 @@ func (k logKV) View(fn func(t store.Tx) error) error {
 		j.snap = j.active.Clone()
 	}
 	layers := []*tree{j.snap, j.frozen}
+	pin := j.pin()
 	j.mu.Unlock()
+	defer j.unpin(pin)
 	j.dbmu.RLock()
 	defer j.dbmu.RUnlock()
 	return j.guard(func() error {
@@ -256,11 +304,13 @@ func (j *Journal) guard(fn func() error) (err error) {
 }
 
 // replay applies the log's records after the checkpoint at open.
-func (j *Journal) replay(seq uint64, rec []byte) error {
-	over, err := decodeBatch(rec)
+func (j *Journal) replay(r wal.Record) error {
+	seq := r.Seq
+	over, err := decodeBatch(r.Data, &r.At)
 	if err != nil {
 		return fmt.Errorf("%w: journal %s: log record %d: %v", store.ErrCorrupt, j.path, seq, err)
 	}
+	j.activeLog += int64(len(r.Data))
 	return j.guard(func() error {
 		return j.db.View(func(btx *bolt.Tx) error {
 			j.mu.Lock()

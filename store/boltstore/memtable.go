@@ -7,6 +7,7 @@ import (
 	"github.com/google/btree"
 
 	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/wal"
 )
 
 // The memtable: what the log holds and bbolt does not yet, in key order.
@@ -35,12 +36,16 @@ func bucketID(name []byte) (uint8, error) {
 	return 0, fmt.Errorf("boltstore: no bucket %q in the layout", name)
 }
 
-// item is one key's latest change.
+// item is one key's latest change. A value of logMin bytes or more is
+// not kept: the item holds where it lies in the log (ref), and reads
+// take it from there (Journal.readLogged), so the memtable's memory does
+// not grow with payloads.
 type item struct {
 	bucket uint8
 	key    []byte
-	val    []byte // nil in a tombstone
-	del    bool   // a tombstone: the key is gone, and may still be in bbolt
+	val    []byte  // nil in a tombstone, and when the value is in the log
+	ref    *logRef // a large value's place in the log; see logged
+	del    bool    // a tombstone: the key is gone, and may still be in bbolt
 	// fresh: when it was written, nothing lay below it (frozen, bbolt):
 	// deleting it leaves nothing to delete, so it is dropped, not
 	// tombstoned. A job completed before its checkpoint never reaches
@@ -49,8 +54,33 @@ type item struct {
 	below bool // in a batch being applied: the key lies in frozen or bbolt (markBelow)
 }
 
+// logRef is where a large value lies in the log, and what a write
+// decides on of it (head: a job's head, a result's expiry), when small.
+type logRef struct {
+	at     wal.Position // where it starts; Segment 0: not written yet
+	n, sum uint32       // its length and CRC-32C
+	head   []byte       // its part (store.Part), or nil: read it whole
+}
+
 // size is what an item costs in memory, roughly.
-func (it *item) size() int64 { return int64(len(it.key)+len(it.val)) + 64 }
+func (it *item) size() int64 {
+	n := int64(len(it.key)+len(it.val)) + 64
+	if it.ref != nil {
+		n += int64(len(it.ref.head)) + 48
+	}
+	return n
+}
+
+// logged reports whether the item's value lies in the log, not in val.
+func (it *item) logged() bool { return it.ref != nil && it.ref.at.Segment != 0 }
+
+// logMin is the size from which a value is read from the log rather
+// than kept in memory (etcdstore keeps whole values up to the same).
+const logMin = 1 << 10
+
+// headMax bounds a logged value's head kept in memory; a larger one is
+// read whole when asked for.
+const headMax = 4 << 10
 
 func less(a, b *item) bool {
 	if a.bucket != b.bucket {

@@ -55,26 +55,12 @@ type stree = btree.BTreeG[*sitem]
 
 func newSTree() *stree { return btree.NewG(32, lessItem) }
 
-// partOf is the part of bucket's key holding v that a write decides on:
-// a job's head, a kept result's expiry, or (whole) v itself. A job
-// record that does not decode has no part (nil).
-func partOf(bucket, key, v []byte) (part []byte, whole bool) {
-	switch {
-	case bytes.Equal(bucket, store.BucketJobs):
-		h, _ := store.Head(key, v)
-		return h, false
-	case bytes.Equal(bucket, store.BucketResults) && len(v) > 8:
-		return v[:8], false
-	}
-	return v, true
-}
-
 // shadowItem is what the shadow keeps of bucket's key holding v: its
 // part, when small enough (a whole value up to wholeMax, a head up to
 // headMax), else nothing.
 func shadowItem(rel string, bucket, key, v []byte) *sitem {
 	it := &sitem{key: rel}
-	switch part, whole := partOf(bucket, key, v); {
+	switch part, whole := store.Part(bucket, key, v); {
 	case whole && len(v) <= wholeMax:
 		it.val, it.whole = append([]byte{}, v...), true
 	case !whole && part != nil && len(part) <= headMax:
@@ -86,7 +72,7 @@ func shadowItem(rel string, bucket, key, v []byte) *sitem {
 // headOfValue is what Head gives of bucket's key holding v (whole): its
 // part, or v when it has none.
 func headOfValue(bucket, key, v []byte) []byte {
-	if part, _ := partOf(bucket, key, v); part != nil || v == nil {
+	if part, _ := store.Part(bucket, key, v); part != nil || v == nil {
 		return part
 	}
 	return v

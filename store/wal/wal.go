@@ -159,8 +159,10 @@ type Log struct {
 	segs []segment  // by first seq; the last is the one appended to
 
 	f      *os.File // the last segment
+	first  uint64   // its first record's seq
 	off    int64    // where the next record goes in it
 	next   uint64   // the next record's seq
+	lastAt Position // where the last record appended starts (its data)
 	dirty  bool     // written since the last flush
 	failed error    // a write or flush failed: nothing more is taken
 	buf    []byte
@@ -171,6 +173,7 @@ type Log struct {
 type segment struct {
 	first uint64
 	path  string
+	f     *os.File // open for reading (ReadAt); the last one's is also l.f
 }
 
 func segName(first uint64) string { return fmt.Sprintf("%020d%s", first, suffix) }
@@ -185,6 +188,18 @@ func recLen(n int64) int64 { return pad8(recHeader+n) + int64(len(trailer)) }
 // it were checkpointed and are not read. A new log's first record is
 // after+1. The record passed to fn is valid until fn returns.
 func Open(dir string, opts Options, after uint64, fn func(seq uint64, rec []byte) error) (*Log, Report, error) {
+	return OpenRecords(dir, opts, after, func(r Record) error { return fn(r.Seq, r.Data) })
+}
+
+// A Record is one record of the log as Open reads it.
+type Record struct {
+	Seq  uint64
+	Data []byte   // valid until the callback returns
+	At   Position // where Data starts: ReadAt reads it back from there
+}
+
+// OpenRecords is Open, giving each record with where it lies.
+func OpenRecords(dir string, opts Options, after uint64, fn func(Record) error) (*Log, Report, error) {
 	if opts.SegmentSize == 0 {
 		opts.SegmentSize = DefaultSegmentSize
 	}
@@ -211,21 +226,16 @@ func Open(dir string, opts Options, after uint64, fn func(seq uint64, rec []byte
 		if err != nil {
 			continue
 		}
-		l.segs = append(l.segs, segment{first, filepath.Join(dir, e.Name())})
+		l.segs = append(l.segs, segment{first: first, path: filepath.Join(dir, e.Name())})
 	}
 	slices.SortFunc(l.segs, func(a, b segment) int { return compare(a.first, b.first) })
 	var rep Report
 	if err := l.replay(after, fn, &rep); err != nil {
-		if l.f != nil {
-			l.f.Close()
-		}
+		l.closeAll()
 		return nil, rep, err
 	}
 	if opts.ReadOnly {
-		if l.f != nil {
-			l.f.Close()
-			l.f = nil
-		}
+		l.f = nil // kept open for ReadAt only
 		return l, rep, nil
 	}
 	switch {
@@ -257,7 +267,7 @@ func compare(a, b uint64) int {
 }
 
 // replay reads the segments that hold records above after.
-func (l *Log) replay(after uint64, fn func(uint64, []byte) error, rep *Report) error {
+func (l *Log) replay(after uint64, fn func(Record) error, rep *Report) error {
 	// Segments wholly at or below after are not read: the next one starts
 	// at or below after+1.
 	start := 0
@@ -280,16 +290,19 @@ func (l *Log) replay(after uint64, fn func(uint64, []byte) error, rep *Report) e
 		if !last {
 			nextFirst = l.segs[i+1].first
 		}
-		if err := l.replaySegment(l.segs[i], nextFirst, after, fn, rep); err != nil {
+		f, err := l.replaySegment(l.segs[i], nextFirst, after, fn, rep)
+		if err != nil {
 			return err
 		}
+		l.segs[i].f = f
 	}
 	return nil
 }
 
-// replaySegment reads one segment; the last one stays open, positioned
-// at its end, for appends.
-func (l *Log) replaySegment(s segment, nextFirst, after uint64, fn func(uint64, []byte) error, rep *Report) error {
+// replaySegment reads one segment and returns it open, for ReadAt; the
+// last one is left positioned at its end, for appends. A segment lost
+// to damage (with Recover) is returned nil.
+func (l *Log) replaySegment(s segment, nextFirst, after uint64, fn func(Record) error, rep *Report) (_ *os.File, err error) {
 	name, last := filepath.Base(s.path), nextFirst == 0
 	flag := os.O_RDWR
 	if l.opts.ReadOnly {
@@ -297,7 +310,7 @@ func (l *Log) replaySegment(s segment, nextFirst, after uint64, fn func(uint64, 
 	}
 	f, err := os.OpenFile(s.path, flag, 0)
 	if err != nil {
-		return fmt.Errorf("wal %s: %w", s.path, err)
+		return nil, fmt.Errorf("wal %s: %w", s.path, err)
 	}
 	keep := false
 	defer func() {
@@ -307,26 +320,26 @@ func (l *Log) replaySegment(s segment, nextFirst, after uint64, fn func(uint64, 
 	}()
 	fi, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("wal %s: %w", s.path, err)
+		return nil, fmt.Errorf("wal %s: %w", s.path, err)
 	}
 	size := fi.Size()
 	var hdr [headerLen]byte
 	if _, err := f.ReadAt(hdr[:], 0); err != nil {
-		return l.damaged(rep, Cut{name, 0, size, "its header cannot be read: " + err.Error()})
+		return nil, l.damaged(rep, Cut{name, 0, size, "its header cannot be read: " + err.Error()})
 	}
 	switch {
 	case string(hdr[:8]) != magic:
-		return l.damaged(rep, Cut{name, 0, size, "its header is not a write-ahead log segment's"})
+		return nil, l.damaged(rep, Cut{name, 0, size, "its header is not a write-ahead log segment's"})
 	case crc32Header(hdr[:20]) != binary.LittleEndian.Uint32(hdr[20:]):
-		return l.damaged(rep, Cut{name, 0, size, "its header fails its checksum"})
+		return nil, l.damaged(rep, Cut{name, 0, size, "its header fails its checksum"})
 	case binary.LittleEndian.Uint32(hdr[8:]) > Version:
-		return fmt.Errorf("%w: %s is of version %d, this binary knows up to %d", ErrTooNew, s.path, binary.LittleEndian.Uint32(hdr[8:]), Version)
+		return nil, fmt.Errorf("%w: %s is of version %d, this binary knows up to %d", ErrTooNew, s.path, binary.LittleEndian.Uint32(hdr[8:]), Version)
 	case binary.LittleEndian.Uint64(hdr[12:]) != s.first:
-		return l.damaged(rep, Cut{name, 0, size, fmt.Sprintf("its header says it starts at record %d, its name %d", binary.LittleEndian.Uint64(hdr[12:]), s.first)})
+		return nil, l.damaged(rep, Cut{name, 0, size, fmt.Sprintf("its header says it starts at record %d, its name %d", binary.LittleEndian.Uint64(hdr[12:]), s.first)})
 	}
 	if s.first > l.next && s.first > after+1 && l.next > 0 {
 		if !l.opts.Recover {
-			return &DamageError{name, 0, fmt.Sprintf("records %d to %d are missing before it", max(l.next, after+1), s.first-1)}
+			return nil, &DamageError{name, 0, fmt.Sprintf("records %d to %d are missing before it", max(l.next, after+1), s.first-1)}
 		}
 		rep.Lost = append(rep.Lost, Cut{name, 0, 0, fmt.Sprintf("records %d to %d missing before it", max(l.next, after+1), s.first-1)})
 	}
@@ -374,7 +387,7 @@ func (l *Log) replaySegment(s segment, nextFirst, after uint64, fn func(uint64, 
 		if bad != "" {
 			end, err := l.badRecord(f, s, nextFirst, after, off, size, bad, rep)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if end < 0 { // a torn tail, cut: the records end here
 				break
@@ -389,8 +402,8 @@ func (l *Log) replaySegment(s segment, nextFirst, after uint64, fn func(uint64, 
 			break
 		}
 		if seq > after {
-			if err := fn(seq, payload); err != nil {
-				return err
+			if err := fn(Record{seq, payload, Position{s.first, off + recHeader}}); err != nil {
+				return nil, err
 			}
 			rep.Records++
 		}
@@ -399,11 +412,11 @@ func (l *Log) replaySegment(s segment, nextFirst, after uint64, fn func(uint64, 
 	}
 	if last {
 		l.mu.Lock()
-		l.f, l.off = f, off
+		l.f, l.off, l.first = f, off, s.first
 		l.mu.Unlock()
-		keep = true
 	}
-	return nil
+	keep = true
+	return f, nil
 }
 
 // badRecord decides about a bad record at off: a torn tail (end -1, the
@@ -591,6 +604,7 @@ func (l *Log) write(recs [][]byte, size int64) error {
 	clear(l.buf)
 	pos := int64(0)
 	for _, rec := range recs {
+		l.lastAt = Position{l.first, l.off + pos + recHeader}
 		h := l.buf[pos : pos+recHeader]
 		binary.LittleEndian.PutUint32(h[0:], uint32(len(rec)))
 		binary.LittleEndian.PutUint64(h[8:], l.next)
@@ -712,11 +726,8 @@ func (l *Log) openSegment(path string, first uint64) error {
 		return fmt.Errorf("wal %s: starting a segment: %w", path, err)
 	}
 	l.mu.Lock()
-	if l.f != nil {
-		l.f.Close()
-	}
-	l.segs = append(l.segs, segment{first, path})
-	l.f, l.off = f, headerLen
+	l.segs = append(l.segs, segment{first, path, f})
+	l.f, l.off, l.first = f, headerLen, first
 	l.mu.Unlock()
 	return nil
 }
@@ -783,6 +794,9 @@ func (l *Log) TruncateFront(upto uint64) error {
 	}
 	l.mu.Unlock()
 	for _, s := range gone {
+		if s.f != nil {
+			s.f.Close()
+		}
 		if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("wal: deleting %s: %w", s.path, err)
 		}
@@ -810,13 +824,52 @@ func (l *Log) Close() error {
 		<-l.spare // the spare stays, zero-filled, for the next open... which removes it
 		l.spare = nil
 	}
-	if l.f != nil {
-		if cerr := l.f.Close(); err == nil {
-			err = cerr
-		}
-		l.f = nil
+	if cerr := l.closeAll(); err == nil {
+		err = cerr
 	}
 	return err
+}
+
+// closeAll closes every segment's file.
+func (l *Log) closeAll() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var err error
+	for i, s := range l.segs {
+		if s.f == nil {
+			continue
+		}
+		if cerr := s.f.Close(); err == nil && s.f == l.f {
+			err = cerr // the one written to: its close may report a failed write
+		}
+		l.segs[i].f = nil
+	}
+	l.f = nil
+	return err
+}
+
+// LastAppended is where the last record Append wrote starts: its data
+// can be read back from there (ReadAt) until the segment is truncated.
+func (l *Log) LastAppended() Position { return l.lastAt }
+
+// ReadAt reads len(p) bytes of a record's data from at (a Record's At,
+// LastAppended, or further into the same record). It is safe beside
+// Append and TruncateFront; a segment already truncated is an error.
+func (l *Log) ReadAt(p []byte, at Position) error {
+	l.mu.Lock()
+	i, found := slices.BinarySearchFunc(l.segs, at.Segment, func(s segment, first uint64) int { return compare(s.first, first) })
+	var f *os.File
+	if found {
+		f = l.segs[i].f
+	}
+	l.mu.Unlock()
+	if f == nil {
+		return fmt.Errorf("wal %s: no segment %s open to read (truncated)", l.dir, segName(at.Segment))
+	}
+	if _, err := f.ReadAt(p, at.Offset); err != nil {
+		return fmt.Errorf("wal %s: reading at offset %d: %w", f.Name(), at.Offset, err)
+	}
+	return nil
 }
 
 func syncDir(dir string) error {
