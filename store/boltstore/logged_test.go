@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,6 +64,7 @@ func TestReadBeforeACheckpointOutlivesItsSegments(t *testing.T) {
 		t.Fatalf("%d segments; want several", n)
 	}
 	w := &heldWriter{started: make(chan struct{}), release: make(chan struct{})}
+	defer w.free() // a failure below leaves no backup blocked under Close
 	backed := make(chan error, 1)
 	go func() {
 		_, err := j.Backup(w, store.BackupHeader{})
@@ -81,7 +83,7 @@ func TestReadBeforeACheckpointOutlivesItsSegments(t *testing.T) {
 	if n := len(logSegments(t, path)); n < 3 {
 		t.Fatalf("%d segments left while a read holds them; want every one it may read", n)
 	}
-	close(w.release)
+	w.free()
 	select {
 	case err := <-backed:
 		if err != nil {
@@ -106,7 +108,10 @@ type heldWriter struct {
 	buf     bytes.Buffer
 	started chan struct{}
 	release chan struct{}
+	once    sync.Once
 }
+
+func (w *heldWriter) free() { w.once.Do(func() { close(w.release) }) }
 
 func (w *heldWriter) Write(p []byte) (int, error) {
 	if w.buf.Len() == 0 {
