@@ -143,7 +143,7 @@ func DefaultOptions() Options {
 		JournalSegmentSize: 64 << 20,
 		JournalMaxLog:      512 << 20,
 		MaxPending:         2_000_000,
-		PayloadCache:       64 << 20,
+		PayloadCache:       16 << 20,
 		MaxReceiveBuffer:   defaultReceiveBuffer(),
 		MaxSendBuffer:      256 << 20,
 		ResultTTL:          0,

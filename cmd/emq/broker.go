@@ -52,7 +52,7 @@ start).`,
 	f.String("max-frame-size", mib(d.MaxFrameSize), "largest frame accepted (bytes, KiB, MiB, GiB)")
 	f.String("max-job-size", mib(int64(d.MaxJobSize)), "largest job stored: payload, headers and ids (bytes, KiB, MiB, GiB)")
 	f.String("journal-segment-size", mib(d.JournalSegmentSize), "size of each write-ahead log segment file beside the journal file (two of them take this much disk at least)")
-	f.String("journal-max-log", mib(d.JournalMaxLog), "what the log may hold that the journal file does not yet (memory: about this much at most); past it REQUESTs get ERROR unavailable until the checkpoint catches up")
+	f.String("journal-max-log", mib(d.JournalMaxLog), "what the log may hold that the journal file does not yet: disk, and how far the checkpoint may lag (memory holds where each value lies, not payloads); past it REQUESTs get ERROR unavailable until the checkpoint catches up")
 	f.Bool("journal-recover", false, "open a journal whose log is damaged in the middle: keep every good record, log what is lost (emq journal check names it first)")
 	f.Int("max-pending", d.MaxPending, "jobs per queue beyond which REQUESTs get ERROR queue_full (0 = no limit)")
 	f.Int("max-connections", d.MaxConnections, "connections of every eMQP and pub/sub endpoint together, handshakes included (0 = no bound; the default is 3/4 of the fd limit)")

@@ -63,14 +63,18 @@ type Options struct {
 
 	// SegmentSize is the size of the log's segment files (64 MiB).
 	SegmentSize int64
-	// CheckpointBytes starts a checkpoint when the memtable (what the log
-	// holds and bbolt not yet) reaches it; CheckpointEvery starts one
-	// this often while it holds anything.
+	// CheckpointBytes starts a checkpoint when the log's records not yet
+	// in bbolt (or the memtable) reach it, and is how many bytes of
+	// values one bbolt transaction of a checkpoint takes; CheckpointEvery
+	// starts one this often while the memtable holds anything.
 	CheckpointBytes int64
 	CheckpointEvery time.Duration
-	// MaxLogBytes bounds the memtable: past it, writes that must be
-	// durable fail (ErrLogFull) until a checkpoint catches up. Memory:
-	// about this much is held at most.
+	// MaxLogBytes bounds what the log holds that bbolt does not yet (its
+	// bytes, and the memtable's): past it, writes that must be durable
+	// fail (ErrLogFull) until a checkpoint catches up. It bounds disk and
+	// the checkpoint's lag; the memtable holds a value of 1 KiB or more as
+	// its place in the log (and a job's head), so its memory does not
+	// grow with payloads.
 	MaxLogBytes int64
 	// DirectBytes: a commit whose log record would be larger goes into
 	// bbolt directly, with what the memtable holds (two fdatasyncs, no
