@@ -151,6 +151,10 @@
 //     I/O error, a damaged file), the log grows to MaxLogBytes, then
 //     durable writes fail with boltstore.ErrLogFull (the broker's ERROR
 //     unavailable, naming it) while nothing acknowledged is lost.
+//   - Memory: until its checkpoint, a value of 1 KiB or more is held
+//     as its place in the log (and a job's head), read back from there
+//     with its CRC-32C checked; what the log holds costs disk, not
+//     memory, whatever the payloads.
 //
 // # Failures
 //

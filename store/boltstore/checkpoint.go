@@ -18,14 +18,17 @@ import (
 //  1. freeze, on the committer (between two batches): active becomes
 //     frozen, with the sequence of the last record in it, and a new
 //     active begins;
-//  2. on the checkpointer's goroutine: frozen is written into bbolt in
-//     one transaction (two fdatasyncs, off every ACK's path), every
-//     value sealed with its checksum, with meta/checkpoint, the sequence;
+//  2. on the checkpointer's goroutine: frozen is written into bbolt
+//     (two fdatasyncs a transaction, off every ACK's path), every value
+//     sealed with its checksum (a logged one read back from the log), in
+//     transactions of about CheckpointBytes of values, the last with
+//     meta/checkpoint, the sequence;
 //  3. frozen is dropped, and the log's segments wholly at or below that
-//     sequence are deleted.
+//     sequence are deleted, but for those a view still reads (pin).
 //
-// A crash at any step leaves bbolt at its last checkpoint and the log
-// holding what came after: opening replays it. A checkpoint that fails
+// A crash at any step leaves meta/checkpoint at the last checkpoint and
+// the log holding what came after: opening replays it, over any of
+// frozen's values already written. A checkpoint that fails
 // (bbolt's disk full, an I/O error) leaves frozen as it is, is retried,
 // and the memtable grows until MaxLogBytes, past which writes that must
 // be durable are refused (overLimit).
@@ -328,9 +331,9 @@ func treeBytes(t *tree) int64 {
 	return n
 }
 
-// direct writes a batch too large for the log into bbolt, with the
-// memtable before it, in one transaction; its ACK waits for that commit
-// (two fdatasyncs). Memory stays bounded: a large job is not copied
+// direct writes a batch too large for the log into bbolt, after the
+// memtable (writeBolt: the batch whole in the last transaction); its
+// ACK waits for that commit (two fdatasyncs). Memory stays bounded: a large job is not copied
 // into the memtable to wait for a checkpoint.
 func (j *Journal) direct(t *batchTx, btx *bolt.Tx) error {
 	btx.Rollback()  // the batch's reads are done; bbolt may grow its mapping
