@@ -31,8 +31,9 @@ const (
 
 // encodeBatch encodes a batch's changes as a log record. Each value of
 // logMin bytes or more gets a ref with its offset in the record, its
-// length and its checksum, for logValues once the record is written.
-func encodeBatch(over *tree) []byte {
+// length and its checksum, for logValues once the record is written;
+// large says how many.
+func encodeBatch(over *tree) (rec []byte, large int) {
 	n := 1
 	over.Ascend(func(it *item) bool {
 		n += 2 + 2*binary.MaxVarintLen32 + len(it.key) + len(it.val)
@@ -52,12 +53,13 @@ func encodeBatch(over *tree) []byte {
 			b = binary.AppendUvarint(b, uint64(len(it.val)))
 			if len(it.val) >= logMin {
 				it.ref = &logRef{at: wal.Position{Offset: int64(len(b))}, n: uint32(len(it.val)), sum: crc32.Checksum(it.val, castagnoli)}
+				large++
 			}
 			b = append(b, it.val...)
 		}
 		return true
 	})
-	return b
+	return b, large
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -222,7 +224,7 @@ func (k logKV) Update(fn func(t store.Tx, mark func() error) error, durable bool
 	if t.over.Len() == 0 {
 		return nil // nothing changed (a duplicate, a job not found)
 	}
-	rec := encodeBatch(t.over)
+	rec, large := encodeBatch(t.over)
 	if int64(len(rec)) > j.opts.DirectBytes || int64(len(rec)) > j.log.MaxRecord() {
 		return j.direct(t, btx)
 	}
@@ -230,7 +232,9 @@ func (k logKV) Update(fn func(t store.Tx, mark func() error) error, durable bool
 	if err != nil {
 		return err
 	}
-	logValues(t.over, j.log.LastAppended())
+	if large > 0 {
+		logValues(t.over, j.log.LastAppended())
+	}
 	j.mu.Lock()
 	j.apply(t.over)
 	j.seq, j.applied = t.seq, last
