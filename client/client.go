@@ -704,24 +704,27 @@ func (c *Client) writeLoop() {
 func (c *Client) run() {
 	defer c.wg.Done()
 	backoff := redial.New(zmtp.MaxRedial(c.opts.Broker))
+	var next *zmtp.Conn // a broker the hedge found serving on another endpoint
 	for {
-		conn, err := zmtp.DialAny(context.Background(), c.opts.Broker, zmtp.DialOptions{
-			Identity: []byte(c.opts.Identity), Timeout: c.opts.DialTimeout, Security: c.sec,
-		})
-		c.mu.Lock()
-		c.dialErr = err
-		c.mu.Unlock()
-		if errors.Is(err, zmtp.ErrRefused) {
-			c.log.Warn("client: the broker refused this client's credentials", "broker", c.opts.Broker, "err", err)
-			c.refuseCalls(err)
-		} else if err != nil {
-			c.log.Debug("client: cannot connect to the broker", "broker", c.opts.Broker, "err", err)
-		}
-		if err != nil {
-			if !redial.Wait(backoff.Next(), c.done) {
-				return
+		conn := next
+		if conn == nil {
+			var err error
+			conn, err = c.dial(context.Background(), c.opts.Broker)
+			c.mu.Lock()
+			c.dialErr = err
+			c.mu.Unlock()
+			if errors.Is(err, zmtp.ErrRefused) {
+				c.log.Warn("client: the broker refused this client's credentials", "broker", c.opts.Broker, "err", err)
+				c.refuseCalls(err)
+			} else if err != nil {
+				c.log.Debug("client: cannot connect to the broker", "broker", c.opts.Broker, "err", err)
 			}
-			continue
+			if err != nil {
+				if !redial.Wait(backoff.Next(), c.done) {
+					return
+				}
+				continue
+			}
 		}
 		backoff.Reset()
 		c.mu.Lock()
@@ -738,22 +741,32 @@ func (c *Client) run() {
 		var heard atomic.Int64 // when the last message came
 		heard.Store(time.Now().UnixNano())
 		go func() { c.read(conn, &heard); close(lost) }()
-		c.watch(conn, lost, &heard)
+		next = c.watch(conn, lost, &heard)
 		conn.Close()
 		<-lost
 		c.mu.Lock()
 		c.conn = nil
 		c.mu.Unlock()
-		if !redial.Wait(backoff.Delay(), c.done) { // a broker that said KBYE may still accept for a moment
+		if next == nil && !redial.Wait(backoff.Delay(), c.done) { // a broker that said KBYE may still accept for a moment
 			return
 		}
 	}
 }
 
+// dial connects to the first of endpoints that greets.
+func (c *Client) dial(ctx context.Context, endpoints string) (*zmtp.Conn, error) {
+	return zmtp.DialAny(ctx, endpoints, zmtp.DialOptions{
+		Identity: []byte(c.opts.Identity), Timeout: c.opts.DialTimeout, Security: c.sec,
+	})
+}
+
 // watch resends unACKed REQUESTs every so often until the connection is
-// lost or the client closed, and leaves a broker silent while calls wait
-// (see the package doc).
-func (c *Client) watch(conn *zmtp.Conn, lost chan struct{}, heard *atomic.Int64) {
+// lost or the client closed, hedges while calls wait on a silent broker,
+// and leaves it after HeartbeatTimeout (see the package doc). It returns
+// the connection the hedge made to a broker that serves, if it made one.
+func (c *Client) watch(conn *zmtp.Conn, lost chan struct{}, heard *atomic.Int64) *zmtp.Conn {
+	hedge := zmtp.NewHedge(c.opts.Broker, conn.Endpoint(), c.dial)
+	defer hedge.Stop()
 	tick := time.NewTicker(min(c.opts.ResendAfter/4, c.opts.HeartbeatInterval/4))
 	defer tick.Stop()
 	var waiting, pinged time.Time // since when calls wait; the last PING
@@ -762,26 +775,37 @@ func (c *Client) watch(conn *zmtp.Conn, lost chan struct{}, heard *atomic.Int64)
 		case now := <-tick.C:
 			if !c.waiting() {
 				waiting = time.Time{}
+				hedge.Calm()
 				break
 			}
 			if waiting.IsZero() {
 				waiting = now
 			}
-			last := latest(waiting, time.Unix(0, heard.Load()), conn.LastPong())
-			if silent := now.Sub(last); silent >= c.opts.HeartbeatTimeout {
+			spoke := latest(waiting, time.Unix(0, heard.Load()))
+			if now.Sub(spoke) >= c.opts.HeartbeatInterval {
+				hedge.Try() // no eMQP answer for an interval: look at the other endpoints
+			} else {
+				hedge.Calm()
+			}
+			if silent := now.Sub(latest(spoke, conn.LastPong())); silent >= c.opts.HeartbeatTimeout {
 				c.log.Warn("client: the broker is silent while jobs wait for their ACK; dialling every endpoint again",
 					"broker", c.opts.Broker, "silent_for", silent.Round(time.Millisecond))
-				return
+				return nil
 			}
 			if now.Sub(pinged) >= c.opts.HeartbeatInterval {
 				pinged = now
 				_ = conn.Ping() // a failure is seen by the reader
 			}
 			c.resend(conn, false)
+		case next := <-hedge.Won():
+			c.log.Warn("client: another broker serves while this one is silent; switching to it",
+				"from", conn.Endpoint(), "to", next.Endpoint(),
+				"silent_for", time.Since(time.Unix(0, heard.Load())).Round(time.Millisecond))
+			return next
 		case <-lost:
-			return
+			return nil
 		case <-c.done:
-			return
+			return nil
 		}
 	}
 }

@@ -331,8 +331,9 @@ func (p *progress) end() {
 
 // session is one connection to the broker.
 type session struct {
-	conn *zmtp.Conn
-	msgs chan emqp.Message // closed when the connection is lost
+	conn  *zmtp.Conn
+	msgs  chan emqp.Message // closed when the connection is lost
+	hedge *zmtp.Hedge       // dials the other endpoints while the broker is silent
 }
 
 // run is the state of one Run.
@@ -393,8 +394,9 @@ func (w *Worker) serve(ctx context.Context) error {
 
 	for !stopping || len(r.running) > 0 {
 		var msgs chan emqp.Message
+		var won <-chan *zmtp.Conn
 		if r.sess != nil {
-			msgs = r.sess.msgs
+			msgs, won = r.sess.msgs, r.sess.hedge.Won()
 		}
 		select {
 		case <-dialTimer.C:
@@ -433,6 +435,12 @@ func (w *Worker) serve(ctx context.Context) error {
 				w.log.Info("worker: the broker said goodbye; reconnecting", "broker", w.opts.Broker)
 				r.disconnect(dialTimer, backoff.Delay())
 			}
+		case conn := <-won:
+			w.log.Warn("worker: another broker serves while this one is silent; switching to it",
+				"from", r.sess.conn.Endpoint(), "to", conn.Endpoint(), "silent_for", time.Since(r.lastSeen).Round(time.Millisecond))
+			r.drop()
+			r.adopt(conn, stopping)
+			backoff.Reset()
 		case res := <-r.results:
 			// Every finished job's answer goes in one write; yield first so
 			// that jobs finishing right now join it.
@@ -457,11 +465,19 @@ func (w *Worker) serve(ctx context.Context) error {
 			if r.sess == nil {
 				continue
 			}
-			if now.Sub(r.lastSeen) > w.opts.HeartbeatTimeout {
+			silent := now.Sub(r.lastSeen)
+			if silent > w.opts.HeartbeatTimeout {
 				w.log.Warn("worker: the broker is silent; reconnecting", "broker", w.opts.Broker,
-					"silent_for", now.Sub(r.lastSeen).Round(time.Millisecond))
+					"silent_for", silent.Round(time.Millisecond))
 				r.disconnect(dialTimer, 0)
 				continue
+			}
+			// The broker's HEARTBEAT comes every interval: silence past 1.5
+			// intervals is one missed.
+			if silent >= w.opts.HeartbeatInterval*3/2 {
+				r.sess.hedge.Try()
+			} else {
+				r.sess.hedge.Calm()
 			}
 			if w.routes != nil && now.Sub(asked) >= routesEvery {
 				asked = now
@@ -490,7 +506,7 @@ func (w *Worker) serve(ctx context.Context) error {
 	if r.sess != nil {
 		r.flush(false)
 		r.send(&emqp.Kbye{MsgID: emqp.NewID()})
-		r.sess.conn.Close()
+		r.drop()
 	}
 	return nil
 }
@@ -498,35 +514,59 @@ func (w *Worker) serve(ctx context.Context) error {
 // connect dials, INFORMs and waits for the ACK, then offers free slots and
 // sends results that waited.
 func (r *run) connect(stopping bool) error {
-	conn, err := zmtp.DialAny(context.Background(), r.opts.Broker, zmtp.DialOptions{
-		Identity: []byte(r.opts.Identity), Timeout: r.opts.HeartbeatTimeout, Security: r.sec,
-	})
+	conn, err := r.dial(context.Background(), r.opts.Broker)
 	if err != nil {
 		return err
 	}
-	inform := &emqp.Inform{MsgID: emqp.NewID(), Queues: r.queues(), PeerType: emqp.PeerWorker}
+	r.adopt(conn, stopping)
+	return nil
+}
+
+// dial connects to the first of endpoints that greets, INFORMs and waits
+// for the ACK; it gives up when ctx ends.
+func (w *Worker) dial(ctx context.Context, endpoints string) (*zmtp.Conn, error) {
+	conn, err := zmtp.DialAny(ctx, endpoints, zmtp.DialOptions{
+		Identity: []byte(w.opts.Identity), Timeout: w.opts.HeartbeatTimeout, Security: w.sec,
+	})
+	if err != nil {
+		return nil, err
+	}
+	inform := &emqp.Inform{MsgID: emqp.NewID(), Queues: w.queues(), PeerType: emqp.PeerWorker}
 	if err := conn.WriteMsgs(emqp.Encode(inform)); err != nil {
 		conn.Close()
-		return err
+		return nil, err
 	}
-	conn.SetReadDeadline(time.Now().Add(r.opts.HeartbeatTimeout))
-	bad := func(err error) { r.log.Warn("worker: undecodable message from the broker", "err", err) }
+	giveUp := context.AfterFunc(ctx, func() { conn.Close() })
+	defer giveUp()
+	conn.SetReadDeadline(time.Now().Add(w.opts.HeartbeatTimeout))
+	bad := func(err error) { w.log.Warn("worker: undecodable message from the broker", "err", err) }
 	for {
 		m, err := emqp.ReadMessage(conn.ReadMsg, bad)
 		if err != nil {
 			conn.Close()
-			return fmt.Errorf("no ACK for INFORM: %w", err)
+			return nil, fmt.Errorf("no ACK for INFORM: %w", err)
 		}
 		if a, ok := m.(*emqp.Ack); ok && a.AckedID == inform.MsgID {
 			break
 		}
 		if e, ok := m.(*emqp.Error); ok && e.RefMsgID == inform.MsgID {
 			conn.Close()
-			return fmt.Errorf("INFORM refused: %s: %s", e.Code, e.Text)
+			return nil, fmt.Errorf("INFORM refused: %s: %s", e.Code, e.Text)
 		}
 	}
+	if !giveUp() { // ctx ended: conn is closed
+		return nil, ctx.Err()
+	}
 	conn.SetReadDeadline(time.Time{})
-	s := &session{conn: conn, msgs: make(chan emqp.Message, 2*r.opts.Concurrency+16)}
+	return conn, nil
+}
+
+// adopt makes conn, INFORMed and ACKed, the session: it reads from it,
+// sends the results that waited, and offers the free slots.
+func (r *run) adopt(conn *zmtp.Conn, stopping bool) {
+	s := &session{conn: conn, msgs: make(chan emqp.Message, 2*r.opts.Concurrency+16),
+		hedge: zmtp.NewHedge(r.opts.Broker, conn.Endpoint(), r.dial)}
+	bad := func(err error) { r.log.Warn("worker: undecodable message from the broker", "err", err) }
 	go func() {
 		defer close(s.msgs)
 		for {
@@ -538,7 +578,7 @@ func (r *run) connect(stopping bool) error {
 		}
 	}()
 	r.sess, r.lastSeen = s, time.Now()
-	r.log.Info("worker: connected", "broker", r.opts.Broker, "queues", queueNames(r.queues()),
+	r.log.Info("worker: connected", "broker", conn.Endpoint(), "queues", queueNames(r.queues()),
 		"concurrency", r.opts.Concurrency)
 	r.flush(false)
 	if !stopping {
@@ -546,7 +586,6 @@ func (r *run) connect(stopping bool) error {
 			r.send(&emqp.Ready{MsgID: emqp.NewID()})
 		}
 	}
-	return nil
 }
 
 func queueNames(qs []emqp.Queue) string {
@@ -559,11 +598,17 @@ func queueNames(qs []emqp.Queue) string {
 
 // disconnect drops the session and sets dialTimer for a new connection.
 func (r *run) disconnect(dialTimer *time.Timer, after time.Duration) {
+	r.drop()
+	dialTimer.Reset(after)
+}
+
+// drop closes the session.
+func (r *run) drop() {
+	r.sess.hedge.Stop()
 	r.sess.conn.Close()
 	for range r.sess.msgs { // the reader ends with the connection
 	}
 	r.sess = nil
-	dialTimer.Reset(after)
 }
 
 // send writes one message on the session, if there is one.
