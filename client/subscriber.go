@@ -24,9 +24,12 @@ type SubscriberOptions struct {
 	// full the subscriber stops reading, and the broker drops what goes
 	// past its subscriber-hwm. 0 = 1024.
 	Buffer int
-	// A ZMTP PING every HeartbeatInterval (0 = 1s); a broker that answers
-	// nothing and sends nothing for HeartbeatTimeout (0 = 3s) is left, and
-	// every endpoint dialled again (a paused leader of a group).
+	// A ZMTP PING every HeartbeatInterval (0 = 1s). A broker that answers
+	// nothing and sends nothing for 1.5 HeartbeatIntervals has the other
+	// endpoints dialled beside it, and one that greets there is switched
+	// to (a paused leader's standby that took over); silent for
+	// HeartbeatTimeout (0 = 3s), it is left and every endpoint dialled
+	// again.
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 	Logger            *slog.Logger // nil = slog.Default()

@@ -16,10 +16,16 @@
 // frees its slot: a new READY follows the REPLY or FAIL in the same write.
 //
 // Heartbeats go both ways every HeartbeatInterval. When the broker has
-// been silent for HeartbeatTimeout, or the connection breaks, or the
+// been silent for 1.5 intervals (a HEARTBEAT missed), the worker dials
+// the other endpoints it was given beside its connection, at a redial's
+// pace; a broker that greets there and ACKs its INFORM serves (only a
+// group's leader listens), and the worker switches to it at once (the
+// client package's doc, Reliability, has the reasoning). When the broker
+// has been silent for HeartbeatTimeout, or the connection breaks, or the
 // broker says KBYE, the worker makes a new connection (same routing id),
 // INFORMs again and offers its free slots again. Jobs running meanwhile
-// finish; their REPLYs wait and are sent once connected.
+// finish; their REPLYs wait and are sent once connected (to a broker
+// that took over, which ignores them: it runs those jobs again).
 //
 // When the broker sends CANCEL for a job running here (an operator
 // cancelled it), the job's context ends with the cause ErrCancelled. The
@@ -82,7 +88,7 @@ type Options struct {
 	Queues            []Queue       // nil = each queue given to Handle, weight 10
 	Concurrency       int           // jobs run at once; 0 = 1
 	HeartbeatInterval time.Duration // 0 = 1s
-	HeartbeatTimeout  time.Duration // broker silent this long = dial every endpoint again; 0 = 3s
+	HeartbeatTimeout  time.Duration // broker silent this long = dial every endpoint again (1.5 intervals: the others, beside it); 0 = 3s
 	Grace             time.Duration // for running jobs at stop; 0 = 30s
 	Identity          string        // routing id for the worker's life; "" = a new UUID
 	Logger            *slog.Logger  // nil = slog.Default()
@@ -183,7 +189,7 @@ func New(opts Options) (*Worker, error) {
 		opts.HeartbeatInterval = time.Second
 	}
 	if opts.HeartbeatTimeout <= 0 {
-		opts.HeartbeatTimeout = 3 * time.Second // a paused leader left in about 3 s: its standby serves by then (--leader-ttl 2s)
+		opts.HeartbeatTimeout = 3 * time.Second // the last resort: the hedge finds a paused leader's standby sooner
 	}
 	if opts.HeartbeatTimeout <= opts.HeartbeatInterval {
 		return nil, fmt.Errorf("worker: HeartbeatTimeout %v must be longer than HeartbeatInterval %v",
