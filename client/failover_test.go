@@ -105,9 +105,10 @@ func TestFollowsTheBrokerThatAnswers(t *testing.T) {
 
 // A broker that stays connected but says nothing (here a paused proxy in
 // front of it: what a SIGSTOPped or frozen leader looks like to its
-// peers) is left within HeartbeatTimeout: the client dials every
-// endpoint again and its Send is ACKed by the broker that took over,
-// instead of waiting on the silent connection for as long as it lasts.
+// peers) is left, with the defaults: the client hedges (or, at the
+// latest, dials every endpoint again after HeartbeatTimeout) and its
+// Send is ACKed by the broker that took over, instead of waiting on the
+// silent connection for as long as it lasts.
 func TestLeavesASilentBroker(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -136,7 +137,7 @@ func TestLeavesASilentBroker(t *testing.T) {
 	if _, err := c.Send(ctx, "q", []byte("after")); err != nil {
 		t.Fatalf("Send while the connected broker is silent: %v", err)
 	}
-	t.Logf("ACKed by the next broker %v after the Send began (HeartbeatTimeout 3 s)", time.Since(began).Round(time.Millisecond))
+	t.Logf("ACKed by the next broker %v after the Send began (HeartbeatInterval 1 s, HeartbeatTimeout 3 s)", time.Since(began).Round(time.Millisecond))
 }
 
 // A subscriber leaves a silent broker the same way: behind a paused
@@ -200,11 +201,12 @@ func TestSubscriberLeavesASilentBroker(t *testing.T) {
 	start(fb, pb)
 	began := time.Now()
 	receives(fb, "after")
-	t.Logf("received from the next broker %v after it began publishing (HeartbeatTimeout 3 s)", time.Since(began).Round(time.Millisecond))
+	t.Logf("received from the next broker %v after it began publishing (HeartbeatInterval 1 s, HeartbeatTimeout 3 s)", time.Since(began).Round(time.Millisecond))
 }
 
-// A worker leaves a silent broker too (its HeartbeatTimeout, 3 s by
-// default): it runs the jobs of the broker that took over.
+// A worker leaves a silent broker too (the defaults: it hedges after
+// 1.5 s, and leaves after HeartbeatTimeout, 3 s): it runs the jobs of
+// the broker that took over.
 func TestWorkerLeavesASilentBroker(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
