@@ -19,16 +19,47 @@
 // so the broker's REPLY for an earlier Request still finds this client.
 //
 // A broker that stays connected but says nothing (a paused or frozen
-// process, a network that drops what it carries) is left: while a call
-// waits for its ACK the client sends a ZMTP PING every HeartbeatInterval,
-// and when neither an answer nor any message has come for
-// HeartbeatTimeout it drops the connection and dials every endpoint
-// again, resending what is not ACKed with the same msgids. The PING is
-// below eMQP, answered by the broker's transport: no eMQP peer sees it
-// (an eMQP HEARTBEAT from a peer that has not INFORMed gets no answer,
-// which original EventMQ peers rely on). With a group's --leader-ttl of
-// 2 s, the defaults (1 s, 3 s) leave a paused leader in about 3 s, by
-// when its standby serves.
+// process, a network that drops what it carries) is hedged against, then
+// left. While a call waits for its ACK and the broker has sent nothing
+// for HeartbeatInterval, the client dials the other endpoints beside its
+// connection, one attempt at a time (50 ms after a failed one, then
+// twice as long, up to 500 ms). Only a serving broker listens on a
+// group's eMQP ports (a standby binds them when it takes over), so a
+// broker that greets there is the new leader: the client switches to it
+// at once and resends there what is not ACKed, with the same msgids. A
+// broker that is only slow keeps its clients, and with one endpoint
+// nothing is dialled. The last resort stays: while a call waits the
+// client sends a ZMTP PING every HeartbeatInterval, and when neither an
+// answer nor any message has come for HeartbeatTimeout it drops the
+// connection and dials every endpoint again. The PING is below eMQP,
+// answered by the broker's transport: no eMQP peer sees it (an eMQP
+// HEARTBEAT from a peer that has not INFORMed gets no answer, which
+// original EventMQ peers rely on). A client connecting takes the first
+// endpoint that greets; while one has accepted the TCP connection and
+// says nothing (a paused process's kernel accepts), those that refused
+// are dialled again at the same pace. With a group's --leader-ttl of 2 s
+// a paused leader costs its clients about the TTL, by when its standby
+// serves (docs/benchmarks.md: the longest gap between ACKs with the
+// leader SIGSTOPped 6 s). Subscriber and package worker hedge the same
+// way.
+//
+// An original EventMQ sender (0.3's send_request, in
+// eventmq/client/messages.py) writes the REQUEST once, with zmq.NOBLOCK,
+// on a DEALER connected to one address (eventmq/sender.py), and returns
+// its msgid:
+// it never reads the ACK, never resends, and sets no ZMTP heartbeat. A
+// paused broker does not hold the call: the REQUEST waits in the
+// kernel's buffers of the connection, or in libzmq's queue, until the
+// broker resumes (a new socket, as its Job decorator makes for each
+// call, waits for a handshake; libzmq gives that up after 30 s and
+// connects again). It never learns of a takeover: it reaches the next
+// leader only behind an address that moves to it (the README's floating
+// address), and what waited on the old connection is never stored: the
+// old leader, fenced when it resumes, cannot commit it, and the sender
+// does not send it again. When libzmq's queue is full (its send
+// high-water mark, 1000 messages by default), the send raises
+// zmq.Again, which EventMQ's send_multipart (eventmq/utils/classes.py)
+// swallows: the job is dropped and a msgid returned all the same.
 //
 // An ERROR from the broker ends the call with a *BrokerError, except
 // ERROR unavailable (the broker is stopping, or its disk is full), which is
@@ -78,8 +109,10 @@ type Options struct {
 	Identity    string        // routing id, kept for the client's life; "" = a new UUID
 	ResendAfter time.Duration // resend a REQUEST not ACKed this long; 0 = 5s
 	DialTimeout time.Duration // for one connection attempt; 0 = 5s
-	// While a call waits for its ACK: a PING every HeartbeatInterval (0 =
-	// 1s), and a broker silent for HeartbeatTimeout (0 = 3s) is left.
+	// While a call waits for its ACK: the other endpoints dialled once the
+	// broker has said nothing for HeartbeatInterval (0 = 1s), a PING
+	// every HeartbeatInterval, and a broker silent for HeartbeatTimeout
+	// (0 = 3s) left (package doc: Reliability).
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 	Logger            *slog.Logger // nil = slog.Default()
@@ -704,24 +737,27 @@ func (c *Client) writeLoop() {
 func (c *Client) run() {
 	defer c.wg.Done()
 	backoff := redial.New(zmtp.MaxRedial(c.opts.Broker))
+	var next *zmtp.Conn // a broker the hedge found serving on another endpoint
 	for {
-		conn, err := zmtp.DialAny(context.Background(), c.opts.Broker, zmtp.DialOptions{
-			Identity: []byte(c.opts.Identity), Timeout: c.opts.DialTimeout, Security: c.sec,
-		})
-		c.mu.Lock()
-		c.dialErr = err
-		c.mu.Unlock()
-		if errors.Is(err, zmtp.ErrRefused) {
-			c.log.Warn("client: the broker refused this client's credentials", "broker", c.opts.Broker, "err", err)
-			c.refuseCalls(err)
-		} else if err != nil {
-			c.log.Debug("client: cannot connect to the broker", "broker", c.opts.Broker, "err", err)
-		}
-		if err != nil {
-			if !redial.Wait(backoff.Next(), c.done) {
-				return
+		conn := next
+		if conn == nil {
+			var err error
+			conn, err = c.dial(context.Background(), c.opts.Broker)
+			c.mu.Lock()
+			c.dialErr = err
+			c.mu.Unlock()
+			if errors.Is(err, zmtp.ErrRefused) {
+				c.log.Warn("client: the broker refused this client's credentials", "broker", c.opts.Broker, "err", err)
+				c.refuseCalls(err)
+			} else if err != nil {
+				c.log.Debug("client: cannot connect to the broker", "broker", c.opts.Broker, "err", err)
 			}
-			continue
+			if err != nil {
+				if !redial.Wait(backoff.Next(), c.done) {
+					return
+				}
+				continue
+			}
 		}
 		backoff.Reset()
 		c.mu.Lock()
@@ -738,22 +774,32 @@ func (c *Client) run() {
 		var heard atomic.Int64 // when the last message came
 		heard.Store(time.Now().UnixNano())
 		go func() { c.read(conn, &heard); close(lost) }()
-		c.watch(conn, lost, &heard)
+		next = c.watch(conn, lost, &heard)
 		conn.Close()
 		<-lost
 		c.mu.Lock()
 		c.conn = nil
 		c.mu.Unlock()
-		if !redial.Wait(backoff.Delay(), c.done) { // a broker that said KBYE may still accept for a moment
+		if next == nil && !redial.Wait(backoff.Delay(), c.done) { // a broker that said KBYE may still accept for a moment
 			return
 		}
 	}
 }
 
+// dial connects to the first of endpoints that greets.
+func (c *Client) dial(ctx context.Context, endpoints string) (*zmtp.Conn, error) {
+	return zmtp.DialAny(ctx, endpoints, zmtp.DialOptions{
+		Identity: []byte(c.opts.Identity), Timeout: c.opts.DialTimeout, Security: c.sec,
+	})
+}
+
 // watch resends unACKed REQUESTs every so often until the connection is
-// lost or the client closed, and leaves a broker silent while calls wait
-// (see the package doc).
-func (c *Client) watch(conn *zmtp.Conn, lost chan struct{}, heard *atomic.Int64) {
+// lost or the client closed, hedges while calls wait on a silent broker,
+// and leaves it after HeartbeatTimeout (see the package doc). It returns
+// the connection the hedge made to a broker that serves, if it made one.
+func (c *Client) watch(conn *zmtp.Conn, lost chan struct{}, heard *atomic.Int64) *zmtp.Conn {
+	hedge := zmtp.NewHedge(c.opts.Broker, conn.Endpoint(), c.dial)
+	defer hedge.Stop()
 	tick := time.NewTicker(min(c.opts.ResendAfter/4, c.opts.HeartbeatInterval/4))
 	defer tick.Stop()
 	var waiting, pinged time.Time // since when calls wait; the last PING
@@ -762,26 +808,37 @@ func (c *Client) watch(conn *zmtp.Conn, lost chan struct{}, heard *atomic.Int64)
 		case now := <-tick.C:
 			if !c.waiting() {
 				waiting = time.Time{}
+				hedge.Calm()
 				break
 			}
 			if waiting.IsZero() {
 				waiting = now
 			}
-			last := latest(waiting, time.Unix(0, heard.Load()), conn.LastPong())
-			if silent := now.Sub(last); silent >= c.opts.HeartbeatTimeout {
+			spoke := latest(waiting, time.Unix(0, heard.Load()))
+			if now.Sub(spoke) >= c.opts.HeartbeatInterval {
+				hedge.Try() // no eMQP answer for an interval: look at the other endpoints
+			} else {
+				hedge.Calm()
+			}
+			if silent := now.Sub(latest(spoke, conn.LastPong())); silent >= c.opts.HeartbeatTimeout {
 				c.log.Warn("client: the broker is silent while jobs wait for their ACK; dialling every endpoint again",
 					"broker", c.opts.Broker, "silent_for", silent.Round(time.Millisecond))
-				return
+				return nil
 			}
 			if now.Sub(pinged) >= c.opts.HeartbeatInterval {
 				pinged = now
 				_ = conn.Ping() // a failure is seen by the reader
 			}
 			c.resend(conn, false)
+		case next := <-hedge.Won():
+			c.log.Warn("client: another broker serves while this one is silent; switching to it",
+				"from", conn.Endpoint(), "to", next.Endpoint(),
+				"silent_for", time.Since(time.Unix(0, heard.Load())).Round(time.Millisecond))
+			return next
 		case <-lost:
-			return
+			return nil
 		case <-c.done:
-			return
+			return nil
 		}
 	}
 }

@@ -105,9 +105,10 @@ func TestFollowsTheBrokerThatAnswers(t *testing.T) {
 
 // A broker that stays connected but says nothing (here a paused proxy in
 // front of it: what a SIGSTOPped or frozen leader looks like to its
-// peers) is left within HeartbeatTimeout: the client dials every
-// endpoint again and its Send is ACKed by the broker that took over,
-// instead of waiting on the silent connection for as long as it lasts.
+// peers) is left, with the defaults: the client hedges (or, at the
+// latest, dials every endpoint again after HeartbeatTimeout) and its
+// Send is ACKed by the broker that took over, instead of waiting on the
+// silent connection for as long as it lasts.
 func TestLeavesASilentBroker(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -136,7 +137,7 @@ func TestLeavesASilentBroker(t *testing.T) {
 	if _, err := c.Send(ctx, "q", []byte("after")); err != nil {
 		t.Fatalf("Send while the connected broker is silent: %v", err)
 	}
-	t.Logf("ACKed by the next broker %v after the Send began (HeartbeatTimeout 3 s)", time.Since(began).Round(time.Millisecond))
+	t.Logf("ACKed by the next broker %v after the Send began (HeartbeatInterval 1 s, HeartbeatTimeout 3 s)", time.Since(began).Round(time.Millisecond))
 }
 
 // A subscriber leaves a silent broker the same way: behind a paused
@@ -200,11 +201,12 @@ func TestSubscriberLeavesASilentBroker(t *testing.T) {
 	start(fb, pb)
 	began := time.Now()
 	receives(fb, "after")
-	t.Logf("received from the next broker %v after it began publishing (HeartbeatTimeout 3 s)", time.Since(began).Round(time.Millisecond))
+	t.Logf("received from the next broker %v after it began publishing (HeartbeatInterval 1 s, HeartbeatTimeout 3 s)", time.Since(began).Round(time.Millisecond))
 }
 
-// A worker leaves a silent broker too (its HeartbeatTimeout, 3 s by
-// default): it runs the jobs of the broker that took over.
+// A worker leaves a silent broker too (the defaults: it hedges after
+// 1.5 s, and leaves after HeartbeatTimeout, 3 s): it runs the jobs of
+// the broker that took over.
 func TestWorkerLeavesASilentBroker(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -244,4 +246,211 @@ func TestWorkerLeavesASilentBroker(t *testing.T) {
 	began := time.Now()
 	run(fb, "after")
 	t.Logf("run by the worker %v after the next broker had it", time.Since(began).Round(time.Millisecond))
+}
+
+// The hedge: a client connected to a broker that falls silent (behind a
+// paused proxy) while a Send waits dials the other endpoints beside its
+// connection; when a broker begins to serve there (it took the journal
+// over), the client switches to it and resends what waits, same msgids.
+// The silence timeout is a minute here: only the hedge can make the
+// switch within the test's wait.
+func TestHedgesPastASilentBroker(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fa, fb := bt.FreeEndpoint(t), bt.FreeEndpoint(t)
+	start := func(frontend string) *bt.Broker {
+		return bt.Start(t, dir, func(o *broker.Options) { o.Frontend = frontend })
+	}
+	a := start(fa)
+	paused := bt.NewProxy(t, fa)
+	c, err := client.New(client.Options{Broker: paused.Endpoint() + "," + fb, Logger: bt.Logger(t),
+		HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
+	defer cancel()
+	if _, err := c.Send(ctx, "q", []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	paused.Pause()
+	if err := a.Stop(); err != nil { // its journal goes to the next; the proxy keeps the client's connection open
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	var during string
+	go func() { // sent into the silence, before the next broker serves
+		var err error
+		during, err = c.Send(ctx, "q", []byte("during"))
+		waiting <- err
+	}()
+	bt.Eventually(t, "the Send's REQUEST sent to the silent broker", func() bool { return paused.Pending() > 0 })
+	b := start(fb)
+	if err := <-waiting; err != nil {
+		t.Fatalf("Send while the connected broker is silent: %v", err)
+	}
+	if _, err := c.Send(ctx, "q", []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	if q := bt.QueueInfo(t, b, "q"); q.Pending != 3 {
+		t.Fatalf("the next broker has %d jobs, want before, during (%s, resent once it served) and after", q.Pending, during)
+	}
+	if n := paused.Accepted(); n != 1 {
+		t.Fatalf("%d connections to the silent broker, want the first only", n)
+	}
+}
+
+// With one endpoint there is nothing to hedge to: a broker silent for a
+// while (a pause shorter than the silence timeout) keeps its client, on
+// the same connection, and the Send waiting is ACKed once it answers.
+func TestStaysWithASilentBrokerAlone(t *testing.T) {
+	t.Parallel()
+	a := bt.Start(t, "", nil)
+	paused := bt.NewProxy(t, a.Frontend())
+	c, err := client.New(client.Options{Broker: paused.Endpoint(), Logger: bt.Logger(t),
+		HeartbeatInterval: 20 * time.Millisecond, HeartbeatTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
+	defer cancel()
+	if _, err := c.Send(ctx, "q", []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	paused.Pause()
+	waiting := make(chan error, 1)
+	go func() { _, err := c.Send(ctx, "q", []byte("during")); waiting <- err }()
+	bt.Eventually(t, "the Send's REQUEST sent to the silent broker", func() bool { return paused.Pending() > 0 })
+	<-time.After(500 * time.Millisecond) // the pause's length: 25 heartbeat intervals, not a wait for something
+	if n := paused.Accepted(); n != 1 {
+		t.Fatalf("%d connections during the pause, want the first only", n)
+	}
+	paused.Resume()
+	if err := <-waiting; err != nil {
+		t.Fatal(err)
+	}
+	if n := paused.Accepted(); n != 1 {
+		t.Fatalf("%d connections, want the first only", n)
+	}
+	if q := bt.QueueInfo(t, a, "q"); q.Pending != 2 {
+		t.Fatalf("%d jobs stored, want 2", q.Pending)
+	}
+}
+
+// A worker hedges too: its broker silent, it dials the other endpoints
+// and, a broker serving there, INFORMs it and runs its jobs, well within
+// its silence timeout (a minute here).
+func TestWorkerHedgesPastASilentBroker(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fa, ba, fb, bb := bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t)
+	start := func(frontend, backend string) *bt.Broker {
+		return bt.Start(t, dir, func(o *broker.Options) {
+			o.Frontend, o.Backend = frontend, backend
+			o.HeartbeatInterval = 50 * time.Millisecond
+		})
+	}
+	a := start(fa, ba)
+	paused := bt.NewProxy(t, ba)
+	w, err := worker.New(worker.Options{Broker: paused.Endpoint() + "," + bb, Logger: bt.Logger(t),
+		HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("q", func(_ context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil })
+	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
+	defer cancel()
+	wdone := make(chan error, 1)
+	go func() { wdone <- w.Run(ctx) }()
+	defer func() { cancel(); <-wdone }()
+	run := func(frontend, text string) {
+		t.Helper()
+		c, err := client.New(client.Options{Broker: frontend, Logger: bt.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if got, err := c.Request(ctx, "q", []byte(text)); err != nil || string(got) != text {
+			t.Fatalf("%s: %q %v", text, got, err)
+		}
+	}
+	run(fa, "before")
+	paused.Pause()
+	before := paused.Accepted() // the worker's, and its ask for the placement of shards
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	start(fb, bb)
+	run(fb, "after")
+	if n := paused.Accepted(); n != before {
+		t.Fatalf("%d connections to the silent broker, want the %d before its silence", n, before)
+	}
+}
+
+// A subscriber hedges when its PINGs go unanswered: it switches to the
+// broker that serves on another endpoint and receives what it publishes,
+// within its silence timeout (a minute here).
+func TestSubscriberHedgesPastASilentBroker(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fa, pa, fb, pb := bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t)
+	start := func(frontend, pub string) *bt.Broker {
+		return bt.Start(t, dir, func(o *broker.Options) { o.Frontend, o.PublisherOutgoing = frontend, pub })
+	}
+	a := start(fa, pa)
+	paused := bt.NewProxy(t, pa)
+	s, err := client.Subscribe(client.SubscriberOptions{Endpoint: paused.Endpoint() + "," + pb, Logger: bt.Logger(t),
+		HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: time.Minute}, "news.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
+	defer cancel()
+	receives := func(frontend, text string) {
+		t.Helper()
+		c, err := client.New(client.Options{Broker: frontend, Logger: bt.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		got := make(chan error, 1)
+		go func() {
+			for {
+				m, err := s.Recv(ctx)
+				if err != nil || m.Topic == "news."+text {
+					got <- err
+					return
+				}
+			}
+		}()
+		// Not durable: published again until the subscriber (re)connected has it.
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if err := c.Publish(ctx, "news."+text, []byte(text)); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatalf("%s never received: %v", text, err)
+				}
+				return
+			case <-tick.C:
+			}
+		}
+	}
+	receives(fa, "before")
+	paused.Pause()
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	start(fb, pb)
+	receives(fb, "after")
+	if n := paused.Accepted(); n != 1 {
+		t.Fatalf("%d connections to the silent broker, want the first only", n)
+	}
 }

@@ -24,9 +24,12 @@ type SubscriberOptions struct {
 	// full the subscriber stops reading, and the broker drops what goes
 	// past its subscriber-hwm. 0 = 1024.
 	Buffer int
-	// A ZMTP PING every HeartbeatInterval (0 = 1s); a broker that answers
-	// nothing and sends nothing for HeartbeatTimeout (0 = 3s) is left, and
-	// every endpoint dialled again (a paused leader of a group).
+	// A ZMTP PING every HeartbeatInterval (0 = 1s). A broker that answers
+	// nothing and sends nothing for 1.5 HeartbeatIntervals has the other
+	// endpoints dialled beside it, and one that greets there is switched
+	// to (a paused leader's standby that took over); silent for
+	// HeartbeatTimeout (0 = 3s), it is left and every endpoint dialled
+	// again.
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 	Logger            *slog.Logger // nil = slog.Default()
@@ -184,10 +187,13 @@ func (s *Subscriber) Close() error {
 func (s *Subscriber) run(ctx context.Context) {
 	defer s.wg.Done()
 	backoff := redial.New(2 * time.Second)
+	var next *zmtp.Conn // a broker the hedge found serving on another endpoint
 	for {
-		conn, err := zmtp.DialAny(ctx, s.opts.Endpoint, zmtp.DialOptions{
-			Sub: true, Timeout: s.opts.DialTimeout, MaxFrameSize: 1 << 30, Security: s.sec,
-		})
+		conn, err := next, error(nil)
+		if conn == nil {
+			conn, err = s.dial(ctx, s.opts.Endpoint)
+		}
+		next = nil
 		if err == nil {
 			s.mu.Lock()
 			if s.closed {
@@ -212,7 +218,7 @@ func (s *Subscriber) run(ctx context.Context) {
 				heard.Store(began.UnixNano())
 				stop := s.watch(conn, &heard)
 				err = s.read(conn, &heard)
-				stop()
+				next = stop()
 				if time.Since(began) > 5*time.Second { // it was not refused at once
 					backoff.Reset()
 				}
@@ -222,6 +228,9 @@ func (s *Subscriber) run(ctx context.Context) {
 			s.conn = nil
 			s.mu.Unlock()
 		}
+		if next != nil {
+			continue
+		}
 		in := backoff.Next()
 		s.log.Info("client: subscriber connection lost; reconnecting", "endpoint", s.opts.Endpoint, "err", err, "in", in)
 		if !redial.Wait(in, s.done) {
@@ -230,12 +239,25 @@ func (s *Subscriber) run(ctx context.Context) {
 	}
 }
 
+// dial connects a SUB to the first of endpoints that greets.
+func (s *Subscriber) dial(ctx context.Context, endpoints string) (*zmtp.Conn, error) {
+	return zmtp.DialAny(ctx, endpoints, zmtp.DialOptions{
+		Sub: true, Timeout: s.opts.DialTimeout, MaxFrameSize: 1 << 30, Security: s.sec,
+	})
+}
+
 // watch pings the broker and closes conn when it has been silent for
-// HeartbeatTimeout while this subscriber was reading; stop ends it.
-func (s *Subscriber) watch(conn *zmtp.Conn, heard *atomic.Int64) (stop func()) {
+// HeartbeatTimeout while this subscriber was reading. Silent for half an
+// interval past a PING's, it hedges: a broker that serves on another
+// endpoint is switched to at once (conn closed, the new connection
+// returned by stop, which ends the watch).
+func (s *Subscriber) watch(conn *zmtp.Conn, heard *atomic.Int64) (stop func() *zmtp.Conn) {
 	done, ended := make(chan struct{}), make(chan struct{})
+	var next *zmtp.Conn
 	go func() {
 		defer close(ended)
+		hedge := zmtp.NewHedge(s.opts.Endpoint, conn.Endpoint(), s.dial)
+		defer hedge.Stop()
 		tick := time.NewTicker(s.opts.HeartbeatInterval / 4)
 		defer tick.Stop()
 		var pinged time.Time
@@ -246,22 +268,37 @@ func (s *Subscriber) watch(conn *zmtp.Conn, heard *atomic.Int64) (stop func()) {
 			case now := <-tick.C:
 				n := heard.Load()
 				if n < 0 { // a message waits for Recv: nothing is read meanwhile
+					hedge.Calm()
 					continue
 				}
-				if silent := now.Sub(latest(time.Unix(0, n), conn.LastPong())); silent >= s.opts.HeartbeatTimeout {
+				silent := now.Sub(latest(time.Unix(0, n), conn.LastPong()))
+				if silent >= s.opts.HeartbeatTimeout {
 					s.log.Warn("client: the broker is silent; dialling every endpoint again",
 						"endpoint", s.opts.Endpoint, "silent_for", silent.Round(time.Millisecond))
 					conn.Close()
 					return
 				}
+				// A PING goes every interval and a live broker answers at
+				// once: silence past 1.5 intervals is a PING unanswered.
+				if silent >= s.opts.HeartbeatInterval*3/2 {
+					hedge.Try()
+				} else {
+					hedge.Calm()
+				}
 				if now.Sub(pinged) >= s.opts.HeartbeatInterval {
 					pinged = now
 					_ = conn.Ping()
 				}
+			case c := <-hedge.Won():
+				s.log.Warn("client: another broker serves while this one is silent; the subscriber switches to it",
+					"from", conn.Endpoint(), "to", c.Endpoint())
+				next = c
+				conn.Close() // read ends
+				return
 			}
 		}
 	}()
-	return func() { close(done); <-ended }
+	return func() *zmtp.Conn { close(done); <-ended; return next }
 }
 
 func (s *Subscriber) read(conn *zmtp.Conn, heard *atomic.Int64) error {

@@ -16,10 +16,16 @@
 // frees its slot: a new READY follows the REPLY or FAIL in the same write.
 //
 // Heartbeats go both ways every HeartbeatInterval. When the broker has
-// been silent for HeartbeatTimeout, or the connection breaks, or the
+// been silent for 1.5 intervals (a HEARTBEAT missed), the worker dials
+// the other endpoints it was given beside its connection, at a redial's
+// pace; a broker that greets there and ACKs its INFORM serves (only a
+// group's leader listens), and the worker switches to it at once (the
+// client package's doc, Reliability, has the reasoning). When the broker
+// has been silent for HeartbeatTimeout, or the connection breaks, or the
 // broker says KBYE, the worker makes a new connection (same routing id),
 // INFORMs again and offers its free slots again. Jobs running meanwhile
-// finish; their REPLYs wait and are sent once connected.
+// finish; their REPLYs wait and are sent once connected (to a broker
+// that took over, which ignores them: it runs those jobs again).
 //
 // When the broker sends CANCEL for a job running here (an operator
 // cancelled it), the job's context ends with the cause ErrCancelled. The
@@ -82,7 +88,7 @@ type Options struct {
 	Queues            []Queue       // nil = each queue given to Handle, weight 10
 	Concurrency       int           // jobs run at once; 0 = 1
 	HeartbeatInterval time.Duration // 0 = 1s
-	HeartbeatTimeout  time.Duration // broker silent this long = dial every endpoint again; 0 = 3s
+	HeartbeatTimeout  time.Duration // broker silent this long = dial every endpoint again (1.5 intervals: the others, beside it); 0 = 3s
 	Grace             time.Duration // for running jobs at stop; 0 = 30s
 	Identity          string        // routing id for the worker's life; "" = a new UUID
 	Logger            *slog.Logger  // nil = slog.Default()
@@ -183,7 +189,7 @@ func New(opts Options) (*Worker, error) {
 		opts.HeartbeatInterval = time.Second
 	}
 	if opts.HeartbeatTimeout <= 0 {
-		opts.HeartbeatTimeout = 3 * time.Second // a paused leader left in about 3 s: its standby serves by then (--leader-ttl 2s)
+		opts.HeartbeatTimeout = 3 * time.Second // the last resort: the hedge finds a paused leader's standby sooner
 	}
 	if opts.HeartbeatTimeout <= opts.HeartbeatInterval {
 		return nil, fmt.Errorf("worker: HeartbeatTimeout %v must be longer than HeartbeatInterval %v",
@@ -331,8 +337,9 @@ func (p *progress) end() {
 
 // session is one connection to the broker.
 type session struct {
-	conn *zmtp.Conn
-	msgs chan emqp.Message // closed when the connection is lost
+	conn  *zmtp.Conn
+	msgs  chan emqp.Message // closed when the connection is lost
+	hedge *zmtp.Hedge       // dials the other endpoints while the broker is silent
 }
 
 // run is the state of one Run.
@@ -393,8 +400,9 @@ func (w *Worker) serve(ctx context.Context) error {
 
 	for !stopping || len(r.running) > 0 {
 		var msgs chan emqp.Message
+		var won <-chan *zmtp.Conn
 		if r.sess != nil {
-			msgs = r.sess.msgs
+			msgs, won = r.sess.msgs, r.sess.hedge.Won()
 		}
 		select {
 		case <-dialTimer.C:
@@ -433,6 +441,12 @@ func (w *Worker) serve(ctx context.Context) error {
 				w.log.Info("worker: the broker said goodbye; reconnecting", "broker", w.opts.Broker)
 				r.disconnect(dialTimer, backoff.Delay())
 			}
+		case conn := <-won:
+			w.log.Warn("worker: another broker serves while this one is silent; switching to it",
+				"from", r.sess.conn.Endpoint(), "to", conn.Endpoint(), "silent_for", time.Since(r.lastSeen).Round(time.Millisecond))
+			r.drop()
+			r.adopt(conn, stopping)
+			backoff.Reset()
 		case res := <-r.results:
 			// Every finished job's answer goes in one write; yield first so
 			// that jobs finishing right now join it.
@@ -457,11 +471,19 @@ func (w *Worker) serve(ctx context.Context) error {
 			if r.sess == nil {
 				continue
 			}
-			if now.Sub(r.lastSeen) > w.opts.HeartbeatTimeout {
+			silent := now.Sub(r.lastSeen)
+			if silent > w.opts.HeartbeatTimeout {
 				w.log.Warn("worker: the broker is silent; reconnecting", "broker", w.opts.Broker,
-					"silent_for", now.Sub(r.lastSeen).Round(time.Millisecond))
+					"silent_for", silent.Round(time.Millisecond))
 				r.disconnect(dialTimer, 0)
 				continue
+			}
+			// The broker's HEARTBEAT comes every interval: silence past 1.5
+			// intervals is one missed.
+			if silent >= w.opts.HeartbeatInterval*3/2 {
+				r.sess.hedge.Try()
+			} else {
+				r.sess.hedge.Calm()
 			}
 			if w.routes != nil && now.Sub(asked) >= routesEvery {
 				asked = now
@@ -490,7 +512,7 @@ func (w *Worker) serve(ctx context.Context) error {
 	if r.sess != nil {
 		r.flush(false)
 		r.send(&emqp.Kbye{MsgID: emqp.NewID()})
-		r.sess.conn.Close()
+		r.drop()
 	}
 	return nil
 }
@@ -498,35 +520,59 @@ func (w *Worker) serve(ctx context.Context) error {
 // connect dials, INFORMs and waits for the ACK, then offers free slots and
 // sends results that waited.
 func (r *run) connect(stopping bool) error {
-	conn, err := zmtp.DialAny(context.Background(), r.opts.Broker, zmtp.DialOptions{
-		Identity: []byte(r.opts.Identity), Timeout: r.opts.HeartbeatTimeout, Security: r.sec,
-	})
+	conn, err := r.dial(context.Background(), r.opts.Broker)
 	if err != nil {
 		return err
 	}
-	inform := &emqp.Inform{MsgID: emqp.NewID(), Queues: r.queues(), PeerType: emqp.PeerWorker}
+	r.adopt(conn, stopping)
+	return nil
+}
+
+// dial connects to the first of endpoints that greets, INFORMs and waits
+// for the ACK; it gives up when ctx ends.
+func (w *Worker) dial(ctx context.Context, endpoints string) (*zmtp.Conn, error) {
+	conn, err := zmtp.DialAny(ctx, endpoints, zmtp.DialOptions{
+		Identity: []byte(w.opts.Identity), Timeout: w.opts.HeartbeatTimeout, Security: w.sec,
+	})
+	if err != nil {
+		return nil, err
+	}
+	inform := &emqp.Inform{MsgID: emqp.NewID(), Queues: w.queues(), PeerType: emqp.PeerWorker}
 	if err := conn.WriteMsgs(emqp.Encode(inform)); err != nil {
 		conn.Close()
-		return err
+		return nil, err
 	}
-	conn.SetReadDeadline(time.Now().Add(r.opts.HeartbeatTimeout))
-	bad := func(err error) { r.log.Warn("worker: undecodable message from the broker", "err", err) }
+	giveUp := context.AfterFunc(ctx, func() { conn.Close() })
+	defer giveUp()
+	conn.SetReadDeadline(time.Now().Add(w.opts.HeartbeatTimeout))
+	bad := func(err error) { w.log.Warn("worker: undecodable message from the broker", "err", err) }
 	for {
 		m, err := emqp.ReadMessage(conn.ReadMsg, bad)
 		if err != nil {
 			conn.Close()
-			return fmt.Errorf("no ACK for INFORM: %w", err)
+			return nil, fmt.Errorf("no ACK for INFORM: %w", err)
 		}
 		if a, ok := m.(*emqp.Ack); ok && a.AckedID == inform.MsgID {
 			break
 		}
 		if e, ok := m.(*emqp.Error); ok && e.RefMsgID == inform.MsgID {
 			conn.Close()
-			return fmt.Errorf("INFORM refused: %s: %s", e.Code, e.Text)
+			return nil, fmt.Errorf("INFORM refused: %s: %s", e.Code, e.Text)
 		}
 	}
+	if !giveUp() { // ctx ended: conn is closed
+		return nil, ctx.Err()
+	}
 	conn.SetReadDeadline(time.Time{})
-	s := &session{conn: conn, msgs: make(chan emqp.Message, 2*r.opts.Concurrency+16)}
+	return conn, nil
+}
+
+// adopt makes conn, INFORMed and ACKed, the session: it reads from it,
+// sends the results that waited, and offers the free slots.
+func (r *run) adopt(conn *zmtp.Conn, stopping bool) {
+	s := &session{conn: conn, msgs: make(chan emqp.Message, 2*r.opts.Concurrency+16),
+		hedge: zmtp.NewHedge(r.opts.Broker, conn.Endpoint(), r.dial)}
+	bad := func(err error) { r.log.Warn("worker: undecodable message from the broker", "err", err) }
 	go func() {
 		defer close(s.msgs)
 		for {
@@ -538,7 +584,7 @@ func (r *run) connect(stopping bool) error {
 		}
 	}()
 	r.sess, r.lastSeen = s, time.Now()
-	r.log.Info("worker: connected", "broker", r.opts.Broker, "queues", queueNames(r.queues()),
+	r.log.Info("worker: connected", "broker", conn.Endpoint(), "queues", queueNames(r.queues()),
 		"concurrency", r.opts.Concurrency)
 	r.flush(false)
 	if !stopping {
@@ -546,7 +592,6 @@ func (r *run) connect(stopping bool) error {
 			r.send(&emqp.Ready{MsgID: emqp.NewID()})
 		}
 	}
-	return nil
 }
 
 func queueNames(qs []emqp.Queue) string {
@@ -559,11 +604,17 @@ func queueNames(qs []emqp.Queue) string {
 
 // disconnect drops the session and sets dialTimer for a new connection.
 func (r *run) disconnect(dialTimer *time.Timer, after time.Duration) {
+	r.drop()
+	dialTimer.Reset(after)
+}
+
+// drop closes the session.
+func (r *run) drop() {
+	r.sess.hedge.Stop()
 	r.sess.conn.Close()
 	for range r.sess.msgs { // the reader ends with the connection
 	}
 	r.sess = nil
-	dialTimer.Reset(after)
 }
 
 // send writes one message on the session, if there is one.

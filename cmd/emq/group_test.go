@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -216,6 +218,7 @@ type load struct {
 	stopW   context.CancelFunc // the worker's
 	sending sync.WaitGroup
 	working sync.WaitGroup
+	ranFile string // of a worker process: the msgids it ran, a line each
 }
 
 func startLoad(t *testing.T, senders int, bs ...*groupBroker) *load {
@@ -229,12 +232,25 @@ func startLoad(t *testing.T, senders int, bs ...*groupBroker) *load {
 // startLoadAt is startLoad on queue, with the senders given fronts and
 // the worker backs.
 func startLoadAt(t *testing.T, senders int, queue string, fronts, backs []string) *load {
+	return startLoadWith(t, senders, queue, fronts, backs, false)
+}
+
+// startLoadWith is startLoadAt; asCLI gives the senders and the worker
+// the libraries' defaults, as emq send and emq worker run them
+// (heartbeats every 1 s, a broker left after 3 s of silence, a REQUEST
+// resent after 5 s), instead of the quicker settings of the other tests.
+func startLoadWith(t *testing.T, senders int, queue string, fronts, backs []string, asCLI bool) *load {
 	l := &load{ran: map[string]int{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	wctx, wcancel := context.WithCancel(context.Background())
 	l.cancel, l.stopW = cancel, wcancel
-	w, err := worker.New(worker.Options{Broker: strings.Join(backs, ","), Concurrency: 16, Logger: bt.Logger(t),
-		HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: time.Second})
+	wopts := worker.Options{Broker: strings.Join(backs, ","), Concurrency: 16, Logger: bt.Logger(t),
+		HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: time.Second}
+	copts := client.Options{Broker: strings.Join(fronts, ","), ResendAfter: 500 * time.Millisecond, Logger: bt.Logger(t)}
+	if asCLI {
+		wopts.HeartbeatInterval, wopts.HeartbeatTimeout, copts.ResendAfter = 0, 0, 0
+	}
+	w, err := worker.New(wopts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +263,7 @@ func startLoadAt(t *testing.T, senders int, queue string, fronts, backs []string
 	l.working.Add(1)
 	go func() { defer l.working.Done(); w.Run(wctx) }()
 	for range senders {
-		c, err := client.New(client.Options{Broker: strings.Join(fronts, ","), ResendAfter: 500 * time.Millisecond, Logger: bt.Logger(t)})
+		c, err := client.New(copts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,6 +291,83 @@ func startLoadAt(t *testing.T, senders int, queue string, fronts, backs []string
 	return l
 }
 
+// startCLILoad is startLoadAt with the commands: senders that each
+// run `emq send` again and again (a new process, so a new connection,
+// for each job), and an `emq worker --exec` that writes each msgid it
+// runs to a file; all with the commands' defaults.
+func startCLILoad(t *testing.T, senders int, queue string, fronts, backs []string) *load {
+	l := &load{ran: map[string]int{}, ranFile: filepath.Join(t.TempDir(), "ran")}
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	w := exec.Command(os.Args[0], "worker", "--broker", strings.Join(backs, ","), "--queues", queue,
+		"--concurrency", "4", "--grace", "2s", "--exec", `echo "$EMQ_MSGID" >>`+l.ranFile)
+	w.Env = bt.ChildEnv(mainEnv + "=1")
+	wlogs := new(lockedBuffer)
+	w.Stderr = wlogs
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	l.working.Add(1)
+	wdone := make(chan struct{})
+	go func() { defer l.working.Done(); w.Wait(); close(wdone) }()
+	l.stopW = func() {
+		w.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-wdone:
+		case <-time.After(bt.Wait):
+			w.Process.Kill()
+		}
+	}
+	for range senders {
+		l.sending.Add(1)
+		go func() {
+			defer l.sending.Done()
+			for ctx.Err() == nil {
+				cmd := exec.Command(os.Args[0], "send", "--broker", strings.Join(fronts, ","), "--queue", queue, "payload")
+				cmd.Env = bt.ChildEnv(mainEnv + "=1")
+				var out, errOut bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &out, &errOut
+				err := cmd.Run()
+				l.mu.Lock()
+				switch id := strings.TrimSpace(out.String()); {
+				case err == nil && id != "":
+					l.acked = append(l.acked, id)
+					l.ackedAt = append(l.ackedAt, time.Now())
+				case l.sendErr == nil:
+					l.sendErr = fmt.Errorf("emq send: %v: %s", err, errOut.String())
+				}
+				l.mu.Unlock()
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		l.stop()
+		l.stopW()
+		l.working.Wait()
+		if t.Failed() {
+			t.Logf("emq worker:\n%s", wlogs.String())
+		}
+	})
+	return l
+}
+
+// readRan takes what a worker process ran from its file (l.mu held).
+func (l *load) readRan() {
+	if l.ranFile == "" {
+		return
+	}
+	b, err := os.ReadFile(l.ranFile)
+	if err != nil {
+		return // nothing ran yet
+	}
+	clear(l.ran)
+	for id := range strings.Lines(string(b)) {
+		if id = strings.TrimSpace(id); id != "" {
+			l.ran[id]++
+		}
+	}
+}
+
 // stop stops the senders; the worker runs on (check stops it).
 func (l *load) stop() { l.cancel(); l.sending.Wait() }
 
@@ -296,31 +389,62 @@ func (l *load) firstAckAfter(t time.Time) time.Time {
 	return time.Time{}
 }
 
-// check waits until every ACKed job ran, and reports the runs beyond
-// the first.
-func (l *load) check(t *testing.T) (acked, again int) {
+// tally is what a load's worker saw of the jobs its senders had ACKed.
+type tally struct {
+	acked int // jobs ACKed to the senders
+	ran   int // of those, how many the worker ran (at least once)
+	lost  int // ACKed, never run
+	again int // runs beyond the first, of any job
+}
+
+// check waits until every ACKed job ran, or for bt.Wait after the last
+// run seen, and counts from what the worker ran; a job ACKed and never
+// run fails the test. It stops the worker.
+func (l *load) check(t *testing.T) tally {
 	t.Helper()
-	bt.Eventually(t, "every ACKed job run", func() bool {
+	unrun := func() int {
 		l.mu.Lock()
 		defer l.mu.Unlock()
+		l.readRan()
+		n := 0
 		for _, id := range l.acked {
 			if l.ran[id] == 0 {
-				return false
+				n++
 			}
 		}
-		return true
-	})
+		return n
+	}
+	for left, since := unrun(), time.Now(); left > 0 && time.Since(since) < bt.Wait; {
+		<-time.After(10 * time.Millisecond) // polling the worker's count, with a deadline
+		if n := unrun(); n < left {
+			left, since = n, time.Now()
+		}
+	}
 	l.stopW()
 	l.working.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.readRan()
 	if l.sendErr != nil {
 		t.Errorf("a Send returned an error: %v", l.sendErr)
 	}
-	for _, n := range l.ran {
-		again += n - 1
+	var tl tally
+	var lost []string
+	for _, id := range l.acked {
+		if l.ran[id] > 0 {
+			tl.ran++
+		} else {
+			lost = append(lost, id)
+		}
 	}
-	return len(l.acked), again
+	for _, n := range l.ran {
+		tl.again += n - 1
+	}
+	tl.acked, tl.lost = len(l.acked), len(lost)
+	if len(lost) > 0 {
+		t.Errorf("%d of %d ACKed jobs never ran, among them %v", len(lost), tl.acked, lost[:min(len(lost), 5)])
+	}
+	return tl
 }
 
 // waitAcks waits until n more jobs are ACKed.
@@ -361,7 +485,8 @@ func TestGroupLeaderKilledUnderLoad(t *testing.T) {
 	}
 	l.waitAcks(t, 50, "jobs ACKed after the last round")
 	l.stop()
-	acked, again := l.check(t)
+	tl := l.check(t)
+	acked, again := tl.acked, tl.again
 	slices.Sort(took)
 	t.Logf("%d rounds: %d jobs ACKed, every one ran; %d runs beyond the first; failover (SIGKILL to the next ACK) p50 %v, max %v",
 		rounds, acked, again, took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
@@ -369,6 +494,67 @@ func TestGroupLeaderKilledUnderLoad(t *testing.T) {
 		if strings.Contains(g.log(), "taking over without the standby's copy") {
 			t.Errorf("broker %s took over without its copy of the journal", g.name)
 		}
+	}
+	if t.Failed() {
+		t.Logf("broker a:\n%s\nbroker b:\n%s", a.log(), b.log())
+	}
+}
+
+// TestGroupLeaderPausedUnderLoad: two brokers on a 3-member etcd, jobs
+// flowing, the leader SIGSTOPped for three lease TTLs (6 s), then
+// SIGCONT, round after round. Two loads at once, each given both
+// brokers: the libraries' senders and worker with their defaults, and
+// the commands themselves (`emq send` run again and again, `emq worker
+// --exec`). Checked: every ACKed job runs (as the worker saw it), and at
+// no sample are both brokers ready. Measured, for docs/benchmarks.md:
+// each load's longest gap between ACKs from the pause on (the target is
+// the TTL + 1 s). EMQ_PAUSE_ROUNDS sets the rounds (default 2).
+func TestGroupLeaderPausedUnderLoad(t *testing.T) {
+	rounds := 2
+	if v, err := strconv.Atoi(os.Getenv("EMQ_PAUSE_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	etcd := etcdtest.Start(t, 3)
+	a, b := newGroupBroker(t, etcd.Endpoints(), "a"), newGroupBroker(t, etcd.Endpoints(), "b")
+	leaderOf(t, a, b)
+	both := sampleReady(a, b)
+	fronts, backs := []string{a.frontend, b.frontend}, []string{a.backend, b.backend}
+	loads := []struct {
+		name string
+		l    *load
+		gaps []string
+	}{
+		{name: "libraries", l: startLoadWith(t, 4, "q", fronts, backs, true)},
+		{name: "commands", l: startCLILoad(t, 4, "cli", fronts, backs)},
+	}
+	for round := range rounds {
+		for _, ld := range loads {
+			ld.l.waitAcks(t, 20, fmt.Sprintf("round %d: jobs ACKed to the %s", round, ld.name))
+		}
+		leader := leaderOf(t, a, b)
+		paused := time.Now()
+		leader.signal(syscall.SIGSTOP)
+		<-time.After(3 * ttl) // the pause's length, not a wait for something
+		leader.signal(syscall.SIGCONT)
+		leaderOf(t, a, b)
+		for i, ld := range loads {
+			ld.l.waitAcks(t, 20, fmt.Sprintf("round %d: jobs ACKed to the %s after the pause", round, ld.name))
+			gap, from := ld.l.longestGap(paused, time.Now())
+			t.Logf("round %d, %s: longest gap between ACKs %v, from %v after the SIGSTOP",
+				round, ld.name, gap.Round(time.Millisecond), from.Sub(paused).Round(time.Millisecond))
+			loads[i].gaps = append(ld.gaps, gap.Round(10*time.Millisecond).String())
+		}
+	}
+	for _, ld := range loads {
+		ld.l.stop()
+	}
+	for _, ld := range loads {
+		tl := ld.l.check(t)
+		t.Logf("%s, %d rounds of a 6 s pause: %d jobs ACKed, %d ran, %d lost, %d runs beyond the first; longest gaps between ACKs %s",
+			ld.name, rounds, tl.acked, tl.ran, tl.lost, tl.again, strings.Join(ld.gaps, ", "))
+	}
+	if n := both(); n > 0 {
+		t.Errorf("%d samples with both brokers ready", n)
 	}
 	if t.Failed() {
 		t.Logf("broker a:\n%s\nbroker b:\n%s", a.log(), b.log())
@@ -408,7 +594,8 @@ func TestGroupLeaderFencedWhenItsLeaseEnds(t *testing.T) {
 	}
 	l.waitAcks(t, 50, "jobs ACKed after the fence")
 	l.stop()
-	acked, again := l.check(t)
+	tl := l.check(t)
+	acked, again := tl.acked, tl.again
 	t.Logf("%d jobs ACKed, every one ran; %d runs beyond the first", acked, again)
 	if t.Failed() {
 		t.Logf("broker a:\n%s\nbroker b:\n%s", a.log(), b.log())
@@ -427,7 +614,8 @@ func TestGroupSurvivesOneEtcdMemberOfThree(t *testing.T) {
 	etcd.Stop(2)
 	l.waitAcks(t, 200, "jobs ACKed with one etcd member stopped")
 	l.stop()
-	acked, again := l.check(t)
+	tl := l.check(t)
+	acked, again := tl.acked, tl.again
 	t.Logf("one member stopped: %d jobs ACKed, every one ran; %d runs beyond the first", acked, again)
 
 	etcd.Stop(1)
@@ -577,7 +765,8 @@ func TestGroupLeaderStopsGracefully(t *testing.T) {
 	}
 	l.waitAcks(t, 50, "jobs ACKed by the next leader")
 	l.stop()
-	acked, again := l.check(t)
+	tl := l.check(t)
+	acked, again := tl.acked, tl.again
 	t.Logf("%d jobs ACKed, every one ran; %d runs beyond the first", acked, again)
 }
 

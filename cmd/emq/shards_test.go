@@ -544,6 +544,7 @@ func TestQueueMovedUnderLoadWithKills(t *testing.T) {
 		}
 	})
 	l.stop()
-	acked, again := l.check(t)
+	tl := l.check(t)
+	acked, again := tl.acked, tl.again
 	t.Logf("%d moves: %d jobs ACKed, all ran; %d ran more than once", moves, acked, again)
 }

@@ -106,7 +106,8 @@ func TestGroupRollingUpgrade(t *testing.T) {
 	before = l.ackedCount()
 	bt.Eventually(t, "jobs flowing through the upgraded group", func() bool { return l.ackedCount() > before+200 })
 	l.stop()
-	acked, again := l.check(t)
+	tl := l.check(t)
+	acked, again := tl.acked, tl.again
 	t.Logf("%d jobs ACKed across the upgrade, all run; %d ran twice (in flight at the leader's stop)", acked, again)
 
 	cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second})

@@ -10,9 +10,9 @@ import (
 
 // Proxy forwards TCP connections to a target endpoint and can be paused:
 // what a peer sees of a process that is stopped or frozen (SIGSTOP, a VM
-// freeze). Paused, it forwards nothing either way, closes nothing, and
-// accepts no connection: the kernel still completes them (its backlog),
-// and they say nothing.
+// freeze). Paused, it forwards nothing either way and closes nothing; a
+// connection made meanwhile is completed (as the kernel's backlog does)
+// and says nothing until Resume.
 type Proxy struct {
 	t      testing.TB
 	ln     net.Listener
@@ -22,6 +22,8 @@ type Proxy struct {
 	resumed chan struct{} // closed while not paused
 	closed  bool
 	conns   []net.Conn
+	made    int // connections accepted
+	pending int // bytes read while paused, not yet forwarded
 }
 
 // NewProxy listens on a free loopback port and forwards to target
@@ -92,26 +94,57 @@ func (p *Proxy) gate() bool {
 	return !p.closed && !closed
 }
 
+// Pending is how many bytes the proxy holds, read while paused.
+func (p *Proxy) Pending() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pending
+}
+
+// Accepted is how many connections peers have made to the proxy, paused
+// or not.
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.made
+}
+
 func (p *Proxy) accept() {
 	for {
-		if !p.gate() {
-			return
-		}
 		in, err := p.ln.Accept()
 		if err != nil {
 			return
 		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			in.Close()
-			continue
-		}
 		p.mu.Lock()
-		p.conns = append(p.conns, in, out)
+		p.made++
+		p.conns = append(p.conns, in)
 		p.mu.Unlock()
-		go p.pipe(in, out)
-		go p.pipe(out, in)
+		go p.forward(in)
 	}
+}
+
+// forward connects in to the target once not paused.
+func (p *Proxy) forward(in net.Conn) {
+	if !p.gate() {
+		in.Close()
+		return
+	}
+	out, err := net.Dial("tcp", p.target)
+	if err != nil {
+		in.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns = append(p.conns, out)
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		in.Close()
+		out.Close()
+		return
+	}
+	go p.pipe(in, out)
+	go p.pipe(out, in)
 }
 
 // pipe copies src to dst chunk by chunk, each chunk (and the end) only
@@ -121,7 +154,20 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if !p.gate() {
+		p.mu.Lock()
+		held := 0
+		select {
+		case <-p.resumed:
+		default:
+			held = n
+			p.pending += n
+		}
+		p.mu.Unlock()
+		ok := p.gate()
+		p.mu.Lock()
+		p.pending -= held
+		p.mu.Unlock()
+		if !ok {
 			return
 		}
 		if n > 0 {

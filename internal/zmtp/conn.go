@@ -112,6 +112,8 @@ type Conn struct {
 	curve *curveCodec
 
 	pong atomic.Int64 // unix nanoseconds of the last PONG read
+
+	endpoint string // as DialAny was given it; "" for a server's
 }
 
 // Ping sends a ZMTP PING (ZMTP 3.1's heartbeat, answered by the peer's

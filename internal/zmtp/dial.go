@@ -7,9 +7,12 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/eventmq/emq/internal/redial"
 )
 
 // DialOptions configure Dial.
@@ -61,7 +64,8 @@ func SplitEndpoints(s string) []string {
 // closes the others, and runs the handshake on it alone. Of replicated brokers, where only the leader
 // listens, it finds the leader; two endpoints that reach one broker
 // cannot race each other for its routing id. When no endpoint accepts,
-// the error holds each one's.
+// the error holds each one's. It gives up when ctx ends, in the
+// handshake too.
 func DialAny(ctx context.Context, endpoints string, opts DialOptions) (*Conn, error) {
 	opts.setDefaults()
 	list := SplitEndpoints(endpoints)
@@ -76,7 +80,7 @@ func DialAny(ctx context.Context, endpoints string, opts DialOptions) (*Conn, er
 		}
 		addrs[i] = addr
 	}
-	nc, err := connectAny(ctx, addrs, opts.Timeout)
+	nc, i, err := connectAny(ctx, addrs, opts.Timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -84,61 +88,90 @@ func DialAny(ctx context.Context, endpoints string, opts DialOptions) (*Conn, er
 	if opts.Sub {
 		typ = zmq4.Sub
 	}
+	giveUp := context.AfterFunc(ctx, func() { nc.Close() }) // the handshake ends with ctx
 	c, err := openWith(nc, typ, opts.Identity, false, nil, opts.Security, uint64(opts.MaxFrameSize), opts.Timeout)
+	if !giveUp() { // ctx ended: nc is closed, or being closed
+		if err == nil {
+			c.Close()
+		}
+		return nil, fmt.Errorf("zmtp: handshake with %s: %w", list[i], ctx.Err())
+	}
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
 	c.wtimeout = opts.WriteTimeout
+	c.endpoint = list[i]
 	return c, nil
 }
 
+// Endpoint is the endpoint, as listed to DialAny, this connection was
+// made to ("" for a server's).
+func (c *Conn) Endpoint() string { return c.endpoint }
+
 // connectAny makes a TCP connection to each of addrs at once and returns
-// the first whose server has begun its greeting; the others are closed,
-// before this peer has said who it is. A server's kernel completes TCP
-// connections for a process that does not run (stopped, frozen: a paused
-// leader), so the first connection made may lead nowhere; the first to
-// speak is a broker that serves.
-func connectAny(ctx context.Context, addrs []string, timeout time.Duration) (net.Conn, error) {
+// the first whose server has begun its greeting, and its index; the
+// others are closed, before this peer has said who it is. A server's
+// kernel completes TCP connections for a process that does not run
+// (stopped, frozen: a paused leader), so the first connection made may
+// lead nowhere; the first to speak is a broker that serves. While one
+// connection waits for its greeting, an address that refused is dialled
+// again, at the redial pace: the standby of a paused leader begins to
+// listen when it takes over, and is taken then, not after timeout.
+func connectAny(ctx context.Context, addrs []string, timeout time.Duration) (net.Conn, int, error) {
 	d := net.Dialer{Timeout: timeout}
 	if len(addrs) == 1 {
-		return d.DialContext(ctx, "tcp", addrs[0])
+		nc, err := d.DialContext(ctx, "tcp", addrs[0])
+		return nc, 0, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // the connects still under way give up
 	type result struct {
 		nc  net.Conn
+		i   int
 		err error
 	}
 	results := make(chan result, len(addrs))
-	for _, addr := range addrs {
+	var busy atomic.Int32 // addresses connecting or waiting for their greeting
+	for i, addr := range addrs {
 		go func() {
-			nc, err := d.DialContext(ctx, "tcp", addr)
-			if err == nil {
-				if err = greeted(ctx, nc, timeout); err != nil {
-					nc.Close()
-					nc = nil
+			pace := redial.New(MaxRedial(strings.Join(addrs, ",")))
+			for {
+				busy.Add(1)
+				nc, err := d.DialContext(ctx, "tcp", addr)
+				if err == nil {
+					if err = greeted(ctx, nc, timeout); err != nil {
+						nc.Close()
+						nc = nil
+					}
+					busy.Add(-1)
+					results <- result{nc, i, err}
+					return
+				}
+				// Refused (or failed): again while another may still speak.
+				if busy.Add(-1) == 0 || !redial.Wait(pace.Next(), ctx.Done()) {
+					results <- result{nil, i, err}
+					return
 				}
 			}
-			results <- result{nc, err}
 		}()
 	}
 	var errs []error
-	for i := range addrs {
+	for n := range addrs {
 		r := <-results
 		if r.err == nil {
 			go func() { // the others end at once, cancelled; any made is closed
-				for range len(addrs) - i - 1 {
+				for range len(addrs) - n - 1 {
 					if late := <-results; late.nc != nil {
 						late.nc.Close()
 					}
 				}
 			}()
-			return r.nc, nil
+			return r.nc, r.i, nil
 		}
 		errs = append(errs, r.err)
 	}
-	return nil, errors.Join(errs...)
+	return nil, 0, errors.Join(errs...)
 }
 
 // MaxRedial is how long a peer waits at most between attempts to reach
