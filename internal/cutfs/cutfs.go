@@ -12,6 +12,12 @@
 // (create, rename, unlink, truncate, fallocate) are kept at once, as a
 // journaling file system keeps its metadata. Reads see the process's own
 // writes. It needs root and /dev/fuse.
+//
+// The process that mounts a layer must not map a file of it (mmap, as
+// bbolt does its file): a page fault there waits on this process's own
+// FUSE server, whose goroutines a stop of the world for the garbage
+// collector never lets run again, and the process hangs. A journal on a
+// layer runs in a child process, or keeps only its log there.
 package cutfs
 
 import (
