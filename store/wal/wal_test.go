@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/eventmq/emq/internal/cutfs"
+	"github.com/eventmq/emq/internal/testutil"
 )
 
 const testSegment = 64 << 10
@@ -472,6 +477,77 @@ func TestAppendAfterATornTailLeavesNoOldBytes(t *testing.T) {
 			if rep.Torn != nil || len(rep.Lost) > 0 || len(got) != 7 || !bytes.Equal(got[6], fresh) || !bytes.Equal(got[7], rec(7)) || l.Next() != 8 {
 				t.Fatalf("%s, then %d bytes, reopened: torn %+v, lost %+v, %d records, next %d; want no cut, records 1 to 7 as written", tear, size, rep.Torn, rep.Lost, len(got), l.Next())
 			}
+		}
+	}
+}
+
+// mountCut mounts a power-cut layer (internal/cutfs) over root, or
+// skips (fails with EMQ_REQUIRE_FUSE set, as in CI).
+func mountCut(t *testing.T, root string) *cutfs.FS {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testutil.Missing(t, "EMQ_REQUIRE_FUSE", "cutfs needs root to mount FUSE")
+	}
+	c, err := cutfs.Mount(root, filepath.Join(t.TempDir(), "mnt"))
+	if err != nil {
+		testutil.Missing(t, "EMQ_REQUIRE_FUSE", "cannot mount FUSE (/dev/fuse, fuse3): %v", err)
+	}
+	t.Cleanup(func() { c.Unmount() })
+	return c
+}
+
+// A power cut while the log starts its next segment, after each write
+// of the Append that starts it (the new segment's header, the records),
+// whole or torn: the log opens again with every record an Append
+// returned for (and the one cut, if what reached the disk of it is
+// whole), and goes on. A segment's name never reaches the disk before
+// its header: a segment named, its header lost, would fail its checks,
+// and the log would not open.
+func TestPowerCutWhileASegmentStarts(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
+	for n := 1; n <= 2; n++ {
+		for _, tear := range []bool{false, true} {
+			root := t.TempDir()
+			fs := mountCut(t, root)
+			l, _, _ := open(t, fs.Dir(), Options{}, 0)
+			i := 1
+			for l.off < testSegment/2+1024 {
+				fill(t, l, i, 10, 10)
+				i += 10
+			}
+			if l.spare == nil {
+				t.Fatal("past half a segment, and no spare being made")
+			}
+			if err := <-l.spare; err != nil { // made: the cut lands on the Append's own writes
+				t.Fatal(err)
+			}
+			l.spare = nil
+			acked, segs := l.Next()-1, l.Segments()
+			cut := fs.CutAfter(n, tear, rng)
+			cutRec := bytes.Repeat([]byte("cut "), testSegment/8)
+			if _, err := l.Append([][]byte{cutRec}, true); err == nil {
+				t.Fatalf("cut after write %d (tear %v): the Append that started a segment returned no error", n, tear)
+			}
+			what := testutil.Recv(t, cut, "the cut")
+			l.Close()
+			if err := fs.Unmount(); err != nil {
+				t.Fatal(err)
+			}
+			l, rep, got := open(t, root, Options{}, 0)
+			for k := uint64(1); k <= acked; k++ {
+				if !bytes.Equal(got[k], rec(int(k))) {
+					t.Fatalf("cut after write %d (%s): record %d, ACKed, reopened as %q", n, what, k, got[k])
+				}
+			}
+			if len(got) > int(acked) && !bytes.Equal(got[acked+1], cutRec) || len(got) > int(acked)+1 || l.Next() != uint64(len(got))+1 {
+				t.Fatalf("cut after write %d (%s): reopened with %d records, next %d; want the %d ACKed, and the one cut only if whole (torn %+v)", n, what, len(got), l.Next(), acked, rep.Torn)
+			}
+			fill(t, l, int(l.Next()), 1, 1)
+			if l.Segments() > segs+1 {
+				t.Fatalf("cut after write %d (%s): %d segments, want at most %d", n, what, l.Segments(), segs+1)
+			}
+			l.Close()
 		}
 	}
 }
