@@ -97,7 +97,7 @@ faults: ## a group's faults for 20 rounds each while jobs flow, in network names
 	set -o pipefail; EMQ_REQUIRE_NETNS=1 EMQ_FAULT_ROUNDS=20 $(GO) test -v -count=1 -timeout 90m -run 'TestGroupFaults' ./cmd/emq/ 2>&1 \
 		| grep -E '^\s*(--- |ok|FAIL|panic|\|)|_test.go:[0-9]+: '
 
-mutations: ## each durability line removed in a scratch copy of the tree (fdatasync, checksums, the torn tail, quarantine, bbolt's flush): the test guarding it must fail; prints the table (~5 min, root)
+mutations: ## each durability line removed in a scratch copy of the tree (fdatasync, checksums, the torn tail, quarantine, bbolt's flush): the test guarding it must fail; prints the table (~2 min, root)
 	GO=$(GO) ./scripts/mutations.sh
 
 # Jaeger (the tracing backend the trace tests read back from), built from

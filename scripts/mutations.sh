@@ -9,7 +9,7 @@
 # not hang), or when a mutation's text is no longer in its file (the
 # source moved: update the row). Not part of make test. Needs root and
 # /dev/fuse (the power-cut tests); MUTATIONS=regex runs the rows whose
-# name matches. About 5 minutes on 2 cores.
+# name matches. About 2 minutes on 2 cores.
 set -euo pipefail
 GO=${GO:-go}
 TIMEOUT=${MUTATION_TIMEOUT:-5m}
