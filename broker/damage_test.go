@@ -19,6 +19,7 @@ import (
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/internal/zmtp"
 	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/store/boltstore"
@@ -310,7 +311,7 @@ func drain(t *testing.T, label string, c *child, journal, adminAddr string, acke
 		return true
 	})
 	c.cmd.Process.Signal(syscall.SIGTERM)
-	<-c.exited
+	testutil.RecvWithin(t, time.Minute, c.exited, label+": the broker's exit after SIGTERM")
 	c.exited <- nil
 
 	opts := boltstore.DefaultOptions()
