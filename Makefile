@@ -10,7 +10,7 @@ FUZZTIME  ?= 100000x
 STATICCHECK_VERSION ?= v0.8.2
 RACE      := $(GO) test -race -count=1 -timeout 25m
 
-.PHONY: help run build check test test-most vet race race-most jaeger-idle memory fuzz fuzz-short bench gobench lint screenshots torture faults ha-demo trace-demo clean
+.PHONY: help run build check test test-most vet race race-most jaeger-idle memory fuzz fuzz-short bench gobench lint screenshots torture faults mutations ha-demo trace-demo clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -96,6 +96,9 @@ torture: ## the reliability suite at full length (100 broker kills, 200 power cu
 faults: ## a group's faults for 20 rounds each while jobs flow, in network namespaces (root, nftables): partitions, pauses, a stepped clock, SIGKILL, SIGTERM: the table (~45 min)
 	set -o pipefail; EMQ_REQUIRE_NETNS=1 EMQ_FAULT_ROUNDS=20 $(GO) test -v -count=1 -timeout 90m -run 'TestGroupFaults' ./cmd/emq/ 2>&1 \
 		| grep -E '^\s*(--- |ok|FAIL|panic|\|)|_test.go:[0-9]+: '
+
+mutations: ## each durability line removed in a scratch copy of the tree (fdatasync, checksums, the torn tail, quarantine, bbolt's flush): the test guarding it must fail; prints the table (~2 min, root)
+	GO=$(GO) ./scripts/mutations.sh
 
 # Jaeger (the tracing backend the trace tests read back from), built from
 # its Go module as pinned in internal/jaegertest/tool/go.mod; its own

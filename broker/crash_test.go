@@ -18,6 +18,7 @@ import (
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/internal/zmtp"
 )
 
@@ -149,6 +150,22 @@ func dialRaw(t testing.TB, endpoint, id string) *rawPeer {
 
 func (p *rawPeer) send(m emqp.Message) error { return p.conn.WriteMsgs(emqp.Encode(m)) }
 
+// next is p's next message, or false once its connection is closed; the
+// test fails, naming what it waited for, when nothing comes within
+// bt.Wait.
+func (p *rawPeer) next(t testing.TB, what string) (emqp.Message, bool) {
+	t.Helper()
+	timer := time.NewTimer(bt.Wait)
+	defer timer.Stop()
+	select {
+	case m, ok := <-p.in:
+		return m, ok
+	case <-timer.C:
+		t.Fatalf("%s: nothing within %v", what, bt.Wait)
+	}
+	return nil, false
+}
+
 // Every ACKed job is delivered after the broker is SIGKILLed under load
 // and restarted on the same journal, 10 times (100 with EMQ_TORTURE). A job
 // is delivered twice only across a kill, never twice by one broker run:
@@ -218,7 +235,11 @@ func TestCrashRestartLosesNoAckedJob(t *testing.T) {
 			}
 		}()
 		n := 0
-		for m := range client.in {
+		for {
+			m, open := client.next(t, fmt.Sprintf("round %d: an ACK, or the connection's end at the kill", round))
+			if !open {
+				break
+			}
 			if a, ok := m.(*emqp.Ack); ok {
 				<-window
 				mu.Lock()
@@ -230,8 +251,8 @@ func TestCrashRestartLosesNoAckedJob(t *testing.T) {
 			}
 		}
 		close(roundOver)
-		<-senderDone
-		<-workerDone
+		testutil.Recv(t, senderDone, "the sender's end")
+		testutil.Recv(t, workerDone, "the worker's end, its connection closed by the kill")
 		t.Logf("round %d: killed after %d ACKs", round, killAt)
 	}
 	suite.add("broker SIGKILLs survived", rounds)
@@ -286,7 +307,11 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 	}()
 	acked, refused := map[string]bool{}, 0
 	stopped := make(chan error, 1)
-	for m := range client.in {
+	for {
+		m, open := client.next(t, "an ACK or an ERROR, or the connection's end at the stop")
+		if !open {
+			break
+		}
 		switch m := m.(type) {
 		case *emqp.Ack:
 			acked[m.AckedID] = true
@@ -300,7 +325,7 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 			refused++
 		}
 	}
-	if err := <-stopped; err != nil {
+	if err := testutil.RecvWithin(t, time.Minute, stopped, "the stop's end"); err != nil {
 		t.Fatal(err)
 	}
 	if m, ok := worker.TryRecv(bt.Wait); !ok || m.Command() != emqp.CmdKbye {

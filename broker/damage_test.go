@@ -19,6 +19,7 @@ import (
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/internal/zmtp"
 	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/store/boltstore"
@@ -310,7 +311,7 @@ func drain(t *testing.T, label string, c *child, journal, adminAddr string, acke
 		return true
 	})
 	c.cmd.Process.Signal(syscall.SIGTERM)
-	<-c.exited
+	testutil.RecvWithin(t, time.Minute, c.exited, label+": the broker's exit after SIGTERM")
 	c.exited <- nil
 
 	opts := boltstore.DefaultOptions()
@@ -378,4 +379,86 @@ func named(entries []store.DamagedEntry, msgid string) bool {
 		}
 	}
 	return false
+}
+
+// A value that fails its checksum in bbolt's file is never dispatched:
+// the broker stopped (its journal all in the file), one byte changed in
+// the payload of a small job (checked when the journal opens) and of a
+// large one (over 64 KiB: checked when its payload is read to be sent),
+// the broker started again. A worker gets the whole jobs and nothing
+// else; the damaged ones are dead letters saying so.
+func TestDamagedValueIsNeverDispatched(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := bt.Start(t, dir, fast)
+	client := bt.Dial(t, b.Frontend(), "c")
+	payloads := map[string][]byte{}
+	send := func(p []byte) string {
+		id := client.Request("q", "", p)
+		payloads[id] = p
+		return id
+	}
+	whole1 := send([]byte("whole before"))
+	small := send([]byte("DAMAGED-SMALL a payload to be changed in the file"))
+	large := send(append([]byte("DAMAGED-LARGE"), bytes.Repeat([]byte("128 KiB."), 16<<10)...))
+	whole2 := send([]byte("whole after"))
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Every copy the file holds (a page bbolt freed may hold an older one).
+	path := filepath.Join(dir, broker.JournalFile)
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, marker := range []string{"DAMAGED-SMALL", "DAMAGED-LARGE"} {
+		n := 0
+		for off := 0; ; n++ {
+			i := bytes.Index(file[off:], []byte(marker))
+			if i < 0 {
+				break
+			}
+			file[off+i+len(marker)/2] ^= 0x20
+			off += i + len(marker)
+		}
+		if n == 0 {
+			t.Fatalf("%s is not in %s: the journal's close left it in the log, not the file", marker, path)
+		}
+	}
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	b = bt.Start(t, dir, fast)
+	w := bt.Worker(t, b.Backend(), "w", "q")
+	w.Ready(4)
+	got := map[string]bool{}
+	bt.Eventually(t, "every job the broker holds handed out and replied", func() bool {
+		for {
+			m, ok := w.TryRecv(time.Millisecond)
+			if !ok {
+				break
+			}
+			r, ok := m.(*emqp.Request)
+			if !ok {
+				continue
+			}
+			if !bytes.Equal(r.Payload, payloads[r.MsgID]) || r.MsgID == small || r.MsgID == large {
+				t.Fatalf("job %s dispatched with %.40q: a damaged value served", r.MsgID, r.Payload)
+			}
+			got[r.MsgID] = true
+			w.Reply(r.MsgID, nil)
+		}
+		qs, err := b.Queues(t.Context())
+		return err == nil && len(qs) == 1 && qs[0].Pending+qs[0].Delayed+qs[0].InFlight == 0
+	})
+	if !got[whole1] || !got[whole2] || len(got) != 2 {
+		t.Fatalf("the worker got %v; want the 2 whole jobs %s and %s", got, whole1, whole2)
+	}
+	for _, id := range []string{small, large} { // moved aside by a write of the journal's own, once found
+		bt.Eventually(t, "damaged job "+id+" a dead letter saying so", func() bool {
+			j, _, err := b.Job(t.Context(), id)
+			return err == nil && j.State == store.Dead && strings.Contains(j.LastError, "damaged in the journal")
+		})
+	}
 }

@@ -6,10 +6,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/store"
 )
 
@@ -43,7 +45,7 @@ func TestRemoveWhileBeingWritten(t *testing.T) {
 				done <- b.RemoveJob(context.Background(), id)
 			}()
 			close(release)
-			if err := <-done; err != nil {
+			if err := testutil.Recv(t, done, how+"'s outcome"); err != nil {
 				t.Fatal(err)
 			}
 			if ack := bt.Expect[*emqp.Ack](client); ack.AckedID != id {
@@ -104,9 +106,9 @@ func TestRetryRacingAResend(t *testing.T) {
 	rj.armed.Store(true)
 	retried := make(chan error, 1)
 	go func() { retried <- b.RetryDead(context.Background(), id) }()
-	<-rj.revived
+	testutil.Recv(t, rj.revived, "the revive")
 	client.Send(&emqp.Request{MsgID: id, Queue: "q"})
-	if err := <-retried; err != nil {
+	if err := testutil.Recv(t, retried, "RetryDead's outcome"); err != nil {
 		t.Fatal(err)
 	}
 	bt.Expect[*emqp.Ack](client)
@@ -144,7 +146,7 @@ func TestRetryDeadReturnsAfterTheStop(t *testing.T) {
 
 	retried := make(chan error, 1)
 	go func() { retried <- b.RetryDead(context.Background(), id) }()
-	<-hr.called
+	testutil.Recv(t, hr.called, "the revive asked of the journal")
 	stopped := make(chan error, 1)
 	go func() { stopped <- b.Stop() }()
 	bt.Eventually(t, "the loop stopped", func() bool {
@@ -152,10 +154,10 @@ func TestRetryDeadReturnsAfterTheStop(t *testing.T) {
 		return errors.Is(err, broker.ErrStopped)
 	})
 	close(hr.release)
-	if err := <-stopped; err != nil {
+	if err := testutil.RecvWithin(t, time.Minute, stopped, "the stop's end"); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-retried; err != nil {
+	if err := testutil.Recv(t, retried, "RetryDead's outcome after the stop"); err != nil {
 		t.Fatalf("RetryDead: %v", err)
 	}
 	if j, err := b.Journal(t).Get(id); err != nil || j.State != store.Pending {

@@ -19,6 +19,7 @@ import (
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/internal/bench"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/worker"
 )
 
@@ -203,7 +204,7 @@ func TestReliabilityFloods(t *testing.T) {
 		io.Copy(io.Discard, nc)
 		nc.Close()
 	}
-	if n := <-done; n != 500 {
+	if n := testutil.RecvWithin(t, 5*time.Minute, done, "the valid traffic's end"); n != 500 {
 		t.Fatalf("valid traffic stopped after %d jobs", n)
 	}
 	rssEnd := bench.RSSMiB(strconv.Itoa(c.cmd.Process.Pid))

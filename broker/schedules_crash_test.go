@@ -13,6 +13,7 @@ import (
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/store/boltstore"
 )
@@ -161,7 +162,7 @@ func TestScheduleFiresOnceAcrossCrashes(t *testing.T) {
 	}
 	kill := func() {
 		c.kill()
-		<-served
+		testutil.Recv(t, served, "the worker's end, its connection closed by the kill")
 	}
 	start()
 
@@ -175,7 +176,7 @@ func TestScheduleFiresOnceAcrossCrashes(t *testing.T) {
 		headers, _ := emqp.ParseHeaders(h)
 		msgid := emqp.NewID()
 		client.send(&emqp.Schedule{MsgID: msgid, Queue: "ticks", Headers: headers, Interval: int(every / time.Second), Payload: []byte(id)})
-		if a, ok := (<-client.in).(*emqp.Ack); !ok || a.AckedID != msgid {
+		if a, ok := testutil.Recv(t, client.in, "the SCHEDULE's ACK").(*emqp.Ack); !ok || a.AckedID != msgid {
 			t.Fatalf("SCHEDULE %s: got %+v, want its ACK", id, a)
 		}
 	}
@@ -242,7 +243,7 @@ func TestScheduleFiresOnceAcrossCrashes(t *testing.T) {
 	if err := c.cmd.Wait(); err != nil {
 		t.Fatalf("the child broker's stop: %v", err)
 	}
-	<-served
+	testutil.Recv(t, served, "the worker's end, its connection closed by the stop")
 	opts := boltstore.DefaultOptions()
 	opts.ReadOnly = true
 	j, err := boltstore.Open(filepath.Join(dir, broker.JournalFile), opts)

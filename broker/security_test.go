@@ -247,7 +247,7 @@ func TestCurveClientsAndWorkers(t *testing.T) {
 		t.Errorf("after a bad reload the worker's key is refused: %v", err)
 	}
 	cancel()
-	<-wdone
+	testutil.Recv(t, wdone, "the worker's end")
 }
 
 // stored counts the jobs of queue in the journal.

@@ -12,6 +12,12 @@
 // (create, rename, unlink, truncate, fallocate) are kept at once, as a
 // journaling file system keeps its metadata. Reads see the process's own
 // writes. It needs root and /dev/fuse.
+//
+// The process that mounts a layer must not map a file of it (mmap, as
+// bbolt does its file): a page fault there waits on this process's own
+// FUSE server, whose goroutines a stop of the world for the garbage
+// collector never lets run again, and the process hangs. A journal on a
+// layer runs in a child process, or keeps only its log there.
 package cutfs
 
 import (
@@ -40,7 +46,9 @@ type FS struct {
 	last      *lastWrite        // the latest write not flushed
 	failSyncs int
 	cut       bool
-	cutAfter  *pendingCut // a cut armed to land on a write
+	cutAfter  *pendingCut      // a cut armed to land on a write
+	cutRemove *removeCut       // a cut armed to land on a removal
+	synced    map[string]int64 // flushes done, by the path under the mount a file was opened by
 
 	// Syncs counts the flushes done; Failed those failed on purpose.
 	Syncs, Failed atomic.Int64
@@ -63,6 +71,13 @@ type pendingCut struct {
 	done   chan string
 }
 
+type removeCut struct {
+	match func(name string) bool
+	tear  bool
+	rng   *rand.Rand
+	done  chan string
+}
+
 type lastWrite struct {
 	ino  uint64
 	path string
@@ -74,7 +89,7 @@ func Mount(root, mnt string) (*FS, error) {
 	if err := os.MkdirAll(mnt, 0o755); err != nil {
 		return nil, err
 	}
-	c := &FS{root: root, mnt: mnt, files: map[uint64]*dirty{}}
+	c := &FS{root: root, mnt: mnt, files: map[uint64]*dirty{}, synced: map[string]int64{}}
 	lr, err := fs.NewLoopbackRoot(root)
 	if err != nil {
 		return nil, err
@@ -122,6 +137,33 @@ func (c *FS) CutAfter(n int, tear bool, rng *rand.Rand) <-chan string {
 	p := &pendingCut{writes: n, tear: tear, rng: rng, done: make(chan string, 1)}
 	c.cutAfter = p
 	return p.done
+}
+
+// CutAfterRemove arms a cut that lands right after the next removal of
+// a file whose name match accepts (a log segment deleted once a
+// checkpoint holds what it held): the moment when the flush of that
+// checkpoint is all that keeps those records. The channel gets what the
+// cut did.
+func (c *FS) CutAfterRemove(match func(name string) bool, tear bool, rng *rand.Rand) <-chan string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := &removeCut{match: match, tear: tear, rng: rng, done: make(chan string, 1)}
+	c.cutRemove = p
+	return p.done
+}
+
+// SyncsOf is how many flushes were done of the files whose path under
+// the mount (the one each was opened by) match accepts.
+func (c *FS) SyncsOf(match func(path string) bool) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := int64(0)
+	for path, k := range c.synced {
+		if match(path) {
+			n += k
+		}
+	}
+	return n
 }
 
 func (c *FS) cutLocked(tear bool, rng *rand.Rand) string {
@@ -253,7 +295,15 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		delete(n.c.files, st.Ino)
 		n.c.mu.Unlock()
 	}
-	return n.LoopbackNode.Unlink(ctx, name)
+	errno := n.LoopbackNode.Unlink(ctx, name)
+	c := n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.cutRemove; errno == 0 && p != nil && p.match(name) {
+		c.cutRemove = nil
+		p.done <- fmt.Sprintf("cut after %s was removed: %s", name, c.cutLocked(p.tear, p.rng))
+	}
+	return errno
 }
 
 func (c *FS) failed() bool {
@@ -428,6 +478,9 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 		return fs.ToErrno(err)
 	}
 	c.Syncs.Add(1)
+	if rel, err := filepath.Rel(c.root, h.path); err == nil {
+		c.synced[rel]++
+	}
 	return 0
 }
 

@@ -129,3 +129,81 @@ func TestCutAfterWrite(t *testing.T) {
 		t.Fatalf("after the cut the disk holds %q, want %q", b, "one ")
 	}
 }
+
+// Flushes are counted by file: the path under the mount each file was
+// opened by.
+func TestSyncsOfCountsEachFile(t *testing.T) {
+	c, _ := mount(t)
+	a, err := os.Create(filepath.Join(c.Dir(), "a.wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := os.Create(filepath.Join(c.Dir(), "b.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for i := range 3 {
+		a.WriteAt([]byte("x"), int64(i))
+		if err := a.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	wal := func(p string) bool { return filepath.Ext(p) == ".wal" }
+	if n := c.SyncsOf(wal); n != 3 {
+		t.Fatalf("a.wal flushed %d times, want 3", n)
+	}
+	if n := c.SyncsOf(func(p string) bool { return p == "b.db" }); n != 1 {
+		t.Fatalf("b.db flushed %d times, want 1", n)
+	}
+}
+
+// An armed cut lands right after the removal of a file it matches, not
+// before: that file is gone, and what was not flushed is lost.
+func TestCutAfterRemove(t *testing.T) {
+	c, root := mount(t)
+	for _, name := range []string{"keep", "1.wal", "2.wal"} {
+		if err := os.WriteFile(filepath.Join(c.Dir(), name), []byte(name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.OpenFile(filepath.Join(c.Dir(), "keep"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("lost"), 0)
+	done := c.CutAfterRemove(func(name string) bool { return name == "2.wal" }, false, rand.New(rand.NewPCG(3, 3)))
+	if err := os.Remove(filepath.Join(c.Dir(), "1.wal")); err != nil {
+		t.Fatalf("a removal the cut does not match: %v", err)
+	}
+	if err := os.Remove(filepath.Join(c.Dir(), "2.wal")); err != nil {
+		t.Fatalf("the removal the cut lands after: %v", err)
+	}
+	select {
+	case what := <-done:
+		t.Log(what)
+	default:
+		t.Fatal("no cut after 2.wal was removed")
+	}
+	if _, err := f.WriteAt([]byte("x"), 0); err == nil {
+		t.Fatal("a write after the cut succeeded")
+	}
+	f.Close()
+	if err := c.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "keep")); string(b) != "keep" {
+		t.Fatalf("after the cut keep holds %q, want what was flushed", b)
+	}
+	if _, err := os.Stat(filepath.Join(root, "2.wal")); !os.IsNotExist(err) {
+		t.Fatalf("2.wal after the cut: %v, want it removed", err)
+	}
+}

@@ -37,6 +37,30 @@ func EventuallyWithin(t testing.TB, within time.Duration, what string, cond func
 	}
 }
 
+// Recv returns the next value ch gives; if none comes within Wait, the
+// test fails with what ("the append's outcome") and stops. A test waits
+// on a channel through it, so that a lost event fails the test instead
+// of hanging it.
+func Recv[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	return RecvWithin(t, Wait, ch, what)
+}
+
+// RecvWithin is Recv for a value that may take longer than Wait.
+func RecvWithin[T any](t testing.TB, within time.Duration, ch <-chan T, what string) T {
+	t.Helper()
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("%s: nothing within %v", what, within)
+	}
+	var zero T
+	return zero
+}
+
 // Python returns the path of a python3 that imports zmq (Debian's
 // python3-zmq, on libzmq), with CURVE when curve is set. Without one the
 // test is skipped, or fails when EMQ_REQUIRE_INTEROP is set, as it is in

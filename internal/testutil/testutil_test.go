@@ -44,3 +44,23 @@ func TestEventuallyFailsNamingWhat(t *testing.T) {
 		t.Fatalf("failed with %q, want it to name what it waited for", f.failed)
 	}
 }
+
+func TestRecvFailsNamingWhat(t *testing.T) {
+	t.Parallel()
+	ch := make(chan int, 1)
+	ch <- 7
+	if v := Recv(t, ch, "a value sent"); v != 7 {
+		t.Fatalf("got %d, want 7", v)
+	}
+	f := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		RecvWithin(f, 0, ch, "the value never sent")
+		t.Error("RecvWithin returned with nothing sent")
+	}()
+	<-done
+	if !strings.HasPrefix(f.failed, "the value never sent: nothing within") {
+		t.Fatalf("failed with %q, want it to name what it waited for", f.failed)
+	}
+}

@@ -99,7 +99,7 @@ func appendAll(t testing.TB, j store.Journal, jobs map[string][]byte) {
 		})
 	}
 	for range jobs {
-		if err := <-errs; err != nil {
+		if err := testutil.Recv(t, errs, "an append's outcome"); err != nil {
 			t.Fatalf("append: %v", err)
 		}
 	}
@@ -119,7 +119,7 @@ func completeAll(t testing.TB, j store.Journal, ids []string) {
 		})
 	}
 	for range ids {
-		if err := <-errs; err != nil {
+		if err := testutil.Recv(t, errs, "a complete's outcome"); err != nil {
 			t.Fatalf("complete: %v", err)
 		}
 	}

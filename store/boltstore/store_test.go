@@ -162,7 +162,7 @@ func TestCompact(t *testing.T) {
 		j.Append(&store.Job{MsgID: fmt.Sprintf("m%06d", i), Queue: "q", Payload: payload}, func(_ bool, err error) { errs <- err })
 	}
 	for range total {
-		if err := <-errs; err != nil {
+		if err := testutil.Recv(t, errs, "an append's outcome"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -174,7 +174,7 @@ func TestCompact(t *testing.T) {
 		j.Remove(fmt.Sprintf("m%06d", i), func(_ bool, err error) { errs <- err })
 	}
 	for range total - keep {
-		if err := <-errs; err != nil {
+		if err := testutil.Recv(t, errs, "a remove's outcome"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -243,18 +243,18 @@ func TestDamagedRecordIsMovedAside(t *testing.T) {
 	for i := range 100 {
 		j.Append(job(fmt.Sprintf("ok%d", i), "q"), func(_ bool, err error) { appended <- err })
 	}
-	if err := <-removed; err != nil {
+	if err := testutil.Recv(t, removed, "the remove's outcome"); err != nil {
 		t.Fatalf("remove of a damaged record: %v; want it not found", err)
 	}
-	if err := <-attempted; !errors.Is(err, store.ErrNotFound) {
+	if err := testutil.Recv(t, attempted, "the attempt's outcome"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("attempt on a damaged record: %v; want ErrNotFound", err)
 	}
 	for range 100 {
-		if err := <-appended; err != nil {
+		if err := testutil.Recv(t, appended, "an append's outcome"); err != nil {
 			t.Fatalf("an append beside a damaged record failed: %v", err)
 		}
 	}
-	if d := <-heard; string(d.Bucket) != "jobs" || string(d.Key) != "bad" || !strings.Contains(d.Reason, path) {
+	if d := testutil.Recv(t, heard, "the damage heard"); string(d.Bucket) != "jobs" || string(d.Key) != "bad" || !strings.Contains(d.Reason, path) {
 		t.Fatalf("damage heard: %+v; want jobs/bad in %s", d, path)
 	}
 	// The other one is found by a read; it still decodes: a dead letter
@@ -317,7 +317,7 @@ func TestLargeRecordIsCheckedWhenItsPayloadIsRead(t *testing.T) {
 	if want := []string{"big", "whole", "small"}; fmt.Sprint(ids) != fmt.Sprint(want) {
 		t.Fatalf("loaded %v, want %v", ids, want)
 	}
-	if d := <-heard; string(d.Key) != "undecodable" {
+	if d := testutil.Recv(t, heard, "the damage heard at open"); string(d.Key) != "undecodable" {
 		t.Fatalf("damage heard at open: %+v, want the undecodable record", d)
 	}
 	errs := map[string]error{}
@@ -333,7 +333,7 @@ func TestLargeRecordIsCheckedWhenItsPayloadIsRead(t *testing.T) {
 	if !errors.Is(errs["big"], store.ErrCorrupt) || errs["whole"] != nil {
 		t.Fatalf("payloads read: %v; want big refused as damaged, whole given", errs)
 	}
-	if d := <-heard; string(d.Key) != "big" {
+	if d := testutil.Recv(t, heard, "the damage heard at the read"); string(d.Key) != "big" {
 		t.Fatalf("damage heard at the read: %+v, want big", d)
 	}
 	testutil.Eventually(t, "the damaged records moved aside", func() bool {
@@ -384,16 +384,16 @@ func TestCompleteWaitsForCompany(t *testing.T) {
 	}
 	defer j.Close()
 	mustAppend(t, j, job("a", "q"))
-	<-commits
+	testutil.Recv(t, commits, "the append's commit")
 	done := make(chan error, 2)
 	j.Complete("a", nil, time.Time{}, nil, func(_ bool, err error) { done <- err })
 	j.Append(job("b", "q"), func(_ bool, err error) { done <- err })
 	for range 2 {
-		if err := <-done; err != nil {
+		if err := testutil.Recv(t, done, "an outcome"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := <-commits; n != 2 {
+	if n := testutil.Recv(t, commits, "the commit of the Complete and the Append"); n != 2 {
 		t.Fatalf("the Complete and the Append took a commit of %d writes, want one of 2", n)
 	}
 	// Alone, a Complete still commits (after LazyDelay).
@@ -417,7 +417,7 @@ func TestBackupRefusesDamage(t *testing.T) {
 	if _, err := j.Backup(io.Discard, store.BackupHeader{}); !errors.Is(err, store.ErrDamaged) || !strings.Contains(err.Error(), `jobs/"bad"`) {
 		t.Fatalf("backup of a damaged journal: %v; want ErrDamaged naming jobs/bad", err)
 	}
-	<-heard
+	testutil.Recv(t, heard, "the damage heard")
 	testutil.Eventually(t, "a backup once the damage is moved aside", func() bool {
 		st, err := j.Backup(io.Discard, store.BackupHeader{})
 		return err == nil && st.Jobs == 1

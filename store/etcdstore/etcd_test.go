@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/eventmq/emq/internal/etcdtest"
+	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/store/etcdstore"
 	"github.com/eventmq/emq/store/storetest"
@@ -126,7 +127,7 @@ func TestEtcdSplitsLargeBatches(t *testing.T) {
 		j.Append(&store.Job{MsgID: fmt.Sprintf("m%04d", i), Queue: "q", Payload: make([]byte, 4000)}, func(_ bool, err error) { errs <- err })
 	}
 	for range n {
-		if err := <-errs; err != nil {
+		if err := testutil.Recv(t, errs, "an append's outcome"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -558,7 +559,7 @@ func TestEtcdJobTakesAnEndedJobsSlot(t *testing.T) {
 	if _, err := store.Wait(func(done func(bool, error)) { j.Append(&store.Job{MsgID: "b", Queue: "q", Payload: []byte("B")}, done) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-completed; err != nil {
+	if err := testutil.Recv(t, completed, "a's Complete"); err != nil {
 		t.Fatal(err)
 	}
 	second := slotOf("b")
@@ -812,7 +813,7 @@ func TestEtcdHoldsACompleteOverForTheNextAppend(t *testing.T) {
 			}
 			j.Append(&store.Job{MsgID: "b", Queue: "q"}, nil)
 			close(stalled)
-			if id := <-completed; id != "a" {
+			if id := testutil.Recv(t, completed, "a Complete"); id != "a" {
 				t.Fatalf("%s completed first; want a, with b's commit", id)
 			}
 			want := []string{"put b", "delete", "put d"} // c's own delete
@@ -824,11 +825,11 @@ func TestEtcdHoldsACompleteOverForTheNextAppend(t *testing.T) {
 				}
 				want = []string{"put b", "put d"}
 			} else {
-				<-completed
+				testutil.Recv(t, completed, "c's Complete")
 			}
 			appendJob(t, j, "d")
 			if hold {
-				<-completed
+				testutil.Recv(t, completed, "c's Complete, held until d")
 			}
 			if got := events(len(want)); !slices.Equal(got, want) {
 				t.Fatalf("etcd took %q; want %q", got, want)
@@ -867,7 +868,7 @@ func TestEtcdHeldCompletesKeepTheirOrder(t *testing.T) {
 	j.Append(&store.Job{MsgID: "a", Queue: "q", Payload: []byte("again")}, func(d bool, err error) { dup = d; errs <- err })
 	close(stalled)
 	for range 3 {
-		if err := <-errs; err != nil {
+		if err := testutil.Recv(t, errs, "an outcome"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -876,7 +877,7 @@ func TestEtcdHeldCompletesKeepTheirOrder(t *testing.T) {
 	}
 	j.Complete("e", nil, time.Time{}, nil, done) // alone: held over, then waits LazyDelay
 	j.Close()
-	if err := <-errs; err != nil {
+	if err := testutil.Recv(t, errs, "the held Complete's outcome"); err != nil {
 		t.Fatalf("a held Complete at Close: %v", err)
 	}
 	j = openEtcd(t, cli, opts)
@@ -916,7 +917,7 @@ func appendJob(t *testing.T, j *etcdstore.Journal, id string) {
 func stallCommitter(t *testing.T, j *etcdstore.Journal) chan struct{} {
 	stalled, running := make(chan struct{}), make(chan struct{})
 	j.Alone(func() { close(running); <-stalled }, func(err error) { t.Errorf("stall: %v", err) })
-	<-running
+	testutil.Recv(t, running, "the committer held")
 	return stalled
 }
 
@@ -987,11 +988,11 @@ func TestEtcdDoesNotHoldCompletesOfWorkflows(t *testing.T) {
 		j.Complete("c", nil, time.Time{}, nil, done)
 		j.Append(&store.Job{MsgID: "n", Queue: "q"}, done)
 		close(stalled)
-		if n := <-commits; n != 3 {
+		if n := testutil.Recv(t, commits, "the first commit after the stall"); n != 3 {
 			t.Fatalf("reopened %v: the first commit after the stall carried %d writes; want all 3 (no Complete held)", reopened, n)
 		}
 		for range 3 {
-			if err := <-errs; err != nil {
+			if err := testutil.Recv(t, errs, "an outcome"); err != nil {
 				t.Fatal(err)
 			}
 		}

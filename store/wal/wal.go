@@ -14,7 +14,8 @@
 // metadata: measured, an fdatasync into zero-filled blocks is much
 // quicker than into allocated-but-unwritten ones), a megabyte a flush so
 // that no long flush holds the disk; one needed before that is
-// allocated at once (fallocate). It starts with a header of 24 bytes:
+// allocated at once (fallocate). It starts with a header of 24 bytes,
+// flushed before the file takes the segment's name:
 //
 //	magic "EMQWAL\n\x00" | version u32 | first seq u64 | crc32c u32 (of the 20 before)
 //
@@ -675,54 +676,47 @@ func (l *Log) rotate() error {
 		_ = os.Remove(filepath.Join(l.dir, spareName))
 		return fmt.Errorf("wal %s: preparing the next segment: %w", l.dir, err)
 	}
-	path := filepath.Join(l.dir, segName(l.next))
-	if err := os.Rename(filepath.Join(l.dir, spareName), path); err != nil {
-		return fmt.Errorf("wal %s: naming the next segment: %w", l.dir, err)
-	}
-	if err := l.openSegment(path, l.next); err != nil {
-		_ = os.Remove(path)
-		return err
-	}
-	return nil
+	return l.openSegment(l.next)
 }
 
 // startSegment makes the first segment of a new log, at first: allocated
 // at once, not zero-filled (opening stays quick).
 func (l *Log) startSegment(first uint64) error {
-	spare := filepath.Join(l.dir, spareName)
-	if err := allocFile(spare, l.opts.SegmentSize); err != nil {
+	if err := allocFile(filepath.Join(l.dir, spareName), l.opts.SegmentSize); err != nil {
 		return fmt.Errorf("wal %s: %w", l.dir, err)
 	}
-	path := filepath.Join(l.dir, segName(first))
-	if err := os.Rename(spare, path); err != nil {
-		return fmt.Errorf("wal %s: %w", l.dir, err)
-	}
-	return l.openSegment(path, first)
+	return l.openSegment(first)
 }
 
-// openSegment writes the header of a zero-filled segment just named path
-// and makes it the last, its name durable in the folder.
-func (l *Log) openSegment(path string, first uint64) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("wal %s: %w", path, err)
-	}
-	var hdr [headerLen]byte
-	copy(hdr[:], magic)
-	binary.LittleEndian.PutUint32(hdr[8:], Version)
-	binary.LittleEndian.PutUint64(hdr[12:], first)
-	binary.LittleEndian.PutUint32(hdr[20:], crc32Header(hdr[:20]))
-	_, err = f.WriteAt(hdr[:], 0)
+// openSegment makes the spare, zero-filled, the last segment, holding
+// the records from first on. Its header is written and flushed before
+// the spare takes the segment's name, then the name is made durable in
+// the folder: a segment's name never reaches the disk without its
+// header (a power cut between the two would leave a segment that fails
+// its checks, and a log that does not open).
+func (l *Log) openSegment(first uint64) error {
+	spare, path := filepath.Join(l.dir, spareName), filepath.Join(l.dir, segName(first))
+	named := false
+	err := writeHeader(spare, first)
 	if err == nil {
-		err = f.Sync()
+		err = os.Rename(spare, path)
+		named = err == nil
 	}
 	if err == nil {
 		err = syncDir(l.dir)
 	}
+	var f *os.File
+	if err == nil {
+		f, err = os.OpenFile(path, os.O_RDWR, 0)
+	}
 	if err != nil {
-		// Nothing was written to this segment but its header: it goes
-		// (the caller removes it), and the next rotation tries again.
-		f.Close()
+		// Nothing was written to this segment but its header: it goes,
+		// and the next rotation tries again.
+		if named {
+			_ = os.Remove(path)
+		} else {
+			_ = os.Remove(spare)
+		}
 		return fmt.Errorf("wal %s: starting a segment: %w", path, err)
 	}
 	l.mu.Lock()
@@ -730,6 +724,29 @@ func (l *Log) openSegment(path string, first uint64) error {
 	l.f, l.off, l.first = f, headerLen, first
 	l.mu.Unlock()
 	return nil
+}
+
+// writeHeader writes and flushes the header of a segment of records
+// from first on into the file at path.
+func writeHeader(path string, first uint64) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	var hdr [headerLen]byte
+	copy(hdr[:], magic)
+	binary.LittleEndian.PutUint32(hdr[8:], Version)
+	binary.LittleEndian.PutUint64(hdr[12:], first)
+	binary.LittleEndian.PutUint32(hdr[20:], crc32Header(hdr[:20]))
+	if _, err := f.WriteAt(hdr[:], 0); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // prepareSpare zero-fills the next segment in the background.

@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/eventmq/emq/internal/cutfs"
+	"github.com/eventmq/emq/internal/testutil"
 )
 
 const testSegment = 64 << 10
@@ -355,4 +360,194 @@ func TestRecordTooLarge(t *testing.T) {
 		t.Fatalf("next %d after a refused append", l.Next())
 	}
 	l.Close()
+}
+
+// Every field a record or a segment's header is checked by: a byte
+// changed in any of them, with good records after it, fails Open with
+// ErrDamaged naming the segment and the offset (the record's, or 0 for
+// the header), and Recover reports it lost. The trailer and the padding
+// are the only bytes no checksum covers.
+func TestEveryFieldIsChecked(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	l, _, _ := open(t, base, Options{}, 0)
+	fill(t, l, 1, 1500, 6)
+	if l.Segments() < 3 {
+		t.Fatalf("%d segments, want 3 or more", l.Segments())
+	}
+	seg := filepath.Base(l.segs[1].path) // a segment in the middle
+	l.Close()
+	orig, err := os.ReadFile(filepath.Join(base, seg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The third record of the segment: records before and after it.
+	off := int64(headerLen)
+	for range 2 {
+		off += recLen(int64(le32of(orig[off:])))
+	}
+	for _, c := range []struct {
+		what string
+		at   int64 // the byte changed
+		off  int64 // where the damage is named
+	}{
+		{"the header's magic", 3, 0},
+		{"the header's version", 8, 0},
+		{"the header's first sequence", 12, 0},
+		{"the header's checksum", 21, 0},
+		{"a record's length", off, off},
+		{"a record's checksum", off + 5, off},
+		{"a record's sequence", off + 8, off},
+		{"a record's first payload byte", off + recHeader, off},
+		{"a record's last payload byte", off + recHeader + int64(le32of(orig[off:])) - 1, off},
+	} {
+		dir := t.TempDir()
+		copySegments(t, base, dir, seg)
+		b := bytes.Clone(orig)
+		b[c.at] ^= 0x01
+		if err := os.WriteFile(filepath.Join(dir, seg), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := Open(dir, Options{SegmentSize: testSegment}, 0, func(uint64, []byte) error { return nil })
+		var de *DamageError
+		if !errors.As(err, &de) || de.File != seg || de.Offset != c.off {
+			t.Fatalf("%s changed: %v; want ErrDamaged in %s at offset %d", c.what, err, seg, c.off)
+		}
+		_, rep, err := Open(dir, Options{SegmentSize: testSegment, Recover: true, ReadOnly: true}, 0, func(uint64, []byte) error { return nil })
+		if err != nil || len(rep.Lost) == 0 || rep.Lost[0].File != seg || rep.Lost[0].Offset != c.off {
+			t.Fatalf("%s changed, with Recover: %v, lost %+v; want a stretch of %s at offset %d", c.what, err, rep.Lost, seg, c.off)
+		}
+	}
+}
+
+func le32of(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+// An append after a torn tail leaves none of the torn write's bytes
+// behind, whether the new records are shorter than it or longer (up to
+// the middle of it, or past its end): Open zeroed the tail. The segment
+// holds zeros after the new records, and opens again with no torn tail
+// and exactly the records written. Not zeroed, a short record would
+// leave the old bytes to be cut again at every open, and a longer one,
+// over a block the torn write never wrote, would leave the torn
+// record's end with its trailer: damage, and a log that no longer
+// opens.
+func TestAppendAfterATornTailLeavesNoOldBytes(t *testing.T) {
+	t.Parallel()
+	torn := bytes.Repeat([]byte{0xab}, 5*block)
+	for _, tear := range []string{"cut short", "a block unwritten"} {
+		for _, size := range []int{100, 3 * block, 6 * block} {
+			dir := t.TempDir()
+			l, _, _ := open(t, dir, Options{}, 0)
+			fill(t, l, 1, 5, 1)
+			if _, err := l.Append([][]byte{torn}, true); err != nil {
+				t.Fatal(err)
+			}
+			path, off, n := lastRecord(t, dir, l)
+			l.Close()
+			b, _ := os.ReadFile(path)
+			if tear == "cut short" { // the write reached the disk up to a byte in its second block
+				clear(b[off+block+100 : off+recLen(n)])
+			} else { // a block of it never did; its end, trailer and all, did
+				first := (off + block - 1) / block * block
+				clear(b[first : first+block])
+			}
+			os.WriteFile(path, b, 0o600)
+
+			l, rep, got := open(t, dir, Options{}, 0)
+			if rep.Torn == nil || rep.Torn.Offset != off || len(got) != 5 {
+				t.Fatalf("%s: torn %+v, %d records; want the tail at %d cut, 5 records", tear, rep.Torn, len(got), off)
+			}
+			fresh := bytes.Repeat([]byte{0x11}, size)
+			if _, err := l.Append([][]byte{fresh}, true); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Append([][]byte{rec(7)}, true); err != nil {
+				t.Fatal(err)
+			}
+			end := l.off
+			l.Close()
+
+			after, _ := os.ReadFile(path)
+			if i := slices.IndexFunc(after[end:], func(c byte) bool { return c != 0 }); i >= 0 {
+				t.Fatalf("%s, then %d bytes: a byte of the torn write is still there at offset %d, after the new records", tear, size, end+int64(i))
+			}
+			l, rep, got = open(t, dir, Options{}, 0)
+			if rep.Torn != nil || len(rep.Lost) > 0 || len(got) != 7 || !bytes.Equal(got[6], fresh) || !bytes.Equal(got[7], rec(7)) || l.Next() != 8 {
+				t.Fatalf("%s, then %d bytes, reopened: torn %+v, lost %+v, %d records, next %d; want no cut, records 1 to 7 as written", tear, size, rep.Torn, rep.Lost, len(got), l.Next())
+			}
+		}
+	}
+}
+
+// mountCut mounts a power-cut layer (internal/cutfs) over root, or
+// skips (fails with EMQ_REQUIRE_FUSE set, as in CI).
+func mountCut(t *testing.T, root string) *cutfs.FS {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testutil.Missing(t, "EMQ_REQUIRE_FUSE", "cutfs needs root to mount FUSE")
+	}
+	c, err := cutfs.Mount(root, filepath.Join(t.TempDir(), "mnt"))
+	if err != nil {
+		testutil.Missing(t, "EMQ_REQUIRE_FUSE", "cannot mount FUSE (/dev/fuse, fuse3): %v", err)
+	}
+	t.Cleanup(func() { c.Unmount() })
+	return c
+}
+
+// A power cut while the log starts its next segment, after each write
+// of the Append that starts it (the new segment's header, the records),
+// whole or torn: the log opens again with every record an Append
+// returned for (and the one cut, if what reached the disk of it is
+// whole), and goes on. A segment's name never reaches the disk before
+// its header: a segment named, its header lost, would fail its checks,
+// and the log would not open.
+func TestPowerCutWhileASegmentStarts(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
+	for n := 1; n <= 2; n++ {
+		for _, tear := range []bool{false, true} {
+			root := t.TempDir()
+			fs := mountCut(t, root)
+			l, _, _ := open(t, fs.Dir(), Options{}, 0)
+			i := 1
+			for l.off < testSegment/2+1024 {
+				fill(t, l, i, 10, 10)
+				i += 10
+			}
+			if l.spare == nil {
+				t.Fatal("past half a segment, and no spare being made")
+			}
+			if err := <-l.spare; err != nil { // made: the cut lands on the Append's own writes
+				t.Fatal(err)
+			}
+			l.spare = nil
+			acked, segs := l.Next()-1, l.Segments()
+			cut := fs.CutAfter(n, tear, rng)
+			cutRec := bytes.Repeat([]byte("cut "), testSegment/8)
+			if _, err := l.Append([][]byte{cutRec}, true); err == nil {
+				t.Fatalf("cut after write %d (tear %v): the Append that started a segment returned no error", n, tear)
+			}
+			what := testutil.Recv(t, cut, "the cut")
+			l.Close()
+			if err := fs.Unmount(); err != nil {
+				t.Fatal(err)
+			}
+			l, rep, got := open(t, root, Options{}, 0)
+			for k := uint64(1); k <= acked; k++ {
+				if !bytes.Equal(got[k], rec(int(k))) {
+					t.Fatalf("cut after write %d (%s): record %d, ACKed, reopened as %q", n, what, k, got[k])
+				}
+			}
+			if len(got) > int(acked) && !bytes.Equal(got[acked+1], cutRec) || len(got) > int(acked)+1 || l.Next() != uint64(len(got))+1 {
+				t.Fatalf("cut after write %d (%s): reopened with %d records, next %d; want the %d ACKed, and the one cut only if whole (torn %+v)", n, what, len(got), l.Next(), acked, rep.Torn)
+			}
+			fill(t, l, int(l.Next()), 1, 1)
+			if l.Segments() > segs+1 {
+				t.Fatalf("cut after write %d (%s): %d segments, want at most %d", n, what, l.Segments(), segs+1)
+			}
+			l.Close()
+		}
+	}
 }
