@@ -42,6 +42,14 @@ m torn-tail-not-zeroed ./store/wal/ TestAppendAfterATornTailLeavesNoOldBytes sto
 m damaged-value-served ./broker/ TestDamagedValueIsNeverDispatched store/boltstore/kv.go $'\tdropPages(v)\n\tif !ok {' $'\tdropPages(v)\n\tif !ok && val == nil {'
 m damaged-value-served ./store/boltstore/ TestDamagedRecordIsMovedAside store/boltstore/kv.go $'\tdropPages(v)\n\tif !ok {' $'\tdropPages(v)\n\tif !ok && val == nil {'
 m large-payload-unchecked ./broker/ TestDamagedValueIsNeverDispatched store/boltstore/kv.go $'\t\tout[i] = r.Get(bucket, k)' $'\t\tout[i], _ = r.Peek(bucket, k)'
+# A value the memtable keeps in the log: its CRC-32C checked when read
+# back, its damage carried into bbolt, its segment kept while a read
+# holds it, and a checkpoint's transactions but the last leaving
+# meta/checkpoint where it was.
+m logged-value-crc-skipped ./store/boltstore/ TestDamagedValueInTheLogIsSetAside store/boltstore/checkpoint.go $'crc32.Checksum(v, castagnoli) == it.ref.sum, nil' $'crc32.Checksum(v, castagnoli) == it.ref.sum || true, nil'
+m logged-damage-sealed-good ./store/boltstore/ TestCheckpointKeepsTheDamageOfALoggedValue store/boltstore/checkpoint.go $'\t\tv[len(v)-1] ^= 0xff' $'\t\t_ = v'
+m view-not-pinned ./store/boltstore/ TestReadBeforeACheckpointOutlivesItsSegments store/boltstore/log.go $'\tpin := j.pin()\n\tj.mu.Unlock()\n\tdefer j.unpin(pin)' $'\tj.mu.Unlock()'
+m checkpoint-moved-each-tx ./store/boltstore/ TestCrashBetweenTheTransactionsOfACheckpoint store/boltstore/checkpoint.go $'\t\t\t\tdone, from, err = j.putItems(tx, t, from, j.txBytes)\n\t\t\t\treturn err' $'\t\t\t\tdone, from, err = j.putItems(tx, t, from, j.txBytes)\n\t\t\t\tif err == nil {\n\t\t\t\t\terr = tx.Bucket(store.BucketMeta).Put(checkpointKey, sealed(store.BucketMeta, checkpointKey, at.encode()))\n\t\t\t\t}\n\t\t\t\treturn err'
 
 # The scratch copy: the tree as it is in this checkout (tracked and new
 # files, not ignored ones), beside a link to ../shared, which tests read.
