@@ -1,0 +1,428 @@
+package boltstore_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
+)
+
+// salvageFixture is a journal as a killed broker leaves it, with a
+// history: jobs appended and checkpointed, some completed at the next
+// checkpoint (their old copies left on pages bbolt freed), more appended;
+// then, after the last checkpoint, some completed and more appended in
+// the log only.
+type salvageFixture struct {
+	path string
+	live map[string][]byte // every job acknowledged and not completed
+	// done: completed before the last checkpoint (old copies on freed
+	// pages); doneInLog: completed after it (bbolt holds them, the log
+	// deletes them).
+	done, doneInLog map[string]bool
+	inLog           map[string]bool // appended after the last checkpoint
+	file            fileMap
+}
+
+// makeFixture makes the fixture in a folder of t's (each case copies it
+// before it damages it).
+func makeFixture(t *testing.T) *salvageFixture {
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(1, 2))
+	payload := func(i int) []byte {
+		n := 20 + rng.IntN(3000)
+		if i%40 == 7 {
+			n = 9000 + rng.IntN(9000) // a value over pages of its own
+		}
+		p := make([]byte, n)
+		for k := range p {
+			p[k] = 'a' + byte(rng.IntN(26))
+		}
+		return append(fmt.Appendf(nil, "job %d ", i), p...)
+	}
+	id := func(i int) string { return fmt.Sprintf("job-%04d", i) }
+	fx := &salvageFixture{path: filepath.Join(dir, "live", "journal.db"), live: map[string][]byte{},
+		done: map[string]bool{}, doneInLog: map[string]bool{}, inLog: map[string]bool{}}
+	add := func(from, to int) map[string][]byte {
+		jobs := map[string][]byte{}
+		for i := from; i < to; i++ {
+			jobs[id(i)] = payload(i)
+			fx.live[id(i)] = jobs[id(i)]
+		}
+		return jobs
+	}
+	complete := func(from, to int, into map[string]bool) []string {
+		var ids []string
+		for i := from; i < to; i++ {
+			ids = append(ids, id(i))
+			into[id(i)] = true
+			delete(fx.live, id(i))
+		}
+		return ids
+	}
+	intoFile(t, fx.path, func(j *boltstore.Journal) { appendAll(t, j, add(0, 300)) })
+	intoFile(t, fx.path, func(j *boltstore.Journal) {
+		completeAll(t, j, complete(0, 80, fx.done))
+		appendAll(t, j, add(300, 360))
+	})
+	j := openWith(t, fx.path, smallSegments(t))
+	completeAll(t, j, complete(80, 100, fx.doneInLog))
+	inLog := add(360, 380)
+	appendAll(t, j, inLog)
+	for k := range inLog {
+		fx.inLog[k] = true
+	}
+	killed := filepath.Join(dir, "killed", "journal.db")
+	snapshot(t, fx.path, killed)
+	closeOK(t, j)
+	fx.path = killed
+	fx.file = mapFile(t, killed)
+	return fx
+}
+
+// fileMap is where things are in a sound bbolt file, as bbolt itself
+// reads it.
+type fileMap struct {
+	pageSize int
+	hwm      int
+	types    []string // each page's type below the high-water mark (bbolt's: meta, freelist, branch, leaf, free)
+	overflow []int
+	root     int // the root bucket's page
+	freelist int
+	txid     uint64
+	jobsRoot int
+	jobAt    map[string][2]int64 // where a job's key and value lie, from, to
+}
+
+func (m fileMap) pagesOf(kind string) []int {
+	var ids []int
+	for id, t := range m.types {
+		if t == kind {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// jobsLeaves are the leaf pages holding jobs, with the jobs each holds.
+func (m fileMap) jobsLeaves() map[int][]string {
+	leaves := map[int][]string{}
+	for id, at := range m.jobAt {
+		p := int(at[0]) / m.pageSize
+		leaves[p] = append(leaves[p], id)
+	}
+	return leaves
+}
+
+// mapFile reads where everything is in the sound journal file at path,
+// with bbolt (on a copy: bbolt lists pages' types only opened for
+// writing).
+func mapFile(t *testing.T, path string) fileMap {
+	cp := filepath.Join(t.TempDir(), "map.db")
+	copyFileTo(t, path, cp)
+	db, err := bolt.Open(cp, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	m := fileMap{pageSize: db.Info().PageSize, jobAt: map[string][2]int64{}}
+	raw, err := os.ReadFile(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range 2 { // the current meta: valid magic, the higher txid
+		meta := raw[p*m.pageSize+16:]
+		if binary.LittleEndian.Uint32(meta) == 0xED0CDAED && binary.LittleEndian.Uint64(meta[48:]) >= m.txid {
+			m.root, m.freelist = int(binary.LittleEndian.Uint64(meta[16:])), int(binary.LittleEndian.Uint64(meta[32:]))
+			m.hwm, m.txid = int(binary.LittleEndian.Uint64(meta[40:])), binary.LittleEndian.Uint64(meta[48:])
+		}
+	}
+	err = db.View(func(tx *bolt.Tx) error {
+		for id := 0; id < m.hwm; id++ {
+			info, err := tx.Page(id)
+			if err != nil || info == nil {
+				return fmt.Errorf("page %d: %v", id, err)
+			}
+			m.types, m.overflow = append(m.types, info.Type), append(m.overflow, info.OverflowCount)
+		}
+		jobs := tx.Bucket(store.BucketJobs)
+		m.jobsRoot = int(jobs.Root())
+		base := db.Info().Data
+		return jobs.ForEach(func(k, v []byte) error {
+			at := int64(uintptr(unsafe.Pointer(&k[0])) - base)
+			m.jobAt[string(k)] = [2]int64{at, at + int64(len(k)+len(v))}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < m.hwm; i++ { // overflow pages are of the page before
+		if m.overflow[i] > 0 {
+			for k := 1; k <= m.overflow[i]; k++ {
+				m.types[i+k] = "page of the " + m.types[i] + " before"
+			}
+			i += m.overflow[i]
+		}
+	}
+	return m
+}
+
+// copyFixture copies the fixture's journal into a folder of the test's.
+func copyFixture(t *testing.T, fx *salvageFixture) string {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	snapshot(t, fx.path, path)
+	return path
+}
+
+// overwrite writes junk at off of the file at path.
+func overwrite(t testing.TB, path string, off int64, junk []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(junk, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func junk(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// salvaged salvages the journal at path into a new folder, and says what
+// the new journal holds: each pending job's payload.
+func salvaged(t *testing.T, path string) (boltstore.SalvageReport, map[string][]byte) {
+	t.Helper()
+	to := filepath.Join(t.TempDir(), "salvaged", "journal.db")
+	rep, err := boltstore.Salvage(path, to)
+	if err != nil {
+		t.Fatalf("salvage: %v", err)
+	}
+	if crep, err := boltstore.Check(to); err != nil || !crep.OK() {
+		t.Fatalf("check of the salvaged journal: %+v, %v", crep, err)
+	}
+	j := openWith(t, to, smallSegments(t))
+	defer closeOK(t, j)
+	held := map[string][]byte{}
+	var ids []string
+	if err := j.Load(func(jb *store.Job) error { ids = append(ids, jb.MsgID); return nil }); err != nil {
+		t.Fatalf("load of the salvaged journal: %v", err)
+	}
+	err = j.Payloads(ids, func(i int, p []byte, err error) {
+		if err != nil {
+			t.Errorf("salvaged job %s: %v", ids[i], err)
+		}
+		held[ids[i]] = p
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, held
+}
+
+// assertSalvaged checks what Salvage kept of the fixture with the bytes
+// from, to of its file damaged: every live job whose key and value do
+// not meet the damage, with its own payload; every other live job named
+// in Lost (by msgid, or by the page it was on); no job completed before
+// the last checkpoint, unless the report says the freelist could not be
+// read (then one may come back, to run again); never one completed in
+// the log.
+func assertSalvaged(t *testing.T, fx *salvageFixture, from, to int64, rep boltstore.SalvageReport, held map[string][]byte) (lost int) {
+	t.Helper()
+	meets := func(id string) bool {
+		at, ok := fx.file.jobAt[id]
+		return ok && at[0] < to && from < at[1]
+	}
+	lostText := strings.Join(rep.Lost, "\n")
+	for id, want := range fx.live {
+		got, ok := held[id]
+		switch {
+		case ok && !bytes.Equal(got, want):
+			t.Errorf("job %s salvaged with a payload of %d bytes, not its own %d", id, len(got), len(want))
+		case ok:
+		case fx.inLog[id] || !meets(id):
+			t.Errorf("job %s lost, though its value is whole (at %v; damage %d to %d)", id, fx.file.jobAt[id], from, to)
+		case !strings.Contains(lostText, strconv.Quote(id)) && !regexp.MustCompile(fmt.Sprintf(`page %d\b`, fx.file.jobAt[id][0]/int64(fx.file.pageSize))).MatchString(lostText):
+			t.Errorf("job %s lost without being named (page %d); lost: %q", id, fx.file.jobAt[id][0]/int64(fx.file.pageSize), rep.Lost)
+		default:
+			lost++
+		}
+	}
+	freelistUnread := strings.Contains(strings.Join(rep.Pages, "\n"), "may come back")
+	for id := range held {
+		switch {
+		case fx.live[id] != nil:
+		case fx.done[id] && freelistUnread:
+		case fx.done[id]:
+			t.Errorf("job %s, completed before the last checkpoint, came back (the freelist was read)", id)
+		default:
+			t.Errorf("job %s came back: completed in the log", id)
+		}
+	}
+	if t.Failed() {
+		t.Logf("damage %d to %d; pages: %q; lost: %q", from, to, rep.Pages, rep.Lost)
+	}
+	return lost
+}
+
+// A journal's bbolt file damaged where bbolt needs it to find anything:
+// a leaf's header or its elements' headers, a branch, the root bucket's
+// page, the freelist, both meta pages. Salvage keeps every live job
+// whose value is whole, names the others, and brings back no job
+// completed before the damage while it can read the freelist.
+func TestSalvageReadsPagesBboltCannot(t *testing.T) {
+	t.Parallel()
+	fx := makeFixture(t)
+	m := fx.file
+	ps := int64(m.pageSize)
+	rng := rand.New(rand.NewPCG(3, 4))
+	leaves := m.jobsLeaves()
+	// Leaves of several jobs, one of them holding a large job (with
+	// overflow pages), one without.
+	var multi, large int
+	for _, p := range slices.Sorted(maps.Keys(leaves)) {
+		if m.overflow[p] > 0 && large == 0 {
+			large = p
+		}
+		if len(leaves[p]) >= 3 && m.overflow[p] == 0 && multi == 0 {
+			multi = p
+		}
+	}
+	branch := m.jobsRoot
+	if m.types[branch] != "branch" {
+		t.Fatalf("the jobs bucket's root, page %d, is a %s: the fixture should make it a branch", branch, m.types[branch])
+	}
+	if multi == 0 || large == 0 {
+		t.Fatalf("no leaf of several jobs (%d) or of a large one (%d)", multi, large)
+	}
+	n := len(leaves[multi])
+	cases := []struct {
+		name string
+		at   int64
+		n    int
+		// freed: the freelist cannot be read, so jobs completed before may
+		// come back.
+		freed bool
+	}{
+		{"a leaf's header", int64(multi) * ps, 16, false},
+		{"a leaf's header and first elements", int64(multi)*ps + 4, 50, false},
+		{"an element's header in the middle", int64(multi)*ps + 16 + 16 + 2, 12, false},
+		{"the last element's header", int64(multi)*ps + 16 + int64(n-1)*16, 16, false},
+		{"a large job's leaf header", int64(large) * ps, 40, false},
+		{"the jobs bucket's branch", int64(branch)*ps + 20, 64, false},
+		{"the root bucket's page", int64(m.root) * ps, 64, false},
+		{"the freelist", int64(m.freelist)*ps + 16, 64, false},
+		{"the freelist's header and a branch", int64(m.freelist) * ps, 16, true},
+		{"both meta pages", 0, int(ps) + 100, true},
+	}
+	for _, c := range cases {
+		bad, bad2 := junk(rng, c.n), junk(rng, 16)
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			path := copyFixture(t, fx)
+			overwrite(t, path, c.at, bad)
+			from, to := c.at, c.at+int64(c.n)
+			if c.name == "the freelist's header and a branch" {
+				overwrite(t, path, int64(branch)*ps+16, bad2)
+			}
+			rep, held := salvaged(t, path)
+			if len(rep.Pages) == 0 {
+				t.Errorf("the damage went unnoticed: salvage read the file with bbolt")
+			}
+			assertSalvaged(t, fx, from, to, rep, held)
+			t.Logf("%d jobs kept of %d live; pages: %q; lost: %q", len(held), len(fx.live), rep.Pages, rep.Lost)
+		})
+	}
+}
+
+// Random damage in the bbolt file of a journal, as a failing disk does
+// it: 1–64 random bytes at a random place of what the file holds, and,
+// as many times, in the first 128 bytes of a page (its header and its
+// elements' headers, where bbolt needs the file whole). Salvage never
+// fails; the journal it writes checks OK and holds every live job whose
+// value the damage missed, each with its own payload; every other live
+// job is named in its report; no job completed before the damage comes
+// back unless the report says the freelist could not be trusted. 10
+// trials of each; 200 with EMQ_TORTURE; EMQ_TEST_SEED replays a run.
+func TestSalvageOfRandomDamage(t *testing.T) {
+	t.Parallel()
+	fx := makeFixture(t)
+	trials := 10
+	if os.Getenv("EMQ_TORTURE") != "" {
+		trials = 200
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v, err := strconv.ParseUint(os.Getenv("EMQ_TEST_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("seed %d (EMQ_TEST_SEED)", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	raw, err := os.ReadFile(fx.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used, ps := int64(len(bytes.TrimRight(raw, "\x00"))), int64(fx.file.pageSize)
+	outcomes := map[string]map[string]int{}
+	for trial := range 2 * trials {
+		place := "anywhere"
+		at, bad := rng.Int64N(used), junk(rng, 1+rng.IntN(64))
+		if trial%2 == 1 {
+			place = "a page's head"
+			at = rng.Int64N(used/ps)*ps + rng.Int64N(128)
+		}
+		n := len(bad)
+		where := fmt.Sprintf("trial %d: %d bytes at offset %d (page %d, a %s)", trial, n, at, at/ps, fx.file.types[at/ps])
+		ok := t.Run(fmt.Sprint(trial), func(t *testing.T) {
+			path := copyFixture(t, fx)
+			overwrite(t, path, at, bad)
+			rep, held := salvaged(t, path)
+			lost := assertSalvaged(t, fx, at, at+int64(n), rep, held)
+			outcome := "read by bbolt"
+			if len(rep.Pages) > 0 {
+				outcome = "read page by page"
+			}
+			switch back := len(held) + lost - len(fx.live); {
+			case lost > 0 && back > 0:
+				outcome += ", damaged jobs named, completed jobs back"
+			case lost > 0:
+				outcome += ", damaged jobs named"
+			case back > 0:
+				outcome += ", completed jobs back (the freelist untrusted)"
+			default:
+				outcome += ", every job kept"
+			}
+			if outcomes[place] == nil {
+				outcomes[place] = map[string]int{}
+			}
+			outcomes[place][outcome]++
+			t.Logf("%s: %s; %d named lost", where, outcome, lost)
+		})
+		if !ok {
+			t.Fatalf("%s failed (seed %d)", where, seed)
+		}
+	}
+	for _, place := range slices.Sorted(maps.Keys(outcomes)) {
+		t.Logf("%d trials, %s: %v", trials, place, outcomes[place])
+	}
+}
