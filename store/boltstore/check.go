@@ -168,6 +168,22 @@ func older(db *bolt.DB, path string) error {
 	return nil
 }
 
+// safeToMigrate refuses a file whose pages are damaged before a
+// migration writes into it: bbolt reading a damaged page of buckets finds
+// no schema version, and the migrations would write new empty buckets
+// over it, every job left where nothing reaches it, not even Salvage.
+// Only a file a migration would change is walked.
+func safeToMigrate(db *bolt.DB) error {
+	if v, _, err := migrations.Check(db); err != nil || v >= migrations.Latest() {
+		return nil // Apply says what is wrong, or has nothing to do
+	}
+	if problems := pageCheck(db.Path()); len(problems) > 0 {
+		return fmt.Errorf("%w: its pages are damaged (%s); it was left as it is, not migrated: emq journal check --data-dir says what is wrong, emq journal salvage keeps what is good",
+			store.ErrCorrupt, strings.Join(problems[:min(3, len(problems))], "; "))
+	}
+	return nil
+}
+
 // errPanicked marks an error guarded made of a panic.
 var errPanicked = errors.New("bbolt failed reading the file")
 

@@ -3,6 +3,7 @@ package boltstore_test
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -511,5 +512,37 @@ func TestDamagedBucketsAreNotAnOlderFile(t *testing.T) {
 	srep, held := salvaged(t, path)
 	if len(held) != len(jobs) || len(srep.Lost) != 0 {
 		t.Fatalf("salvage kept %d jobs of %d, lost %q; want every one", len(held), len(jobs), srep.Lost)
+	}
+}
+
+// The same damage met by a broker's open: the file would pass for an
+// older one and be migrated, new empty buckets written over the root
+// page, every job gone from it. Open refuses it, naming the page, and
+// leaves the file as it was.
+func TestOpenRefusesAFileWhoseBucketsAreDamaged(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "journal.db")
+	// More than a segment of the log: the first is gone after the
+	// checkpoint, its jobs in the file only.
+	intoFile(t, path, func(j *boltstore.Journal) { appendAll(t, j, numbered(0, 400)) })
+	m := mapFile(t, path)
+	overwrite(t, path, int64(m.root*m.pageSize+10), binary.LittleEndian.AppendUint16(nil, 1))
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := boltstore.Open(path, smallSegments(t))
+	if err == nil {
+		var n int
+		j.Load(func(*store.Job) error { n++; return nil })
+		j.Close()
+		after, _ := os.ReadFile(path)
+		t.Fatalf("open of a file whose root page is damaged served %d jobs of 400; the file changed: %v", n, !bytes.Equal(after, before))
+	}
+	if !errors.Is(err, store.ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprintf("page %d ", m.root)) {
+		t.Errorf("open: %v; want ErrCorrupt naming page %d", err, m.root)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(after, before) {
+		t.Error("the refused open changed the file")
 	}
 }
