@@ -36,8 +36,19 @@ type salvageFixture struct {
 	// deletes them).
 	done, doneInLog map[string]bool
 	inLog           map[string]bool // appended after the last checkpoint
-	file            fileMap
+	// tried: jobs whose attempt was recorded at the second checkpoint
+	// (their first record left on freed pages).
+	tried map[string]bool
+	file  fileMap
 }
+
+// fixtureSchedule and the queue's settings live in small buckets, kept
+// inline in the root bucket's page.
+var (
+	fixtureSchedule = &store.Schedule{ID: "nightly", Queue: "q", Payload: []byte("nightly payload"), Every: time.Hour, Left: -1,
+		Next: time.Unix(2_000_000_000, 0), Created: time.Unix(1_700_000_000, 0)}
+	fixtureSettings = store.QueueSettings{Concurrency: 7}
+)
 
 // makeFixture makes the fixture in a folder of t's (each case copies it
 // before it damages it).
@@ -57,7 +68,7 @@ func makeFixture(t *testing.T) *salvageFixture {
 	}
 	id := func(i int) string { return fmt.Sprintf("job-%04d", i) }
 	fx := &salvageFixture{path: filepath.Join(dir, "live", "journal.db"), live: map[string][]byte{},
-		done: map[string]bool{}, doneInLog: map[string]bool{}, inLog: map[string]bool{}}
+		done: map[string]bool{}, doneInLog: map[string]bool{}, inLog: map[string]bool{}, tried: map[string]bool{}}
 	add := func(from, to int) map[string][]byte {
 		jobs := map[string][]byte{}
 		for i := from; i < to; i++ {
@@ -79,6 +90,22 @@ func makeFixture(t *testing.T) *salvageFixture {
 	intoFile(t, fx.path, func(j *boltstore.Journal) {
 		completeAll(t, j, complete(0, 80, fx.done))
 		appendAll(t, j, add(300, 360))
+		for i := 100; i < 120; i++ {
+			errs := make(chan error, 1)
+			j.RecordAttempt(id(i), "worker lost", time.Time{}, []store.TrailEvent{{Time: time.Now(), Kind: "failed", Attempt: 1}}, func(_ *store.Job, err error) { errs <- err })
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+			fx.tried[id(i)] = true
+		}
+		errs := make(chan error, 2)
+		j.PutSchedule(fixtureSchedule, func(_ bool, err error) { errs <- err })
+		j.PutQueueSettings("q", fixtureSettings, func(err error) { errs <- err })
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
 	})
 	j := openWith(t, fx.path, smallSegments(t))
 	completeAll(t, j, complete(80, 100, fx.doneInLog))
@@ -107,6 +134,9 @@ type fileMap struct {
 	txid     uint64
 	jobsRoot int
 	jobAt    map[string][2]int64 // where a job's key and value lie, from, to
+	// where the fixture's schedule and its queue's settings lie, in a
+	// page of the tree ("schedules/nightly", "queues/q")
+	valueAt map[string][2]int64
 }
 
 func (m fileMap) pagesOf(kind string) []int {
@@ -150,7 +180,7 @@ func mapFile(t *testing.T, path string) fileMap {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	m := fileMap{pageSize: db.Info().PageSize, jobAt: map[string][2]int64{}}
+	m := fileMap{pageSize: db.Info().PageSize, jobAt: map[string][2]int64{}, valueAt: map[string][2]int64{}}
 	raw, err := os.ReadFile(cp)
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +199,25 @@ func mapFile(t *testing.T, path string) fileMap {
 				return fmt.Errorf("page %d: %v", id, err)
 			}
 			m.types, m.overflow = append(m.types, info.Type), append(m.overflow, info.OverflowCount)
+		}
+		for _, bk := range [][2]string{{"schedules", "nightly"}, {"queues", "q"}} {
+			b := tx.Bucket([]byte(bk[0]))
+			if b == nil || b.Get([]byte(bk[1])) == nil {
+				continue
+			}
+			// Kept inline, it may be copied out of the mapping: looked for
+			// in the tree's leaves.
+			kv := append([]byte(bk[1]), b.Get([]byte(bk[1]))...)
+			for p := range m.types {
+				if m.types[p] != "leaf" {
+					continue
+				}
+				if i := bytes.Index(raw[p*m.pageSize:(p+1)*m.pageSize], kv); i >= 0 {
+					at := int64(p*m.pageSize + i)
+					m.valueAt[bk[0]+"/"+bk[1]] = [2]int64{at, at + int64(len(kv))}
+					break
+				}
+			}
 		}
 		jobs := tx.Bucket(store.BucketJobs)
 		m.jobsRoot = int(jobs.Root())
@@ -224,6 +273,13 @@ func junk(rng *rand.Rand, n int) []byte {
 // salvaged salvages the journal at path into a new folder, and says what
 // the new journal holds: each pending job's payload.
 func salvaged(t *testing.T, path string) (boltstore.SalvageReport, map[string][]byte) {
+	rep, held, _ := salvagedJournal(t, path)
+	return rep, held
+}
+
+// salvagedJournal is salvaged, with what else the new journal holds:
+// each job's attempts, the schedules, the queues' settings.
+func salvagedJournal(t *testing.T, path string) (boltstore.SalvageReport, map[string][]byte, heldElse) {
 	t.Helper()
 	to := filepath.Join(t.TempDir(), "salvaged", "journal.db")
 	rep, err := boltstore.Salvage(path, to)
@@ -237,8 +293,19 @@ func salvaged(t *testing.T, path string) (boltstore.SalvageReport, map[string][]
 	defer closeOK(t, j)
 	held := map[string][]byte{}
 	var ids []string
-	if err := j.Load(func(jb *store.Job) error { ids = append(ids, jb.MsgID); return nil }); err != nil {
+	other := heldElse{attempts: map[string]int{}}
+	if err := j.Load(func(jb *store.Job) error {
+		ids = append(ids, jb.MsgID)
+		other.attempts[jb.MsgID] = jb.Attempts
+		return nil
+	}); err != nil {
 		t.Fatalf("load of the salvaged journal: %v", err)
+	}
+	if err := j.LoadSchedules(func(s *store.Schedule) error { other.schedules = append(other.schedules, s); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if other.settings, err = j.QueueSettings(); err != nil {
+		t.Fatal(err)
 	}
 	err = j.Payloads(ids, func(i int, p []byte, err error) {
 		if err != nil {
@@ -249,7 +316,13 @@ func salvaged(t *testing.T, path string) (boltstore.SalvageReport, map[string][]
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rep, held
+	return rep, held, other
+}
+
+type heldElse struct {
+	attempts  map[string]int
+	schedules []*store.Schedule
+	settings  map[string]store.QueueSettings
 }
 
 // assertSalvaged checks what Salvage kept of the fixture with the bytes
@@ -259,18 +332,36 @@ func salvaged(t *testing.T, path string) (boltstore.SalvageReport, map[string][]
 // the last checkpoint, unless the report says the freelist could not be
 // read (then one may come back, to run again); never one completed in
 // the log.
-func assertSalvaged(t *testing.T, fx *salvageFixture, from, to int64, rep boltstore.SalvageReport, held map[string][]byte) (lost int) {
+func assertSalvaged(t *testing.T, fx *salvageFixture, from, to int64, rep boltstore.SalvageReport, held map[string][]byte, other heldElse) (lost int) {
 	t.Helper()
 	meets := func(id string) bool {
 		at, ok := fx.file.jobAt[id]
 		return ok && at[0] < to && from < at[1]
 	}
 	lostText := strings.Join(rep.Lost, "\n")
+	// The schedule and the queue's settings, unless the damage met them
+	// (then named).
+	for key, kept := range map[string]bool{
+		"schedules/nightly": len(other.schedules) == 1 && other.schedules[0].ID == fixtureSchedule.ID && bytes.Equal(other.schedules[0].Payload, fixtureSchedule.Payload),
+		"queues/q":          other.settings["q"] == fixtureSettings,
+	} {
+		at, ok := fx.file.valueAt[key]
+		if !ok {
+			t.Fatalf("the fixture's %s is nowhere in the file", key)
+		}
+		if !kept && (to <= at[0] || at[1] <= from) {
+			t.Errorf("%s lost, though it is whole (at %v; damage %d to %d)", key, at, from, to)
+		} else if !kept && !regexp.MustCompile(fmt.Sprintf(`page %d\b`, at[0]/int64(fx.file.pageSize))).MatchString(lostText) && !strings.Contains(lostText, strings.Split(key, "/")[1]) {
+			t.Errorf("%s lost without being named; lost: %q", key, rep.Lost)
+		}
+	}
 	for id, want := range fx.live {
 		got, ok := held[id]
 		switch {
 		case ok && !bytes.Equal(got, want):
 			t.Errorf("job %s salvaged with a payload of %d bytes, not its own %d", id, len(got), len(want))
+		case ok && fx.tried[id] && other.attempts[id] != 1:
+			t.Errorf("job %s salvaged with %d attempts: an older record than its last, of 1", id, other.attempts[id])
 		case ok:
 		case fx.inLog[id] || !meets(id):
 			t.Errorf("job %s lost, though its value is whole (at %v; damage %d to %d)", id, fx.file.jobAt[id], from, to)
@@ -328,40 +419,70 @@ func TestSalvageReadsPagesBboltCannot(t *testing.T) {
 		t.Fatalf("no leaf of several jobs (%d) or of a large one (%d)", multi, large)
 	}
 	n := len(leaves[multi])
+	t.Logf("root page %d, freelist %d, jobs' branch %d, a leaf of %d jobs %d, of a large one %d; the schedule at %v, the queue's settings at %v",
+		m.root, m.freelist, branch, n, multi, large, m.valueAt["schedules/nightly"], m.valueAt["queues/q"])
+	victim := leaves[multi][0]                               // a job of that leaf
+	payload := (m.jobAt[victim][0] + m.jobAt[victim][1]) / 2 // the middle of its payload
+	type place struct {
+		at int64
+		n  int
+	}
 	cases := []struct {
 		name string
 		at   int64
 		n    int
-		// freed: the freelist cannot be read, so jobs completed before may
-		// come back.
+		also *place // a second place, holding no job's bytes
+		// bump: the byte at is made one more, not junk; byBolt: bbolt
+		// reads the file all the same.
+		bump, byBolt bool
+		// freed: the freelist cannot be trusted, so jobs completed before
+		// may come back.
 		freed bool
 	}{
-		{"a leaf's header", int64(multi) * ps, 16, false},
-		{"a leaf's header and first elements", int64(multi)*ps + 4, 50, false},
-		{"an element's header in the middle", int64(multi)*ps + 16 + 16 + 2, 12, false},
-		{"the last element's header", int64(multi)*ps + 16 + int64(n-1)*16, 16, false},
-		{"a large job's leaf header", int64(large) * ps, 40, false},
-		{"the jobs bucket's branch", int64(branch)*ps + 20, 64, false},
-		{"the root bucket's page", int64(m.root) * ps, 64, false},
-		{"the freelist", int64(m.freelist)*ps + 16, 64, false},
-		{"the freelist's header and a branch", int64(m.freelist) * ps, 16, true},
-		{"both meta pages", 0, int(ps) + 100, true},
+		{name: "a leaf's header", at: int64(multi) * ps, n: 16},
+		{name: "a leaf's count", at: int64(multi)*ps + 10, n: 2},
+		{name: "a leaf's header and first elements", at: int64(multi)*ps + 4, n: 50},
+		{name: "a leaf's headers and its first key", at: int64(multi)*ps + 9, n: 16 + 16*n + 10 - 9},
+		{name: "an element's header in the middle", at: int64(multi)*ps + 16 + 16 + 2, n: 12},
+		{name: "the last element's header", at: int64(multi)*ps + 16 + int64(n-1)*16, n: 16},
+		{name: "the last element's key size, one more", at: int64(multi)*ps + 16 + int64(n-1)*16 + 8, n: 1, bump: true, byBolt: true},
+		{name: "a large job's leaf header", at: int64(large) * ps, n: 40},
+		{name: "a job's value, and the branch above it", at: payload, n: 10, also: &place{int64(branch)*ps + 16, 16}},
+		{name: "a job's value, and the freelist", at: payload, n: 10, also: &place{int64(m.freelist)*ps + 16, 64}},
+		{name: "the jobs bucket's branch", at: int64(branch)*ps + 20, n: 64},
+		{name: "the root bucket's page", at: int64(m.root) * ps, n: 64},
+		{name: "the freelist", at: int64(m.freelist)*ps + 16, n: 64},
+		{name: "the freelist's header and a branch", at: int64(m.freelist) * ps, n: 16, also: &place{int64(branch)*ps + 16, 16}, freed: true},
+		{name: "both meta pages", at: 0, n: int(ps) + 100, freed: true},
 	}
 	for _, c := range cases {
-		bad, bad2 := junk(rng, c.n), junk(rng, 16)
+		bad := junk(rng, c.n)
+		var also []byte
+		if c.also != nil {
+			also = junk(rng, c.also.n)
+		}
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			path := copyFixture(t, fx)
+			if c.bump {
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bad = []byte{b[c.at] + 1}
+			}
 			overwrite(t, path, c.at, bad)
-			from, to := c.at, c.at+int64(c.n)
-			if c.name == "the freelist's header and a branch" {
-				overwrite(t, path, int64(branch)*ps+16, bad2)
+			if c.also != nil {
+				overwrite(t, path, c.also.at, also)
 			}
-			rep, held := salvaged(t, path)
-			if len(rep.Pages) == 0 {
-				t.Errorf("the damage went unnoticed: salvage read the file with bbolt")
+			rep, held, other := salvagedJournal(t, path)
+			if byBolt := len(rep.Pages) == 0; byBolt != c.byBolt {
+				t.Errorf("read by bbolt: %v, want %v", byBolt, c.byBolt)
 			}
-			assertSalvaged(t, fx, from, to, rep, held)
+			if pages := strings.Join(rep.Pages, "\n"); !c.freed && strings.Contains(pages, "may come back") {
+				t.Errorf("the freelist was not trusted: %q", rep.Pages)
+			}
+			assertSalvaged(t, fx, c.at, c.at+int64(c.n), rep, held, other)
 			t.Logf("%d jobs kept of %d live; pages: %q; lost: %q", len(held), len(fx.live), rep.Pages, rep.Lost)
 		})
 	}
@@ -407,8 +528,8 @@ func TestSalvageOfRandomDamage(t *testing.T) {
 		ok := t.Run(fmt.Sprint(trial), func(t *testing.T) {
 			path := copyFixture(t, fx)
 			overwrite(t, path, at, bad)
-			rep, held := salvaged(t, path)
-			lost := assertSalvaged(t, fx, at, at+int64(n), rep, held)
+			rep, held, other := salvagedJournal(t, path)
+			lost := assertSalvaged(t, fx, at, at+int64(n), rep, held, other)
 			outcome := "read by bbolt"
 			if len(rep.Pages) > 0 {
 				outcome = "read page by page"
