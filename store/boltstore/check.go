@@ -547,6 +547,7 @@ func rereadPages(path string, ps int64, bad map[uint64][]byte, mem *tree) (lost 
 		var b []byte
 		if err == nil {
 			pf := &pageFile{f: f, size: fi.Size(), ps: ps}
+			page = leafOf(pf, page)
 			if b, err = pf.pages(page, 1); err == nil && headOf(b).overflow > 0 {
 				b, err = pf.pages(page, uint64(headOf(b).overflow)+1)
 			}
@@ -568,6 +569,19 @@ func rereadPages(path string, ps int64, bad map[uint64][]byte, mem *tree) (lost 
 		}
 	}
 	return lost
+}
+
+// leafOf is the first page of the leaf that takes page p: a key may lie
+// on a page after the first, of a leaf of large values.
+func leafOf(pf *pageFile, p uint64) uint64 {
+	for q := p; q >= firstDataPage && p-q < maxGuess; q-- {
+		if b, err := pf.pages(q, 1); err == nil {
+			if h := headOf(b); h.id == q && h.flags == leafFlag && q+uint64(h.overflow) >= p {
+				return q
+			}
+		}
+	}
+	return p
 }
 
 // pageValues is every live value of the file that reading it page by

@@ -92,9 +92,14 @@ func (s *leafScan) take(key, val []byte) (pageValue, bool) {
 	return pageValue{}, false
 }
 
+// keep keeps v, a value of the page's own (not of a bucket inline in it):
+// the page is then a leaf of v's bucket, whose values all are of it.
 func (s *leafScan) keep(v pageValue) {
 	s.vals = append(s.vals, v)
 	s.prev = v.key
+	if s.within.bucket == nil {
+		s.within.bucket, s.names = v.bucket, [][]byte{v.bucket}
+	}
 }
 
 // accept says whether a search's find may be an element here: its key
@@ -315,8 +320,10 @@ func take1(bucket, key, val []byte) (pageValue, bool) {
 // leafCount is how many elements leaf page b has: its header's count,
 // when the first element's position agrees (the keys and values start
 // right after the headers); else the count under which the most
-// elements' headers fit the layout, each starting where the one before
-// ends. counted false: none does.
+// elements' headers fit the layout, each ending where the next starts
+// (the last anywhere in the page): of counts as good, the header's, else
+// the largest (a damaged header of the first elements may fit as a page
+// of fewer). counted false: none fits.
 func leafCount(b []byte) (n int, counted bool) {
 	most := (len(b) - pageHeader) / elementSize
 	n = int(binary.LittleEndian.Uint16(b[10:]))
@@ -329,23 +336,29 @@ func leafCount(b []byte) (n int, counted bool) {
 		start = pageHeader + i*elementSize + int(binary.LittleEndian.Uint32(e[4:]))
 		return start, start + int(binary.LittleEndian.Uint32(e[8:])) + int(binary.LittleEndian.Uint32(e[12:]))
 	}
-	best, bestScore := 0, 0
-	for c := 1; c <= min(most, maxCount); c++ {
-		score := 0
+	score := func(c int) int {
+		fit := 0
 		for i := range c {
 			start, end := span(i)
 			if start < pageHeader+c*elementSize || end > len(b) || end <= start {
 				continue
 			}
 			if i+1 == c {
-				score++
+				fit++
 			} else if next, _ := span(i + 1); next == end {
-				score++
+				fit++
 			}
 		}
-		if score > bestScore {
-			best, bestScore = c, score
+		return fit
+	}
+	best, bestScore := 0, 0
+	for c := 1; c <= min(most, maxCount); c++ {
+		if sc := score(c); sc > 0 && sc >= bestScore {
+			best, bestScore = c, sc
 		}
+	}
+	if n > 0 && n <= min(most, maxCount) && bestScore > 0 && score(n) == bestScore {
+		best = n
 	}
 	return best, bestScore > 0
 }

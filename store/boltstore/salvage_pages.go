@@ -716,7 +716,7 @@ func readPages(path string) (pageSalvage, error) {
 
 	// The damaged parts' keys, from the pages outside the tree.
 	var outside []uint64
-	for p := uint64(firstDataPage); p < w.hwm; p++ {
+	for p := uint64(firstDataPage); p < min(w.hwm, uint64(pf.size/pf.ps)); p++ {
 		switch {
 		case w.tree.has(p), ft.free.has(p), ft.cur != nil && p >= ft.cur.freelist && p-ft.cur.freelist < ft.freeSpan:
 		default:
@@ -797,8 +797,6 @@ func readPages(path string) (pageSalvage, error) {
 	}
 	return out, nil
 }
-
-const metaFlag = 0x04
 
 // namesItself says whether page id's header names it.
 func namesItself(pf *pageFile, id uint64) bool {
