@@ -72,26 +72,66 @@ const (
 )
 
 // pageFile reads a bbolt file's pages with ReadAt, trusting nothing it
-// reads.
+// reads. It reads ahead a block at a time: a walk of the tree goes
+// mostly forward, and a system call a page would cost it more than bbolt
+// takes to check the file from its mapping.
 type pageFile struct {
-	f    *os.File
-	size int64
-	ps   int64 // page size
+	f       *os.File
+	size    int64
+	ps      int64  // page size
+	block   []byte // what was read ahead, from blockAt
+	blockAt int64
 }
 
-// pages reads n pages from id, or as many as the file holds.
+// readAhead is the most a read brings in at once.
+const readAhead = 256 << 10
+
+// view is page id as read ahead, valid until the next read.
+func (pf *pageFile) view(id uint64) ([]byte, error) {
+	off := int64(id) * pf.ps
+	if id >= uint64(pf.size/pf.ps) {
+		return nil, fmt.Errorf("page %d: past the end of the file", id)
+	}
+	if off < pf.blockAt || off+pf.ps > pf.blockAt+int64(len(pf.block)) {
+		if _, err := pf.pages(id, 1); err != nil {
+			return nil, err
+		}
+	}
+	return pf.block[off-pf.blockAt : off-pf.blockAt+pf.ps], nil
+}
+
+// pages reads n pages from id, or as many as the file holds: a copy, the
+// caller's to keep.
 func (pf *pageFile) pages(id uint64, n uint64) ([]byte, error) {
 	if n == 0 || id > uint64(pf.size/pf.ps) || n > uint64(pf.size/pf.ps)-id+1 {
 		return nil, fmt.Errorf("page %d: past the end of the file", id)
 	}
 	off := int64(id) * pf.ps
 	b := make([]byte, min(int64(n)*pf.ps, pf.size-off))
-	if _, err := pf.f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("page %d: %w", id, err)
-	}
 	if len(b) < pageHeader {
 		return nil, fmt.Errorf("page %d: past the end of the file", id)
 	}
+	if off < pf.blockAt || off+int64(len(b)) > pf.blockAt+int64(len(pf.block)) {
+		if len(b) > readAhead {
+			if _, err := pf.f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+				return nil, fmt.Errorf("page %d: %w", id, err)
+			}
+			return b, nil
+		}
+		if pf.block == nil {
+			pf.block = make([]byte, readAhead)
+		}
+		k, err := pf.f.ReadAt(pf.block[:min(readAhead, pf.size-off)], off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			pf.block = pf.block[:0]
+			return nil, fmt.Errorf("page %d: %w", id, err)
+		}
+		pf.block, pf.blockAt = pf.block[:k], off
+		if k < len(b) {
+			return nil, fmt.Errorf("page %d: past the end of the file", id)
+		}
+	}
+	copy(b, pf.block[off-pf.blockAt:])
 	return b, nil
 }
 
@@ -284,8 +324,9 @@ type treeWalk struct {
 	lost      []keyRange          // what damaged nodes held
 	damagedAt map[uint64]keyRange // the damaged nodes' pages: what they held
 	vals      []pageValue
-	bad       []string // values that fail their checksums
-	notes     []string // what is wrong with the structure
+	bad       []string   // values that fail their checksums
+	notes     []string   // what is wrong with the structure
+	elems     []leafElem // a bucket's leaf's, reused
 }
 
 func newTreeWalk(pf *pageFile, hwm uint64, keysOnly bool) *treeWalk {
@@ -307,11 +348,15 @@ func (w *treeWalk) damaged(r keyRange, id uint64, why string) {
 // itself, be a branch or a leaf, and lie below the high-water mark. It
 // returns the node's pages (keysOnly, the first of them) and how many
 // it takes.
-func (w *treeWalk) read(id uint64) ([]byte, pageHead, uint64, error) {
+//
+// passing: the caller is done with it before it reads another page (a
+// leaf of a bucket: it names no page); keysOnly, it is then given the
+// page as read ahead, not a copy.
+func (w *treeWalk) read(id uint64, passing bool) ([]byte, pageHead, uint64, error) {
 	if id < firstDataPage || id >= w.hwm {
 		return nil, pageHead{}, 0, fmt.Errorf("the tree names it, but the file's pages are 2 to %d", w.hwm-1)
 	}
-	b, err := w.pf.pages(id, 1)
+	b, err := w.pf.view(id)
 	if err != nil {
 		return nil, pageHead{}, 0, err
 	}
@@ -325,12 +370,13 @@ func (w *treeWalk) read(id uint64) ([]byte, pageHead, uint64, error) {
 	case uint64(h.overflow) >= w.hwm-id || int64(id+span)*w.pf.ps > w.pf.size:
 		return nil, h, 0, fmt.Errorf("its header says it takes %d more pages, past the file's", h.overflow)
 	}
-	if span > 1 && !w.keysOnly {
-		if b, err = w.pf.pages(id, span); err != nil {
-			return nil, h, 0, err
-		}
+	switch {
+	case span > 1 && !w.keysOnly:
+		b, err = w.pf.pages(id, span)
+	case !w.keysOnly || !passing || h.flags != leafFlag:
+		b = bytes.Clone(b)
 	}
-	return b, h, span, nil
+	return b, h, span, err
 }
 
 // bucket walks the pages of one bucket (name nil: the root bucket, whose
@@ -346,7 +392,7 @@ func (w *treeWalk) bucket(name []byte, id uint64, r keyRange) {
 		}
 		return
 	}
-	b, h, span, err := w.read(id)
+	b, h, span, err := w.read(id, name != nil)
 	if err != nil {
 		w.damaged(r, id, err.Error())
 		return
@@ -376,13 +422,20 @@ func (w *treeWalk) bucket(name []byte, id uint64, r keyRange) {
 		}
 		return
 	}
-	elems, ok, short := leafLayout(b, size)
+	elems := w.elems[:0]
+	if name == nil {
+		elems = nil // walked while the buckets are
+	}
+	elems, ok, short := leafLayoutInto(elems, b, size)
 	if short && (elems == nil || !w.keysOnly || name == nil) { // keys, values wanted, or a root bucket's past the first page
 		if b, err = w.pf.pages(id, span); err == nil {
-			elems, ok, _ = leafLayout(b, size)
+			elems, ok, _ = leafLayoutInto(elems, b, size)
 		}
 	}
-	if !ok || !inOrder(keysOf(elems), r) {
+	if name != nil {
+		w.elems = elems
+	}
+	if !ok || !elemsInOrder(elems, r) {
 		w.damaged(r, id, "its elements are not laid out as bbolt lays them, or out of order")
 		return
 	}
@@ -457,6 +510,16 @@ func (w *treeWalk) subBucket(id uint64, e leafElem) {
 	}
 }
 
+// elemsInOrder is inOrder of the elements' keys.
+func elemsInOrder(elems []leafElem, r keyRange) bool {
+	for i, e := range elems {
+		if i > 0 && bytes.Compare(elems[i-1].key, e.key) >= 0 || r.lo != nil && bytes.Compare(e.key, r.lo) < 0 || r.hi != nil && bytes.Compare(e.key, r.hi) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // inOrder says whether keys rise, and lie in r.
 func inOrder(keys [][]byte, r keyRange) bool {
 	for i, k := range keys {
@@ -512,6 +575,11 @@ func keysOf(elems []leafElem) [][]byte {
 // them: each key and value right after the one before. A value past b
 // is left out (nil); short: a key or a value lies past b.
 func leafLayout(b []byte, size int) (elems []leafElem, ok, short bool) {
+	return leafLayoutInto(nil, b, size)
+}
+
+// leafLayoutInto is leafLayout appending the elements to elems[:0].
+func leafLayoutInto(elems []leafElem, b []byte, size int) (_ []leafElem, ok, short bool) {
 	if len(b) < pageHeader {
 		return nil, false, false
 	}
@@ -520,6 +588,7 @@ func leafLayout(b []byte, size int) (elems []leafElem, ok, short bool) {
 	if at > len(b) {
 		return nil, false, false
 	}
+	elems = elems[:0]
 	for i := range n {
 		e := b[pageHeader+i*elementSize:]
 		start := pageHeader + i*elementSize + int(binary.LittleEndian.Uint32(e[4:]))
