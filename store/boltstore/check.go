@@ -338,9 +338,9 @@ type SalvageReport struct {
 // file's values that pass their checksums, with the log's changes after
 // its checkpoint on top; the indexes rebuilt from the jobs themselves, so
 // that a damaged index loses no job. When bbolt cannot read the file
-// (it fails opening it or walking it, or its check finds pages out of
-// place), the file is read page by page instead (salvage_pages.go). What
-// could not be kept is listed. The journal at from is not changed.
+// (it fails opening it, or a walk of its pages finds one out of place),
+// the file is read page by page instead (salvage_pages.go). What could
+// not be kept is listed. The journal at from is not changed.
 func Salvage(from, to string) (SalvageReport, error) {
 	rep := SalvageReport{From: from, To: to}
 	if _, err := os.Stat(to); err == nil {
@@ -535,26 +535,31 @@ func rereadPages(path string, ps int64, bad map[uint64][]byte, mem *tree) (lost 
 		return nil
 	}
 	f, err := os.Open(path)
-	if err == nil {
-		defer f.Close()
-	}
 	var fi os.FileInfo
 	if err == nil {
+		defer f.Close()
 		fi, err = f.Stat()
 	}
+	if err != nil {
+		for _, page := range slices.Sorted(maps.Keys(bad)) {
+			lost = append(lost, fmt.Sprintf("bucket %s, page %d: values fail their checksums, and the page cannot be read again: %v", bad[page], page, err))
+		}
+		return lost
+	}
+	pf := &pageFile{f: f, size: fi.Size(), ps: ps}
+	read := map[uint64]bool{}
 	for _, page := range slices.Sorted(maps.Keys(bad)) {
 		name := bad[page]
-		var b []byte
-		if err == nil {
-			pf := &pageFile{f: f, size: fi.Size(), ps: ps}
-			page = leafOf(pf, page)
-			if b, err = pf.pages(page, 1); err == nil && headOf(b).overflow > 0 {
-				b, err = pf.pages(page, uint64(headOf(b).overflow)+1)
-			}
+		if page = leafOf(pf, page); read[page] {
+			continue // a key on a page after the leaf's first
+		}
+		read[page] = true
+		b, err := pf.pages(page, 1)
+		if err == nil && headOf(b).overflow > 0 {
+			b, err = pf.pages(page, uint64(headOf(b).overflow)+1)
 		}
 		if err != nil {
 			lost = append(lost, fmt.Sprintf("bucket %s, page %d: values fail their checksums, and the page cannot be read again: %v", name, page, err))
-			err = nil
 			continue
 		}
 		vals, unread := scanLeaf(b, keyRange{bucket: name})

@@ -468,6 +468,8 @@ func (w *treeWalk) leaf(name []byte, id uint64, elems []leafElem) {
 		default:
 			if v, ok := unseal(name, e.key, e.val); ok {
 				w.vals = append(w.vals, pageValue{name, e.key, v, id})
+			} else if bytes.Equal(name, store.BucketDamaged) {
+				w.vals = append(w.vals, pageValue{name, e.key, e.val, id}) // what a quarantine of old wrote without a seal, as boltValues
 			} else {
 				w.bad = append(w.bad, fmt.Sprintf("%s/%q: its checksum fails (page %d)", name, e.key, id))
 			}
