@@ -246,7 +246,7 @@ func damageTrial(t *testing.T, trial int, rng *rand.Rand) string {
 			if err != nil {
 				t.Fatalf("%s: salvage: %v", label, err)
 			}
-			t.Logf("%s: still refused; salvaged %d jobs, lost %d items", label, srep.Jobs, len(srep.Lost))
+			t.Logf("%s: still refused; salvaged %d jobs, lost %d items %q; the file's pages: %q", label, srep.Jobs, len(srep.Lost), srep.Lost, srep.Pages)
 			label = fmt.Sprintf("trial %d (%s, %s), salvaged", trial, how, where)
 			if c, refused, status = tryChild(t, label, salvaged, frontend, backend, env...); c == nil {
 				t.Fatalf("%s: the salvaged journal does not serve (status %d):\n%s", label, status, refused)

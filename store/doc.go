@@ -139,7 +139,12 @@
 //     bbolt file whose structure is damaged (a page that is not what it
 //     says) fails the open or the read that meets it with ErrCorrupt
 //     naming the file, never a crash; bbolt's own check runs at each
-//     open, and nothing is written into a file until it has passed.
+//     open, after a walk of the pages that reads them itself (where a
+//     bad key cannot fault), and nothing is written into a file until
+//     it has passed (a migration neither). emq journal salvage reads
+//     such a file page by page without bbolt (boltstore's
+//     salvage_pages.go): every value whose checksum holds is kept, from
+//     the pages that are live, and what is not is named.
 //   - A failing disk: a failed fdatasync (EIO) is not retried, since
 //     Linux may have dropped the pages it held: nothing of that batch is
 //     acknowledged, and the journal takes no more writes (the broker

@@ -61,6 +61,9 @@ func newJournalCmd() *cobra.Command {
 			}
 			return output(cmd, c, rep, func(w io.Writer) {
 				fmt.Fprintf(w, "salvaged %s into %s: %d jobs, %d values in all, %d log records replayed\n", rep.From, rep.To, rep.Jobs, rep.Values, rep.LogRecords)
+				for _, p := range rep.Pages {
+					fmt.Fprintf(w, "read page by page\t%s\n", p)
+				}
 				if len(rep.Lost) == 0 {
 					fmt.Fprintln(w, "nothing was lost")
 				}

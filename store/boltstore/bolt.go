@@ -201,7 +201,7 @@ func Open(path string, opts Options) (*Journal, error) {
 				err = fmt.Errorf("%w: the file is at schema version %d, and this binary reads %d: its values carry no checksums yet; start the broker on it, or run emq migrate up --data-dir, to upgrade it first",
 					ErrOlder, v, migrations.Latest())
 			}
-		} else {
+		} else if err = safeToMigrate(db); err == nil {
 			_, _, err = migrations.Apply(db)
 		}
 		return err

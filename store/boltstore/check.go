@@ -5,11 +5,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
+	"unsafe"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -72,14 +76,20 @@ func Check(path string) (CheckReport, error) {
 	}
 	if err != nil {
 		rep.Structure = append(rep.Structure, err.Error())
+		rep.Structure = append(rep.Structure, pageCheck(path)...) // where, page by page
 		return rep, nil
 	}
 	defer db.Close()
-	if err := older(db, path); err != nil {
+	// The pages first: bbolt reading a damaged page of buckets finds no
+	// schema version, and takes the file for an old one.
+	if problems := pageCheck(path); len(problems) > 0 {
+		rep.Structure = append(rep.Structure, problems...)
+	} else if err := older(db, path); err != nil {
 		rep.Structure = append(rep.Structure, err.Error())
 		return rep, nil
+	} else {
+		rep.Structure = append(rep.Structure, structure(db)...) // it walks the file first: an unsynced freelist is rebuilt safely
 	}
-	rep.Structure = append(rep.Structure, structure(db)...) // it walks the file first: an unsynced freelist is rebuilt safely
 	if err := guarded(func() error { return checkValues(db, &rep) }); err != nil {
 		rep.Structure = append(rep.Structure, err.Error())
 	}
@@ -109,6 +119,13 @@ func Check(path string) (CheckReport, error) {
 func structure(db *bolt.DB) (problems []string) {
 	if err := walk(db); err != nil {
 		return []string{err.Error()}
+	}
+	// The walk reads no branch's keys; bbolt's check does, and a key's
+	// size that points past the file faults in its goroutine, taking the
+	// process down. The file's structure is read first, page by page,
+	// where nothing faults.
+	if problems := pageCheck(db.Path()); len(problems) > 0 {
+		return problems
 	}
 	err := guarded(func() error {
 		return db.View(func(tx *bolt.Tx) error {
@@ -151,6 +168,22 @@ func older(db *bolt.DB, path string) error {
 	if v < migrations.Latest() {
 		return fmt.Errorf("%w: %s is at schema version %d, its values carry no checksums yet: run emq migrate up --data-dir (or start the broker on it) first, then check it",
 			ErrOlder, path, v)
+	}
+	return nil
+}
+
+// safeToMigrate refuses a file whose pages are damaged before a
+// migration writes into it: bbolt reading a damaged page of buckets finds
+// no schema version, and the migrations would write new empty buckets
+// over it, every job left where nothing reaches it, not even Salvage.
+// Only a file a migration would change is walked.
+func safeToMigrate(db *bolt.DB) error {
+	if v, _, err := migrations.Check(db); err != nil || v >= migrations.Latest() {
+		return nil // Apply says what is wrong, or has nothing to do
+	}
+	if problems := pageCheck(db.Path()); len(problems) > 0 {
+		return fmt.Errorf("%w: its pages are damaged (%s); it was left as it is, not migrated: emq journal check --data-dir says what is wrong, emq journal salvage keeps what is good",
+			store.ErrCorrupt, strings.Join(problems[:min(3, len(problems))], "; "))
 	}
 	return nil
 }
@@ -358,14 +391,20 @@ type SalvageReport struct {
 	Values     int      `json:"values"` // values kept in all
 	LogRecords int      `json:"log_records"`
 	Lost       []string `json:"lost,omitempty"` // what could not be kept, each named
+	// Pages: why bbolt could not read the file, and what reading it page
+	// by page found wrong with it (salvage_pages.go); empty when bbolt
+	// read it.
+	Pages []string `json:"pages,omitempty"`
 }
 
 // Salvage writes every good value of the journal at from, and every good
 // record of its log, into a new journal at to (which must not exist): the
 // file's values that pass their checksums, with the log's changes after
 // its checkpoint on top; the indexes rebuilt from the jobs themselves, so
-// that a damaged index loses no job. What could not be kept is listed.
-// The journal at from is not changed.
+// that a damaged index loses no job. When bbolt cannot read the file
+// (it fails opening it, or a walk of its pages finds one out of place),
+// the file is read page by page instead (salvage_pages.go). What could
+// not be kept is listed. The journal at from is not changed.
 func Salvage(from, to string) (SalvageReport, error) {
 	rep := SalvageReport{From: from, To: to}
 	if _, err := os.Stat(to); err == nil {
@@ -374,17 +413,42 @@ func Salvage(from, to string) (SalvageReport, error) {
 	if _, err := os.Stat(LogDir(to)); err == nil {
 		return rep, fmt.Errorf("salvage: %s exists: name a new file", LogDir(to))
 	}
+	if fi, err := os.Stat(from); err != nil {
+		return rep, fmt.Errorf("journal %s: %w", from, err)
+	} else if fi.IsDir() {
+		return rep, fmt.Errorf("journal %s is a folder, not a file", from)
+	}
 	opts := DefaultOptions()
 	opts.ReadOnly, opts.LockTimeout = true, 500*time.Millisecond
 	src, err := openBolt(from, opts)
 	if errors.Is(err, store.ErrLocked) {
 		return rep, fmt.Errorf("%w: stop the broker first", err)
 	}
+	// bbolt reads the file unless it fails opening it, its pages are
+	// damaged (pageCheck says which: the page path reads them, and says
+	// so), or it fails reading the schema version.
+	byBolt := err == nil
 	if err != nil {
-		return rep, err
+		rep.Pages = append(rep.Pages, "bbolt cannot read the file: "+err.Error())
+	} else {
+		defer src.Close()
+		// The structure first: bbolt reading a damaged page of buckets
+		// finds no schema version, and takes the file for an old one.
+		if byBolt = len(pageCheck(from)) == 0; byBolt {
+			if err := older(src, from); errors.Is(err, ErrOlder) {
+				return rep, err
+			} else if err != nil {
+				rep.Pages = append(rep.Pages, "bbolt cannot read the file: "+err.Error())
+				byBolt = false
+			}
+		}
 	}
-	defer src.Close()
-	if err := older(src, from); err != nil {
+	var mem *tree
+	var checkpoint checkpointAt
+	var seq uint64
+	if byBolt {
+		mem, checkpoint, seq = boltValues(src, from, &rep)
+	} else if mem, checkpoint, seq, err = pageValues(from, &rep); err != nil {
 		return rep, err
 	}
 	if err := os.MkdirAll(filepath.Dir(to), 0o750); err != nil {
@@ -397,46 +461,6 @@ func Salvage(from, to string) (SalvageReport, error) {
 	defer dst.Close()
 	if _, _, err := migrations.Apply(dst); err != nil {
 		return rep, fmt.Errorf("salvage: %s: %w", to, err)
-	}
-	// The good values of the file, a bucket at a time; a bucket bbolt
-	// cannot walk to its end loses the rest of it, named.
-	var checkpoint checkpointAt
-	var seq uint64
-	if err := guarded(func() (err error) { checkpoint, seq, err = readCheckpoint(src, from); return err }); err != nil {
-		rep.Lost = append(rep.Lost, err.Error())
-	}
-	mem := newTree()
-	for _, name := range buckets {
-		if bytes.Equal(name, store.BucketPending) || bytes.Equal(name, store.BucketDead) || bytes.Equal(name, store.BucketDone) || bytes.Equal(name, store.BucketCancelled) || bytes.Equal(name, store.BucketWaiting) ||
-			bytes.Equal(name, store.BucketResultExp) || bytes.Equal(name, store.BucketMeta) {
-			continue // rebuilt from the jobs and results
-		}
-		id, _ := bucketID(name)
-		var last []byte
-		err := guarded(func() error {
-			return src.View(func(tx *bolt.Tx) error {
-				bkt := tx.Bucket(name)
-				if bkt == nil {
-					return nil
-				}
-				return bkt.ForEach(func(k, v []byte) error {
-					last = bytes.Clone(k)
-					val, ok := unseal(name, k, v)
-					if !ok && !bytes.Equal(name, store.BucketDamaged) {
-						rep.Lost = append(rep.Lost, fmt.Sprintf("%s/%q: its checksum fails", name, k))
-						return nil
-					}
-					if bytes.Equal(name, store.BucketDamaged) {
-						val = v // the damaged bucket's values were never sealed by a check
-					}
-					mem.ReplaceOrInsert(&item{bucket: id, key: bytes.Clone(k), val: bytes.Clone(val)})
-					return nil
-				})
-			})
-		})
-		if err != nil {
-			rep.Lost = append(rep.Lost, fmt.Sprintf("bucket %s after key %q: %v", name, last, err))
-		}
 	}
 	// The log's changes after the checkpoint, on top.
 	lrep, err := replayLog(from, checkpoint, true, func(_ uint64, over *tree) {
@@ -486,11 +510,7 @@ func Salvage(from, to string) (SalvageReport, error) {
 				}
 			}
 			rep.Values++
-			if bytes.Equal(name, store.BucketDamaged) {
-				err = tx.Bucket(name).Put(it.key, it.val)
-			} else {
-				err = tx.Bucket(name).Put(it.key, sealed(name, it.key, it.val))
-			}
+			err = tx.Bucket(name).Put(it.key, sealed(name, it.key, it.val))
 			return err == nil
 		})
 		if err != nil {
@@ -506,4 +526,191 @@ func Salvage(from, to string) (SalvageReport, error) {
 		return rep, fmt.Errorf("salvage: writing %s: %w", to, err)
 	}
 	return rep, nil
+}
+
+// rebuilt says whether Salvage makes bucket anew rather than copy it:
+// the indexes (from the jobs), the results' expiry index (from the
+// results), and meta (the schema from the migrations, the job sequence
+// from the jobs).
+func rebuilt(bucket []byte) bool {
+	return store.IsIndex(bucket) || bytes.Equal(bucket, store.BucketResultExp) || bytes.Equal(bucket, store.BucketMeta)
+}
+
+// boltValues is every good value of the file bbolt reads, a bucket at a
+// time, with the checkpoint and the job sequence; a bucket bbolt cannot
+// walk to its end loses the rest of it, named.
+func boltValues(src *bolt.DB, from string, rep *SalvageReport) (mem *tree, checkpoint checkpointAt, seq uint64) {
+	if err := guarded(func() (err error) { checkpoint, seq, err = readCheckpoint(src, from); return err }); err != nil {
+		rep.Lost = append(rep.Lost, err.Error())
+	}
+	mem = newTree()
+	// A value whose seal fails may be whole, the header of its element
+	// damaged (bbolt then reads it with the wrong sizes, or a wrong key):
+	// its page is read again from its layout (salvage_leaf.go), which
+	// names what it cannot read.
+	bad := map[uint64][]byte{} // page -> its bucket
+	for _, name := range buckets {
+		if rebuilt(name) {
+			continue
+		}
+		id, _ := bucketID(name)
+		var last []byte
+		err := guarded(func() error {
+			return src.View(func(tx *bolt.Tx) error {
+				bkt := tx.Bucket(name)
+				if bkt == nil {
+					return nil
+				}
+				return bkt.ForEach(func(k, v []byte) error {
+					last = bytes.Clone(k)
+					val, ok := unseal(name, k, v)
+					if !ok && bytes.Equal(name, store.BucketDamaged) {
+						val, ok = v, true // what a quarantine of old wrote without a seal
+					}
+					if !ok {
+						// A bucket kept inline may be copied out of the
+						// mapping: it is not read again.
+						at, data := uintptr(unsafe.Pointer(unsafe.SliceData(k))), src.Info().Data
+						if at < data || at >= data+uintptr(tx.Size()) {
+							rep.Lost = append(rep.Lost, fmt.Sprintf("%s/%q: its checksum fails", name, k))
+							return nil
+						}
+						bad[uint64((at-data)/uintptr(src.Info().PageSize))] = name
+						return nil
+					}
+					mem.ReplaceOrInsert(&item{bucket: id, key: bytes.Clone(k), val: bytes.Clone(val)})
+					return nil
+				})
+			})
+		})
+		if err != nil {
+			rep.Lost = append(rep.Lost, fmt.Sprintf("bucket %s after key %q: %v", name, last, err))
+		}
+	}
+	rep.Lost = append(rep.Lost, rereadPages(from, int64(src.Info().PageSize), bad, mem)...)
+	return mem, checkpoint, seq
+}
+
+// rereadPages reads the leaf pages bad (of the tree: live) from their
+// layout, and adds to mem the values found there it does not hold. It
+// returns what it could not read.
+func rereadPages(path string, ps int64, bad map[uint64][]byte, mem *tree) (lost []string) {
+	if len(bad) == 0 {
+		return nil
+	}
+	f, err := os.Open(path)
+	var fi os.FileInfo
+	if err == nil {
+		defer f.Close()
+		fi, err = f.Stat()
+	}
+	if err != nil {
+		for _, page := range slices.Sorted(maps.Keys(bad)) {
+			lost = append(lost, fmt.Sprintf("bucket %s, page %d: values fail their checksums, and the page cannot be read again: %v", bad[page], page, err))
+		}
+		return lost
+	}
+	pf := &pageFile{f: f, size: fi.Size(), ps: ps}
+	read := map[uint64]bool{}
+	for _, page := range slices.Sorted(maps.Keys(bad)) {
+		name := bad[page]
+		if page = leafOf(pf, page); read[page] {
+			continue // a key on a page after the leaf's first
+		}
+		read[page] = true
+		b, err := pf.pages(page, 1)
+		if err == nil && headOf(b).overflow > 0 {
+			b, err = pf.pages(page, uint64(headOf(b).overflow)+1)
+		}
+		if err != nil {
+			lost = append(lost, fmt.Sprintf("bucket %s, page %d: values fail their checksums, and the page cannot be read again: %v", name, page, err))
+			continue
+		}
+		vals, unread := scanLeaf(b, keyRange{bucket: name})
+		id, _ := bucketID(name)
+		for _, v := range vals {
+			if it := (&item{bucket: id, key: v.key, val: v.val}); !mem.Has(it) {
+				mem.ReplaceOrInsert(it)
+			}
+		}
+		for _, u := range unread {
+			lost = append(lost, fmt.Sprintf("%s (page %d)", u, page))
+		}
+	}
+	return lost
+}
+
+// leafOf is the first page of the leaf that takes page p: a key may lie
+// on a page after the first, of a leaf of large values.
+func leafOf(pf *pageFile, p uint64) uint64 {
+	for q := p; q >= firstDataPage && p-q < maxGuess; q-- {
+		if b, err := pf.pages(q, 1); err == nil {
+			if h := headOf(b); h.id == q && h.flags == leafFlag && q+uint64(h.overflow) >= p {
+				return q
+			}
+		}
+	}
+	return p
+}
+
+// pageValues is every live value of the file that reading it page by
+// page finds whole (salvage_pages.go), with the checkpoint and the job
+// sequence. Without a checkpoint, every record the log holds is
+// replayed: records are whole values, replayed in order, so replaying
+// ones the file already holds changes nothing.
+func pageValues(from string, rep *SalvageReport) (mem *tree, checkpoint checkpointAt, seq uint64, err error) {
+	ps, err := readPages(from)
+	if err != nil {
+		return nil, checkpoint, 0, fmt.Errorf("salvage: %w", err)
+	}
+	rep.Pages = append(rep.Pages, ps.notes...)
+	rep.Lost = append(rep.Lost, ps.lost...)
+	if ps.schema == nil {
+		rep.Pages = append(rep.Pages, "the schema version cannot be read: the values are taken as of this binary's")
+	} else if v, err := strconv.Atoi(string(bytes.TrimSpace(ps.schema))); err == nil && v < migrations.Latest() {
+		return nil, checkpoint, 0, fmt.Errorf("%w: %s is at schema version %d, its values carry no checksums yet: run emq migrate up --data-dir (or start the broker on it) first",
+			ErrOlder, from, v)
+	}
+	mem = newTree()
+	var ckpt bool
+	for _, v := range ps.vals {
+		switch {
+		case bytes.Equal(v.bucket, store.BucketMeta) && bytes.Equal(v.key, checkpointKey) && (len(v.val) == 8 || len(v.val) == 24):
+			checkpoint.seq, ckpt = binary.BigEndian.Uint64(v.val), true
+			if len(v.val) == 24 {
+				checkpoint.end = wal.Position{Segment: binary.BigEndian.Uint64(v.val[8:]), Offset: int64(binary.BigEndian.Uint64(v.val[16:]))}
+			}
+		case bytes.Equal(v.bucket, store.BucketMeta) && bytes.Equal(v.key, seqKey) && len(v.val) == 8:
+			seq = binary.BigEndian.Uint64(v.val)
+		}
+		if rebuilt(v.bucket) {
+			continue
+		}
+		id, err := bucketID(v.bucket)
+		if err != nil {
+			continue
+		}
+		mem.ReplaceOrInsert(&item{bucket: id, key: v.key, val: v.val})
+	}
+	if !ckpt {
+		if first := firstRecord(from); first > 0 {
+			checkpoint = checkpointAt{seq: first - 1}
+		}
+		rep.Pages = append(rep.Pages, fmt.Sprintf("meta/checkpoint cannot be read: every record of the log is replayed, from %d", checkpoint.seq+1))
+	}
+	return mem, checkpoint, seq, nil
+}
+
+// firstRecord is the first record of the log of the journal at path (the
+// name of its first segment), 0 if it has none.
+func firstRecord(path string) uint64 {
+	entries, _ := os.ReadDir(LogDir(path))
+	var first uint64
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".wal")
+		if n, err := strconv.ParseUint(name, 10, 64); ok && err == nil && (first == 0 || n < first) {
+			first = n
+		}
+	}
+	return first
 }
