@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -202,46 +203,52 @@ func (j *Journal) truncate(upto uint64) error {
 }
 
 // writeBolt writes the layers' items (oldest first, so that newer ones
-// win) into bbolt, sealed, then last's and meta/checkpoint at in one
-// transaction. The layers go in transactions of about CheckpointBytes
-// of values each: bbolt holds a transaction's pages in memory until it
-// commits. That is safe: until the last commits, meta/checkpoint says
-// the log holds them all (a crash replays them over what was written),
-// and the layers shadow the keys written for every reader. The caller
-// holds dbmu for reading, and no read transaction of its own (bbolt's
-// write may need to grow the mapping).
+// win) into bbolt, sealed, then last's and meta/checkpoint at, in
+// transactions of about CheckpointBytes of values each (one when they
+// fit): bbolt holds a transaction's pages in memory until it commits.
+// last goes whole into the last transaction. That is safe: until the
+// last commits, meta/checkpoint says the log holds the layers (a crash
+// replays them over what was written), and the layers shadow the keys
+// written for every reader. The caller holds dbmu for reading, and no
+// read transaction of its own (bbolt's write may need to grow the
+// mapping).
 func (j *Journal) writeBolt(at checkpointAt, last *tree, layers ...*tree) error {
-	for _, t := range layers {
-		if t == nil {
-			continue
+	layers = slices.DeleteFunc(layers, func(t *tree) bool { return t == nil })
+	var from *item // where the next transaction goes on in layers[0]
+	for {
+		final := false
+		err := j.boltUpdate(func(tx *bolt.Tx) error {
+			room := j.txBytes
+			for len(layers) > 0 {
+				done, next, n, err := j.putItems(tx, layers[0], from, room)
+				if err != nil {
+					return err
+				}
+				if room -= n; !done {
+					from = next
+					return nil // full: the next transaction goes on
+				}
+				layers, from = layers[1:], nil
+			}
+			final = true
+			if last != nil {
+				if _, _, _, err := j.putItems(tx, last, nil, -1); err != nil {
+					return err
+				}
+			}
+			meta := tx.Bucket(store.BucketMeta)
+			return meta.Put(checkpointKey, sealed(store.BucketMeta, checkpointKey, at.encode()))
+		})
+		if err != nil || final {
+			return err
 		}
-		var from *item // where the next transaction starts
-		for done := false; !done; {
-			err := j.boltUpdate(func(tx *bolt.Tx) error {
-				var err error
-				done, from, err = j.putItems(tx, t, from, j.txBytes)
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			j.mu.Lock()
-			hook := j.betweenTxs
-			j.mu.Unlock()
-			if hook != nil {
-				hook()
-			}
+		j.mu.Lock()
+		hook := j.betweenTxs
+		j.mu.Unlock()
+		if hook != nil {
+			hook()
 		}
 	}
-	return j.boltUpdate(func(tx *bolt.Tx) error {
-		if last != nil {
-			if _, _, err := j.putItems(tx, last, nil, -1); err != nil {
-				return err
-			}
-		}
-		meta := tx.Bucket(store.BucketMeta)
-		return meta.Put(checkpointKey, sealed(store.BucketMeta, checkpointKey, at.encode()))
-	})
 }
 
 // boltUpdate is a bbolt write transaction, guarded, with the append-only
@@ -259,11 +266,10 @@ func (j *Journal) boltUpdate(fn func(tx *bolt.Tx) error) error {
 	})
 }
 
-// putItems writes t's items from from on (nil: the first) into tx, up to
-// about limit bytes of values (-1: all), and says whether it reached the
-// end, or the item to go on from.
-func (j *Journal) putItems(tx *bolt.Tx, t *tree, from *item, limit int64) (done bool, next *item, err error) {
-	var n int64
+// putItems writes t's items from from on (nil: the first) into tx, while
+// the bytes of values written are under limit (-1: all), and says whether
+// it reached the end or the item to go on from, and the bytes written.
+func (j *Journal) putItems(tx *bolt.Tx, t *tree, from *item, limit int64) (done bool, next *item, n int64, err error) {
 	done = true
 	each := func(it *item) bool {
 		if limit >= 0 && n >= limit {
@@ -295,7 +301,7 @@ func (j *Journal) putItems(tx *bolt.Tx, t *tree, from *item, limit int64) (done 
 	} else {
 		t.AscendGreaterOrEqual(from, each)
 	}
-	return done, next, err
+	return done, next, n, err
 }
 
 // sealLogged reads a logged value back and seals it for bbolt. One that
