@@ -145,6 +145,17 @@ func TestLeavesASilentBroker(t *testing.T) {
 // publishes.
 func TestSubscriberLeavesASilentBroker(t *testing.T) {
 	t.Parallel()
+	_, took := subscribePastAPause(t, client.SubscriberOptions{})
+	t.Logf("received from the next broker %v after it began publishing (HeartbeatInterval 1 s, HeartbeatTimeout 3 s)", took.Round(time.Millisecond))
+}
+
+// subscribePastAPause subscribes, with opts, behind a proxy to a broker
+// and to the endpoint of a next one; receives what the first publishes,
+// pauses the proxy, stops that broker, starts the next, and receives
+// what it publishes. It returns the proxy and how long the subscriber
+// took to receive from the next broker.
+func subscribePastAPause(t *testing.T, opts client.SubscriberOptions) (*bt.Proxy, time.Duration) {
+	t.Helper()
 	dir := t.TempDir()
 	fa, pa, fb, pb := bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t)
 	start := func(frontend, pub string) *bt.Broker {
@@ -152,7 +163,8 @@ func TestSubscriberLeavesASilentBroker(t *testing.T) {
 	}
 	a := start(fa, pa)
 	paused := bt.NewProxy(t, pa)
-	s, err := client.Subscribe(client.SubscriberOptions{Endpoint: paused.Endpoint() + "," + pb, Logger: bt.Logger(t)}, "news.")
+	opts.Endpoint, opts.Logger = paused.Endpoint()+","+pb, bt.Logger(t)
+	s, err := client.Subscribe(opts, "news.")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +189,7 @@ func TestSubscriberLeavesASilentBroker(t *testing.T) {
 			}
 		}()
 		// Not durable: published again until the subscriber (re)connected has it.
-		tick := time.NewTicker(100 * time.Millisecond)
+		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
 			if err := c.Publish(ctx, "news."+text, []byte(text)); err != nil {
@@ -201,7 +213,7 @@ func TestSubscriberLeavesASilentBroker(t *testing.T) {
 	start(fb, pb)
 	began := time.Now()
 	receives(fb, "after")
-	t.Logf("received from the next broker %v after it began publishing (HeartbeatInterval 1 s, HeartbeatTimeout 3 s)", time.Since(began).Round(time.Millisecond))
+	return paused, time.Since(began)
 }
 
 // A worker leaves a silent broker too (the defaults: it hedges after
@@ -394,62 +406,7 @@ func TestWorkerHedgesPastASilentBroker(t *testing.T) {
 // within its silence timeout (a minute here).
 func TestSubscriberHedgesPastASilentBroker(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	fa, pa, fb, pb := bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t)
-	start := func(frontend, pub string) *bt.Broker {
-		return bt.Start(t, dir, func(o *broker.Options) { o.Frontend, o.PublisherOutgoing = frontend, pub })
-	}
-	a := start(fa, pa)
-	paused := bt.NewProxy(t, pa)
-	s, err := client.Subscribe(client.SubscriberOptions{Endpoint: paused.Endpoint() + "," + pb, Logger: bt.Logger(t),
-		HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: time.Minute}, "news.")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
-	defer cancel()
-	receives := func(frontend, text string) {
-		t.Helper()
-		c, err := client.New(client.Options{Broker: frontend, Logger: bt.Logger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		got := make(chan error, 1)
-		go func() {
-			for {
-				m, err := s.Recv(ctx)
-				if err != nil || m.Topic == "news."+text {
-					got <- err
-					return
-				}
-			}
-		}()
-		// Not durable: published again until the subscriber (re)connected has it.
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if err := c.Publish(ctx, "news."+text, []byte(text)); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case err := <-got:
-				if err != nil {
-					t.Fatalf("%s never received: %v", text, err)
-				}
-				return
-			case <-tick.C:
-			}
-		}
-	}
-	receives(fa, "before")
-	paused.Pause()
-	if err := a.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	start(fb, pb)
-	receives(fb, "after")
+	paused, _ := subscribePastAPause(t, client.SubscriberOptions{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: time.Minute})
 	if n := paused.Accepted(); n != 1 {
 		t.Fatalf("%d connections to the silent broker, want the first only", n)
 	}
