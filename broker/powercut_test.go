@@ -156,16 +156,7 @@ func TestPowerCutLosesNoAckedJob(t *testing.T) {
 			t.Fatal(err)
 		}
 		done.Wait()
-		stored := storedJobs(t, root)
-		for id := range acked {
-			switch stored[id] {
-			case 1:
-			case 0:
-				t.Fatalf("round %d (%s): ACKed job %s lost", round, what, id)
-			default:
-				t.Fatalf("round %d (%s): ACKed job %s stored %d times", round, what, id, stored[id])
-			}
-		}
+		storedOnce(t, root, acked, fmt.Sprintf("round %d (%s)", round, what))
 		t.Logf("round %d: cut after %d ACKs: %s; %d ACKed jobs stored, each once", round, cutAt, what, len(acked))
 	}
 	suite.add("power cuts survived", rounds)
@@ -228,16 +219,7 @@ func TestPowerCutAfterACheckpointLosesNoAckedJob(t *testing.T) {
 			t.Fatal(err)
 		}
 		done.Wait()
-		stored := storedJobs(t, root)
-		for id := range acked {
-			switch stored[id] {
-			case 1:
-			case 0:
-				t.Fatalf("round %d (%s): ACKed job %s lost", round, what, id)
-			default:
-				t.Fatalf("round %d (%s): ACKed job %s stored %d times", round, what, id, stored[id])
-			}
-		}
+		storedOnce(t, root, acked, fmt.Sprintf("round %d (%s)", round, what))
 		t.Logf("round %d: %s, %d keep jobs ACKed before it; %d ACKed jobs stored, each once", round, what, kept, len(acked))
 	}
 	suite.add("power cuts after a checkpoint survived", rounds)
@@ -285,4 +267,20 @@ func TestFailedFlushStopsWrites(t *testing.T) {
 	c = startChild(t, fs.Dir(), frontend, backend, "EMQ_TEST_SEGMENT=1048576")
 	bt.Dial(t, frontend, "c2").Request("keep", "", []byte("again"))
 	c.kill()
+}
+
+// storedOnce fails unless the journal under root holds every job of
+// acked once.
+func storedOnce(t *testing.T, root string, acked map[string]bool, what string) {
+	t.Helper()
+	stored := storedJobs(t, root)
+	for id := range acked {
+		switch stored[id] {
+		case 1:
+		case 0:
+			t.Fatalf("%s: ACKed job %s lost", what, id)
+		default:
+			t.Fatalf("%s: ACKed job %s stored %d times", what, id, stored[id])
+		}
+	}
 }
