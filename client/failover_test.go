@@ -221,14 +221,39 @@ func subscribePastAPause(t *testing.T, opts client.SubscriberOptions) (*bt.Proxy
 // the broker that took over.
 func TestWorkerLeavesASilentBroker(t *testing.T) {
 	t.Parallel()
+	p := workPastAPause(t, 0, worker.Options{})
+	t.Logf("run by the worker %v after the next broker had it", p.took.Round(time.Millisecond))
+}
+
+// pause is what workPastAPause saw: the proxy in front of the first
+// broker, its connections when it fell silent, and how long the worker
+// took to run a job of the next broker.
+type pause struct {
+	proxy  *bt.Proxy
+	before int
+	took   time.Duration
+}
+
+// workPastAPause runs a worker, with opts, behind a proxy to a broker
+// and on the endpoint of a next one (both with heartbeat, 0 for the
+// default): it runs a job of the first, the proxy pauses, that broker
+// stops, the next starts, and the worker runs its job.
+func workPastAPause(t *testing.T, heartbeat time.Duration, opts worker.Options) pause {
+	t.Helper()
 	dir := t.TempDir()
 	fa, ba, fb, bb := bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t)
 	start := func(frontend, backend string) *bt.Broker {
-		return bt.Start(t, dir, func(o *broker.Options) { o.Frontend, o.Backend = frontend, backend })
+		return bt.Start(t, dir, func(o *broker.Options) {
+			o.Frontend, o.Backend = frontend, backend
+			if heartbeat > 0 {
+				o.HeartbeatInterval = heartbeat
+			}
+		})
 	}
 	a := start(fa, ba)
-	paused := bt.NewProxy(t, ba)
-	w, err := worker.New(worker.Options{Broker: paused.Endpoint() + "," + bb, Logger: bt.Logger(t)})
+	p := pause{proxy: bt.NewProxy(t, ba)}
+	opts.Broker, opts.Logger = p.proxy.Endpoint()+","+bb, bt.Logger(t)
+	w, err := worker.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,14 +275,16 @@ func TestWorkerLeavesASilentBroker(t *testing.T) {
 		}
 	}
 	run(fa, "before")
-	paused.Pause()
+	p.proxy.Pause()
+	p.before = p.proxy.Accepted() // the worker's, and its ask for the placement of shards
 	if err := a.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	start(fb, bb)
 	began := time.Now()
 	run(fb, "after")
-	t.Logf("run by the worker %v after the next broker had it", time.Since(began).Round(time.Millisecond))
+	p.took = time.Since(began)
+	return p
 }
 
 // The hedge: a client connected to a broker that falls silent (behind a
@@ -356,48 +383,9 @@ func TestStaysWithASilentBrokerAlone(t *testing.T) {
 // its silence timeout (a minute here).
 func TestWorkerHedgesPastASilentBroker(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	fa, ba, fb, bb := bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t), bt.FreeEndpoint(t)
-	start := func(frontend, backend string) *bt.Broker {
-		return bt.Start(t, dir, func(o *broker.Options) {
-			o.Frontend, o.Backend = frontend, backend
-			o.HeartbeatInterval = 50 * time.Millisecond
-		})
-	}
-	a := start(fa, ba)
-	paused := bt.NewProxy(t, ba)
-	w, err := worker.New(worker.Options{Broker: paused.Endpoint() + "," + bb, Logger: bt.Logger(t),
-		HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle("q", func(_ context.Context, j *worker.Job) ([]byte, error) { return j.Payload, nil })
-	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
-	defer cancel()
-	wdone := make(chan error, 1)
-	go func() { wdone <- w.Run(ctx) }()
-	defer func() { cancel(); <-wdone }()
-	run := func(frontend, text string) {
-		t.Helper()
-		c, err := client.New(client.Options{Broker: frontend, Logger: bt.Logger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if got, err := c.Request(ctx, "q", []byte(text)); err != nil || string(got) != text {
-			t.Fatalf("%s: %q %v", text, got, err)
-		}
-	}
-	run(fa, "before")
-	paused.Pause()
-	before := paused.Accepted() // the worker's, and its ask for the placement of shards
-	if err := a.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	start(fb, bb)
-	run(fb, "after")
-	if n := paused.Accepted(); n != before {
-		t.Fatalf("%d connections to the silent broker, want the %d before its silence", n, before)
+	p := workPastAPause(t, 50*time.Millisecond, worker.Options{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: time.Minute})
+	if n := p.proxy.Accepted(); n != p.before {
+		t.Fatalf("%d connections to the silent broker, want the %d before its silence", n, p.before)
 	}
 }
 
