@@ -173,13 +173,8 @@ func TestCrashBetweenTheTransactionsOfACheckpoint(t *testing.T) {
 // the damage into bbolt as damage.
 func TestDamagedValueInTheLogIsSetAside(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "journal.db")
-	j, heard := openHearingWith(t, path, smallSegments(t))
-	defer j.Close()
-	jobs := numbered(0, 50)
-	appendAll(t, j, jobs)
 	victim := "job-0031"
-	flipInLog(t, path, jobs[victim][:64])
+	j, heard, jobs := damagedInLog(t, victim)
 
 	err := j.Payloads([]string{victim}, func(_ int, p []byte, err error) {
 		if !errors.Is(err, store.ErrDamaged) || !strings.Contains(err.Error(), victim) {
@@ -189,13 +184,8 @@ func TestDamagedValueInTheLogIsSetAside(t *testing.T) {
 	if err != nil {
 		t.Fatalf("payloads: %v", err)
 	}
-	select {
-	case d := <-heard:
-		if string(d.Bucket) != "jobs" || string(d.Key) != victim || !strings.Contains(d.Reason, "log") {
-			t.Fatalf("damage heard: %+v; want jobs/%s in the log", d, victim)
-		}
-	case <-time.After(testutil.Wait):
-		t.Fatal("no damage heard")
+	if d := testutil.Recv(t, heard, "the damage heard"); string(d.Bucket) != "jobs" || string(d.Key) != victim || !strings.Contains(d.Reason, "log") {
+		t.Fatalf("damage heard: %+v; want jobs/%s in the log", d, victim)
 	}
 	testutil.Eventually(t, "the damaged job a dead letter", func() bool {
 		got, err := j.Get(victim)
@@ -213,26 +203,16 @@ func TestDamagedValueInTheLogIsSetAside(t *testing.T) {
 // a read of it there is refused and it is set aside, never served.
 func TestCheckpointKeepsTheDamageOfALoggedValue(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "journal.db")
-	j, heard := openHearingWith(t, path, smallSegments(t))
-	defer j.Close()
-	jobs := numbered(0, 50)
-	appendAll(t, j, jobs)
 	victim := "job-0012"
-	flipInLog(t, path, jobs[victim][:72])
+	j, heard, jobs := damagedInLog(t, victim)
 	if err := j.CheckpointNow(); err != nil {
 		t.Fatalf("checkpoint: %v", err)
 	}
 	if _, err := j.Get(victim); !errors.Is(err, store.ErrDamaged) {
 		t.Fatalf("get of the damaged job after its checkpoint: %v; want ErrDamaged", err)
 	}
-	select {
-	case d := <-heard:
-		if string(d.Key) != victim {
-			t.Fatalf("damage heard: %+v; want jobs/%s", d, victim)
-		}
-	case <-time.After(testutil.Wait):
-		t.Fatal("no damage heard")
+	if d := testutil.Recv(t, heard, "the damage heard"); string(d.Key) != victim {
+		t.Fatalf("damage heard: %+v; want jobs/%s", d, victim)
 	}
 	delete(jobs, victim)
 	testutil.Eventually(t, "the damaged job not pending", func() bool {
@@ -242,11 +222,21 @@ func TestCheckpointKeepsTheDamageOfALoggedValue(t *testing.T) {
 	assertHolds(t, "the others", j, jobs)
 }
 
-func openHearingWith(t *testing.T, path string, opts boltstore.Options) (*boltstore.Journal, chan store.Damage) {
+// damagedInLog opens a journal that never checkpoints on its own, hearing
+// its damage, stores 50 jobs of 4 KiB, and changes a byte of victim's
+// payload in the log.
+func damagedInLog(t *testing.T, victim string) (*boltstore.Journal, chan store.Damage, map[string][]byte) {
 	t.Helper()
+	path := filepath.Join(t.TempDir(), "journal.db")
 	heard := make(chan store.Damage, 16)
+	opts := smallSegments(t)
 	opts.OnDamage = func(d store.Damage) { heard <- d }
-	return openWith(t, path, opts), heard
+	j := openWith(t, path, opts)
+	t.Cleanup(func() { j.Close() })
+	jobs := numbered(0, 50)
+	appendAll(t, j, jobs)
+	flipInLog(t, path, jobs[victim][:64])
+	return j, heard, jobs
 }
 
 // flipInLog changes a byte of the log where marker lies (once).
