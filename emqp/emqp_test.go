@@ -357,3 +357,32 @@ func TestJobHeaders(t *testing.T) {
 		t.Fatalf("DuplicateHolder(%q) = %q, %v", text, id, ok)
 	}
 }
+
+func TestTenantAndLimits(t *testing.T) {
+	if name, err := mustHeaders(t, "x").Tenant(); err != nil || name != "" {
+		t.Fatalf("no tenant: %q %v", name, err)
+	}
+	if name, err := mustHeaders(t, "tenant:acme").Tenant(); err != nil || name != "acme" {
+		t.Fatalf("tenant:acme: %q %v", name, err)
+	}
+	for _, h := range []string{"tenant:" + strings.Repeat("t", 256), `{"tenant": ""}`, "tenant"} {
+		if _, err := mustHeaders(t, h).Tenant(); err == nil || !strings.Contains(err.Error(), "header tenant:") {
+			t.Fatalf("%.40q: %v, want an error naming the header", h, err)
+		}
+	}
+	names, err := mustHeaders(t, "limit:api;db;api").Limits()
+	if err != nil || strings.Join(names, ";") != "api;db" {
+		t.Fatalf("limit:api;db;api: %q %v", names, err)
+	}
+	if names, err := mustHeaders(t, "x").Limits(); err != nil || names != nil {
+		t.Fatalf("no limit: %q %v", names, err)
+	}
+	for _, h := range []string{"limit:a;b;c;d;e", "limit:a;;b", "limit", "limit:" + strings.Repeat("l", 256)} {
+		if _, err := mustHeaders(t, h).Limits(); err == nil || !strings.Contains(err.Error(), "header limit:") {
+			t.Fatalf("%.40q: %v, want an error naming the header", h, err)
+		}
+	}
+	if names, err := mustHeaders(t, "limit:a;b;c;d").Limits(); err != nil || len(names) != 4 {
+		t.Fatalf("four limiters: %q %v", names, err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,8 @@ const (
 	HeaderPriority       = "priority"   // 0 to 65535, lower runs first; DefaultPriority when absent
 	HeaderUnique         = "unique"     // a key no other live job of the queue may hold
 	HeaderUniqueFor      = "unique-for" // seconds the key stays held after the job is done
+	HeaderTenant         = "tenant"     // NAME: whose job it is; a queue's tenants are served in turn
+	HeaderLimit          = "limit"      // NAME[;NAME...]: named limiters that must all have room
 
 	// Of schedules kept by the broker.
 	HeaderScheduleID = "schedule-id" // names a schedule whose payload is not EventMQ's
@@ -283,6 +286,47 @@ func (h Headers) Unique() (key string, hold time.Duration, err error) {
 		return "", 0, errorf(ErrHeaders, "", "", "header %s needs header %s", HeaderUniqueFor, HeaderUnique)
 	}
 	return key, time.Duration(n) * time.Second, nil
+}
+
+// MaxTenantLen bounds a tenant's name, in bytes.
+const MaxTenantLen = 255
+
+// Tenant returns the job's tenant: "" without the header, else 1 to
+// MaxTenantLen bytes.
+func (h Headers) Tenant() (string, error) {
+	v, ok := h.Get(HeaderTenant)
+	if ok && (v == "" || len(v) > MaxTenantLen) {
+		return "", errorf(ErrHeaders, "", "", "header %s: the name must be 1 to %d bytes, got %d", HeaderTenant, MaxTenantLen, len(v))
+	}
+	return v, nil
+}
+
+// Limits of the header limit.
+const (
+	MaxLimits     = 4   // limiters one job may name
+	MaxLimiterLen = 255 // bytes of a limiter's name
+)
+
+// Limits returns the named limiters the job needs room in (none without
+// the header), each once, in the order given.
+func (h Headers) Limits() ([]string, error) {
+	v, ok := h.Get(HeaderLimit)
+	if !ok {
+		return nil, nil
+	}
+	var names []string
+	for name := range strings.SplitSeq(v, ";") {
+		if name == "" || len(name) > MaxLimiterLen {
+			return nil, errorf(ErrHeaders, "", "", "header %s: each name must be 1 to %d bytes, separated by ;", HeaderLimit, MaxLimiterLen)
+		}
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	if len(names) > MaxLimits {
+		return nil, errorf(ErrHeaders, "", "", "header %s: %d limiters, over the limit of %d", HeaderLimit, len(names), MaxLimits)
+	}
+	return names, nil
 }
 
 // MaxAfter bounds the jobs one job may wait for (header after).
