@@ -100,6 +100,12 @@ type Journal interface {
 	// settings too (they say "no controls", whatever a default would).
 	// Bad settings or a bad queue name are ErrBadSettings.
 	PutQueueSettings(queue string, s QueueSettings, done func(error))
+	// PutTenantSettings keeps an operator's settings of one tenant of a
+	// queue (tenant "": its jobs without a tenant); zero settings delete
+	// them (the tenant has the queue's defaults again). Bad settings, a
+	// queue name of not 1 to MaxQueueLen bytes or a tenant name over
+	// MaxTenantLen are ErrBadSettings.
+	PutTenantSettings(queue, tenant string, s TenantSettings, done func(error))
 
 	// Load calls fn for every pending job, queue by queue, each queue in
 	// FIFO order, without holding them all in memory, and without their
@@ -134,6 +140,9 @@ type Journal interface {
 	Result(msgid string) ([]byte, error)
 	// QueueSettings returns the controls kept for each queue that has any.
 	QueueSettings() (map[string]QueueSettings, error)
+	// TenantSettings returns the settings kept for each tenant that has
+	// any: queue -> tenant -> settings.
+	TenantSettings() (map[string]map[string]TenantSettings, error)
 
 	// Workflows (workflow.go). Append stores a job with After or
 	// AfterBatch as Waiting when it has something to wait for (it sets

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -44,6 +45,12 @@ func backupRestoresEverything(t *testing.T, f *fixture) {
 		f.j.PutQueueSettings("q", store.QueueSettings{Concurrency: 3}, func(err error) { done(struct{}{}, err) })
 	}); err != nil {
 		t.Fatal(err)
+	}
+	tenants := map[string]map[string]store.TenantSettings{"q": {"acme": {Concurrency: ptr(2), Weight: 3}, "": {Rate: ptr(0.0)}}}
+	for tenant, s := range tenants["q"] {
+		if err := f.putTenant("q", tenant, s); err != nil {
+			t.Fatal(err)
+		}
 	}
 	want := f.snapshot("done")
 	wantLoad := f.pending()
@@ -120,6 +127,9 @@ func backupRestoresEverything(t *testing.T, f *fixture) {
 		t.Fatalf("restored batch: %+v, %v", b, err)
 	}
 	target.duplicate(uniqueJob("u2", "q", "key-1", 0), "u")
+	if got := target.tenantSettings(); !reflect.DeepEqual(got, tenants) {
+		t.Fatalf("restored tenant settings: %s; want %s", tenantsString(got), tenantsString(tenants))
+	}
 }
 
 // A backup of more bytes than one write holds (etcd: one request) is

@@ -97,6 +97,8 @@ var checks = []check{
 
 	{name: "QueueSettingsAreKept", run: queueSettingsAreKept},
 	{name: "BadQueueSettingsAreRefused", run: badQueueSettingsAreRefused},
+	{name: "TenantSettingsAreKept", run: tenantSettingsAreKept},
+	{name: "BadTenantSettingsAreRefused", run: badTenantSettingsAreRefused},
 }
 
 // Run runs every conformance test against h, each as a parallel subtest
