@@ -26,7 +26,7 @@ import (
 // The journal's buckets are store's layout (store.BucketJobs, ...); the
 // steps create them: result_exp since step 2, schedules since 3, queues
 // since 4, done since 5, cancelled, unique and unique_exp since 7, the
-// workflows' since 8, tenants since 9.
+// workflows' since 8, tenants and limiters since 9.
 var (
 	meta      = store.BucketMeta
 	schemaKey = store.SchemaKey
@@ -97,9 +97,13 @@ var Steps = []Step{
 		}
 		return nil
 	}, nil},
-	{9, "fair shares and named limiters: tenants' settings", func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(store.BucketTenants)
-		return err
+	{9, "fair shares and named limiters: tenants' settings, limiters", func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{store.BucketTenants, store.BucketLimiters} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
 	}, nil},
 }
 

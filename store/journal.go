@@ -106,6 +106,13 @@ type Journal interface {
 	// queue name of not 1 to MaxQueueLen bytes or a tenant name over
 	// MaxTenantLen are ErrBadSettings.
 	PutTenantSettings(queue, tenant string, s TenantSettings, done func(error))
+	// PutLimiter keeps a named limiter, or replaces the one of its name.
+	// Bad settings (or none: a limiter must limit something) or a name
+	// of not 1 to MaxLimiterLen bytes are ErrBadSettings.
+	PutLimiter(name string, s LimiterSettings, done func(error))
+	// RemoveLimiter deletes a limiter; found is false when there was
+	// none.
+	RemoveLimiter(name string, done func(found bool, err error))
 
 	// Load calls fn for every pending job, queue by queue, each queue in
 	// FIFO order, without holding them all in memory, and without their
@@ -143,6 +150,8 @@ type Journal interface {
 	// TenantSettings returns the settings kept for each tenant that has
 	// any: queue -> tenant -> settings.
 	TenantSettings() (map[string]map[string]TenantSettings, error)
+	// Limiters returns every limiter by name.
+	Limiters() (map[string]LimiterSettings, error)
 
 	// Workflows (workflow.go). Append stores a job with After or
 	// AfterBatch as Waiting when it has something to wait for (it sets

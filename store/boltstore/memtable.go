@@ -25,7 +25,7 @@ var buckets = [][]byte{store.BucketMeta, store.BucketJobs, store.BucketPending, 
 	store.BucketResults, store.BucketResultExp, store.BucketSchedules, store.BucketQueues, store.BucketDone, store.BucketDamaged,
 	store.BucketCancelled, store.BucketUnique, store.BucketUniqueExp,
 	store.BucketWaiting, store.BucketAfter, store.BucketBatches, store.BucketAfterB, store.BucketSettling,
-	store.BucketTenants}
+	store.BucketTenants, store.BucketLimiters}
 
 // bucketID is a bucket's number in the log.
 func bucketID(name []byte) (uint8, error) {

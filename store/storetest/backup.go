@@ -24,8 +24,9 @@ func (f *fixture) backuper(j store.Journal) store.Backuper {
 
 // A backup restored into empty storage gives the journal as it was:
 // every job in its state and order (pending, waiting, dead, done with its
-// result, cancelled), schedules, queue controls, unique keys, batches;
-// a job appended afterwards goes to its queue's tail. A damaged or cut
+// result, cancelled), schedules, queue controls, tenants' settings,
+// limiters, unique keys, batches; a job appended afterwards goes to its
+// queue's tail. A damaged or cut
 // backup is refused before anything is written.
 func backupRestoresEverything(t *testing.T, f *fixture) {
 	f.append(job("p1", "q"), job("p2", "q"), job("d", "q"), job("done", "q"), job("x", "other"))
@@ -51,6 +52,10 @@ func backupRestoresEverything(t *testing.T, f *fixture) {
 		if err := f.putTenant("q", tenant, s); err != nil {
 			t.Fatal(err)
 		}
+	}
+	limiters := map[string]store.LimiterSettings{"stripe-api": {Rate: 25, Burst: 5}}
+	if err := f.putLimiter("stripe-api", limiters["stripe-api"]); err != nil {
+		t.Fatal(err)
 	}
 	want := f.snapshot("done")
 	wantLoad := f.pending()
@@ -129,6 +134,9 @@ func backupRestoresEverything(t *testing.T, f *fixture) {
 	target.duplicate(uniqueJob("u2", "q", "key-1", 0), "u")
 	if got := target.tenantSettings(); !reflect.DeepEqual(got, tenants) {
 		t.Fatalf("restored tenant settings: %s; want %s", tenantsString(got), tenantsString(tenants))
+	}
+	if got := target.limiters(); !reflect.DeepEqual(got, limiters) {
+		t.Fatalf("restored limiters: %+v; want %+v", got, limiters)
 	}
 }
 

@@ -128,3 +128,80 @@ func badTenantSettingsAreRefused(t *testing.T, f *fixture) {
 		t.Fatalf("after refusals: %s, want %s", tenantsString(got), tenantsString(want))
 	}
 }
+
+func (f *fixture) putLimiter(name string, s store.LimiterSettings) error {
+	f.t.Helper()
+	_, err := store.Wait(func(done func(struct{}, error)) {
+		f.j.PutLimiter(name, s, func(err error) { done(struct{}{}, err) })
+	})
+	return err
+}
+
+func (f *fixture) removeLimiter(name string) bool {
+	f.t.Helper()
+	found, err := store.Wait(func(done func(bool, error)) { f.j.RemoveLimiter(name, done) })
+	if err != nil {
+		f.t.Fatalf("remove limiter %s: %v", name, err)
+	}
+	return found
+}
+
+func (f *fixture) limiters() map[string]store.LimiterSettings {
+	f.t.Helper()
+	m, err := f.j.Limiters()
+	if err != nil {
+		f.t.Fatalf("limiters: %v", err)
+	}
+	return m
+}
+
+// Limiters are kept by name across a reopen, replaced whole, and
+// removed (found says whether there was one); bad ones are refused with
+// ErrBadSettings naming what is bad, and change nothing.
+func limitersAreKept(t *testing.T, f *fixture) {
+	if got := f.limiters(); len(got) != 0 {
+		t.Fatalf("a new journal has limiters: %+v", got)
+	}
+	stripe := store.LimiterSettings{Rate: 25, Burst: 5}
+	gpu := store.LimiterSettings{Concurrency: 2}
+	for name, s := range map[string]store.LimiterSettings{"stripe-api": stripe, "gpu": {Concurrency: 8, Rate: 1}, "old": gpu} {
+		if err := f.putLimiter(name, s); err != nil {
+			t.Fatalf("put %s: %v", name, err)
+		}
+	}
+	if err := f.putLimiter("gpu", gpu); err != nil { // replaced whole
+		t.Fatal(err)
+	}
+	if !f.removeLimiter("old") {
+		t.Fatal("remove of a limiter: not found")
+	}
+	if f.removeLimiter("old") || f.removeLimiter("never") {
+		t.Fatal("remove of no limiter: found")
+	}
+	for _, c := range []struct {
+		limiter, name string
+		s             store.LimiterSettings
+	}{
+		{"gpu", "limit something", store.LimiterSettings{}},
+		{"gpu", "limit something", store.LimiterSettings{Burst: 3}},
+		{"gpu", "concurrency", store.LimiterSettings{Concurrency: -1}},
+		{"gpu", "rate", store.LimiterSettings{Rate: store.MaxRate + 1}},
+		{"gpu", "rate", store.LimiterSettings{Rate: math.NaN()}},
+		{"gpu", "burst", store.LimiterSettings{Rate: 1, Burst: -1}},
+		{"", "limiter name", gpu},
+		{strings.Repeat("x", store.MaxLimiterLen+1), "limiter name", gpu},
+	} {
+		err := f.putLimiter(c.limiter, c.s)
+		if !errors.Is(err, store.ErrBadSettings) || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("limiter %q %+v: err = %v, want ErrBadSettings naming %s", c.limiter, c.s, err, c.name)
+		}
+	}
+	want := map[string]store.LimiterSettings{"stripe-api": stripe, "gpu": gpu}
+	if got := f.limiters(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("limiters: %+v, want %+v", got, want)
+	}
+	f.reopen()
+	if got := f.limiters(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after a reopen: %+v, want %+v", got, want)
+	}
+}

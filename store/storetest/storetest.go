@@ -99,6 +99,7 @@ var checks = []check{
 	{name: "BadQueueSettingsAreRefused", run: badQueueSettingsAreRefused},
 	{name: "TenantSettingsAreKept", run: tenantSettingsAreKept},
 	{name: "BadTenantSettingsAreRefused", run: badTenantSettingsAreRefused},
+	{name: "LimitersAreKept", run: limitersAreKept},
 }
 
 // Run runs every conformance test against h, each as a parallel subtest
