@@ -458,7 +458,7 @@ func (b *Broker) revive(msgid string, done func(error)) {
 func (b *Broker) revived(sj *store.Job) {
 	j := b.jobFromStore(sj)
 	b.jobs[j.id] = j
-	j.q.live++
+	b.adopt(j)
 	b.emitJob(EventRevived, j, "")
 	b.enqueue(j, time.Now())
 }
@@ -623,12 +623,23 @@ func (b *Broker) purge(queue string) {
 		if j.state == inFlight {
 			b.release(j)
 		}
+		if j.state == pending {
+			if j.parked != nil {
+				j.parked.stale++
+			}
+			j.state = removed
+		}
 		b.uncache(j)
 		delete(b.jobs, id)
 		delete(b.trails, j)
-		q.live--
+		b.disown(j)
 	}
 	q.jobs = jobQueue{}
+	for _, t := range q.tenants { // their lanes went with the jobs
+		clear(t.lanes)
+		clear(t.held)
+		t.lanes, t.held, t.pending, t.blocked = t.lanes[:0], t.held[:0], 0, false
+	}
 	b.timers.removeIf(func(x timed) bool { j, ok := x.(*job); return ok && j.q == q && j.state == delayed })
 	b.dropIfUnused(q)
 }

@@ -101,18 +101,23 @@ type Broker struct {
 	inFlight     int   // jobs held by workers
 	cached       int64 // bytes of payloads held (payloads.go)
 	toRead       []readReq
-	readBusy     bool                           // a read of payloads is under way
-	idle         []*peer                        // workers given a slot back this turn (payloads.go)
-	conns        *zmtp.ConnLimit                // every eMQP and pub/sub endpoint's connections together
-	toFill       []*queue                       // queues whose concurrency freed a place this turn (controls.go)
-	listeners    []*listener                    // of the event stream (events.go)
-	trails       map[*job][]store.TrailEvent    // events of jobs not yet written to their trail (events.go)
-	progressOf   map[*job]*progressReport       // the latest PROGRESS of jobs in flight (cancel.go)
-	tr           *tracing                       // spans of jobs; nil = tracing off (tracing.go)
-	controls     map[string]store.QueueSettings // the operator's queue controls that apply (controls.go)
-	controlsNext map[string]pendingControls     // written, not yet durable (controls.go)
-	journaling   int                            // appends not yet done
-	fenced       error                          // the journal's ErrFenced: stop serving
+	readBusy     bool                                       // a read of payloads is under way
+	idle         []*peer                                    // workers given a slot back this turn (payloads.go)
+	conns        *zmtp.ConnLimit                            // every eMQP and pub/sub endpoint's connections together
+	toFill       []*queue                                   // queues whose concurrency freed a place this turn (controls.go)
+	listeners    []*listener                                // of the event stream (events.go)
+	trails       map[*job][]store.TrailEvent                // events of jobs not yet written to their trail (events.go)
+	progressOf   map[*job]*progressReport                   // the latest PROGRESS of jobs in flight (cancel.go)
+	tr           *tracing                                   // spans of jobs; nil = tracing off (tracing.go)
+	controls     map[string]store.QueueSettings             // the operator's queue controls that apply (controls.go)
+	controlsNext map[string]pendingControls                 // written, not yet durable (controls.go)
+	tenantSet    map[string]map[string]store.TenantSettings // tenants' own settings, by queue (fair.go)
+	tenantNext   map[tenantKey]pendingTenant                // written, not yet durable (tenants.go)
+	limiters     map[string]*limiter                        // by name (limiters.go)
+	limiterNext  map[string]pendingLimiter                  // written, not yet durable (tenants.go)
+	lastServed   map[string]time.Time                       // queues without workers: when the last left (why.go)
+	journaling   int                                        // appends not yet done
+	fenced       error                                      // the journal's ErrFenced: stop serving
 	out          outbox
 	useSeq       uint64           // for least-recently-used workers
 	errLog       *lograte.Limiter // protocol errors
@@ -158,6 +163,11 @@ func New(opts Options) (*Broker, error) {
 		trails:       make(map[*job][]store.TrailEvent),
 		progressOf:   make(map[*job]*progressReport),
 		controlsNext: make(map[string]pendingControls),
+		tenantSet:    make(map[string]map[string]store.TenantSettings),
+		tenantNext:   make(map[tenantKey]pendingTenant),
+		limiters:     make(map[string]*limiter),
+		limiterNext:  make(map[string]pendingLimiter),
+		lastServed:   make(map[string]time.Time),
 		peers:        make(map[peerKey]*peer),
 		scheds:       make(map[string]*schedule),
 		schedWriting: make(map[string]int),
@@ -309,6 +319,9 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 	}()
 	start := time.Now()
 	if err := b.loadControls(); err != nil {
+		return err
+	}
+	if err := b.loadLimiters(); err != nil {
 		return err
 	}
 	n, err := b.replay()

@@ -23,7 +23,7 @@ func TestRateLimitHoldsOverTenSeconds(t *testing.T) {
 		r := rand.New(rand.NewPCG(1, 2))
 		n := 0
 		for now := int64(0); now <= window; {
-			ok, wait := k.ready(s, now)
+			ok, wait := k.ready(s.Rate, s.Burst, now)
 			if ok {
 				k.tokens-- // dispatched
 				n++

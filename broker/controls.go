@@ -38,6 +38,11 @@ type QueueChange struct {
 	Concurrency *int     `json:"concurrency,omitempty"`
 	Rate        *float64 `json:"rate,omitempty"`
 	Burst       *int     `json:"burst,omitempty"`
+
+	// Defaults for each tenant of the queue (fair.go).
+	TenantConcurrency *int     `json:"tenant_concurrency,omitempty"`
+	TenantRate        *float64 `json:"tenant_rate,omitempty"`
+	TenantBurst       *int     `json:"tenant_burst,omitempty"`
 }
 
 // Apply returns s with c's fields.
@@ -53,6 +58,15 @@ func (c QueueChange) Apply(s store.QueueSettings) store.QueueSettings {
 	}
 	if c.Burst != nil {
 		s.Burst = *c.Burst
+	}
+	if c.TenantConcurrency != nil {
+		s.TenantConcurrency = *c.TenantConcurrency
+	}
+	if c.TenantRate != nil {
+		s.TenantRate = *c.TenantRate
+	}
+	if c.TenantBurst != nil {
+		s.TenantBurst = *c.TenantBurst
 	}
 	return s
 }
@@ -114,6 +128,7 @@ func (b *Broker) applyControls(name string, s store.QueueSettings) {
 	}
 	q.set = s
 	q.rate.tokens = min(q.rate.tokens, burst(s))
+	b.retenant(q)
 	b.fill(q)
 }
 
@@ -139,15 +154,15 @@ func (b *Broker) canDispatch(q *queue) bool {
 		return true
 	}
 	t := time.Now()
-	ok, wait := q.rate.ready(*s, b.at(t))
+	ok, wait := q.rate.ready(s.Rate, s.Burst, b.at(t))
 	if !ok {
 		b.timers.set(&q.refill, b.after(t, wait))
 	}
 	return ok
 }
 
-// bucket is a queue's rate as a token bucket: it fills at Rate tokens a
-// second up to the burst, and each dispatch takes one.
+// bucket is a rate as a token bucket: it fills at rate tokens a second up
+// to the burst (at least 1), and each dispatch takes one.
 type bucket struct {
 	tokens float64
 	filled int64 // when tokens was last topped up, on the deadlines' clock (Broker.at)
@@ -155,13 +170,22 @@ type bucket struct {
 
 // ready tops the bucket up to now and reports whether it holds a token;
 // if not, wait is how long until it does.
-func (k *bucket) ready(s store.QueueSettings, now int64) (ok bool, wait time.Duration) {
-	k.tokens = min(burst(s), k.tokens+s.Rate*float64(now-k.filled)/float64(time.Second))
+func (k *bucket) ready(rate float64, burst int, now int64) (ok bool, wait time.Duration) {
+	k.tokens = min(float64(max(1, burst)), k.tokens+rate*float64(now-k.filled)/float64(time.Second))
 	k.filled = now
 	if k.tokens >= 1 {
 		return true, 0
 	}
-	return false, time.Duration((1-k.tokens)/s.Rate*float64(time.Second)) + 1 // Validate keeps Rate where this fits
+	return false, time.Duration((1-k.tokens)/rate*float64(time.Second)) + 1 // Validate keeps rate where this fits
+}
+
+// untilFull tops the bucket up to now and says how long until it is full.
+func (k *bucket) untilFull(rate float64, burst int, now int64) time.Duration {
+	k.ready(rate, burst, now)
+	if missing := float64(max(1, burst)) - k.tokens; missing > 0 {
+		return time.Duration(missing/rate*float64(time.Second)) + 1
+	}
+	return 0
 }
 
 // dispatched counts a job of q given to a worker against its controls.
@@ -169,17 +193,6 @@ func (q *queue) dispatched() {
 	q.running++
 	if q.set.Rate > 0 {
 		q.rate.tokens--
-	}
-}
-
-// freed counts a job of q no longer held; if q's concurrency held jobs
-// back, they are offered at the end of the loop's turn (not at once: the
-// caller may be putting the job back at the head of its queue).
-func (b *Broker) freed(q *queue) {
-	q.running--
-	if q.set.Concurrency > 0 && q.jobs.len() > 0 && !q.filling {
-		q.filling = true
-		b.toFill = append(b.toFill, q)
 	}
 }
 

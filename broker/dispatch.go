@@ -1,6 +1,10 @@
 package broker
 
-import "github.com/eventmq/emq/store"
+import (
+	"time"
+
+	"github.com/eventmq/emq/store"
+)
 
 // queue is one named queue: its pending jobs in order (by priority, then
 // FIFO) and the workers that serve it.
@@ -9,6 +13,7 @@ type queue struct {
 	jobs    jobQueue
 	live    int // jobs held in memory (journaling, pending, delayed, in flight)
 	workers []*peer
+	tenants map[string]*tenant // of the jobs held (fair.go)
 
 	// The operator's controls (controls.go).
 	set     store.QueueSettings
@@ -45,17 +50,18 @@ func (b *Broker) dropIfUnused(q *queue) {
 // broker stops taking work.
 func (b *Broker) offer(w *peer) {
 	for w.free > 0 && b.phase == serving {
-		var q *queue
+		var j *job
 		for _, s := range w.queues {
 			if s.q.jobs.len() > 0 && b.canDispatch(s.q) {
-				q = s.q
-				break
+				if j = b.take(s.q); j != nil {
+					break
+				}
 			}
 		}
-		if q == nil {
+		if j == nil {
 			return
 		}
-		b.deliver(w, q.jobs.popFront())
+		b.deliver(w, j)
 	}
 }
 
@@ -77,7 +83,11 @@ func (b *Broker) fill(q *queue) {
 		if best == nil {
 			return
 		}
-		b.deliver(best, q.jobs.popFront())
+		j := b.take(q)
+		if j == nil {
+			return
+		}
+		b.deliver(best, j)
 	}
 }
 
@@ -91,10 +101,11 @@ func (b *Broker) deliver(w *peer, j *job) {
 	w.free--
 	b.useSeq++
 	w.lastUsed = b.useSeq
-	j.state, j.holder = inFlight, w
+	j.state, j.holder, j.overdue = inFlight, w, false
 	w.held[j.id] = j
 	b.inFlight++
 	j.q.dispatched()
+	b.dispatched(j)
 	b.emitJob(EventDispatched, j, "")
 	if j.inMemory() && w.reading == 0 {
 		b.sendJob(w, j, nil)
@@ -114,245 +125,47 @@ func (b *Broker) release(j *job) {
 		delete(b.progressOf, j)
 		j.holder = nil
 		b.inFlight--
-		b.freed(j.q)
+		b.freed(j)
 	}
 	b.timers.stop(j)
 }
 
-// jobQueue is a queue's pending jobs: by priority (lower first), FIFO
-// among equals, and able to take a job back at the head of its priority.
-// Each priority in use is a deque; a heap orders the priorities that have
-// jobs, so a push or a pop costs O(1), plus O(log p) when a priority
-// starts or stops having jobs (p: the priorities in use, at most 65,536).
-// A job taken out from the middle (an admin's remove, a cancel) is left
-// where it is, marked by its state, and skipped when it comes up; the
-// deque is compacted once it holds more of those than jobs.
-type jobQueue struct {
-	levels map[uint16]*level // the priorities in use, with jobs or idle
-	heap   []*level          // those with jobs, the lowest priority first
-	size   int               // jobs, without those taken out
-}
-
-// level is one priority's jobs.
-type level struct {
-	prio  uint16
-	at    int // index in heap; -1 while it has no jobs
-	jobs  deque
-	stale int // jobs taken out, still in jobs
-}
-
-// maxIdleLevels is how many priorities without jobs a queue keeps, with
-// their deques, for when they have jobs again: a queue whose jobs of
-// several priorities come and go would otherwise make and drop a level
-// for each job.
-const maxIdleLevels = 64
-
-func (q *jobQueue) len() int { return q.size }
-
-// level returns the level of prio, made if it has no jobs.
-func (q *jobQueue) level(prio uint16) *level {
-	if len(q.heap) > 0 && q.heap[0].prio == prio { // most queues use one priority
-		return q.heap[0]
+// dispatched counts j, given to a worker, against its tenant's limits and
+// its limiters.
+func (b *Broker) dispatched(j *job) {
+	t := j.ten
+	t.running++
+	if t.lim.rate > 0 {
+		t.rate.tokens--
 	}
-	l := q.levels[prio]
-	switch {
-	case l != nil && l.at >= 0:
-		return l
-	case l == nil:
-		if q.levels == nil {
-			q.levels = make(map[uint16]*level)
-		}
-		l = &level{prio: prio}
-		q.levels[prio] = l
+	b.useLimiters(j)
+}
+
+// freed counts j as no longer held by a worker. What its queue, tenant or
+// limiters held back for it is offered at the end of the loop's turn
+// (not at once: the caller may be putting the job back at the head of its
+// queue).
+func (b *Broker) freed(j *job) {
+	q, t := j.q, j.ten
+	q.running--
+	if q.set.Concurrency > 0 && q.jobs.len() > 0 {
+		b.fillLater(q)
 	}
-	l.at = len(q.heap)
-	q.heap = append(q.heap, l)
-	q.up(l.at)
-	return l
-}
-
-func (q *jobQueue) pushBack(j *job) {
-	q.level(j.prio).jobs.pushBack(j)
-	q.size++
-}
-
-// pushFront puts j at the head of its priority.
-func (q *jobQueue) pushFront(j *job) {
-	q.level(j.prio).jobs.pushFront(j)
-	q.size++
-}
-
-// front returns the next job; the queue must not be empty.
-func (q *jobQueue) front() *job {
-	l := q.heap[0]
-	l.skipStale()
-	return l.jobs.front()
-}
-
-// popFront takes the next job; the queue must not be empty.
-func (q *jobQueue) popFront() *job {
-	l := q.heap[0]
-	l.skipStale()
-	j := l.jobs.popFront()
-	q.size--
-	if l.jobs.len() == l.stale {
-		q.drop(l)
-	}
-	return j
-}
-
-// remove takes out j, a pending job of this queue, before its state
-// changes: it is skipped when it comes up.
-func (q *jobQueue) remove(j *job) {
-	l := q.levels[j.prio]
-	if l == nil || l.at < 0 {
-		return
-	}
-	q.size--
-	l.stale++
-	j.state = removed
-	switch {
-	case l.jobs.len() == l.stale:
-		q.drop(l)
-	case l.stale > 64 && l.stale > l.jobs.len()/2:
-		l.compact()
-	}
-}
-
-// oldest returns the job stored first among the heads of the priorities;
-// the queue must not be empty.
-func (q *jobQueue) oldest() *job {
-	var old *job
-	for _, l := range q.heap {
-		l.skipStale()
-		if j := l.jobs.front(); old == nil || j.enqueued < old.enqueued {
-			old = j
+	t.running--
+	if t.blocked && (t.lim.concurrency == 0 || t.running < t.lim.concurrency) {
+		if ok, _ := b.room(t.lim, t.running, &t.rate, &clock{}); ok {
+			b.unblock(t)
 		}
 	}
-	return old
+	b.freeLimiters(j)
 }
 
-// skipStale drops the jobs taken out that are at the head.
-func (l *level) skipStale() {
-	for l.stale > 0 && l.jobs.front().state != pending {
-		l.jobs.popFront()
-		l.stale--
+// fillLater has q filled at the end of the loop's turn.
+func (b *Broker) fillLater(q *queue) {
+	if !q.filling {
+		q.filling = true
+		b.toFill = append(b.toFill, q)
 	}
 }
 
-// compact drops every job taken out.
-func (l *level) compact() {
-	var kept deque
-	for i := range l.jobs.len() {
-		if j := l.jobs.at(i); j.state == pending {
-			kept.pushBack(j)
-		}
-	}
-	l.jobs, l.stale = kept, 0
-}
-
-// drop takes a level whose jobs are all gone out of the heap; it stays
-// idle, or is forgotten when the queue has maxIdleLevels idle already.
-func (q *jobQueue) drop(l *level) {
-	l.jobs.clear()
-	l.stale = 0
-	if len(q.levels)-len(q.heap) >= maxIdleLevels {
-		delete(q.levels, l.prio)
-	}
-	i, last := l.at, len(q.heap)-1
-	if i != last {
-		q.swap(i, last)
-	}
-	l.at = -1
-	q.heap[last] = nil
-	q.heap = q.heap[:last]
-	if i < last { // the level that was last is at i now
-		q.down(i)
-		q.up(i)
-	}
-}
-
-func (q *jobQueue) swap(i, k int) {
-	q.heap[i], q.heap[k] = q.heap[k], q.heap[i]
-	q.heap[i].at, q.heap[k].at = i, k
-}
-
-func (q *jobQueue) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if q.heap[p].prio <= q.heap[i].prio {
-			return
-		}
-		q.swap(i, p)
-		i = p
-	}
-}
-
-func (q *jobQueue) down(i int) {
-	for {
-		c := 2*i + 1
-		if c >= len(q.heap) {
-			return
-		}
-		if c+1 < len(q.heap) && q.heap[c+1].prio < q.heap[c].prio {
-			c++
-		}
-		if q.heap[i].prio <= q.heap[c].prio {
-			return
-		}
-		q.swap(i, c)
-		i = c
-	}
-}
-
-// deque is a FIFO of jobs that can also take one back at its head.
-type deque struct {
-	buf        []*job
-	head, size int
-}
-
-func (d *deque) len() int { return d.size }
-
-func (d *deque) grow() {
-	if d.size < len(d.buf) {
-		return
-	}
-	buf := make([]*job, max(16, 2*len(d.buf)))
-	for i := 0; i < d.size; i++ {
-		buf[i] = d.buf[(d.head+i)%len(d.buf)]
-	}
-	d.buf, d.head = buf, 0
-}
-
-func (d *deque) pushBack(j *job) {
-	d.grow()
-	d.buf[(d.head+d.size)%len(d.buf)] = j
-	d.size++
-}
-
-func (d *deque) pushFront(j *job) {
-	d.grow()
-	d.head = (d.head - 1 + len(d.buf)) % len(d.buf)
-	d.buf[d.head] = j
-	d.size++
-}
-
-func (d *deque) at(i int) *job { return d.buf[(d.head+i)%len(d.buf)] }
-
-// clear empties the deque, keeping its buffer.
-func (d *deque) clear() {
-	for i := range d.size {
-		d.buf[(d.head+i)%len(d.buf)] = nil
-	}
-	d.head, d.size = 0, 0
-}
-
-func (d *deque) front() *job { return d.buf[d.head] }
-
-func (d *deque) popFront() *job {
-	j := d.buf[d.head]
-	d.buf[d.head] = nil
-	d.head = (d.head + 1) % len(d.buf)
-	d.size--
-	return j
-}
+var _ = time.Now

@@ -28,6 +28,7 @@ const (
 	EventReplied       = "replied"        // its worker replied: done
 	EventFailed        = "failed"         // its worker sent FAIL (Reason)
 	EventTimedOut      = "timed_out"      // its timeout passed while held
+	EventOverdue       = "overdue"        // held past OverdueAfter without a timeout; it runs on
 	EventWorkerLost    = "worker_lost"    // the worker holding it was lost (Reason)
 	EventRetry         = "retry"          // waits for its backoff, then runs again
 	EventRequeued      = "requeued"       // back at the head of its queue
@@ -42,6 +43,8 @@ const (
 	EventWorkerJoined  = "worker_joined"  // a worker INFORMed (Reason: its queues)
 	EventWorkerLeft    = "worker_left"    // a worker is gone (Reason)
 	EventQueueControls = "queue_controls" // an operator changed a queue's controls
+	EventTenant        = "tenant"         // an operator changed a tenant's own settings (Queue; Reason: the tenant)
+	EventLimiter       = "limiter"        // an operator set or removed a named limiter (Reason: its name)
 )
 
 // Event is one thing that happened.

@@ -33,6 +33,9 @@ type job struct {
 	size      int32        // the payload's
 	client    peerKey
 	holder    *peer
+	ten       *tenant       // its queue's tenant (fair.go)
+	lim       *jobLimits    // the limiters it names; nil for none (limiters.go)
+	parked    *limiter      // pending, in this limiter's line
 	seq       uint64        // FIFO position, from the journal
 	timeout   time.Duration // 0 = none
 	enqueued  int64
@@ -46,6 +49,7 @@ type job struct {
 	reading   bool   // given to its holder; its payload is being read
 	front     bool   // delayed after a failed read: due, it goes to the head of its queue
 	untraced  bool   // its sender did not sample its trace: no spans (tracing.go)
+	overdue   bool   // in flight past OverdueAfter, without a timeout
 	readSeq   uint32 // which delivery's read is current (payloads.go)
 }
 
@@ -78,6 +82,16 @@ func newJob(id string, q *queue, h emqp.Headers) (*job, error) {
 	j.timeout = min(j.timeout, maxWait)
 	if j.prio, err = h.Priority(); err != nil {
 		return nil, err
+	}
+	if _, err = h.Tenant(); err != nil {
+		return nil, err
+	}
+	names, err := h.Limits()
+	if err != nil {
+		return nil, err
+	}
+	if names != nil {
+		j.lim = &jobLimits{names: names}
 	}
 	return j, nil
 }
@@ -132,6 +146,10 @@ func (b *Broker) request(from peerKey, m *emqp.Request, held zmtp.Held) {
 		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
 		return
 	}
+	if name := b.undefinedLimiter(j); name != "" {
+		b.refuse(from, m.MsgID, emqp.CodeBadRequest, fmt.Sprintf("header %s: no limiter is named %q (emq limiters set makes one)", emqp.HeaderLimit, name))
+		return
+	}
 	unique, hold, err := m.Headers.Unique()
 	if err != nil {
 		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
@@ -158,7 +176,7 @@ func (b *Broker) request(from peerKey, m *emqp.Request, held zmtp.Held) {
 	j.client, j.enqueued = from, now.UnixNano()
 	keep = true
 	b.jobs[j.id] = j
-	q.live++
+	b.adopt(j)
 	b.journaling++
 	b.tr.received(j, now)
 	sj := &store.Job{
@@ -296,7 +314,7 @@ func (b *Broker) forget(j *job) {
 	delete(b.trails, j)
 	b.tr.forget(j)
 	b.uncache(j)
-	j.q.live--
+	b.disown(j)
 	b.dropIfUnused(j.q)
 }
 
@@ -432,6 +450,12 @@ func (b *Broker) jobDue(j *job, now time.Time) {
 		}
 		b.enqueue(j, now)
 	case inFlight: // sent: a job being read has no deadline yet
+		if j.timeout == 0 { // no timeout: it runs on, overdue
+			j.overdue = true
+			b.stats.Overdue.Add(1)
+			b.emitJob(EventOverdue, j, fmt.Sprintf("held by its worker for over %v", b.opts.OverdueAfter))
+			return
+		}
 		b.stats.TimedOut.Add(1)
 		b.emitJob(EventTimedOut, j, fmt.Sprintf("after %v", j.timeout))
 		b.release(j)
@@ -474,7 +498,7 @@ func (b *Broker) replay() (int, error) {
 	err := b.journal.Load(func(sj *store.Job) error {
 		j := b.jobFromStore(sj)
 		b.jobs[j.id] = j
-		j.q.live++
+		b.adopt(j)
 		b.enqueue(j, now)
 		n++
 		return nil

@@ -55,7 +55,7 @@ func (b *Broker) ImportJobs(ctx context.Context, jobs []*store.Job) (int, error)
 					if fresh && sj.State == store.Pending && b.jobs[sj.MsgID] == nil {
 						j := b.jobFromStore(sj)
 						b.jobs[j.id] = j
-						j.q.live++
+						b.adopt(j)
 						b.enqueue(j, time.Now())
 					}
 					if err != nil {

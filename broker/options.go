@@ -54,6 +54,11 @@ type Options struct {
 	HeartbeatInterval time.Duration // HEARTBEAT to each peer (worker, scheduler) this often
 	HeartbeatTimeout  time.Duration // a peer silent this long is lost
 
+	// OverdueAfter: a job without a timeout held by a worker this long is
+	// overdue (an event, a count, emq jobs why says so); it runs on. 0 =
+	// never. A job with a timeout is timed out at its deadline instead.
+	OverdueAfter time.Duration
+
 	MaxFrameSize int64 // largest frame accepted, in bytes
 	MaxJobSize   int   // largest job the bbolt journal stores (payload, headers, ids), in bytes
 
@@ -138,6 +143,7 @@ func DefaultOptions() Options {
 		DataDir:            "./emq-data",
 		HeartbeatInterval:  time.Second,
 		HeartbeatTimeout:   5 * time.Second,
+		OverdueAfter:       time.Hour,
 		MaxFrameSize:       256 << 20,
 		MaxJobSize:         256 << 20,
 		JournalSegmentSize: 64 << 20,
@@ -235,6 +241,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("data-dir: must not be empty")
 	case o.HeartbeatInterval <= 0:
 		return fmt.Errorf("heartbeat-interval: must be positive, not %v", o.HeartbeatInterval)
+	case o.OverdueAfter < 0:
+		return fmt.Errorf("overdue-after: must be 0 (never) or positive, not %v", o.OverdueAfter)
 	case o.HeartbeatTimeout <= o.HeartbeatInterval:
 		return fmt.Errorf("heartbeat-timeout: %v must be longer than heartbeat-interval %v", o.HeartbeatTimeout, o.HeartbeatInterval)
 	case o.MaxFrameSize < 1024 || o.MaxFrameSize > 1<<30:

@@ -225,6 +225,8 @@ func (b *Broker) sendJob(w *peer, j *job, payload []byte) {
 	b.stats.Dispatched.Add(1)
 	if j.timeout > 0 { // from now: the time the worker has, not the time its payload took
 		b.timers.set(j, b.after(time.Now(), j.timeout))
+	} else if b.opts.OverdueAfter > 0 {
+		b.timers.set(j, b.after(time.Now(), b.opts.OverdueAfter))
 	}
 	b.uncache(j) // the frames keep it until written
 }

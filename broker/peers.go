@@ -119,6 +119,7 @@ func (b *Broker) serve(w *peer, queues []emqp.Queue) {
 		}
 		w.queues = append(w.queues, served{q, mq.Weight})
 		q.workers = append(q.workers, w)
+		delete(b.lastServed, q.name)
 	}
 	slices.SortStableFunc(w.queues, func(x, y served) int { return cmp.Compare(y.weight, x.weight) })
 }
@@ -127,6 +128,9 @@ func (b *Broker) serve(w *peer, queues []emqp.Queue) {
 func (b *Broker) leaveQueues(w *peer) {
 	for _, s := range w.queues {
 		s.q.workers = slices.DeleteFunc(s.q.workers, func(x *peer) bool { return x == w })
+		if len(s.q.workers) == 0 && len(b.lastServed) < maxLastServed {
+			b.lastServed[s.q.name] = time.Now()
+		}
 		b.dropIfUnused(s.q)
 	}
 	w.queues = w.queues[:0]

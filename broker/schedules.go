@@ -346,7 +346,7 @@ func (b *Broker) holdFire(sj *store.Job) {
 	}
 	j := b.jobFromStore(sj)
 	b.jobs[j.id] = j
-	j.q.live++
+	b.adopt(j)
 	b.stats.Acked.Add(1)
 	j.q.acked++
 	b.enqueue(j, time.Now())

@@ -14,6 +14,8 @@ type Stats struct {
 	Received     atomic.Int64
 	Acked        atomic.Int64
 	Duplicates   atomic.Int64
+	PassedOver   atomic.Int64 // times a tenant or a job was passed over for a limit
+	Overdue      atomic.Int64 // jobs held past OverdueAfter
 	Dispatched   atomic.Int64
 	Replied      atomic.Int64
 	Failed       atomic.Int64
@@ -53,6 +55,8 @@ var Counters = []Counter{
 	{"received", "emq_jobs_received_total", "REQUESTs received, refused ones included.", func(s *Stats) *atomic.Int64 { return &s.Received }},
 	{"acked", "emq_jobs_acked_total", "Jobs stored and ACKed, once each.", func(s *Stats) *atomic.Int64 { return &s.Acked }},
 	{"duplicates", "emq_jobs_duplicate_total", "REQUESTs for a msgid the broker holds or has stored (ACKed again, not stored twice).", func(s *Stats) *atomic.Int64 { return &s.Duplicates }},
+	{"passed_over", "emq_jobs_passed_over_total", "Times dispatch passed over a tenant at its limit (concurrency or rate) or a job whose named limiter had no room; they waited, the others ran.", func(s *Stats) *atomic.Int64 { return &s.PassedOver }},
+	{"overdue", "emq_jobs_overdue_total", "Jobs without a timeout held by a worker past overdue-after (each once a delivery); see emq jobs why.", func(s *Stats) *atomic.Int64 { return &s.Overdue }},
 	{"dispatched", "emq_jobs_dispatched_total", "Jobs sent to a worker.", func(s *Stats) *atomic.Int64 { return &s.Dispatched }},
 	{"replied", "emq_jobs_replied_total", "Jobs completed by their worker's REPLY.", func(s *Stats) *atomic.Int64 { return &s.Replied }},
 	{"failed", "emq_jobs_failed_total", "FAILs from workers.", func(s *Stats) *atomic.Int64 { return &s.Failed }},

@@ -23,7 +23,7 @@ func (b *Broker) workflowChanged(c store.WorkflowChange) {
 		}
 		j := b.jobFromStore(sj)
 		b.jobs[j.id] = j
-		j.q.live++
+		b.adopt(j)
 		b.emitJob(EventReleased, j, "")
 		b.enqueue(j, now)
 	}
