@@ -205,8 +205,8 @@ func (b *Broker) liveQueues() []QueueInfo {
 		index[q] = len(out)
 		qi := QueueInfo{Name: q.name, Pending: q.jobs.len(), Workers: len(q.workers),
 			Acked: q.acked, Replied: q.replied, Failed: q.failed}.WithControls(q.set)
-		if q.jobs.len() > 0 {
-			qi.OldestAge = age(now, q.jobs.oldest())
+		if j := b.oldest(q); j != nil {
+			qi.OldestAge = age(now, j)
 		}
 		out = append(out, qi)
 	}
@@ -624,8 +624,8 @@ func (b *Broker) purge(queue string) {
 			b.release(j)
 		}
 		if j.state == pending {
-			if j.parked != nil {
-				j.parked.stale++
+			if lm := j.parkedOn(); lm != nil {
+				lm.stale++
 			}
 			j.state = removed
 		}

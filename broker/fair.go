@@ -311,8 +311,8 @@ func (q *jobQueue) unpark(j *job) {
 func (q *jobQueue) remove(j *job) {
 	q.size--
 	j.ten.pending--
-	if j.parked != nil {
-		j.parked.stale++
+	if lm := j.parkedOn(); lm != nil {
+		lm.stale++
 		j.state = removed
 		return
 	}
@@ -475,22 +475,24 @@ func (q *jobQueue) push(l *level) {
 	q.up(l.at)
 }
 
-// oldest returns the job stored first among the heads of the lanes in
-// turn, or nil. It looks at every lane in turn: for listings, not for
-// dispatch.
-func (q *jobQueue) oldest() *job {
+// oldest returns the job stored first among the heads of q's lanes and
+// the jobs of q waiting in limiters' lines, or nil. It looks at every
+// lane and every line: for listings, not for dispatch.
+func (b *Broker) oldest(q *queue) *job {
 	var old *job
-	for _, l := range q.heap {
-		for i := range l.ring.len() {
-			ln := l.ring.at(i)
-			if ln.dead {
-				continue
-			}
-			ln.skipStale()
-			if ln.jobs.len() == 0 {
+	for _, t := range q.tenants {
+		for _, ln := range t.lanes {
+			if ln.skipStale(); ln.jobs.len() == 0 {
 				continue
 			}
 			if j := ln.jobs.front(); old == nil || j.enqueued < old.enqueued {
+				old = j
+			}
+		}
+	}
+	for _, lm := range b.limiters {
+		for i := range lm.line.len() {
+			if j := lm.line.at(i); j.q == q && j.state == pending && (old == nil || j.enqueued < old.enqueued) {
 				old = j
 			}
 		}

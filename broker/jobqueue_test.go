@@ -28,6 +28,10 @@ func TestJobQueueOrder(t *testing.T) {
 		for i := range 1 + r.IntN(6) {
 			tn := &tenant{name: string(rune('a' + i)), q: q, weight: 1 + r.IntN(3)}
 			tenants = append(tenants, tn)
+			if q.tenants == nil {
+				q.tenants = map[string]*tenant{}
+			}
+			q.tenants[tn.name] = tn
 		}
 		m := newFairModel()
 		seq := 0
@@ -60,7 +64,7 @@ func TestJobQueueOrder(t *testing.T) {
 			if q.jobs.len() != m.size {
 				t.Fatalf("seed %d: len %d, model %d", seed, q.jobs.len(), m.size)
 			}
-			if m.size > 0 && q.jobs.oldest() == nil {
+			if m.size > 0 && b.oldest(q) == nil {
 				t.Fatalf("seed %d: no oldest job", seed)
 			}
 		}

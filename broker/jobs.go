@@ -35,7 +35,6 @@ type job struct {
 	holder    *peer
 	ten       *tenant       // its queue's tenant (fair.go)
 	lim       *jobLimits    // the limiters it names; nil for none (limiters.go)
-	parked    *limiter      // pending, in this limiter's line
 	seq       uint64        // FIFO position, from the journal
 	timeout   time.Duration // 0 = none
 	enqueued  int64

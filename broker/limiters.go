@@ -31,11 +31,20 @@ type limiter struct {
 	stale   int         // jobs in line taken out (removed, cancelled, unparked)
 }
 
-// jobLimits are the limiters a job names, and those it counts against
-// while held.
+// jobLimits are the limiters a job names, those it counts against while
+// held, and the one it waits for.
 type jobLimits struct {
-	names []string
-	held  []*limiter
+	names  []string
+	held   []*limiter
+	parked *limiter // pending, in this limiter's line
+}
+
+// parkedOn returns the limiter in whose line j waits, or nil.
+func (j *job) parkedOn() *limiter {
+	if j.lim == nil {
+		return nil
+	}
+	return j.lim.parked
 }
 
 // limitsOf turns store settings into limits.
@@ -113,7 +122,7 @@ func (b *Broker) fullLimiter(j *job, c *clock) *limiter {
 
 // park puts j, taken from its lane, in lm's line.
 func (b *Broker) park(j *job, lm *limiter) {
-	j.parked = lm
+	j.lim.parked = lm
 	lm.line.pushBack(j)
 }
 
@@ -174,11 +183,11 @@ func (b *Broker) unpark(lm *limiter, n int) {
 	var back []*job
 	for len(back) < n && lm.line.len() > 0 {
 		j := lm.line.popFront()
-		if j.state != pending || j.parked != lm {
+		if j.state != pending || j.lim.parked != lm {
 			lm.stale--
 			continue
 		}
-		j.parked = nil
+		j.lim.parked = nil
 		back = append(back, j)
 	}
 	if lm.line.len() == 0 {

@@ -216,8 +216,8 @@ func (b *Broker) why(j *job, now time.Time) Why {
 	case q.set.Paused:
 		w.Reason = WhyQueuePaused
 		w.Sentence = fmt.Sprintf("Queue %q is paused (emq queues resume %s).", q.name, q.name)
-	case j.parked != nil:
-		lm := j.parked
+	case j.parkedOn() != nil:
+		lm := j.parkedOn()
 		w.Reason, w.Limiter = WhyLimiterFull, lm.name
 		if lm.lim.concurrency > 0 && lm.running >= lm.lim.concurrency {
 			w.Sentence = fmt.Sprintf("Limiter %q is full: %d of %d jobs naming it run; %d wait in its line.", lm.name, lm.running, lm.lim.concurrency, lm.line.len()-lm.stale)
@@ -250,12 +250,14 @@ func (b *Broker) why(j *job, now time.Time) Why {
 		w.Sentence += "."
 	case !anyFree(q):
 		w.Reason = WhyWorkersBusy
-		w.Sentence = fmt.Sprintf("Every slot of the %d workers of queue %q is busy.", len(q.workers), q.name)
-	default:
+		a := q.jobs.ahead(j)
+		w.Ahead = &a
+		w.Sentence = fmt.Sprintf("Every slot of the %d workers of queue %q is busy; %s.", len(q.workers), q.name, a)
+	default: // a moment's state: it goes out at the end of this turn
 		w.Reason = WhyBehind
 		a := q.jobs.ahead(j)
 		w.Ahead = &a
-		w.Sentence = fmt.Sprintf("It is next but for %d jobs of a higher priority, %d of its tenant before it and about %d of other tenants' turns.", a.Priority, a.Tenant, a.Turns)
+		w.Sentence = fmt.Sprintf("It is about to be dispatched; %s.", a)
 	}
 	return w
 }
@@ -341,6 +343,10 @@ func (q *jobQueue) ahead(j *job) AheadCounts {
 		}
 	}
 	return a
+}
+
+func (a AheadCounts) String() string {
+	return fmt.Sprintf("before it: %d jobs of a higher priority, %d of its tenant, about %d of other tenants' turns", a.Priority, a.Tenant, a.Turns)
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
