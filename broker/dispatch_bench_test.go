@@ -19,16 +19,24 @@ import (
 // dispatch). It runs the loop's functions on the benchmark's goroutine,
 // with no sockets: what is left is what the loop spends, the figure the
 // issue sets (a dispatch under 5 µs with 1,000,000 pending jobs over 10
-// priorities).
+// priorities), and the fairness issue's (at most 5 µs with 100,000
+// tenants with jobs ready, taken in turn).
 //
 //	go test -run '^$' -bench DispatchBacklog -benchtime 200000x ./broker/
 func BenchmarkDispatchBacklog(b *testing.B) {
-	for _, c := range []struct{ jobs, prios int }{{1_000_000, 1}, {1_000_000, 10}, {1_000_000, 1000}} {
-		b.Run(fmt.Sprintf("pending=%d/priorities=%d", c.jobs, c.prios), func(b *testing.B) { dispatchBacklog(b, c.jobs, c.prios) })
+	for _, c := range []struct{ jobs, prios, tenants int }{
+		{1_000_000, 1, 0}, {1_000_000, 10, 0}, {1_000_000, 1000, 0},
+		{1_000_000, 1, 100_000}, {1_000_000, 10, 100_000},
+	} {
+		name := fmt.Sprintf("pending=%d/priorities=%d", c.jobs, c.prios)
+		if c.tenants > 0 {
+			name += fmt.Sprintf("/tenants=%d", c.tenants)
+		}
+		b.Run(name, func(b *testing.B) { dispatchBacklog(b, c.jobs, c.prios, c.tenants) })
 	}
 }
 
-func dispatchBacklog(b *testing.B, jobs, prios int) {
+func dispatchBacklog(b *testing.B, jobs, prios, tenants int) {
 	opts := DefaultOptions()
 	opts.DataDir = b.TempDir()
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -42,10 +50,14 @@ func dispatchBacklog(b *testing.B, jobs, prios int) {
 	now := time.Now().UnixNano()
 	for i := range jobs + b.N {
 		p := uint16(i%prios) * 7
-		j := &job{id: strconv.Itoa(i), q: q, headers: emqp.HeadersFrom(emqp.Header{Name: emqp.HeaderPriority, Value: strconv.Itoa(int(p))}),
+		h := []emqp.Header{{Name: emqp.HeaderPriority, Value: strconv.Itoa(int(p))}}
+		if tenants > 0 {
+			h = append(h, emqp.Header{Name: emqp.HeaderTenant, Value: "t" + strconv.Itoa(i%tenants)})
+		}
+		j := &job{id: strconv.Itoa(i), q: q, headers: emqp.HeadersFrom(h...),
 			payload: payload, size: int32(len(payload)), prio: p, retries: 3, enqueued: now, state: pending}
 		br.jobs[j.id] = j
-		q.live++
+		br.adopt(j)
 		q.jobs.pushBack(j)
 	}
 	w := peerKey{backend, "worker"}
