@@ -44,8 +44,9 @@ type Journal interface {
 	// jobs of one queue with the same unique key refuse the bulk with a
 	// *UniqueError naming the first as holder. The jobs of one queue
 	// keep their order in it, each with its j.Seq (and State, Waits) set
-	// before done, as Append sets them. A job may wait for (After) one
-	// before it in the bulk, or join a batch with others of it.
+	// before done, as Append sets them: the caller leaves the jobs alone
+	// until then. A job may wait for (After) one before it in the bulk,
+	// or join a batch with others of it. An empty bulk stores nothing.
 	//
 	// A bulk is one write: it shares its commit (one fsync) with the
 	// other writes queued, and a backend that bounds a write bounds it.
