@@ -106,6 +106,12 @@
 // Records are encoded on the caller's goroutine; the committer only
 // checks for a duplicate msgid, sets the sequence and puts two keys.
 //
+// AppendBulk is one write of many jobs (bulk.go): the committer tries
+// each job's Append on a stage over the transaction, which sees the
+// jobs before it, and puts the stage into the transaction only once
+// every job is taken. A job refused refuses the bulk before it has
+// changed anything, so the other writes of the commit go on.
+//
 // Reads (Load, Payloads, Get, List, Counts, Result) never wait for the
 // committer, and see every acknowledged write. Load leaves payloads
 // where they are (only their sizes are read); Payloads copies them out
@@ -236,7 +242,8 @@
 // (reasons, trail). A write must fit in one request: a result too large
 // to keep beside its job is not kept (the job is completed without it),
 // and a schedule whose fire (the schedule and its job) would not fit is
-// refused with ErrTooLarge.
+// refused with ErrTooLarge, as is a bulk over one transaction's
+// operations (MaxBulk: 128 jobs by default) or one request's bytes.
 //
 // # Cost
 //

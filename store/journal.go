@@ -34,6 +34,29 @@ type Journal interface {
 	// leave j alone until then. A bad msgid or queue name is
 	// ErrInvalidJob; a job over the backend's size limit, ErrTooLarge.
 	Append(j *Job, done func(dup bool, err error))
+	// AppendBulk stores jobs as Append stores each, in one transaction:
+	// all of them or none. dups[i] reports job i stored already (as
+	// Append's dup: nothing changed for it; a msgid twice in the bulk is
+	// stored once, the second a dup). A refusal of any job refuses the
+	// bulk: a *BulkError naming the first job refused, its index and why
+	// (its error wraps Append's: *UniqueError, ErrInvalidJob,
+	// ErrTooLarge, the workflow errors...), and nothing is stored. Two
+	// jobs of one queue with the same unique key refuse the bulk with a
+	// *UniqueError naming the first as holder. The jobs of one queue
+	// keep their order in it, each with its j.Seq (and State, Waits) set
+	// before done, as Append sets them: the caller leaves the jobs alone
+	// until then. A job may wait for (After) one before it in the bulk,
+	// or join a batch with others of it. An empty bulk stores nothing.
+	//
+	// A bulk is one write: it shares its commit (one fsync) with the
+	// other writes queued, and a backend that bounds a write bounds it.
+	// On etcd a bulk is one transaction: at most --max-txn-ops keys (128
+	// by default: 128 jobs, a job with a unique key two, a workflow's
+	// more) and --max-request-bytes less 8 KiB (1.5 MiB by default);
+	// one over is refused with ErrTooLarge naming the limit, nothing
+	// stored (Core.MaxBulk gives the figure). bbolt bounds only its
+	// jobs' sizes (10,000 jobs of 100 bytes: one commit).
+	AppendBulk(jobs []*Job, done func(dups []bool, err error))
 	// Complete removes a job its worker replied to; when keepUntil is set
 	// the result is kept until then. No ACK waits for it, so it may wait a
 	// little (Options.LazyDelay) to share the next Append's commit.

@@ -68,6 +68,27 @@ func BenchmarkAppend(b *testing.B) {
 	b.Run("v4", func(b *testing.B) { j, _ := tempJournal(b); benchAppend(b, j, v4, false) })
 }
 
+// BenchmarkAppendBulk1000: bulks of 1,000 jobs of 100 bytes, one after
+// another from one sender, each durable (fsync on) before the next, into
+// a growing file: what one client's BULK costs the journal.
+func BenchmarkAppendBulk1000(b *testing.B) {
+	j, _ := tempJournal(b)
+	payload := bytes.Repeat([]byte("p"), 100)
+	jobs := make([]*store.Job, 1000)
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		for i := range jobs {
+			jobs[i] = &store.Job{MsgID: v7(), Queue: "q", Payload: payload}
+		}
+		dups, err := store.Wait(func(done func([]bool, error)) { j.AppendBulk(jobs, done) })
+		if err != nil || slices.Contains(dups, true) {
+			b.Fatalf("bulk: %v", err)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(jobs))/time.Since(start).Seconds(), "jobs/s")
+}
+
 // BenchmarkAppendRemove: append, then complete, each durable: the life of
 // a job in the journal.
 func BenchmarkAppendRemove(b *testing.B) {

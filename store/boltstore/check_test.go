@@ -201,3 +201,33 @@ func TestDamageInTheMiddleOfTheLog(t *testing.T) {
 		closeOK(t, j)
 	})
 }
+
+// Check reads the tenants' settings and the limiters as every other
+// bucket: their values are counted, and one the disk changed is named.
+func TestCheckReadsTenantsAndLimiters(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "journal.db")
+	marker := "a-limiter-whose-name-the-disk-changed"
+	intoFile(t, path, func(j *boltstore.Journal) {
+		if _, err := store.Wait(func(done func(struct{}, error)) {
+			j.PutLimiter(marker, store.LimiterSettings{Concurrency: 7}, func(err error) { done(struct{}{}, err) })
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Wait(func(done func(struct{}, error)) {
+			j.PutTenantSettings("q", "acme", store.TenantSettings{Weight: 2}, func(err error) { done(struct{}{}, err) })
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	rep, err := boltstore.Check(path)
+	if err != nil || rep.Values < 2 {
+		t.Fatalf("check: %+v, %v; want the two values read", rep, err)
+	}
+	values := rep.Values
+	flipIn(t, path, []byte(marker))
+	rep, err = boltstore.Check(path)
+	if err != nil || rep.OK() || len(rep.Damaged) != 1 || string(rep.Damaged[0].Bucket) != "limiters" || rep.Values != values {
+		t.Fatalf("check after a flipped bit in the limiter: %+v, %v; want limiters/%s named", rep, err, marker)
+	}
+}
