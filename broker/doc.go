@@ -14,8 +14,10 @@
 // This package is the loop and what it owns. Everyone else (package
 // admin, package group, cmd/emq, tests) uses its named API: Queues,
 // Workers, State, InFlight, Job, ListJobs, RetryDead, RemoveJob,
-// PurgeQueue, ChangeQueue, the schedule calls, the batch calls (Batch,
-// Batches, OpenBatch, Children), Listen, Stats, Serving.
+// PurgeQueue, ChangeQueue, the flow calls (ChangeTenant, Tenants,
+// SetLimiter, RemoveLimiter, Limiters, Flow, Why), the schedule calls,
+// the batch calls (Batch, Batches, OpenBatch, Children), Listen, Stats,
+// Serving.
 // Each call that touches loop state posts a closure through query or
 // change (api.go) and gets the closure's own result back over a channel,
 // so nothing outside the loop holds loop state, and a caller that gives
@@ -106,8 +108,9 @@
 //	    forgotten: the client never saw an ACK.
 //	 3. Dispatch happens whenever a job becomes pending or a worker offers a
 //	    slot (READY). A worker takes from its highest-weight queue that has
-//	    jobs; a queue gives its next job (below: Priorities) to the free
-//	    worker that weighs it highest, least recently used first. Each delivery uses one slot. The
+//	    a job its controls let go; a queue gives its next job (below:
+//	    Priorities, Fair shares) to the free worker that weighs it highest,
+//	    least recently used first. Each delivery uses one slot. The
 //	    forwarded REQUEST keeps the client's msgid and has reply-requested
 //	    added, and attempt:N from the second delivery on.
 //	 4. REPLY from the worker holding the job: Complete in the journal (it
@@ -144,6 +147,45 @@
 // stored headers, so a restart or a failover, loading each queue in FIFO
 // order, orders it again the same way. A job taken out of the middle of
 // its queue (removed, cancelled) is marked and skipped when it comes up.
+//
+// # Fair shares and limits
+//
+// Within a priority, a queue's jobs are taken by tenant (header
+// tenant:NAME; "" without it) in weighted turn, FIFO within a tenant
+// (fair.go): each priority level is a ring of lanes, one a tenant, and a
+// lane's turn gives up to its tenant's weight of jobs (deficit round
+// robin, a job costing one). A job goes only when its queue (controls,
+// above), its tenant and every named limiter it names (header
+// limit:NAME[;NAME...], limiters.go) have room: a concurrency (jobs held
+// by workers) and a rate (a token bucket with a burst). What has no room
+// is passed over, never refused: a tenant out of room has its lanes
+// taken out of their rings as they come up and put back when a job of it
+// is released or its rate's alarm rings; a job whose limiter is full
+// waits in that limiter's line and goes back to the head of its lane
+// when the limiter has room, so only the jobs naming it wait. Each step
+// is O(1) (plus O(log p) for the priority heap) whatever the number of
+// tenants. A tenant's limits are its own settings (store.TenantSettings,
+// ChangeTenant) over its queue's tenant defaults (QueueSettings'
+// Tenant*); limiters are shared by every queue of the broker (with
+// shards: of the shard). Both are in the journal, applied once stored as
+// the queue controls are. A REQUEST naming a limiter that does not exist
+// is refused (bad_request): a typo must not lift a limit. A tenant is
+// held while any of its jobs is, and then until its rate's bucket is
+// full again, so that memory follows the jobs held, not the names ever
+// seen. Replay loads each queue in FIFO order, so each tenant's order
+// survives a restart or a failover; the turns among tenants start again
+// from the order their first jobs come in.
+//
+// Why (why.go) says why a job is where it is, looking at the same state
+// dispatch does, in the order dispatch meets it: storing, delayed,
+// waiting for parents or a batch (from the journal), queue moving
+// between shards, queue paused, a limiter full, its tenant at its
+// concurrency (naming the jobs that hold it) or rate (the next room),
+// the queue at its concurrency or rate, no worker (and when the last
+// left), every slot busy (and what goes first), in flight (worker,
+// since, attempt, deadline, overdue), done, dead or cancelled. A job
+// without a timeout held longer than OverdueAfter is overdue: an event
+// and a count, once a delivery; it runs on.
 //
 // # Unique jobs
 //
