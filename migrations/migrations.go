@@ -25,7 +25,8 @@ import (
 
 // The journal's buckets are store's layout (store.BucketJobs, ...); the
 // steps create them: result_exp since step 2, schedules since 3, queues
-// since 4, done since 5, cancelled, unique and unique_exp since 7.
+// since 4, done since 5, cancelled, unique and unique_exp since 7, the
+// workflows' since 8, tenants and limiters since 9.
 var (
 	meta      = store.BucketMeta
 	schemaKey = store.SchemaKey
@@ -90,6 +91,14 @@ var Steps = []Step{
 	}, nil},
 	{8, "workflows: waiting jobs, who waits for whom, batches", func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{store.BucketWaiting, store.BucketAfter, store.BucketBatches, store.BucketAfterB, store.BucketSettling} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil},
+	{9, "fair shares and named limiters: tenants' settings, limiters", func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{store.BucketTenants, store.BucketLimiters} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -39,6 +39,24 @@ func TestApplyIsOrderedAndIdempotent(t *testing.T) {
 	}
 }
 
+// The steps make every bucket of the layout (a checkpoint writes into
+// each, and fails on one that is not there).
+func TestStepsMakeEveryBucket(t *testing.T) {
+	t.Parallel()
+	db := openDB(t, filepath.Join(t.TempDir(), "j.db"))
+	if _, _, err := migrations.Apply(db); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.View(func(tx *bolt.Tx) error {
+		for _, b := range store.Buckets {
+			if tx.Bucket(b) == nil {
+				t.Errorf("no bucket %s after the migrations", b)
+			}
+		}
+		return nil
+	})
+}
+
 // A file made at version 1 gets step 2, and the data it held is carried
 // into the new index.
 func TestUpgradeCarriesDataOver(t *testing.T) {

@@ -45,7 +45,7 @@ const BackupFormat = 1
 // them.
 var Buckets = [][]byte{BucketMeta, BucketJobs, BucketPending, BucketDead, BucketResults, BucketResultExp,
 	BucketSchedules, BucketQueues, BucketDone, BucketDamaged, BucketCancelled, BucketUnique, BucketUniqueExp,
-	BucketWaiting, BucketAfter, BucketBatches, BucketAfterB, BucketSettling}
+	BucketWaiting, BucketAfter, BucketBatches, BucketAfterB, BucketSettling, BucketTenants, BucketLimiters}
 
 // SeqKey is the job sequence's key in the meta bucket, in every backend.
 var SeqKey = []byte("seq")

@@ -129,6 +129,9 @@ type CoreOptions struct {
 	// request): a result too large to keep beside its job is not kept,
 	// and a schedule whose fire would not fit is refused.
 	MaxWrite int
+	// MaxWriteKeys, if set, bounds the keys one write may change (etcd:
+	// a transaction's operations): a larger AppendBulk is refused.
+	MaxWriteKeys int
 	// LoadChunk is how many records Load reads at once (0 = 256): what
 	// it holds at most (a backend whose reads copy the records keeps it
 	// small).

@@ -48,6 +48,9 @@
 //	after_batch len(batch) batch child -> (nothing): child waits for the batch
 //	settling    'j' msgid or 'b' batch -> status: an end whose children
 //	            are not all settled yet (a bounded backend's later writes)
+//	tenants     len(queue) queue tenant -> a tenant's settings (JSON); the
+//	            tenant may be "" (jobs without one)
+//	limiters    limiter name -> its settings (JSON)
 //
 // A job completed with a keep time (the broker's retain-done) stays in
 // jobs with state done, its finish time where a pending job keeps its

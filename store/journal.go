@@ -34,6 +34,28 @@ type Journal interface {
 	// leave j alone until then. A bad msgid or queue name is
 	// ErrInvalidJob; a job over the backend's size limit, ErrTooLarge.
 	Append(j *Job, done func(dup bool, err error))
+	// AppendBulk stores jobs as Append stores each, in one transaction:
+	// all of them or none. dups[i] reports job i stored already (as
+	// Append's dup: nothing changed for it; a msgid twice in the bulk is
+	// stored once, the second a dup). A refusal of any job refuses the
+	// bulk: a *BulkError naming the first job refused, its index and why
+	// (its error wraps Append's: *UniqueError, ErrInvalidJob,
+	// ErrTooLarge, the workflow errors...), and nothing is stored. Two
+	// jobs of one queue with the same unique key refuse the bulk with a
+	// *UniqueError naming the first as holder. The jobs of one queue
+	// keep their order in it, each with its j.Seq (and State, Waits) set
+	// before done, as Append sets them. A job may wait for (After) one
+	// before it in the bulk, or join a batch with others of it.
+	//
+	// A bulk is one write: it shares its commit (one fsync) with the
+	// other writes queued, and a backend that bounds a write bounds it.
+	// On etcd a bulk is one transaction: at most --max-txn-ops keys (128
+	// by default: 128 jobs, a job with a unique key two, a workflow's
+	// more) and --max-request-bytes less 8 KiB (1.5 MiB by default);
+	// one over is refused with ErrTooLarge naming the limit, nothing
+	// stored (Core.MaxBulk gives the figure). bbolt bounds only its
+	// jobs' sizes (10,000 jobs of 100 bytes: one commit).
+	AppendBulk(jobs []*Job, done func(dups []bool, err error))
 	// Complete removes a job its worker replied to; when keepUntil is set
 	// the result is kept until then. No ACK waits for it, so it may wait a
 	// little (Options.LazyDelay) to share the next Append's commit.
@@ -100,6 +122,19 @@ type Journal interface {
 	// settings too (they say "no controls", whatever a default would).
 	// Bad settings or a bad queue name are ErrBadSettings.
 	PutQueueSettings(queue string, s QueueSettings, done func(error))
+	// PutTenantSettings keeps an operator's settings of one tenant of a
+	// queue (tenant "": its jobs without a tenant); zero settings delete
+	// them (the tenant has the queue's defaults again). Bad settings, a
+	// queue name of not 1 to MaxQueueLen bytes or a tenant name over
+	// MaxTenantLen are ErrBadSettings.
+	PutTenantSettings(queue, tenant string, s TenantSettings, done func(error))
+	// PutLimiter keeps a named limiter, or replaces the one of its name.
+	// Bad settings (or none: a limiter must limit something) or a name
+	// of not 1 to MaxLimiterLen bytes are ErrBadSettings.
+	PutLimiter(name string, s LimiterSettings, done func(error))
+	// RemoveLimiter deletes a limiter; found is false when there was
+	// none.
+	RemoveLimiter(name string, done func(found bool, err error))
 
 	// Load calls fn for every pending job, queue by queue, each queue in
 	// FIFO order, without holding them all in memory, and without their
@@ -134,6 +169,11 @@ type Journal interface {
 	Result(msgid string) ([]byte, error)
 	// QueueSettings returns the controls kept for each queue that has any.
 	QueueSettings() (map[string]QueueSettings, error)
+	// TenantSettings returns the settings kept for each tenant that has
+	// any: queue -> tenant -> settings.
+	TenantSettings() (map[string]map[string]TenantSettings, error)
+	// Limiters returns every limiter by name.
+	Limiters() (map[string]LimiterSettings, error)
 
 	// Workflows (workflow.go). Append stores a job with After or
 	// AfterBatch as Waiting when it has something to wait for (it sets

@@ -29,6 +29,8 @@ var (
 	BucketBatches   = []byte("batches")     // batch name -> its record (open, counts by state, waiters)
 	BucketAfterB    = []byte("after_batch") // len + batch name + child msgid -> nothing: who waits for a batch
 	BucketSettling  = []byte("settling")    // 'j' msgid or 'b' batch name -> status: ends whose children are not all settled
+	BucketTenants   = []byte("tenants")     // queue key + tenant -> the tenant's settings, JSON
+	BucketLimiters  = []byte("limiters")    // limiter name -> its settings, JSON
 )
 
 // ResultExpKey is the result_exp index key for an expiry (8 bytes, big

@@ -19,6 +19,14 @@ type QueueSettings struct {
 	// Burst is how many dispatches the bucket holds: after a quiet
 	// while, up to Burst go at once. 0 = 1.
 	Burst int `json:"burst,omitempty"`
+
+	// The defaults of each tenant of the queue (the jobs of one tenant
+	// header; TenantSettings of a tenant overrides them): the most of its
+	// jobs in flight at once (0 = no limit), the most of its dispatches a
+	// second (0 = no limit), and its bucket's burst (0 = 1).
+	TenantConcurrency int     `json:"tenant_concurrency,omitempty"`
+	TenantRate        float64 `json:"tenant_rate,omitempty"`
+	TenantBurst       int     `json:"tenant_burst,omitempty"`
 }
 
 // Limits of QueueSettings.
@@ -34,13 +42,22 @@ func (s QueueSettings) IsZero() bool { return s == QueueSettings{} }
 
 // Validate reports the first setting out of range, naming it.
 func (s QueueSettings) Validate() error {
+	if err := checkLimits("", s.Concurrency, s.Rate, s.Burst); err != nil {
+		return err
+	}
+	return checkLimits("tenant-", s.TenantConcurrency, s.TenantRate, s.TenantBurst)
+}
+
+// checkLimits checks a concurrency, a rate and a burst against the
+// limits of QueueSettings; an error names the setting, prefix first.
+func checkLimits(prefix string, concurrency int, rate float64, burst int) error {
 	switch {
-	case s.Concurrency < 0 || s.Concurrency > MaxConcurrency:
-		return fmt.Errorf("%w: concurrency must be 0 (no limit) to %d, got %d", ErrBadSettings, MaxConcurrency, s.Concurrency)
-	case math.IsNaN(s.Rate) || s.Rate < 0 || s.Rate > MaxRate || s.Rate > 0 && s.Rate < MinRate:
-		return fmt.Errorf("%w: rate must be 0 (no limit) or %g to %g a second, got %g", ErrBadSettings, MinRate, float64(MaxRate), s.Rate)
-	case s.Burst < 0 || s.Burst > MaxBurst:
-		return fmt.Errorf("%w: burst must be 0 to %d, got %d", ErrBadSettings, MaxBurst, s.Burst)
+	case concurrency < 0 || concurrency > MaxConcurrency:
+		return fmt.Errorf("%w: %sconcurrency must be 0 (no limit) to %d, got %d", ErrBadSettings, prefix, MaxConcurrency, concurrency)
+	case math.IsNaN(rate) || rate < 0 || rate > MaxRate || rate > 0 && rate < MinRate:
+		return fmt.Errorf("%w: %srate must be 0 (no limit) or %g to %g a second, got %g", ErrBadSettings, prefix, MinRate, float64(MaxRate), rate)
+	case burst < 0 || burst > MaxBurst:
+		return fmt.Errorf("%w: %sburst must be 0 to %d, got %d", ErrBadSettings, prefix, MaxBurst, burst)
 	}
 	return nil
 }

@@ -50,98 +50,124 @@ func (jn *Core) validate(j *Job) error {
 // Append implements Journal. The record is encoded on the caller's
 // goroutine; the committer only sets its sequence.
 func (jn *Core) Append(j *Job, done func(dup bool, err error)) {
-	if err := jn.validate(j); err != nil {
+	op, err := jn.newAppend(j)
+	if err != nil {
 		if done != nil {
 			done(false, err)
 		}
 		return
 	}
-	rec := *j
-	rec.State = Pending
-	if rec.Enqueued.IsZero() {
-		rec.Enqueued = time.Now()
-	}
-	workflow := rec.workflow()
-	var val []byte
-	if !workflow { // a workflow's record is encoded once its state is known
-		val = rec.encode()
-	}
-	id := []byte(j.MsgID)
-	queue := j.Queue
-	reads := takenReads(id)
-	var uk []byte
-	if j.Unique != "" {
-		uk = uniqueKey(queue, j.Unique)
-		reads = append(reads, Key{Bucket: BucketUnique, Key: uk})
-	}
-	var f *flow
-	if workflow {
-		jn.workflows.Store(true) // before it is queued: no Complete is held past it (holdOver)
-		f = jn.newFlow(rec.Enqueued)
-		for _, p := range j.After {
-			reads = append(reads, Key{Bucket: BucketJobs, Key: []byte(p)}, Key{Bucket: BucketResults, Key: []byte(p)})
-		}
-		for _, b := range []string{j.Batch, j.AfterBatch} {
-			if b != "" {
-				reads = append(reads, Key{Bucket: BucketBatches, Key: []byte(b)})
-			}
-		}
-	}
-	var dup bool
-	var seq uint64
 	jn.enqueue(write{
-		apply: func(t Tx) error {
-			var err error
-			if dup, err = taken(t, id); dup || err != nil {
-				return err
-			}
-			var attached func(id []byte) error
-			if workflow {
-				if attached, err = f.attach(t, &rec); err != nil {
-					return err
-				}
-			}
-			if uk != nil {
-				if dup, err = takeUnique(t, uk, id, queue, rec.Unique); dup || err != nil {
-					return err
-				}
-			}
-			if seq, err = t.NextSeq(); err != nil {
-				return err
-			}
-			if workflow {
-				rec.Seq = seq
-				val = rec.encode()
-			} else {
-				binary.BigEndian.PutUint64(val[recSeq:], seq)
-			}
-			if err := t.Put(BucketJobs, id, val); err != nil {
-				return err
-			}
-			if err := t.Put(index(rec.State), queueKey(queue, seq), id); err != nil {
-				return err
-			}
-			if attached != nil {
-				return attached(id)
-			}
-			return nil
-		},
-		reads: reads,
+		apply: op.apply,
+		reads: op.reads,
 		finish: func(err error) {
-			if err == nil && !dup {
-				j.Seq = seq // only once it is stored: a failed commit stored nothing
-				j.State, j.Waits = rec.State, rec.Waits
-			}
-			if f != nil {
-				f.told(err)
-			}
+			dup := op.finish(err)
 			if done != nil {
-				done(dup && err == nil, err)
+				done(dup, err)
 			}
 		},
 		size: len(j.Payload) + len(j.Headers),
-		job:  j.MsgID, takes: true, plain: uk == nil && !workflow,
+		job:  j.MsgID, takes: true, plain: op.uk == nil && op.f == nil,
 	})
+}
+
+// appendOp is one job's Append: checked and encoded on the caller's
+// goroutine (newAppend), applied on the committer, its outcome told to
+// the job (finish).
+type appendOp struct {
+	j     *Job
+	rec   Job    // what is stored
+	val   []byte // rec encoded; a workflow's once its state is known
+	id    []byte
+	uk    []byte // its unique index key, if it has one
+	f     *flow  // a workflow's work; nil for another job
+	reads []Key
+	dup   bool
+	seq   uint64
+}
+
+// newAppend checks j and prepares its Append.
+func (jn *Core) newAppend(j *Job) (*appendOp, error) {
+	if err := jn.validate(j); err != nil {
+		return nil, err
+	}
+	op := &appendOp{j: j, rec: *j, id: []byte(j.MsgID)}
+	op.rec.State = Pending
+	if op.rec.Enqueued.IsZero() {
+		op.rec.Enqueued = time.Now()
+	}
+	op.reads = takenReads(op.id)
+	if j.Unique != "" {
+		op.uk = uniqueKey(j.Queue, j.Unique)
+		op.reads = append(op.reads, Key{Bucket: BucketUnique, Key: op.uk})
+	}
+	if !op.rec.workflow() {
+		op.val = op.rec.encode()
+		return op, nil
+	}
+	jn.workflows.Store(true) // before it is queued: no Complete is held past it (holdOver)
+	op.f = jn.newFlow(op.rec.Enqueued)
+	for _, p := range j.After {
+		op.reads = append(op.reads, Key{Bucket: BucketJobs, Key: []byte(p)}, Key{Bucket: BucketResults, Key: []byte(p)})
+	}
+	for _, b := range []string{j.Batch, j.AfterBatch} {
+		if b != "" {
+			op.reads = append(op.reads, Key{Bucket: BucketBatches, Key: []byte(b)})
+		}
+	}
+	return op, nil
+}
+
+// apply stores the job, or finds it a duplicate (op.dup), or refuses it
+// with a jobError before it has changed anything.
+func (op *appendOp) apply(t Tx) error {
+	var err error
+	if op.dup, err = taken(t, op.id); op.dup || err != nil {
+		return err
+	}
+	var attached func(id []byte) error
+	if op.f != nil {
+		if attached, err = op.f.attach(t, &op.rec); err != nil {
+			return err
+		}
+	}
+	if op.uk != nil {
+		if op.dup, err = takeUnique(t, op.uk, op.id, op.rec.Queue, op.rec.Unique); op.dup || err != nil {
+			return err
+		}
+	}
+	if op.seq, err = t.NextSeq(); err != nil {
+		return err
+	}
+	if op.f != nil {
+		op.rec.Seq = op.seq
+		op.val = op.rec.encode()
+	} else {
+		binary.BigEndian.PutUint64(op.val[recSeq:], op.seq)
+	}
+	if err := t.Put(BucketJobs, op.id, op.val); err != nil {
+		return err
+	}
+	if err := t.Put(index(op.rec.State), queueKey(op.rec.Queue, op.seq), op.id); err != nil {
+		return err
+	}
+	if attached != nil {
+		return attached(op.id)
+	}
+	return nil
+}
+
+// finish tells the job the outcome of its write (err nil: durable) and
+// returns its dup.
+func (op *appendOp) finish(err error) (dup bool) {
+	if err == nil && !op.dup {
+		op.j.Seq = op.seq // only once it is stored: a failed commit stored nothing
+		op.j.State, op.j.Waits = op.rec.State, op.rec.Waits
+	}
+	if op.f != nil {
+		op.f.told(err)
+	}
+	return op.dup && err == nil
 }
 
 // taken reports whether msgid id is stored (pending, dead, or done with

@@ -24,7 +24,8 @@ import (
 var buckets = [][]byte{store.BucketMeta, store.BucketJobs, store.BucketPending, store.BucketDead,
 	store.BucketResults, store.BucketResultExp, store.BucketSchedules, store.BucketQueues, store.BucketDone, store.BucketDamaged,
 	store.BucketCancelled, store.BucketUnique, store.BucketUniqueExp,
-	store.BucketWaiting, store.BucketAfter, store.BucketBatches, store.BucketAfterB, store.BucketSettling}
+	store.BucketWaiting, store.BucketAfter, store.BucketBatches, store.BucketAfterB, store.BucketSettling,
+	store.BucketTenants, store.BucketLimiters}
 
 // bucketID is a bucket's number in the log.
 func bucketID(name []byte) (uint8, error) {

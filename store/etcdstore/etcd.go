@@ -278,6 +278,7 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 		ReadOnly: opts.ReadOnly, OnCommit: opts.OnCommit, LazyDelay: opts.LazyDelay, Gather: opts.Gather,
 		BulkLimit:     opts.MaxTxnOps / 5,                  // a done job's expiry deletes four keys
 		MaxWrite:      opts.MaxRequestBytes - etcdOverhead, // one request
+		MaxWriteKeys:  opts.MaxTxnOps,                      // one transaction
 		LoadChunk:     4 * getChunk,                        // copied out of etcd, payloads with them: 4 requests at once
 		Pipeline:      opts.Pipeline,
 		HoldCompletes: opts.HoldCompletes,

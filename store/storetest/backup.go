@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -23,8 +24,9 @@ func (f *fixture) backuper(j store.Journal) store.Backuper {
 
 // A backup restored into empty storage gives the journal as it was:
 // every job in its state and order (pending, waiting, dead, done with its
-// result, cancelled), schedules, queue controls, unique keys, batches;
-// a job appended afterwards goes to its queue's tail. A damaged or cut
+// result, cancelled), schedules, queue controls, tenants' settings,
+// limiters, unique keys, batches; a job appended afterwards goes to its
+// queue's tail. A damaged or cut
 // backup is refused before anything is written.
 func backupRestoresEverything(t *testing.T, f *fixture) {
 	f.append(job("p1", "q"), job("p2", "q"), job("d", "q"), job("done", "q"), job("x", "other"))
@@ -43,6 +45,16 @@ func backupRestoresEverything(t *testing.T, f *fixture) {
 	if _, err := store.Wait(func(done func(struct{}, error)) {
 		f.j.PutQueueSettings("q", store.QueueSettings{Concurrency: 3}, func(err error) { done(struct{}{}, err) })
 	}); err != nil {
+		t.Fatal(err)
+	}
+	tenants := map[string]map[string]store.TenantSettings{"q": {"acme": {Concurrency: ptr(2), Weight: 3}, "": {Rate: ptr(0.0)}}}
+	for tenant, s := range tenants["q"] {
+		if err := f.putTenant("q", tenant, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	limiters := map[string]store.LimiterSettings{"stripe-api": {Rate: 25, Burst: 5}}
+	if err := f.putLimiter("stripe-api", limiters["stripe-api"]); err != nil {
 		t.Fatal(err)
 	}
 	want := f.snapshot("done")
@@ -120,6 +132,12 @@ func backupRestoresEverything(t *testing.T, f *fixture) {
 		t.Fatalf("restored batch: %+v, %v", b, err)
 	}
 	target.duplicate(uniqueJob("u2", "q", "key-1", 0), "u")
+	if got := target.tenantSettings(); !reflect.DeepEqual(got, tenants) {
+		t.Fatalf("restored tenant settings: %s; want %s", tenantsString(got), tenantsString(tenants))
+	}
+	if got := target.limiters(); !reflect.DeepEqual(got, limiters) {
+		t.Fatalf("restored limiters: %+v; want %+v", got, limiters)
+	}
 }
 
 // A backup of more bytes than one write holds (etcd: one request) is

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -32,7 +33,7 @@ func queueSettingsAreKept(t *testing.T, f *fixture) {
 	if got := f.queueSettings(); len(got) != 0 {
 		t.Fatalf("a new journal has queue settings: %+v", got)
 	}
-	emails := store.QueueSettings{Paused: true, Concurrency: 4, Rate: 2.5, Burst: 10}
+	emails := store.QueueSettings{Paused: true, Concurrency: 4, Rate: 2.5, Burst: 10, TenantConcurrency: 2, TenantRate: 0.5, TenantBurst: 3}
 	reports := store.QueueSettings{Concurrency: 1}
 	for q, s := range map[string]store.QueueSettings{"emails": emails, "reports": reports, "gone": {Paused: true}} {
 		if err := f.putQueue(q, s); err != nil {
@@ -68,6 +69,10 @@ func badQueueSettingsAreRefused(t *testing.T, f *fixture) {
 		{"q", "rate", store.QueueSettings{Rate: store.MaxRate * 2}},
 		{"q", "rate", store.QueueSettings{Rate: 1e-11}},
 		{"q", "burst", store.QueueSettings{Burst: -1}},
+		{"q", "tenant-concurrency", store.QueueSettings{TenantConcurrency: store.MaxConcurrency + 1}},
+		{"q", "tenant-rate", store.QueueSettings{TenantRate: math.NaN()}},
+		{"q", "tenant-rate", store.QueueSettings{TenantRate: 1e-5}},
+		{"q", "tenant-burst", store.QueueSettings{TenantBurst: -3}},
 		{"", "queue name", store.QueueSettings{Paused: true}},
 		{strings.Repeat("x", store.MaxQueueLen+1), "queue name", store.QueueSettings{Paused: true}},
 	} {

@@ -97,6 +97,15 @@ var checks = []check{
 
 	{name: "QueueSettingsAreKept", run: queueSettingsAreKept},
 	{name: "BadQueueSettingsAreRefused", run: badQueueSettingsAreRefused},
+	{name: "TenantSettingsAreKept", run: tenantSettingsAreKept},
+	{name: "BadTenantSettingsAreRefused", run: badTenantSettingsAreRefused},
+	{name: "LimitersAreKept", run: limitersAreKept},
+
+	{name: "BulkStoresEveryJobInOrder", run: bulkStoresEveryJobInOrder},
+	{name: "BulkIsRefusedWhole", opts: Options{MaxJobSize: 4096}, run: bulkIsRefusedWhole},
+	{name: "BulkOfManyJobs", run: bulkOfManyJobs},
+	{name: "BulkAmongAppends", run: bulkAmongAppends},
+	{name: "BulkWithWorkflows", run: bulkWithWorkflows},
 }
 
 // Run runs every conformance test against h, each as a parallel subtest
