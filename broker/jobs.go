@@ -209,6 +209,7 @@ func (b *Broker) startJob(from peerKey, s sent, queue string, payload []byte, no
 // appended is an Append's outcome: ACK and dispatch, or refuse. The
 // REQUEST's frames are no longer needed.
 func (b *Broker) appended(j *job, seq uint64, dup, waiting bool, err error, held zmtp.Held) {
+	defer b.unparkAfter(j) // BULKs with j's msgid (bulk.go)
 	b.journaling--
 	b.budget.Release(held)
 	to := []peerKey{j.client}
