@@ -81,8 +81,9 @@ type Broker struct {
 	// Owned by the loop.
 	phase        phase
 	jobs         map[string]*job
-	clientIDs    map[string]string  // see intern
-	resent       map[*job][]peerKey // REQUESTs to answer when a job's write lands
+	clientIDs    map[string]string     // see intern
+	resent       map[*job][]peerKey    // REQUESTs to answer when a job's write lands
+	bulksWaiting map[*job][]parkedBulk // BULKs to handle again when a job's write lands (bulk.go)
 	queues       map[string]*queue
 	peers        map[peerKey]*peer    // workers and schedulers: the one peer table
 	scheds       map[string]*schedule // the schedules, by id (schedules.go)
@@ -158,6 +159,7 @@ func New(opts Options) (*Broker, error) {
 		jobs:         make(map[string]*job),
 		clientIDs:    make(map[string]string),
 		resent:       make(map[*job][]peerKey),
+		bulksWaiting: make(map[*job][]parkedBulk),
 		queues:       make(map[string]*queue),
 		controls:     make(map[string]store.QueueSettings),
 		trails:       make(map[*job][]store.TrailEvent),
@@ -418,6 +420,7 @@ func (b *Broker) hurryUp() { b.hurried.Do(func() { close(b.hurry) }) }
 func (b *Broker) routerOptions(ep int) zmtp.Options {
 	return zmtp.Options{
 		MaxFrameSize:   b.opts.MaxFrameSize,
+		MaxFrames:      b.opts.maxFrames(),
 		Budget:         b.budget,
 		Limit:          b.conns,
 		SendQueueBytes: b.opts.MaxSendBuffer + b.opts.MaxFrameSize, // beyond what the paced payload reads can queue
@@ -445,7 +448,11 @@ func (b *Broker) routerOptions(ep int) zmtp.Options {
 			var frames [][]byte
 			var tl *zmtp.TooLargeError
 			var nr *zmtp.NoRoomError
+			var tm *zmtp.TooManyFramesError
 			switch {
+			case errors.As(err, &tm):
+				code, frames = emqp.CodeTooLarge, tm.Frames
+				text = fmt.Sprintf("message of more than %d frames: a BULK holds at most %d jobs of 4 frames (max-bulk); closing the connection", tm.Max, b.opts.maxBulk())
 			case errors.As(err, &tl) && tl.Budget:
 				code, frames = emqp.CodeTooLarge, tl.Frames
 				text = fmt.Sprintf("frame of %d bytes does not fit in the receive buffer: this message may hold %d more bytes (max-receive-buffer gives one message up to seven eighths of it); closing the connection", tl.Size, tl.Max)
@@ -701,8 +708,12 @@ func (b *Broker) handle(in inbound) {
 	if p != nil {
 		p.lastSeen = time.Now()
 	}
-	if m, ok := in.msg.(*emqp.Request); ok {
-		b.request(in.from, m, in.held) // holds its frames until journaled
+	switch m := in.msg.(type) { // hold their frames until journaled
+	case *emqp.Request:
+		b.request(in.from, m, in.held)
+		return
+	case *emqp.Bulk:
+		b.bulk(in.from, m, in.held)
 		return
 	}
 	// What the message carries is forwarded (a REPLY's payload) or done

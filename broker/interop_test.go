@@ -91,3 +91,16 @@ func TestInteropLibzmqJobControls(t *testing.T) {
 		t.Fatalf("interop_jobs.py: %v, last line %q\n%s", err, lines.Text(), stderr.String())
 	}
 }
+
+// BULK from a libzmq peer: 1,000 jobs ACKed once under the bulk's msgid,
+// the same jobs again ACKed and not stored twice, delivered in order; a
+// BULK with a bad job refused by one ERROR naming it.
+func TestInteropLibzmqBulk(t *testing.T) {
+	t.Parallel()
+	python := pythonZMQ(t)
+	b := bt.Start(t, "", nil)
+	out, err := exec.Command(python, "testdata/interop_bulk.py", b.Frontend(), b.Backend()).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("interop_bulk.py: %v\n%s", err, out)
+	}
+}

@@ -135,57 +135,59 @@ func (b *Broker) request(from peerKey, m *emqp.Request, held zmtp.Held) {
 		return
 	}
 	// Headers first: a refused job must not leave its queue behind.
-	j, err := newJob(m.MsgID, nil, m.Headers)
+	s, err := readSent(m.MsgID, m.Headers)
 	if err != nil {
 		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
 		return
 	}
-	delay, err := m.Headers.Delay()
-	if err != nil {
-		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
+	if q := b.queues[m.Queue]; q != nil && b.opts.MaxPending > 0 && q.live >= b.opts.MaxPending {
+		b.refuse(from, m.MsgID, emqp.CodeQueueFull, queueFullText(q))
 		return
 	}
-	if name := b.undefinedLimiter(j); name != "" {
-		b.refuse(from, m.MsgID, emqp.CodeBadRequest, fmt.Sprintf("header %s: no limiter is named %q (emq limiters set makes one)", emqp.HeaderLimit, name))
+	if name := b.undefinedLimiter(s.j); name != "" {
+		b.refuse(from, m.MsgID, emqp.CodeBadRequest, undefinedLimiterText(name))
 		return
 	}
-	unique, hold, err := m.Headers.Unique()
-	if err != nil {
-		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
-		return
-	}
-	wf, err := m.Headers.Workflow()
-	if err != nil {
-		b.refuse(from, m.MsgID, emqp.CodeBadRequest, err.Error())
-		return
-	}
-	delay = min(delay, maxWait)
-	q := b.queues[m.Queue]
-	if q != nil && b.opts.MaxPending > 0 && q.live >= b.opts.MaxPending {
-		b.refuse(from, m.MsgID, emqp.CodeQueueFull,
-			fmt.Sprintf("queue %q holds %d jobs, the broker's limit (max-pending)", m.Queue, q.live))
-		return
-	}
-	j.q = b.queue(m.Queue)
-	q = j.q
-	now := time.Now()
-	if delay > 0 {
-		j.notBefore = now.Add(delay).UnixNano()
-	}
-	j.client, j.enqueued = from, now.UnixNano()
 	keep = true
-	b.jobs[j.id] = j
-	b.adopt(j)
-	b.journaling++
-	b.tr.received(j, now)
-	sj := &store.Job{
-		MsgID:     j.id,
-		Queue:     m.Queue,
-		Headers:   m.Headers.String(),
-		Payload:   m.Payload,
-		ClientID:  []byte(from.id),
-		Enqueued:  now,
-		NotBefore: fromNanos(j.notBefore),
+	j, sj := b.startJob(from, s, m.Queue, m.Payload, time.Now())
+	b.journal.Append(sj, func(dup bool, err error) {
+		waiting := err == nil && !dup && sj.State == store.Waiting
+		b.post(func() { b.appended(j, sj.Seq, dup, waiting, err, held) })
+	})
+	b.hold(j, m.Payload) // the journal has its own copy
+}
+
+// sent is a job a client sent (REQUEST, or one of a BULK's), its headers
+// read: the job in memory without its queue, and what the journal will
+// store of it without its queue, payload, client and times.
+type sent struct {
+	j     *job
+	delay time.Duration
+	sj    *store.Job
+}
+
+// readSent reads a sent job's headers; a bad value is the client's error
+// (ERROR bad_request).
+func readSent(id string, h emqp.Headers) (sent, error) {
+	j, err := newJob(id, nil, h)
+	if err != nil {
+		return sent{}, err
+	}
+	delay, err := h.Delay()
+	if err != nil {
+		return sent{}, err
+	}
+	unique, hold, err := h.Unique()
+	if err != nil {
+		return sent{}, err
+	}
+	wf, err := h.Workflow()
+	if err != nil {
+		return sent{}, err
+	}
+	return sent{j: j, delay: min(delay, maxWait), sj: &store.Job{
+		MsgID:     id,
+		Headers:   h.String(),
 		Unique:    unique,
 		UniqueFor: hold,
 
@@ -194,17 +196,37 @@ func (b *Broker) request(from peerKey, m *emqp.Request, held zmtp.Held) {
 		RunIfFailed: wf.RunIfFailed,
 		Batch:       wf.Batch,
 		BatchOpen:   wf.BatchOpen,
+	}}, nil
+}
+
+// queueFullText is the text of ERROR queue_full.
+func queueFullText(q *queue) string {
+	return fmt.Sprintf("queue %q holds %d jobs, the broker's limit (max-pending)", q.name, q.live)
+}
+
+// startJob holds a sent job of queue as being stored from now: in memory,
+// counted in its queue and in the writes the drain waits for. It
+// returns the job and its record for the journal.
+func (b *Broker) startJob(from peerKey, s sent, queue string, payload []byte, now time.Time) (*job, *store.Job) {
+	j, sj := s.j, s.sj
+	j.q = b.queue(queue)
+	if s.delay > 0 {
+		j.notBefore = now.Add(s.delay).UnixNano()
 	}
-	b.journal.Append(sj, func(dup bool, err error) {
-		waiting := err == nil && !dup && sj.State == store.Waiting
-		b.post(func() { b.appended(j, sj.Seq, dup, waiting, err, held) })
-	})
-	b.hold(j, m.Payload) // the journal has its own copy
+	j.client, j.enqueued = from, now.UnixNano()
+	b.jobs[j.id] = j
+	b.adopt(j)
+	b.journaling++
+	b.tr.received(j, now)
+	sj.Queue, sj.Payload, sj.ClientID = queue, payload, []byte(from.id)
+	sj.Enqueued, sj.NotBefore = now, fromNanos(j.notBefore)
+	return j, sj
 }
 
 // appended is an Append's outcome: ACK and dispatch, or refuse. The
 // REQUEST's frames are no longer needed.
 func (b *Broker) appended(j *job, seq uint64, dup, waiting bool, err error, held zmtp.Held) {
+	defer b.unparkAfter(j) // BULKs with j's msgid (bulk.go)
 	b.journaling--
 	b.budget.Release(held)
 	to := []peerKey{j.client}
@@ -212,53 +234,64 @@ func (b *Broker) appended(j *job, seq uint64, dup, waiting bool, err error, held
 		to = append(to, more...)
 		delete(b.resent, j)
 	}
-	var ue *store.UniqueError
-	if errors.As(err, &ue) { // another job holds its key: not stored
-		text := emqp.DuplicateText(ue.Queue, ue.Key, ue.Holder)
-		b.tr.refused(j, emqp.CodeDuplicate, text)
-		b.forget(j)
-		for _, peer := range to {
-			b.refuse(peer, j.id, emqp.CodeDuplicate, text)
-		}
-		return
-	}
 	if err != nil {
+		code, text := b.writeRefusal(j, err)
+		b.tr.refused(j, code, text)
 		b.forget(j)
-		code := emqp.CodeUnavailable // disk full, I/O error, fenced: worth sending again
-		switch {
-		case errors.Is(err, store.ErrTooLarge):
-			code = emqp.CodeTooLarge
-		case errors.Is(err, store.ErrInvalidJob), errors.Is(err, store.ErrUnknownParent),
-			errors.Is(err, store.ErrParentFailed), errors.Is(err, store.ErrUnknownBatch):
-			code = emqp.CodeBadRequest
-		case errors.Is(err, store.ErrFenced):
-			b.fence(err)
-		default:
-			b.log.Error("journal write failed; job refused",
-				append([]any{"msgid", j.id, "queue", j.q.name, "err", err}, b.tr.logAttrs(j)...)...)
-		}
-		b.tr.refused(j, code, err.Error())
 		for _, peer := range to {
-			b.refuse(peer, j.id, code, "the journal could not store the job: "+err.Error())
+			b.refuse(peer, j.id, code, text)
 		}
 		return
 	}
 	for _, peer := range to {
 		b.ack(peer, j.id)
 	}
-	now := time.Now()
-	b.observe.Acked(time.Duration(now.UnixNano() - j.enqueued))
 	if dup { // stored before: dead, or done with its result kept
 		b.stats.Duplicates.Add(int64(len(to)))
-		b.forget(j)
 		if j.headers.ReplyRequested() && b.opts.ResultTTL > 0 {
 			b.resendResult(j.id, to)
 		}
+	} else {
+		b.stats.Duplicates.Add(int64(len(to) - 1))
+	}
+	b.stored(j, seq, dup, waiting, time.Now())
+}
+
+// writeRefusal is the ERROR code and text for a job whose Append failed
+// (a BULK's job, when the journal named it). A fenced journal stops the
+// broker; a failure of the storage itself is logged.
+func (b *Broker) writeRefusal(j *job, err error) (code, text string) {
+	var ue *store.UniqueError
+	if errors.As(err, &ue) { // another job holds its key: not stored
+		return emqp.CodeDuplicate, emqp.DuplicateText(ue.Queue, ue.Key, ue.Holder)
+	}
+	code = emqp.CodeUnavailable // disk full, I/O error, fenced: worth sending again
+	switch {
+	case errors.Is(err, store.ErrTooLarge):
+		code = emqp.CodeTooLarge
+	case errors.Is(err, store.ErrInvalidJob), errors.Is(err, store.ErrUnknownParent),
+		errors.Is(err, store.ErrParentFailed), errors.Is(err, store.ErrUnknownBatch):
+		code = emqp.CodeBadRequest
+	case errors.Is(err, store.ErrFenced):
+		b.fence(err)
+	default:
+		b.log.Error("journal write failed; job refused",
+			append([]any{"msgid", j.id, "queue", j.q.name, "err", err}, b.tr.logAttrs(j)...)...)
+	}
+	return code, "the journal could not store the job: " + err.Error()
+}
+
+// stored is what a job's landed Append makes of it, once its sender is
+// answered: forgotten if it was stored before (dup), or waits in the
+// journal (waiting), else dispatchable.
+func (b *Broker) stored(j *job, seq uint64, dup, waiting bool, now time.Time) {
+	b.observe.Acked(time.Duration(now.UnixNano() - j.enqueued))
+	if dup {
+		b.forget(j)
 		return
 	}
 	b.stats.Acked.Add(1)
 	j.q.acked++
-	b.stats.Duplicates.Add(int64(len(to) - 1))
 	if j.dropped { // an admin removed it meanwhile; the journal did after storing it
 		b.forget(j)
 		return

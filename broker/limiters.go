@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/store"
 )
 
@@ -213,4 +214,10 @@ func (b *Broker) undefinedLimiter(j *job) string {
 		}
 	}
 	return ""
+}
+
+// undefinedLimiterText is the text of the ERROR bad_request for a job
+// naming a limiter that is not defined.
+func undefinedLimiterText(name string) string {
+	return fmt.Sprintf("header %s: no limiter is named %q (emq limiters set makes one)", emqp.HeaderLimit, name)
 }

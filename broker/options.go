@@ -72,6 +72,7 @@ type Options struct {
 	JournalMaxLog      int64
 	JournalRecover     bool
 	MaxPending         int   // live jobs per queue beyond which REQUEST gets queue_full; 0 = no limit
+	MaxBulk            int   // most jobs in one BULK; 0 = DefaultMaxBulk
 	PayloadCache       int64 // bytes of payloads held in memory for their jobs' dispatch; the rest is read from the journal
 	// MaxReceiveBuffer bounds the bytes of received messages held at once,
 	// all connections together (read, or waiting for the journal); a
@@ -149,6 +150,7 @@ func DefaultOptions() Options {
 		JournalSegmentSize: 64 << 20,
 		JournalMaxLog:      512 << 20,
 		MaxPending:         2_000_000,
+		MaxBulk:            DefaultMaxBulk,
 		PayloadCache:       16 << 20,
 		MaxReceiveBuffer:   defaultReceiveBuffer(),
 		MaxSendBuffer:      256 << 20,
@@ -261,6 +263,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("payload-cache: must not be negative, not %d", o.PayloadCache)
 	case o.MaxPending < 0:
 		return fmt.Errorf("max-pending: must not be negative, not %d", o.MaxPending)
+	case o.MaxBulk < 0 || o.MaxBulk > maxBulkLimit:
+		return fmt.Errorf("max-bulk: %d is outside 1 to %d jobs (0: the default, %d)", o.MaxBulk, maxBulkLimit, DefaultMaxBulk)
 	case o.ResultTTL < 0:
 		return fmt.Errorf("retain-done (result-ttl): must not be negative, not %v", o.ResultTTL)
 	case o.RetryBackoff < 0 || o.MaxRetryBackoff < o.RetryBackoff:

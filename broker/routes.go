@@ -85,24 +85,32 @@ func (b *Broker) Routes() *emqp.RouteTable { return b.routes.Load().table }
 // refuses it: with ERROR moved when another shard serves queue, with
 // ERROR unavailable while queue is moving or placed nowhere.
 func (b *Broker) elsewhere(from peerKey, ref, queue string) bool {
-	r := b.routes.Load()
-	if r.table == nil {
+	code, text := b.placedElsewhere(queue)
+	if code == "" {
 		return false
 	}
+	b.refuse(from, ref, code, text)
+	return true
+}
+
+// placedElsewhere is elsewhere's refusal of a job for queue, or "" when
+// this broker takes it.
+func (b *Broker) placedElsewhere(queue string) (code, text string) {
+	r := b.routes.Load()
+	if r.table == nil {
+		return "", ""
+	}
 	if m, ok := r.table.Moving[queue]; ok && m.Held && !m.Copied {
-		b.refuse(from, ref, emqp.CodeUnavailable, fmt.Sprintf("queue %q is being moved from shard %s to shard %s; send it again shortly", queue, m.From, m.To))
-		return true
+		return emqp.CodeUnavailable, fmt.Sprintf("queue %q is being moved from shard %s to shard %s; send it again shortly", queue, m.From, m.To)
 	}
 	owner := r.table.Owner(queue)
 	switch owner {
 	case r.shard:
-		return false
+		return "", ""
 	case "":
-		b.refuse(from, ref, emqp.CodeUnavailable, fmt.Sprintf("queue %q is placed on no shard (placement %d); place it with emq queues place", queue, r.table.Version))
-	default:
-		b.refuse(from, ref, emqp.CodeMoved, emqp.MovedText(queue, owner, r.table.Shards[owner].Frontend, r.table.Version))
+		return emqp.CodeUnavailable, fmt.Sprintf("queue %q is placed on no shard (placement %d); place it with emq queues place", queue, r.table.Version)
 	}
-	return true
+	return emqp.CodeMoved, emqp.MovedText(queue, owner, r.table.Shards[owner].Frontend, r.table.Version)
 }
 
 // held reports whether queue's jobs wait here for a move between

@@ -62,6 +62,7 @@ var commandRole = map[string]Roles{
 	string(emqp.CmdInform): RoleWorker, string(emqp.CmdReady): RoleWorker,
 	string(emqp.CmdReply): RoleWorker, string(emqp.CmdFail): RoleWorker,
 	string(emqp.CmdCancel): RoleClient, string(emqp.CmdProgress): RoleWorker,
+	string(emqp.CmdBulk): RoleClient,
 }
 
 // ParseRoles reads roles written comma-separated (client,worker,subscriber).

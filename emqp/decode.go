@@ -23,6 +23,12 @@ func Decode(frames [][]byte) (Message, error) {
 	if !ok {
 		return nil, errorf(ErrCommand, "", refID(frames), "unknown command %s", quote(frames[2]))
 	}
+	if cmd == CmdBulk {
+		if err := checkID(cmd, "", "msgid", frames[3]); err != nil {
+			return nil, err
+		}
+		return decodeBulk(frames)
+	}
 	min, max := frameCounts(cmd)
 	if n := len(frames); n < min || n > max {
 		if min == max {
@@ -171,6 +177,8 @@ func parseCommand(b []byte) (Command, bool) {
 		return CmdProgress, true
 	case "ROUTES":
 		return CmdRoutes, true
+	case "BULK":
+		return CmdBulk, true
 	}
 	return "", false
 }

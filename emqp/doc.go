@@ -21,6 +21,16 @@
 //	                                  worker running it: stop, no answer
 //	PROGRESS msgid job_msgid text     worker → broker: "40", "40 note" or "note",
 //	                                  at most MaxProgressLen bytes of UTF-8
+//	BULK     msgid (job_msgid queue headers payload)...
+//	                                  client → broker: one or more jobs, each the
+//	                                  frames of a REQUEST's job; all stored in
+//	                                  one commit and one ACK (acked_msgid: the
+//	                                  bulk's msgid), or none and one ERROR (its
+//	                                  ref_msgid the bulk's) whose text starts
+//	                                  with the first job refused, "job INDEX
+//	                                  (msgid "ID"): " (BulkJobText, BulkJobOf;
+//	                                  indices from 0), with the code its REQUEST
+//	                                  would have got
 //
 // and the REQUEST headers priority:N (0-65535, lower first, 1024 without),
 // unique:KEY (at most 255 bytes) and unique-for:SECONDS, read by

@@ -52,6 +52,11 @@ func TestRoundTripEveryCommand(t *testing.T) {
 		&emqp.Progress{MsgID: id, OrigMsgID: orig, Text: "40 copied"},
 		&emqp.Routes{MsgID: id},
 		&emqp.Routes{MsgID: id, Table: []byte(`{"version":1}`)},
+		&emqp.Bulk{MsgID: id, Jobs: []emqp.BulkJob{
+			{MsgID: orig, Queue: "email", Headers: mustHeaders(t, "priority:5,unique:k"), Payload: binary},
+			{MsgID: "j2", Queue: "q"},
+			{MsgID: "j3", Queue: "q", Headers: emqp.HeadersFrom(emqp.Header{Name: "note", Value: "a,b"}), Payload: []byte("p")},
+		}},
 	}
 	seen := map[emqp.Command]bool{}
 	for _, m := range msgs {
@@ -65,8 +70,8 @@ func TestRoundTripEveryCommand(t *testing.T) {
 			t.Fatalf("%s: round trip\n got %#v\nwant %#v", m.Command(), got, m)
 		}
 	}
-	if len(seen) != 16 {
-		t.Fatalf("round trip covers %d commands, want all 16", len(seen))
+	if len(seen) != 17 {
+		t.Fatalf("round trip covers %d commands, want all 17", len(seen))
 	}
 }
 
@@ -384,5 +389,22 @@ func TestTenantAndLimits(t *testing.T) {
 	}
 	if names, err := mustHeaders(t, "limit:a;b;c;d").Limits(); err != nil || len(names) != 4 {
 		t.Fatalf("four limiters: %q %v", names, err)
+	}
+}
+
+func TestBulkJobText(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{"m7", "", `a "quoted" (id): x`, "\xff\x00"} {
+		text := "emqp: BULK: " + emqp.BulkJobText(7, id, emqp.DuplicateText("q", "k", "job-1"))
+		i, got, rest, ok := emqp.BulkJobOf(text)
+		if !ok || i != 7 || got != id {
+			t.Fatalf("BulkJobOf(%q) = %d, %q, %v; want 7, %q", text, i, got, ok, id)
+		}
+		if holder, ok := emqp.DuplicateHolder(rest); !ok || holder != "job-1" {
+			t.Fatalf("the rest %q does not name the holder: %q", rest, holder)
+		}
+	}
+	if _, _, _, ok := emqp.BulkJobOf("queue q is full"); ok {
+		t.Fatal("BulkJobOf read a job from a text without one")
 	}
 }

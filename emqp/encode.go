@@ -14,7 +14,7 @@ var (
 
 func init() {
 	for _, c := range []Command{CmdRequest, CmdAck, CmdInform, CmdReady, CmdReply, CmdFail,
-		CmdError, CmdHeartbeat, CmdKbye, CmdDisconnect, CmdSchedule, CmdUnschedule, CmdPublish, CmdCancel, CmdProgress, CmdRoutes} {
+		CmdError, CmdHeartbeat, CmdKbye, CmdDisconnect, CmdSchedule, CmdUnschedule, CmdPublish, CmdCancel, CmdProgress, CmdRoutes, CmdBulk} {
 		cmdFrames[c] = []byte(c)
 	}
 }
@@ -54,6 +54,8 @@ func Encode(m Message) [][]byte {
 		return frames(CmdCancel, -1, nil, m.MsgID, m.OrigMsgID)
 	case *Progress:
 		return frames(CmdProgress, -1, nil, m.MsgID, m.OrigMsgID, m.Text)
+	case *Bulk:
+		return encodeBulk(m)
 	case *Routes:
 		if len(m.Table) == 0 {
 			return frames(CmdRoutes, -1, nil, m.MsgID)

@@ -40,12 +40,21 @@ func FuzzDecode(f *testing.F) {
 		f.Add(joinFrames(c.frames(f)))
 	}
 	f.Add(joinFrames(emqp.Encode(&emqp.Request{MsgID: "m", Queue: "q", Headers: emqp.HeadersFrom(emqp.Header{Name: "n", Value: "a,b"}), Payload: []byte{0, 0xff}})))
+	f.Add(joinFrames(emqp.Encode(&emqp.Bulk{MsgID: "b", Jobs: []emqp.BulkJob{
+		{MsgID: "j\"1", Queue: "q", Headers: emqp.HeadersFrom(emqp.Header{Name: "unique", Value: "k"}), Payload: []byte{0, 0xff}},
+		{MsgID: "j2", Queue: "r"},
+	}})))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := emqp.Decode(splitFrames(data))
 		if err != nil {
 			var de *emqp.DecodeError
 			if !errors.As(err, &de) || de.Class == "" || de.Text == "" {
 				t.Fatalf("error %v is not a classified *DecodeError", err)
+			}
+			if de.Command == emqp.CmdBulk && de.Class != emqp.ErrFrames && de.MsgID != "" {
+				if _, _, _, ok := emqp.BulkJobOf(de.Text); !ok { // a job's error names the job
+					t.Fatalf("BULK error %q does not name its job", de.Text)
+				}
 			}
 			return
 		}

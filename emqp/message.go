@@ -41,6 +41,7 @@ const (
 	CmdCancel     Command = "CANCEL"   // client → broker: cancel a job; broker → worker: stop running it
 	CmdProgress   Command = "PROGRESS" // worker → broker: how far a job has come
 	CmdRoutes     Command = "ROUTES"   // peer → broker: which shard serves which queue; broker → peer: the table
+	CmdBulk       Command = "BULK"     // client → broker: many jobs, stored all or none, one ACK
 )
 
 // Peer types an INFORM may name.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/eventmq/emq/emqp"
@@ -25,6 +26,7 @@ type vectorCase struct {
 	FramesB64 []string       `json:"frames_b64"`
 	Want      map[string]any `json:"want"`
 	Error     string         `json:"error"`
+	ErrorText string         `json:"error_text"` // a part of the error's text, when given
 }
 
 func loadVectors(t testing.TB) []vectorCase {
@@ -81,6 +83,9 @@ func TestVectors(t *testing.T) {
 				var de *emqp.DecodeError
 				if !errors.As(err, &de) || de.Text == "" {
 					t.Fatalf("error %v is not a *DecodeError with a text", err)
+				}
+				if !strings.Contains(de.Text, c.ErrorText) {
+					t.Fatalf("error text %q does not say %q", de.Text, c.ErrorText)
 				}
 				return
 			}
@@ -143,6 +148,12 @@ func asVector(t *testing.T, m emqp.Message) map[string]any {
 		v["orig_msgid"], v["text"], v["percent"], v["note"] = m.OrigMsgID, m.Text, float64(p), m.Note()
 	case *emqp.Routes:
 		v["table"] = string(m.Table)
+	case *emqp.Bulk:
+		jobs := []any{}
+		for _, j := range m.Jobs {
+			jobs = append(jobs, map[string]any{"msgid": j.MsgID, "queue": j.Queue, "headers": headers(j.Headers), "payload": string(j.Payload)})
+		}
+		v["jobs"] = jobs
 	case *emqp.Unschedule:
 		v["queue"], v["headers"], v["interval"], v["payload"], v["cron"] = m.Queue, headers(m.Headers), float64(m.Interval), string(m.Payload), m.Cron
 	default:

@@ -55,6 +55,7 @@ start).`,
 	f.String("journal-max-log", mib(d.JournalMaxLog), "what the log may hold that the journal file does not yet: disk, and how far the checkpoint may lag (memory holds where each value lies, not payloads); past it REQUESTs get ERROR unavailable until the checkpoint catches up")
 	f.Bool("journal-recover", false, "open a journal whose log is damaged in the middle: keep every good record, log what is lost (emq journal check names it first)")
 	f.Int("max-pending", d.MaxPending, "jobs per queue beyond which REQUESTs get ERROR queue_full (0 = no limit)")
+	f.Int("max-bulk", d.MaxBulk, "most jobs in one BULK (emq send --bulk, client.SendBulk); more get ERROR too_large")
 	f.Int("max-connections", d.MaxConnections, "connections of every eMQP and pub/sub endpoint together, handshakes included (0 = no bound; the default is 3/4 of the fd limit)")
 	f.Int("max-connections-per-ip", d.MaxConnectionsPerIP, "connections from one IP address (0 = no bound)")
 	f.Int("event-buffer", d.EventBuffer, "events a listener of /api/v1/events may fall behind before it is dropped")
@@ -384,6 +385,9 @@ func brokerOptions(c *config) (broker.Options, error) {
 		return o, err
 	}
 	if o.MaxPending, err = c.integer("max-pending"); err != nil {
+		return o, err
+	}
+	if o.MaxBulk, err = c.integer("max-bulk"); err != nil {
 		return o, err
 	}
 	if o.ForwardSchedules, err = c.boolean("forward-schedules"); err != nil {

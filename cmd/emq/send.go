@@ -1,18 +1,24 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/client"
+	"github.com/eventmq/emq/emqp"
 )
 
 func newSendCmd() *cobra.Command {
@@ -42,6 +48,16 @@ script or an emq worker --exec command has them, the job joins that trace;
 with the OTEL_* variables set (OTEL_EXPORTER_OTLP_ENDPOINT, ...) emq send
 exports its own span too.
 
+--bulk FILE sends the jobs of FILE ("-": standard input), JSON lines: one
+object a line, {"queue": "q", "payload": "text"} or "payload_b64":
+"base64", "headers": "a:1,b" or {"a": 1, "b": true}, "msgid": "optional";
+a line without queue goes to --queue. They go --bulk-size at a time, each
+BULK stored whole or not at all (the broker's --max-bulk bounds it), and
+their msgids are printed in order as each is stored. A refused BULK stops
+emq send, naming its first refused job by line; the BULKs before it are
+stored. The other job flags do not apply with --bulk: headers are the
+lines'.
+
 Exit status: 0 the job was stored (and, with --reply, answered); 3 it was
 refused as a duplicate of a job holding its --unique key; 1 any other
 failure.`,
@@ -62,12 +78,20 @@ failure.`,
 	f.String("after-failed", "", "with --after or --after-batch: cancel (the default) or run, when one of them fails")
 	f.String("batch", "", "the batch the job joins (header batch)")
 	f.Bool("batch-open", false, "with --batch: the batch stays open for more jobs (header batch-open)")
-	f.Duration("wait", defaultWait, "how long to wait for the ACK (or the REPLY)")
+	f.Duration("wait", defaultWait, "how long to wait for the ACK (or the REPLY); with --bulk, for each BULK's")
+	f.String("bulk", "", `send the jobs of this file of JSON lines ("-": standard input) in BULKs, each stored whole or not at all`)
+	f.Int("bulk-size", 1000, "with --bulk: jobs in one BULK")
 	addSecurityFlags(f)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
 		if err != nil {
 			return err
+		}
+		if file := c.str("bulk"); file != "" {
+			if len(args) > 0 {
+				return errors.New("bulk: the jobs come from the file, not an argument")
+			}
+			return sendBulk(cmd, c, file)
 		}
 		payload, err := readPayload(cmd.InOrStdin(), args)
 		if err != nil {
@@ -193,4 +217,146 @@ func readPayload(stdin io.Reader, args []string) ([]byte, error) {
 		return b, nil
 	}
 	return []byte(args[0]), nil
+}
+
+// bulkLine is one line of emq send --bulk's file.
+type bulkLine struct {
+	Queue      string          `json:"queue"`
+	Payload    *string         `json:"payload"`
+	PayloadB64 *string         `json:"payload_b64"`
+	Headers    json.RawMessage `json:"headers"` // "a:1,b" or {"a": 1, "b": true}
+	MsgID      string          `json:"msgid"`
+}
+
+// sendBulk sends the jobs of file in BULKs of --bulk-size and prints
+// their msgids as each BULK is stored.
+func sendBulk(cmd *cobra.Command, c *config, file string) error {
+	size, err := c.integer("bulk-size")
+	if err != nil {
+		return err
+	}
+	if size < 1 {
+		return fmt.Errorf("bulk-size: %d: want 1 or more", size)
+	}
+	wait, err := c.duration("wait")
+	if err != nil {
+		return err
+	}
+	in := cmd.InOrStdin()
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return fmt.Errorf("bulk: %w", err)
+		}
+		defer f.Close()
+		in = f
+	}
+	sec, err := securityFrom(c)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cl, err := client.New(client.Options{Broker: c.str("broker"), Security: sec, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var jobs []client.BulkJob
+	var lines []int // of the jobs
+	send := func() error {
+		ctx, cancel := context.WithTimeout(traceFromEnv(cmd.Context()), wait)
+		defer cancel()
+		ids, err := cl.SendBulk(ctx, jobs)
+		var be *client.BulkError
+		if errors.As(err, &be) && be.Index >= 0 {
+			err = fmt.Errorf("line %d: %w", lines[be.Index], err)
+			if errors.Is(err, client.ErrDuplicate) {
+				return exitError{exitDuplicate, err}
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		jobs, lines = jobs[:0], lines[:0]
+		_, err = fmt.Fprintln(cmd.OutOrStdout(), strings.Join(ids, "\n"))
+		return err
+	}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), 1<<30)
+	n, total := 0, 0
+	for sc.Scan() {
+		n++
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		j, err := bulkJob(line, c.str("queue"))
+		if err != nil {
+			return fmt.Errorf("bulk: line %d: %w", n, err)
+		}
+		jobs, lines = append(jobs, j), append(lines, n)
+		total++
+		if len(jobs) == size {
+			if err := send(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("bulk: reading line %d: %w", n+1, err)
+	}
+	if len(jobs) > 0 {
+		return send()
+	}
+	if total == 0 {
+		return errors.New("bulk: the file holds no job")
+	}
+	return nil
+}
+
+// bulkJob reads one line of a --bulk file.
+func bulkJob(line []byte, queue string) (client.BulkJob, error) {
+	var l bulkLine
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&l); err != nil {
+		return client.BulkJob{}, fmt.Errorf("not a job object (queue, payload or payload_b64, headers, msgid): %w", err)
+	}
+	if l.Queue != "" {
+		queue = l.Queue
+	}
+	j := client.BulkJob{Queue: queue}
+	switch {
+	case l.Payload != nil && l.PayloadB64 != nil:
+		return j, errors.New("payload and payload_b64: give one")
+	case l.Payload != nil:
+		j.Payload = []byte(*l.Payload)
+	case l.PayloadB64 != nil:
+		b, err := base64.StdEncoding.DecodeString(*l.PayloadB64)
+		if err != nil {
+			return j, fmt.Errorf("payload_b64: %w", err)
+		}
+		j.Payload = b
+	}
+	text := string(l.Headers)
+	if len(l.Headers) > 0 && l.Headers[0] == '"' {
+		if err := json.Unmarshal(l.Headers, &text); err != nil {
+			return j, fmt.Errorf("headers: %w", err)
+		}
+	}
+	if text == "null" {
+		text = ""
+	}
+	h, err := emqp.ParseHeaders(text)
+	if err != nil {
+		return j, err
+	}
+	for _, item := range h.Items() {
+		j.Options = append(j.Options, client.Header(item.Name, item.Value))
+	}
+	if l.MsgID != "" {
+		j.Options = append(j.Options, client.MsgID(l.MsgID))
+	}
+	return j, nil
 }

@@ -197,3 +197,46 @@ func BenchmarkBudgetUncontended(b *testing.B) {
 		bg.Release(h)
 	}
 }
+
+// A message of many frames (a BULK) is taken up to Options.MaxFrames;
+// its small frames past MaxFrames are counted in the budget, so many
+// small frames cannot hold memory the budget does not see; one frame
+// more is refused with a TooManyFramesError naming the frames read.
+func TestManyFramesCountInTheBudget(t *testing.T) {
+	t.Parallel()
+	budget := NewBudget(8 << 20)
+	in := &heldInbox{got: make(chan struct{}, 16)}
+	refused := make(chan error, 4)
+	const most = 1000
+	r, err := Listen("tcp://127.0.0.1:0", Options{Receive: in.receive, MaxFrames: most,
+		Refused: func(_ string, err error) [][]byte { refused <- err; return nil }, Budget: budget, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	msg := make([][]byte, most)
+	for i := range msg {
+		msg[i] = make([]byte, 100)
+	}
+	c := dial(t, r, "many")
+	if err := c.WriteMsgs(msg); err != nil {
+		t.Fatal(err)
+	}
+	<-in.got
+	in.mu.Lock()
+	got, held := len(in.msgs[0]), in.held[0]
+	in.mu.Unlock()
+	if want := int64(most-MaxFrames) * (100 + frameCost); got != most || held.total() != want || budget.Used() != want {
+		t.Fatalf("%d frames holding %v (budget %d); want %d frames holding %d", got, held, budget.Used(), most, want)
+	}
+	budget.Release(held)
+	_ = c.WriteMsgs(append(msg, []byte("one too many")))
+	var tm *TooManyFramesError
+	if err := <-refused; !errors.As(err, &tm) || !errors.Is(err, ErrTooManyFrames) || len(tm.Frames) != most {
+		t.Fatalf("refused with %v, want a TooManyFramesError after %d frames", err, most)
+	}
+	if _, err := c.ReadMsg(); err == nil {
+		t.Fatal("the connection stayed after a message of too many frames")
+	}
+	testutil.Eventually(t, "the refused message's room back", func() bool { return budget.Used() == 0 })
+}

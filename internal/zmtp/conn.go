@@ -25,8 +25,12 @@ const (
 
 // Limits and defaults.
 const (
-	// MaxFrames is the most frames one message may have; eMQP needs 9.
+	// MaxFrames is the most frames one message may have unless the
+	// Router's Options.MaxFrames allows more; eMQP needs 9, but for BULK.
 	MaxFrames = 64
+	// frameCost is what a small frame beyond MaxFrames is counted in the
+	// budget besides its body: its slice header.
+	frameCost = 24
 	// DefaultMaxFrameSize is the largest frame body accepted by default.
 	DefaultMaxFrameSize = 256 << 20
 
@@ -42,6 +46,21 @@ const (
 	lingerTime  = time.Second
 	lingerBytes = 4 << 20 // dropped at most after a last message
 )
+
+// TooManyFramesError reports a message with more frames than allowed
+// (Options.MaxFrames). Frames holds those read, so that the refusal can
+// name the message; it matches ErrTooManyFrames.
+type TooManyFramesError struct {
+	Max    int
+	Frames [][]byte
+}
+
+func (e *TooManyFramesError) Error() string {
+	return fmt.Sprintf("zmtp: message has more than %d frames", e.Max)
+}
+
+// Is matches ErrTooManyFrames.
+func (e *TooManyFramesError) Is(target error) bool { return target == ErrTooManyFrames }
 
 // Errors of a connection.
 var (
@@ -91,10 +110,12 @@ type Conn struct {
 	arena []byte
 
 	// A Router's connections share its receive budget (nil: none).
-	budget *Budget
-	held   Held          // of the message being read
-	done   chan struct{} // closed by Close: a wait for the budget ends
-	once   sync.Once
+	budget    *Budget
+	held      Held          // of the message being read
+	maxFrames int           // 0 = MaxFrames
+	many      bool          // the message being read is past MaxFrames: small frames count too
+	done      chan struct{} // closed by Close: a wait for the budget ends
+	once      sync.Once
 
 	wmu      sync.Mutex
 	wbuf     []byte
@@ -195,8 +216,8 @@ func (c *Conn) ReadMsg() ([][]byte, error) {
 // readMsg is ReadMsg with what the message holds of the budget, for the
 // receiver to release; on an error it holds nothing.
 func (c *Conn) readMsg() (_ [][]byte, _ Held, err error) {
-	frames := make([][]byte, 0, 8) // an eMQP message has 4 to 9
-	c.held = Held{}
+	frames := make([][]byte, 0, 8) // an eMQP message has 4 to 9, but for BULK
+	c.held, c.many = Held{}, false
 	defer func() {
 		if err != nil { // what the message held is given back
 			c.budget.Release(c.held)
@@ -227,10 +248,14 @@ func (c *Conn) readMsg() (_ [][]byte, _ Held, err error) {
 			c.held = Held{}
 			continue
 		}
-		if len(frames) == MaxFrames {
-			return nil, Held{}, ErrTooManyFrames
+		if len(frames) == max(c.maxFrames, MaxFrames) {
+			return nil, Held{}, &TooManyFramesError{Max: len(frames), Frames: frames}
 		}
 		frames = append(frames, body)
+		// Past MaxFrames (a BULK) the arena's small frames are counted in
+		// the budget too, with their slice headers: many small frames
+		// hold memory as one large one does.
+		c.many = len(frames) >= MaxFrames
 		if flags&flagMore == 0 {
 			return frames, c.held, nil
 		}
@@ -256,6 +281,18 @@ func (c *Conn) readFrame() (byte, []byte, error) {
 	}
 	if size > c.max {
 		return 0, nil, &TooLargeError{Size: size, Max: c.max}
+	}
+	if c.budget != nil && size <= ArenaMax && c.many {
+		n := int64(size) + frameCost
+		if limit := c.budget.pools[0].max; c.held.small+n > limit { // the small pool's, set once
+			return 0, nil, &TooLargeError{Size: size, Max: uint64(max(limit-c.held.small, 0)), Budget: true}
+		}
+		t := time.NewTimer(minGrace) // the message holds room already
+		defer t.Stop()
+		if !c.budget.acquire(n, c.done, t.C) {
+			return 0, nil, &NoRoomError{}
+		}
+		c.held.add(n)
 	}
 	if c.budget != nil && size > ArenaMax {
 		copies := uint64(1)

@@ -19,7 +19,10 @@ import (
 
 // Options configure a Router.
 type Options struct {
-	MaxFrameSize     int64         // largest frame body; 0 = DefaultMaxFrameSize
+	MaxFrameSize int64 // largest frame body; 0 = DefaultMaxFrameSize
+	// MaxFrames is the most frames a message may have; 0 = MaxFrames.
+	// Beyond MaxFrames even small frames are counted in the Budget.
+	MaxFrames        int
 	HandshakeTimeout time.Duration // for the ZMTP handshake; 0 = 5s
 	WriteTimeout     time.Duration // a write blocked this long drops the peer; 0 = 10s
 	SendQueue        int           // sends (each one message or a batch) queued per connection; 0 = 8192
@@ -271,7 +274,7 @@ func (r *Router) serve(nc net.Conn, release func()) {
 		return
 	}
 	c.wtimeout = r.opts.WriteTimeout
-	c.budget = r.opts.Budget
+	c.budget, c.maxFrames = r.opts.Budget, r.opts.MaxFrames
 	id := string(c.Identity)
 	if id == "" {
 		// As libzmq: a generated id starts with a zero byte, which a
@@ -403,7 +406,7 @@ func (rc *routerConn) readLoop() {
 		frames, held, err := rc.readMsg()
 		if err != nil {
 			var tl *TooLargeError
-			if errors.As(err, &tl) || errors.Is(err, ErrNoRoom) {
+			if errors.As(err, &tl) || errors.Is(err, ErrNoRoom) || errors.Is(err, ErrTooManyFrames) {
 				rc.r.opts.Logger.Warn("zmtp: message refused; disconnecting the peer",
 					"id", PrintableID(rc.id), "remote", rc.RemoteAddr().String(), "err", err)
 				if rc.r.opts.Refused != nil {

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/eventmq/emq/emqp"
+	bt "github.com/eventmq/emq/internal/brokertest"
+)
+
+// emq send --bulk FILE: JSON lines stored in BULKs of --bulk-size, their
+// msgids printed in order; a bad job refuses its BULK, named by line.
+func TestSendBulkFile(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", nil)
+	file := filepath.Join(t.TempDir(), "jobs.jsonl")
+	lines := `{"queue": "q", "payload": "one", "msgid": "m1"}
+{"payload_b64": "AP8=", "headers": "priority:5"}
+
+{"queue": "q", "payload": "three", "headers": {"timeout": 30, "reply-requested": true}}
+`
+	if err := os.WriteFile(file, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := emq(t, "", "send", "--broker", b.Frontend(), "--queue", "q", "--bulk", file, "--bulk-size", "2")
+	if err != nil {
+		t.Fatalf("send --bulk: %v\n%s", err, stderr)
+	}
+	ids := strings.Fields(out)
+	if len(ids) != 3 || ids[0] != "m1" {
+		t.Fatalf("printed %q, want 3 msgids, m1 first", out)
+	}
+	w := bt.Worker(t, b.Backend(), "w", "q")
+	w.Ready(3)
+	want := map[string]string{ids[0]: "one", ids[1]: "\x00\xff", ids[2]: "three"}
+	for range 3 {
+		r := bt.Expect[*emqp.Request](w)
+		if string(r.Payload) != want[r.MsgID] {
+			t.Fatalf("job %s: %q, want %q", r.MsgID, r.Payload, want[r.MsgID])
+		}
+		if r.MsgID == ids[2] {
+			if d, err := r.Headers.Timeout(); err != nil || d.Seconds() != 30 {
+				t.Fatalf("the object's headers read as %v", r.Headers)
+			}
+		}
+	}
+
+	bad := `{"queue": "r", "payload": "a"}
+{"queue": "r", "payload": "b", "headers": "priority:99999"}
+`
+	_, stderr, err = emq(t, bad, "send", "--broker", b.Frontend(), "--bulk", "-")
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || !strings.Contains(stderr, "line 2") || !strings.Contains(stderr, "bad_request") {
+		t.Fatalf("a bad line: %v, stderr %q", err, stderr)
+	}
+	_, stderr, err = emq(t, `{"queue": "r", "payload": "a", "colour": "blue"}`, "send", "--broker", b.Frontend(), "--bulk", "-")
+	if !errors.As(err, &exit) || !strings.Contains(stderr, "line 1") || !strings.Contains(stderr, "colour") {
+		t.Fatalf("an unknown field: %v, stderr %q", err, stderr)
+	}
+}
