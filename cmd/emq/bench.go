@@ -54,6 +54,8 @@ publish→received latencies.`,
 	f.Int("priorities", 0, "every job has a priority header, this many values in turn (1: the same on every job; 0: none)")
 	f.Bool("unique", false, "every job has a unique key (a distinct one each)")
 	f.String("batch", "", "every job is in this batch (header batch:NAME)")
+	f.Int("tenants", 0, "every job has a tenant header, this many names in turn (0: none)")
+	f.String("limit", "", "every job names this limiter (header limit:NAME); the bench's own broker makes it so that it never binds")
 	f.String("queue", "bench", "the queue the jobs go to")
 	f.String("backup", "", "back the bench's own broker's journal up into this file 6 s into the run (--backup-after), and say what it cost: jobs/s during it beside jobs/s before it")
 	f.Duration("backup-after", 6*time.Second, "with --backup: when the backup starts (the second before it is warm-up; the rest measures the broker before it)")
@@ -76,7 +78,7 @@ publish→received latencies.`,
 			return err
 		}
 		o := bench.Options{Frontend: c.str("frontend"), Backend: c.str("backend"), Rate: c.v.GetFloat64("rate"),
-			AckOnly: c.v.GetBool("ack-only"), Curve: c.v.GetBool("curve"), Priorities: c.v.GetInt("priorities"), Unique: c.v.GetBool("unique"), Batch: c.str("batch"), Queue: c.str("queue"), BackupTo: c.str("backup")}
+			AckOnly: c.v.GetBool("ack-only"), Curve: c.v.GetBool("curve"), Priorities: c.v.GetInt("priorities"), Unique: c.v.GetBool("unique"), Batch: c.str("batch"), Limit: c.str("limit"), Queue: c.str("queue"), BackupTo: c.str("backup")}
 		if o.Security, err = securityFrom(c); err != nil {
 			return err
 		}
@@ -84,7 +86,7 @@ publish→received latencies.`,
 			return fmt.Errorf("curve: for the bench's own broker; a running broker's keys go in --curve-server-key and --curve-key-file")
 		}
 		for key, dst := range map[string]*int{"senders": &o.Senders, "window": &o.Window, "slots": &o.Slots,
-			"jobs": &o.Jobs, "size": &o.Size, "preload": &o.Preload} {
+			"jobs": &o.Jobs, "size": &o.Size, "preload": &o.Preload, "tenants": &o.Tenants} {
 			if *dst, err = c.integer(key); err != nil {
 				return err
 			}

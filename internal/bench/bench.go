@@ -62,6 +62,11 @@ type Options struct {
 	Priorities        int     // every job has a priority header, this many values in turn (0: none)
 	Unique            bool    // every job has a unique key, its own
 	Batch             string  // every job is in this batch (issue 32 wants it within 10 % of plain jobs)
+	Tenants           int     // every job has a tenant header, this many names in turn (0: none; issue 45 wants 1,000 within 10 % of plain jobs)
+	// Limit: every job names this limiter (header limit:). The bench's own
+	// broker makes it with a concurrency no run reaches, so that it never
+	// binds and what shows is its cost; a running broker must have it.
+	Limit string
 	Queue             string  // the queue the jobs go to ("" = "bench"): benches on one placement of shards pick one each
 	// BackupTo, with the bench's own broker, backs its journal up into
 	// this file BackupAfter into the run: the jobs done a second meanwhile,
@@ -325,6 +330,12 @@ func jobOptions(o Options, i int64, id string) []client.Option {
 	if o.Unique {
 		opts = append(opts, client.Unique("bench-"+id, 0))
 	}
+	if o.Tenants > 0 {
+		opts = append(opts, client.Header(emqp.HeaderTenant, "t"+strconv.FormatInt(i%int64(o.Tenants), 10)))
+	}
+	if o.Limit != "" {
+		opts = append(opts, client.Header(emqp.HeaderLimit, o.Limit))
+	}
 	return opts
 }
 
@@ -377,6 +388,12 @@ func startBroker(ctx context.Context, o *Options, commits *commitCount) (_ *brok
 	})
 	if err != nil {
 		return nil, nil, 0, err
+	}
+	if o.Limit != "" {
+		if err := b.SetLimiter(ctx, o.Limit, store.LimiterSettings{Concurrency: store.MaxConcurrency}); err != nil {
+			stop()
+			return nil, nil, 0, fmt.Errorf("making limiter %s: %w", o.Limit, err)
+		}
 	}
 	o.Frontend, o.Backend = b.Frontend(), b.Backend()
 	return b, stop, time.Since(start), nil
