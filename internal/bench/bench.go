@@ -67,7 +67,7 @@ type Options struct {
 	// broker makes it with a concurrency no run reaches, so that it never
 	// binds and what shows is its cost; a running broker must have it.
 	Limit string
-	Queue             string  // the queue the jobs go to ("" = "bench"): benches on one placement of shards pick one each
+	Queue string // the queue the jobs go to ("" = "bench"): benches on one placement of shards pick one each
 	// BackupTo, with the bench's own broker, backs its journal up into
 	// this file BackupAfter into the run: the jobs done a second meanwhile,
 	// beside those from the first second to its start, show what a
