@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/eventmq/emq/emqp"
@@ -75,6 +76,9 @@ func (b *Broker) handleBulk(from peerKey, m *emqp.Bulk, held zmtp.Held) {
 		return
 	case len(m.Jobs) > b.opts.maxBulk():
 		b.refuse(from, m.MsgID, emqp.CodeTooLarge, fmt.Sprintf("a BULK of %d jobs is over the broker's limit of %d (max-bulk)", len(m.Jobs), b.opts.maxBulk()))
+		return
+	case len(m.Jobs) > b.journalMaxBulk():
+		b.refuse(from, m.MsgID, emqp.CodeTooLarge, fmt.Sprintf("a BULK of %d jobs is over what this journal stores in one transaction, %d jobs (on etcd: its --max-txn-ops); send smaller bulks", len(m.Jobs), b.journalMaxBulk()))
 		return
 	}
 	seen := make(map[string]int, len(m.Jobs))
@@ -213,4 +217,13 @@ func (b *Broker) unparkAfter(j *job) {
 	for _, p := range parked {
 		b.handleBulk(p.from, p.m, p.held)
 	}
+}
+
+// journalMaxBulk is the most jobs the journal stores in one AppendBulk
+// (store.Core.MaxBulk: etcd's transaction limit), or no limit.
+func (b *Broker) journalMaxBulk() int {
+	if j, ok := b.journal.(interface{ MaxBulk() int }); ok && j.MaxBulk() > 0 {
+		return j.MaxBulk()
+	}
+	return math.MaxInt
 }

@@ -231,3 +231,32 @@ func TestBulkMalformed(t *testing.T) {
 	}
 	c.Request("q", "", nil) // still serving
 }
+
+// A BULK larger than the journal stores in one transaction (etcd's
+// --max-txn-ops) is refused whole, saying so, before anything is written;
+// one that fits is stored.
+func TestBulkOverTheJournalsTransaction(t *testing.T) {
+	backends(t, func(t *testing.T, start func(edit func(*broker.Options)) *bt.Broker) {
+		b := start(nil)
+		c := bt.Dial(t, b.Frontend(), "")
+		most := 128 // etcd's default --max-txn-ops
+		if t.Name() == "TestBulkOverTheJournalsTransaction/bbolt" {
+			most = broker.DefaultMaxBulk
+		}
+		if most < broker.DefaultMaxBulk {
+			over := newBulk(t, "q", most+1, nil)
+			c.Send(over)
+			if e := bt.Expect[*emqp.Error](c); e.RefMsgID != over.MsgID || e.Code != emqp.CodeTooLarge || !strings.Contains(e.Text, fmt.Sprintf("%d jobs", most)) {
+				t.Fatalf("ERROR %+v, want too_large saying the journal stores %d jobs in one", e, most)
+			}
+		}
+		fits := newBulk(t, "q", min(most, 1000), nil)
+		c.Send(fits)
+		if a := bt.Expect[*emqp.Ack](c); a.AckedID != fits.MsgID {
+			t.Fatalf("ACK for %s, want the bulk %s", a.AckedID, fits.MsgID)
+		}
+		if ids := storedIDs(t, b, "q"); len(ids) != len(fits.Jobs) {
+			t.Fatalf("%d jobs stored, want %d", len(ids), len(fits.Jobs))
+		}
+	})
+}
