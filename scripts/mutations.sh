@@ -51,6 +51,18 @@ m logged-damage-sealed-good ./store/boltstore/ TestCheckpointKeepsTheDamageOfALo
 m view-not-pinned ./store/boltstore/ TestReadBeforeACheckpointOutlivesItsSegments store/boltstore/log.go $'\tpin := j.pin()\n\tj.mu.Unlock()\n\tdefer j.unpin(pin)' $'\tj.mu.Unlock()'
 m checkpoint-moved-each-tx ./store/boltstore/ TestCrashBetweenTheTransactionsOfACheckpoint store/boltstore/checkpoint.go $'\t\t\t\t\tfrom = next\n\t\t\t\t\treturn nil' $'\t\t\t\t\tfrom = next\n\t\t\t\t\treturn tx.Bucket(store.BucketMeta).Put(checkpointKey, sealed(store.BucketMeta, checkpointKey, at.encode()))'
 
+# A BULK all or nothing: its jobs tried on a stage, put in the
+# transaction only once every one is taken; the broker refusing the whole
+# bulk for one bad job.
+m bulk-without-stage ./broker/ TestBulkUniqueKeys store/bulk.go $'\t\t\ts := &stage{Tx: t, latest: map[string]int{}}\n\t\t\tfor i, op := range ops {\n\t\t\t\tif err := op.apply(s); err != nil {' $'\t\t\ts := &stage{Tx: t, latest: map[string]int{}}\n\t\t\tfor i, op := range ops {\n\t\t\t\tif err := op.apply(t); err != nil {'
+m bulk-bad-job-skipped ./broker/ TestBulkAllOrNothing broker/bulk.go $'\t\tif err != nil {\n\t\t\trefuse(i, emqp.CodeBadRequest, err.Error())\n\t\t\treturn\n\t\t}' $'\t\tif err != nil {\n\t\t\tcontinue\n\t\t}'
+# Flow control: a tenant's concurrency, a limiter's room, a limiter that
+# does not exist refused, the tenants' weights.
+m tenant-limit-ignored ./broker/ TestTenantConcurrencyIsNeverExceeded broker/fair.go $'\tok, wait := b.room(t.lim, t.running, &t.rate, c)' $'\tok, wait := true, time.Duration(0)'
+m limiter-ignored ./broker/ TestLimiterSharedByTwoQueues broker/limiters.go $'\t\tok, wait := b.room(lm.lim, lm.running, &lm.rate, c)' $'\t\tok, wait := true, time.Duration(0)'
+m undefined-limiter-taken ./broker/ TestLimiterSharedByTwoQueues broker/limiters.go $'\t\tif b.limiters[name] == nil {\n\t\t\treturn name' $'\t\tif false {\n\t\t\treturn name'
+m weights-ignored ./broker/ TestTenantsTakeTurnsByWeight broker/fair.go $'\t\t\tln.credit = ln.t.weight' $'\t\t\tln.credit = 1'
+
 # The scratch copy: the tree as it is in this checkout (tracked and new
 # files, not ignored ones), beside a link to ../shared, which tests read.
 scratch=$(mktemp -d /tmp/emq-mut-XXXXXX)
