@@ -210,8 +210,8 @@ func (b *Broker) liveQueues() []QueueInfo {
 		index[q] = len(out)
 		qi := QueueInfo{Name: q.name, Pending: q.jobs.len(), Workers: len(q.workers),
 			Acked: q.acked, Replied: q.replied, Failed: q.failed}.WithControls(q.set)
-		if q.jobs.len() > 0 {
-			qi.OldestAge = age(now, q.jobs.oldest())
+		if j := q.jobs.oldest(); j != nil { // nil when every pending job is held back (a tenant blocked, a limiter full)
+			qi.OldestAge = age(now, j)
 		}
 		out = append(out, qi)
 	}
