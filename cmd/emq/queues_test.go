@@ -86,7 +86,7 @@ func TestConfigQueueDefaults(t *testing.T) {
 		os.WriteFile(p, []byte(text), 0o644)
 		return p
 	}
-	good := write("good.yaml", "queues:\n  mail:\n    paused: true\n    concurrency: 4\n  reports:\n    rate: 2.5\n    burst: 3\n")
+	good := write("good.yaml", "queues:\n  mail:\n    paused: true\n    concurrency: 4\n    tenant-concurrency: 2\n  reports:\n    rate: 2.5\n    burst: 3\n    tenant-rate: 0.5\n    tenant-burst: 4\n")
 	c, err := loadConfig(newBrokerCmd().Flags(), "")
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +103,8 @@ func TestConfigQueueDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]store.QueueSettings{"mail": {Paused: true, Concurrency: 4}, "reports": {Rate: 2.5, Burst: 3}}
+	want := map[string]store.QueueSettings{"mail": {Paused: true, Concurrency: 4, TenantConcurrency: 2},
+		"reports": {Rate: 2.5, Burst: 3, TenantRate: 0.5, TenantBurst: 4}}
 	if !reflect.DeepEqual(o.Queues, want) {
 		t.Fatalf("queues: %+v, want %+v", o.Queues, want)
 	}
@@ -113,6 +114,7 @@ func TestConfigQueueDefaults(t *testing.T) {
 		"queues:\n  mail:\n    rate: fast\n":       `queues.mail.rate: "fast" is not a number`,
 		"queues:\n  mail:\n    paused: maybe\n":    `queues.mail.paused: "maybe" is not true or false`,
 		"queues:\n  mail:\n    rate: -1\n":         "queues.mail: invalid queue settings: rate",
+		"queues:\n  mail:\n    tenant-rate: x\n":   `queues.mail.tenant-rate: "x" is not a number`,
 		"queues:\n  mail: 3\n":                     "queues.mail: want paused, concurrency, rate or burst",
 	} {
 		f := write("bad.yaml", text)
