@@ -54,6 +54,23 @@ type API interface {
 	BulkCancel(ctx context.Context, f JobFilter, confirmed bool) (BulkResult, error)
 	PurgeQueue(ctx context.Context, queue string) (int, error)
 	ChangeQueue(ctx context.Context, queue string, c broker.QueueChange) (broker.QueueInfo, error)
+
+	// Tenants lists a page of queue's tenants, the largest backlog first
+	// (offline: those with settings of their own, no counts). ChangeTenant
+	// changes one tenant's own settings (tenant "": the jobs without
+	// one) and returns them as stored.
+	Tenants(ctx context.Context, queue string, offset, limit int) (broker.TenantPage, error)
+	ChangeTenant(ctx context.Context, queue, tenant string, c broker.TenantChange) (store.TenantSettings, error)
+	// Limiters lists the named limiters (offline: without counts);
+	// SetLimiter makes or replaces one; RemoveLimiter deletes one,
+	// store.ErrNotFound when there is none.
+	Limiters(ctx context.Context) ([]broker.LimiterInfo, error)
+	SetLimiter(ctx context.Context, name string, s store.LimiterSettings) error
+	RemoveLimiter(ctx context.Context, name string) error
+	// Why says why a job is where it is (broker.Why); an unknown msgid is
+	// store.ErrNotFound, naming it.
+	Why(ctx context.Context, msgid string) (broker.Why, error)
+
 	Compact(ctx context.Context) (store.CompactStats, error)
 
 	Schedules(ctx context.Context, after string, limit int) (SchedulePage, error)

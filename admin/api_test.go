@@ -397,6 +397,105 @@ var apiCases = []apiCase{
 		n := -1
 		return a.ChangeQueue(ctx, "q", broker.QueueChange{Concurrency: &n})
 	}},
+	{name: "Tenant defaults of a queue", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		n := 4
+		return a.ChangeQueue(ctx, "q", broker.QueueChange{TenantConcurrency: &n})
+	}, check: func(got any, _ fixture, _ bool) error {
+		if q := got.(broker.QueueInfo); q.TenantConcurrency != 4 || !q.Paused {
+			return fmt.Errorf("%+v, want tenant concurrency 4, still paused", q)
+		}
+		return nil
+	}},
+	{name: "A tenant's own settings", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		n, w := 2, 3
+		return a.ChangeTenant(ctx, "q", "acme", broker.TenantChange{Concurrency: &n, Weight: &w})
+	}, check: func(got any, _ fixture, _ bool) error {
+		if ts := got.(store.TenantSettings); ts.Concurrency == nil || *ts.Concurrency != 2 || ts.Weight != 3 || ts.Rate != nil {
+			return fmt.Errorf("%+v, want concurrency 2, weight 3", ts)
+		}
+		return nil
+	}},
+	{name: "The jobs without a tenant", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		r := 1.5
+		return a.ChangeTenant(ctx, "q", "", broker.TenantChange{Rate: &r})
+	}, check: func(got any, _ fixture, _ bool) error {
+		if ts := got.(store.TenantSettings); ts.Rate == nil || *ts.Rate != 1.5 {
+			return fmt.Errorf("%+v, want rate 1.5", ts)
+		}
+		return nil
+	}},
+	{name: "Bad tenant settings", err: store.ErrInvalidJob, call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		w := store.MaxWeight + 1
+		return a.ChangeTenant(ctx, "q", "acme", broker.TenantChange{Weight: &w})
+	}},
+	{name: "A default not known", err: store.ErrInvalidJob, call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		return a.ChangeTenant(ctx, "q", "acme", broker.TenantChange{Default: []string{"colour"}})
+	}},
+	{name: "Tenants", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		return a.Tenants(ctx, "q", 0, 10)
+	}, check: func(got any, _ fixture, online bool) error {
+		p := got.(broker.TenantPage)
+		byName := map[string]broker.TenantInfo{}
+		for _, t := range p.Tenants {
+			byName[t.Name] = t
+		}
+		acme, none := byName["acme"], byName[""]
+		if p.Total != 2 || acme.Concurrency != 2 || acme.Weight != 3 || none.Concurrency != 4 || none.Rate != 1.5 || none.Weight != 1 {
+			return fmt.Errorf("%+v, want acme (concurrency 2, weight 3) and \"\" (the default concurrency 4, rate 1.5)", p)
+		}
+		if online && (p.Tenants[0].Name != "" || none.Pending == 0) {
+			return fmt.Errorf("%+v, want the jobs without a tenant first, by backlog", p)
+		}
+		return nil
+	}},
+	{name: "A page of tenants", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		return a.Tenants(ctx, "q", 1, 1)
+	}, check: func(got any, _ fixture, _ bool) error {
+		if p := got.(broker.TenantPage); p.Total != 2 || len(p.Tenants) != 1 || p.Next != 0 {
+			return fmt.Errorf("%+v, want the second of 2, no next page", p)
+		}
+		return nil
+	}},
+	{name: "Set a limiter", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		if err := a.SetLimiter(ctx, "partner-api", store.LimiterSettings{Concurrency: 5, Rate: 25, Burst: 10}); err != nil {
+			return nil, err
+		}
+		return a.Limiters(ctx)
+	}, check: func(got any, _ fixture, _ bool) error {
+		ls := got.([]broker.LimiterInfo)
+		if len(ls) != 1 || ls[0].Name != "partner-api" || ls[0].LimiterSettings != (store.LimiterSettings{Concurrency: 5, Rate: 25, Burst: 10}) {
+			return fmt.Errorf("%+v, want partner-api", ls)
+		}
+		return nil
+	}},
+	{name: "A limiter that limits nothing", err: store.ErrInvalidJob, call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		return nil, a.SetLimiter(ctx, "idle", store.LimiterSettings{Burst: 3})
+	}},
+	{name: "Remove the limiter", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		if err := a.RemoveLimiter(ctx, "partner-api"); err != nil {
+			return nil, err
+		}
+		return a.Limiters(ctx)
+	}, check: func(got any, _ fixture, _ bool) error {
+		if ls := got.([]broker.LimiterInfo); len(ls) != 0 {
+			return fmt.Errorf("%+v, want none", ls)
+		}
+		return nil
+	}},
+	{name: "Remove it again", err: store.ErrNotFound, call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		return nil, a.RemoveLimiter(ctx, "partner-api")
+	}},
+	{name: "Why a job of a paused queue waits", needsBroker: true, call: func(ctx context.Context, a admin.API, f fixture) (any, error) {
+		return a.Why(ctx, f.pending)
+	}, check: func(got any, f fixture, _ bool) error {
+		if w := got.(broker.Why); w.MsgID != f.pending || w.Reason != broker.WhyQueuePaused || !strings.Contains(w.Sentence, "paused") {
+			return fmt.Errorf("%+v, want queue_paused", w)
+		}
+		return nil
+	}},
+	{name: "Why of an unknown job", needsBroker: true, err: store.ErrNotFound, call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		return a.Why(ctx, "nope")
+	}},
 	{name: "Add a schedule", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
 		return a.AddSchedule(ctx, admin.ScheduleSpec{Queue: "q", Every: "1h", Headers: "nohaste,schedule-id:hourly", Payload: "tick"})
 	}, check: func(got any, _ fixture, _ bool) error {

@@ -231,6 +231,33 @@ func (c *Client) ChangeQueue(ctx context.Context, queue string, ch broker.QueueC
 	return qi, c.send(ctx, "POST", "/api/v1/queues/"+url.PathEscape(queue)+"/settings", ch, &qi)
 }
 
+func (c *Client) Tenants(ctx context.Context, queue string, offset, limit int) (p broker.TenantPage, err error) {
+	q := url.Values{"offset": {strconv.Itoa(offset)}, "limit": {strconv.Itoa(limit)}}
+	return p, c.call(ctx, "GET", "/api/v1/queues/"+url.PathEscape(queue)+"/tenants?"+q.Encode(), &p)
+}
+
+// ChangeTenant sends PATCH .../tenants/NAME; the tenant "" is the path
+// ending in /tenants/.
+func (c *Client) ChangeTenant(ctx context.Context, queue, tenant string, ch broker.TenantChange) (s store.TenantSettings, err error) {
+	return s, c.send(ctx, "PATCH", "/api/v1/queues/"+url.PathEscape(queue)+"/tenants/"+url.PathEscape(tenant), ch, &s)
+}
+
+func (c *Client) Limiters(ctx context.Context) (ls []broker.LimiterInfo, err error) {
+	return ls, c.call(ctx, "GET", "/api/v1/limiters", &ls)
+}
+
+func (c *Client) SetLimiter(ctx context.Context, name string, s store.LimiterSettings) error {
+	return c.send(ctx, "PUT", "/api/v1/limiters/"+url.PathEscape(name), s, nil)
+}
+
+func (c *Client) RemoveLimiter(ctx context.Context, name string) error {
+	return c.call(ctx, "DELETE", "/api/v1/limiters/"+url.PathEscape(name), nil)
+}
+
+func (c *Client) Why(ctx context.Context, msgid string) (w broker.Why, err error) {
+	return w, c.call(ctx, "GET", "/api/v1/jobs/"+url.PathEscape(msgid)+"/why", &w)
+}
+
 // ImportJobs sends jobs of queue, as another shard's journal holds them,
 // to the broker, which stores those it does not hold yet
 // (broker.ImportJobs). It needs the full admin token.

@@ -43,6 +43,12 @@
 //	POST   /api/v1/dead/retry, /dead/remove?FILTERS[&confirm=yes]   every dead job the filters match; counts only without confirm
 //	POST   /api/v1/queues/{queue}/purge?confirm={queue}   delete the queue's pending jobs
 //	POST   /api/v1/queues/{queue}/pause, /resume, /settings   an operator's controls
+//	GET    /api/v1/queues/{queue}/tenants?offset=&limit=   a broker.TenantPage, the largest backlog first
+//	PATCH  /api/v1/queues/{queue}/tenants/{tenant}   a tenant's own settings (broker.TenantChange); .../tenants/ is the tenant ""
+//	GET    /api/v1/limiters                  []broker.LimiterInfo, by name
+//	PUT    /api/v1/limiters/{name}           make or replace a named limiter (store.LimiterSettings)
+//	DELETE /api/v1/limiters/{name}
+//	GET    /api/v1/jobs/{msgid}/why          why the job is where it is: a broker.Why (flow.go)
 //	GET    /api/v1/events?queue=&msgid=      Server-Sent Events as things happen (sse.go)
 //	POST   /api/v1/compact                   rewrite the journal without free space
 //	GET    /api/v1/schedules?limit=&after=    a SchedulePage, by id

@@ -201,6 +201,26 @@ func (l *Live) ChangeQueue(ctx context.Context, queue string, c broker.QueueChan
 	return broker.QueueInfo{Name: queue}.WithControls(s), err
 }
 
+func (l *Live) Tenants(ctx context.Context, queue string, offset, limit int) (broker.TenantPage, error) {
+	return l.b.Tenants(ctx, queue, offset, limit)
+}
+
+func (l *Live) ChangeTenant(ctx context.Context, queue, tenant string, c broker.TenantChange) (store.TenantSettings, error) {
+	return l.b.ChangeTenant(ctx, queue, tenant, c)
+}
+
+func (l *Live) Limiters(ctx context.Context) ([]broker.LimiterInfo, error) { return l.b.Limiters(ctx) }
+
+func (l *Live) SetLimiter(ctx context.Context, name string, s store.LimiterSettings) error {
+	return l.b.SetLimiter(ctx, name, s)
+}
+
+func (l *Live) RemoveLimiter(ctx context.Context, name string) error {
+	return l.b.RemoveLimiter(ctx, name)
+}
+
+func (l *Live) Why(ctx context.Context, msgid string) (broker.Why, error) { return l.b.Why(ctx, msgid) }
+
 func (l *Live) Compact(context.Context) (store.CompactStats, error) { return l.b.Compact() }
 
 func (l *Live) Schedules(_ context.Context, after string, limit int) (SchedulePage, error) {

@@ -138,6 +138,15 @@ var (
 	descSchedules  = prometheus.NewDesc("emq_schedules", "Schedules the broker keeps, by state.", []string{"state"}, nil)
 )
 
+// Flow control's figures: counts over every tenant and limiter, never a
+// series of each (there may be millions of tenants).
+var (
+	descTenantsBacklog = prometheus.NewDesc("emq_tenants_with_backlog", "Tenants (of every queue) with jobs pending.", nil, nil)
+	descTenantsBlocked = prometheus.NewDesc("emq_tenants_blocked", "Tenants at their concurrency or rate: their jobs wait, the others run.", nil, nil)
+	descLimitersFull   = prometheus.NewDesc("emq_limiters_full", "Named limiters without room now: at their concurrency, or jobs waiting in their line.", nil, nil)
+	descLimiterWaiting = prometheus.NewDesc("emq_limiter_waiting_jobs", "Jobs waiting in named limiters' lines for room.", nil, nil)
+)
+
 var (
 	descPublished = prometheus.NewDesc("emq_pubsub_published_total", "PUBLISH messages fanned out.", nil, nil)
 	descDelivered = prometheus.NewDesc("emq_pubsub_delivered_total", "Published messages written to subscribers.", nil, nil)
@@ -165,7 +174,7 @@ func (c brokerCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descQPaused, descQConc, descQRate,
 		descListeners, descConns, descRefused, descHandshake, descWorkers, descScheds, descFreeSlots, descErrors, descCache, descReceived, descReceiveMax,
-		descSending, descSchedules, descPublished, descDelivered, descDropped, descSubRefused, descSubs, descSubPrefix, descPubQueued, descLastValues} {
+		descSending, descSchedules, descTenantsBacklog, descTenantsBlocked, descLimitersFull, descLimiterWaiting, descPublished, descDelivered, descDropped, descSubRefused, descSubs, descSubPrefix, descPubQueued, descLastValues} {
 		ch <- d
 	}
 }
@@ -232,4 +241,10 @@ func (c brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descSending, float64(s.SendQueueBytes))
 	gauge(descReceived, float64(s.ReceivedBytes))
 	gauge(descReceiveMax, float64(s.ReceiveLimit))
+	if f, err := b.Flow(ctx); err == nil {
+		gauge(descTenantsBacklog, float64(f.TenantsWithBacklog))
+		gauge(descTenantsBlocked, float64(f.TenantsBlocked))
+		gauge(descLimitersFull, float64(f.LimitersFull))
+		gauge(descLimiterWaiting, float64(f.LimiterWaiting))
+	}
 }

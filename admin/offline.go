@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/eventmq/emq/broker"
@@ -198,6 +199,102 @@ func (o *Offline) ChangeQueue(_ context.Context, queue string, c broker.QueueCha
 		return broker.QueueInfo{}, err
 	}
 	return broker.QueueInfo{Name: queue}.WithControls(s), nil
+}
+
+// Tenants lists the tenants of queue with settings of their own, by
+// name, with the limits that apply to them: what the journal holds (how
+// many jobs each has only a running broker knows).
+func (o *Offline) Tenants(_ context.Context, queue string, offset, limit int) (broker.TenantPage, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	all, err := o.j.TenantSettings()
+	if err != nil {
+		return broker.TenantPage{}, err
+	}
+	controls, err := o.j.QueueSettings()
+	if err != nil {
+		return broker.TenantPage{}, err
+	}
+	q := controls[queue]
+	var ts []broker.TenantInfo
+	for name, own := range all[queue] {
+		t := broker.TenantInfo{Name: name, Own: own, Concurrency: q.TenantConcurrency, Rate: q.TenantRate,
+			Burst: q.TenantBurst, Weight: max(1, own.Weight)}
+		if own.Concurrency != nil {
+			t.Concurrency = *own.Concurrency
+		}
+		if own.Rate != nil {
+			t.Rate = *own.Rate
+		}
+		if own.Burst != nil {
+			t.Burst = *own.Burst
+		}
+		ts = append(ts, t)
+	}
+	sort.Slice(ts, func(i, k int) bool { return ts[i].Name < ts[k].Name })
+	page := broker.TenantPage{Total: len(ts)}
+	if offset < len(ts) {
+		page.Tenants = ts[offset:min(len(ts), offset+limit)]
+		if offset+limit < len(ts) {
+			page.Next = offset + limit
+		}
+	}
+	return page, nil
+}
+
+// ChangeTenant changes a tenant's stored settings; the broker that opens
+// the journal next applies them.
+func (o *Offline) ChangeTenant(_ context.Context, queue, tenant string, c broker.TenantChange) (store.TenantSettings, error) {
+	all, err := o.j.TenantSettings()
+	if err != nil {
+		return store.TenantSettings{}, err
+	}
+	s, err := c.Apply(all[queue][tenant])
+	if err != nil {
+		return store.TenantSettings{}, err
+	}
+	if _, err := store.Wait(func(done func(struct{}, error)) {
+		o.j.PutTenantSettings(queue, tenant, s, func(err error) { done(struct{}{}, err) })
+	}); err != nil {
+		return store.TenantSettings{}, err
+	}
+	return s, nil
+}
+
+// Limiters lists the stored limiters, by name (what waits for them only
+// a running broker knows).
+func (o *Offline) Limiters(context.Context) ([]broker.LimiterInfo, error) {
+	stored, err := o.j.Limiters()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]broker.LimiterInfo, 0, len(stored))
+	for name, s := range stored {
+		out = append(out, broker.LimiterInfo{Name: name, LimiterSettings: s})
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].Name < out[k].Name })
+	return out, nil
+}
+
+func (o *Offline) SetLimiter(_ context.Context, name string, s store.LimiterSettings) error {
+	_, err := store.Wait(func(done func(struct{}, error)) {
+		o.j.PutLimiter(name, s, func(err error) { done(struct{}{}, err) })
+	})
+	return err
+}
+
+func (o *Offline) RemoveLimiter(_ context.Context, name string) error {
+	found, err := store.Wait(func(done func(bool, error)) { o.j.RemoveLimiter(name, done) })
+	if err == nil && !found {
+		err = fmt.Errorf("limiter %q: %w", name, store.ErrNotFound)
+	}
+	return err
+}
+
+// Why needs a running broker: where a job waits is the broker's.
+func (o *Offline) Why(context.Context, string) (broker.Why, error) {
+	return broker.Why{}, ErrNeedsBroker
 }
 
 func (o *Offline) Compact(context.Context) (store.CompactStats, error) { return broker.Compact(o.j) }

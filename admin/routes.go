@@ -146,6 +146,7 @@ func (s *Server) Handler() http.Handler {
 		})
 	})
 	s.controlRoutes(mux)
+	s.flowRoutes(mux)
 	mux.HandleFunc("GET /api/v1/events", s.serveEvents)
 	s.scheduleRoutes(mux)
 	s.batchRoutes(mux)
@@ -303,7 +304,7 @@ func (s *Server) controlRoutes(mux *http.ServeMux) {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&c); err != nil {
-			refuse(w, http.StatusBadRequest, "invalid", "queue settings: want a JSON object of paused, concurrency, rate, burst: "+err.Error())
+			refuse(w, http.StatusBadRequest, "invalid", "queue settings: want a JSON object of paused, concurrency, rate, burst, tenant_concurrency, tenant_rate, tenant_burst: "+err.Error())
 			return
 		}
 		change(w, r, c)

@@ -110,6 +110,10 @@ type QueueInfo struct {
 	Concurrency int     `json:"concurrency,omitempty"` // jobs in flight at most; 0 = no limit
 	Rate        float64 `json:"rate,omitempty"`        // dispatches a second at most; 0 = no limit
 	Burst       int     `json:"burst,omitempty"`
+	// The defaults of each of its tenants (emq queues set --tenant-*).
+	TenantConcurrency int     `json:"tenant_concurrency,omitempty"`
+	TenantRate        float64 `json:"tenant_rate,omitempty"`
+	TenantBurst       int     `json:"tenant_burst,omitempty"`
 
 	// Jobs ACKed, replied and failed since the broker last had this queue
 	// in memory (it forgets a queue without jobs or workers): a dashboard
@@ -122,6 +126,7 @@ type QueueInfo struct {
 // WithControls is qi with the controls s.
 func (qi QueueInfo) WithControls(s store.QueueSettings) QueueInfo {
 	qi.Paused, qi.Concurrency, qi.Rate, qi.Burst = s.Paused, s.Concurrency, s.Rate, s.Burst
+	qi.TenantConcurrency, qi.TenantRate, qi.TenantBurst = s.TenantConcurrency, s.TenantRate, s.TenantBurst
 	return qi
 }
 

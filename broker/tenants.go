@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 
 	"github.com/eventmq/emq/store"
@@ -102,6 +103,12 @@ func (b *Broker) ChangeTenant(ctx context.Context, queue, tenant string, c Tenan
 			})
 		})
 	})
+}
+
+// TenantSettings returns the own settings of queue's tenants, by name, as
+// the journal has them.
+func (b *Broker) TenantSettings(ctx context.Context, queue string) (map[string]store.TenantSettings, error) {
+	return query(ctx, b, func() map[string]store.TenantSettings { return maps.Clone(b.tenantSet[queue]) })
 }
 
 // applyTenant makes s the own settings of a tenant, and lets go what

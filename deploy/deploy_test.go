@@ -252,7 +252,7 @@ scrape_configs:
 			}
 		}
 	}
-	if n != 16 {
-		t.Errorf("prometheus loaded %d rules; want the 16 of %s", n, rulesFile)
+	if n != 17 {
+		t.Errorf("prometheus loaded %d rules; want the 17 of %s", n, rulesFile)
 	}
 }

@@ -488,18 +488,36 @@ type copyStats struct {
 	reading, sending time.Duration
 }
 
-// copyControls sends queue's controls to the shard behind to.
+// copyControls sends queue's controls to the shard behind to: its own,
+// its tenants' defaults and each tenant's own settings. Named limiters
+// are each shard's own: they stay.
 func copyControls(ctx context.Context, b *broker.Broker, to *admin.Client, queue string) error {
 	qs, err := b.Queues(ctx)
 	if err != nil {
 		return err
 	}
 	for _, q := range qs {
-		if q.Name == queue && (q.Paused || q.Concurrency > 0 || q.Rate > 0) {
-			c := broker.QueueChange{Paused: &q.Paused, Concurrency: &q.Concurrency, Rate: &q.Rate, Burst: &q.Burst}
+		if q.Name == queue && (q.Paused || q.Concurrency > 0 || q.Rate > 0 || q.TenantConcurrency > 0 || q.TenantRate > 0 || q.TenantBurst > 0) {
+			c := broker.QueueChange{Paused: &q.Paused, Concurrency: &q.Concurrency, Rate: &q.Rate, Burst: &q.Burst,
+				TenantConcurrency: &q.TenantConcurrency, TenantRate: &q.TenantRate, TenantBurst: &q.TenantBurst}
 			if _, err := to.ChangeQueue(ctx, queue, c); err != nil {
 				return fmt.Errorf("sending the queue's controls: %w", err)
 			}
+		}
+	}
+	tenants, err := b.TenantSettings(ctx, queue)
+	if err != nil {
+		return err
+	}
+	for name, s := range tenants {
+		c := broker.TenantChange{Concurrency: s.Concurrency, Rate: s.Rate, Burst: s.Burst, Weight: &s.Weight}
+		for field, unset := range map[string]bool{"concurrency": s.Concurrency == nil, "rate": s.Rate == nil, "burst": s.Burst == nil} {
+			if unset {
+				c.Default = append(c.Default, field)
+			}
+		}
+		if _, err := to.ChangeTenant(ctx, queue, name, c); err != nil {
+			return fmt.Errorf("sending the settings of tenant %q: %w", name, err)
 		}
 	}
 	return nil

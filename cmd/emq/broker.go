@@ -49,6 +49,7 @@ start).`,
 	f.String("data-dir", d.DataDir, "directory of the journal file "+broker.JournalFile)
 	f.Duration("heartbeat-interval", d.HeartbeatInterval, "HEARTBEAT to each worker this often")
 	f.Duration("heartbeat-timeout", d.HeartbeatTimeout, "a worker silent this long is lost and its jobs requeued")
+	f.Duration("overdue-after", d.OverdueAfter, "a job without a timeout held by a worker this long is overdue: an event, emq_jobs_overdue_total, emq jobs why; it runs on (0 = never)")
 	f.String("max-frame-size", mib(d.MaxFrameSize), "largest frame accepted (bytes, KiB, MiB, GiB)")
 	f.String("max-job-size", mib(int64(d.MaxJobSize)), "largest job stored: payload, headers and ids (bytes, KiB, MiB, GiB)")
 	f.String("journal-segment-size", mib(d.JournalSegmentSize), "size of each write-ahead log segment file beside the journal file (two of them take this much disk at least)")
@@ -342,6 +343,9 @@ func brokerOptions(c *config) (broker.Options, error) {
 		return o, err
 	}
 	if o.HeartbeatTimeout, err = c.duration("heartbeat-timeout"); err != nil {
+		return o, err
+	}
+	if o.OverdueAfter, err = c.duration("overdue-after"); err != nil {
 		return o, err
 	}
 	retain, err := c.duration("retain-done")

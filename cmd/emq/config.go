@@ -130,7 +130,8 @@ func (c *config) size(key string) (int64, error) {
 }
 
 // queueDefaults reads the config file's queues section: for each queue,
-// paused, concurrency, rate and burst. Viper reads keys in lower case,
+// paused, concurrency, rate and burst, and its tenants' defaults
+// tenant-concurrency, tenant-rate and tenant-burst. Viper reads keys in lower case,
 // queue names too.
 func (c *config) queueDefaults() (map[string]store.QueueSettings, error) {
 	raw := c.v.GetStringMap(fileSection)
@@ -156,15 +157,21 @@ func (c *config) queueDefaults() (map[string]store.QueueSettings, error) {
 				s.Burst, err = wholeNumber(val)
 			case "rate":
 				s.Rate, err = strconv.ParseFloat(fmt.Sprint(val), 64)
+			case "tenant-concurrency":
+				s.TenantConcurrency, err = wholeNumber(val)
+			case "tenant-burst":
+				s.TenantBurst, err = wholeNumber(val)
+			case "tenant-rate":
+				s.TenantRate, err = strconv.ParseFloat(fmt.Sprint(val), 64)
 			default:
-				return nil, fmt.Errorf("%s.%s: unknown key (known: paused, concurrency, rate, burst)", prefix, key)
+				return nil, fmt.Errorf("%s.%s: unknown key (known: paused, concurrency, rate, burst, tenant-concurrency, tenant-rate, tenant-burst)", prefix, key)
 			}
 			if err != nil {
 				want := "a number"
 				switch key {
 				case "paused":
 					want = "true or false"
-				case "concurrency", "burst":
+				case "concurrency", "burst", "tenant-concurrency", "tenant-burst":
 					want = "a whole number"
 				}
 				return nil, fmt.Errorf("%s.%s: %q is not %s", prefix, key, fmt.Sprint(val), want)

@@ -82,6 +82,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{env: [2]string{"EMQ_FORWARD_SCHEDULES", "sometimes"}, want: `forward-schedules: "sometimes" is not true or false`},
 		{args: []string{"--frontend", "127.0.0.1:1"}, want: "frontend"},
 		{args: []string{"--heartbeat-timeout", "1ms"}, want: "heartbeat-timeout"},
+		{env: [2]string{"EMQ_OVERDUE_AFTER", "soon"}, want: `overdue-after: "soon" is not a duration`},
+		{args: []string{"--overdue-after", "-1s"}, want: "overdue-after: must be 0 (never) or positive"},
 		{args: []string{"--publisher-incoming", "127.0.0.1:1"}, want: "publisher-incoming"},
 		{args: []string{"--publisher-outgoing", ""}, want: "publisher-outgoing is empty"},
 		{env: [2]string{"EMQ_SUBSCRIBER_HWM", "0"}, want: "subscriber-hwm"},

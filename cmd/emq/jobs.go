@@ -18,7 +18,7 @@ import (
 func newJobsCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "jobs", Short: "List, show, cancel, delete and purge stored jobs"}
 	adminFlags(cmd)
-	cmd.AddCommand(listCmd("ls", "List jobs", ""), showCmd(), removeCmd(), cancelCmd())
+	cmd.AddCommand(listCmd("ls", "List jobs", ""), showCmd(), whyCmd(), removeCmd(), cancelCmd())
 
 	purge := adminCmd("purge --queue Q --yes", "Delete every pending job of a queue", cobra.NoArgs,
 		func(cmd *cobra.Command, a admin.API, c *config, _ []string) error {
@@ -240,6 +240,58 @@ func showCmd() *cobra.Command {
 		})
 	cmd.Flags().Bool("payload", false, "include the whole payload")
 	return cmd
+}
+
+func whyCmd() *cobra.Command {
+	return adminCmd("why MSGID", "Say why a job is where it is: one sentence, then its parts (a running broker's)", cobra.ExactArgs(1),
+		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
+			y, err := a.Why(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return output(cmd, c, y, func(w io.Writer) {
+				fmt.Fprintln(w, y.Sentence)
+				row := func(k string, v any) { fmt.Fprintf(w, "%s\t%v\n", k, v) }
+				row("reason", y.Reason)
+				row("state", y.State)
+				row("queue", y.Queue)
+				if y.Tenant != "" {
+					row("tenant", y.Tenant)
+				}
+				for _, t := range []struct {
+					k string
+					t time.Time
+				}{{"until", y.Until}, {"since", y.Since}, {"deadline", y.Deadline}, {"last worker", y.LastWorker}} {
+					if !t.t.IsZero() {
+						row(t.k, t.t.UTC().Format(time.RFC3339))
+					}
+				}
+				if y.Worker != "" {
+					row("worker", fmt.Sprintf("%s (attempt %d)", y.Worker, y.Attempt))
+				}
+				if y.Overdue {
+					row("overdue", "yes")
+				}
+				if y.Limiter != "" {
+					row("limiter", y.Limiter)
+				}
+				if len(y.Holding) > 0 {
+					row("held by", strings.Join(y.Holding, ", "))
+				}
+				for _, p := range y.Parents {
+					row("waits for", p.MsgID+" "+p.State)
+				}
+				if y.Batch != "" {
+					row("batch", y.Batch)
+				}
+				if a := y.Ahead; a != nil {
+					row("ahead", fmt.Sprintf("%d of a higher priority, %d of its tenant, about %d in other tenants' turns", a.Priority, a.Tenant, a.Turns))
+				}
+				if y.Error != "" {
+					row("error", y.Error)
+				}
+			})
+		})
 }
 
 func printJob(w io.Writer, j admin.JobInfo) {

@@ -32,16 +32,21 @@ func TestQueueControlsCLI(t *testing.T) {
 	if out := mustEmq(t, append([]string{"queues", "set", "mail", "--concurrency", "3", "--rate", "1.5"}, on...)...); !strings.Contains(out, "paused, concurrency 3, rate 1.5/s burst 1") {
 		t.Fatalf("set: %q", out)
 	}
+	if out := mustEmq(t, append([]string{"queues", "set", "mail", "--tenant-concurrency", "2", "--tenant-rate", "0.5"}, on...)...); !strings.Contains(out, "each tenant concurrency 2, each tenant rate 0.5/s burst 1") {
+		t.Fatalf("set tenant defaults: %q", out)
+	}
 	if out := mustEmq(t, append([]string{"queues"}, on...)...); !strings.Contains(out, "CONTROLS") || !strings.Contains(out, "paused, concurrency 3") {
 		t.Fatalf("queues:\n%s", out)
 	}
 	for args, want := range map[string]string{
-		"set mail":                 "--concurrency, --rate or --burst",
-		"set mail --rate fast":     `rate: "fast" is not a number`,
-		"set mail --concurrency x": "concurrency",
-		"set mail --burst -2":      "burst must be 0",
-		"set mail --rate NaN":      "rate must be 0",
-		"pause":                    "accepts 1 arg",
+		"set mail":                   "--concurrency, --rate, --burst, --tenant-concurrency",
+		"set mail --tenant-rate x":   `tenant-rate: "x" is not a number`,
+		"set mail --tenant-burst -1": "tenant-burst must be 0",
+		"set mail --rate fast":       `rate: "fast" is not a number`,
+		"set mail --concurrency x":   "concurrency",
+		"set mail --burst -2":        "burst must be 0",
+		"set mail --rate NaN":        "rate must be 0",
+		"pause":                      "accepts 1 arg",
 	} {
 		_, stderr, err := emq(t, "", append(append([]string{"queues"}, strings.Fields(args)...), on...)...)
 		if err == nil || !strings.Contains(stderr, want) {
@@ -55,13 +60,14 @@ func TestQueueControlsCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	off := []string{"--data-dir", b.Dir}
-	mustEmq(t, append([]string{"queues", "set", "mail", "--burst", "5"}, off...)...)
+	mustEmq(t, append([]string{"queues", "set", "mail", "--burst", "5", "--tenant-burst", "3"}, off...)...)
 	mustEmq(t, append([]string{"queues", "pause", "other"}, off...)...)
 	var qs []broker.QueueInfo
 	if err := json.Unmarshal([]byte(mustEmq(t, append([]string{"queues", "--json"}, off...)...)), &qs); err != nil {
 		t.Fatal(err)
 	}
-	want := []broker.QueueInfo{{Name: "mail", Concurrency: 3, Rate: 1.5, Burst: 5}, {Name: "other", Paused: true}}
+	want := []broker.QueueInfo{{Name: "mail", Concurrency: 3, Rate: 1.5, Burst: 5, TenantConcurrency: 2, TenantRate: 0.5, TenantBurst: 3},
+		{Name: "other", Paused: true}}
 	if !reflect.DeepEqual(qs, want) {
 		t.Fatalf("offline queues: %+v, want %+v", qs, want)
 	}
@@ -80,7 +86,7 @@ func TestConfigQueueDefaults(t *testing.T) {
 		os.WriteFile(p, []byte(text), 0o644)
 		return p
 	}
-	good := write("good.yaml", "queues:\n  mail:\n    paused: true\n    concurrency: 4\n  reports:\n    rate: 2.5\n    burst: 3\n")
+	good := write("good.yaml", "queues:\n  mail:\n    paused: true\n    concurrency: 4\n    tenant-concurrency: 2\n  reports:\n    rate: 2.5\n    burst: 3\n    tenant-rate: 0.5\n    tenant-burst: 4\n")
 	c, err := loadConfig(newBrokerCmd().Flags(), "")
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +103,8 @@ func TestConfigQueueDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]store.QueueSettings{"mail": {Paused: true, Concurrency: 4}, "reports": {Rate: 2.5, Burst: 3}}
+	want := map[string]store.QueueSettings{"mail": {Paused: true, Concurrency: 4, TenantConcurrency: 2},
+		"reports": {Rate: 2.5, Burst: 3, TenantRate: 0.5, TenantBurst: 4}}
 	if !reflect.DeepEqual(o.Queues, want) {
 		t.Fatalf("queues: %+v, want %+v", o.Queues, want)
 	}
@@ -107,6 +114,7 @@ func TestConfigQueueDefaults(t *testing.T) {
 		"queues:\n  mail:\n    rate: fast\n":       `queues.mail.rate: "fast" is not a number`,
 		"queues:\n  mail:\n    paused: maybe\n":    `queues.mail.paused: "maybe" is not true or false`,
 		"queues:\n  mail:\n    rate: -1\n":         "queues.mail: invalid queue settings: rate",
+		"queues:\n  mail:\n    tenant-rate: x\n":   `queues.mail.tenant-rate: "x" is not a number`,
 		"queues:\n  mail: 3\n":                     "queues.mail: want paused, concurrency, rate or burst",
 	} {
 		f := write("bad.yaml", text)

@@ -15,7 +15,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newBrokerCmd(), newWorkerCmd(), newSendCmd(), newPubCmd(), newSubCmd(),
-		newStatsCmd(), newQueuesCmd(), newShardsCmd(), newTailCmd(), newWorkersCmd(), newJobsCmd(), newDLQCmd(), newSchedulesCmd(), newBatchesCmd(),
+		newStatsCmd(), newQueuesCmd(), newShardsCmd(), newTailCmd(), newWorkersCmd(), newJobsCmd(), newTenantsCmd(), newLimitersCmd(), newDLQCmd(), newSchedulesCmd(), newBatchesCmd(),
 		newMigrateCmd(), newCompactCmd(), newJournalCmd(), newBackupCmd(), newRestoreCmd(), newBenchCmd(), newKeygenCmd(), newPasswdCmd(), newConfigCmd(), newVersionCmd())
 	return root
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/eventmq/emq/group"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/internal/etcdtest"
+	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/worker"
 )
 
@@ -331,7 +332,10 @@ func TestMoveAQueueBetweenShards(t *testing.T) {
 	}
 	bt.Eventually(t, "two dead letters", func() bool { return queuesOf(t, shards["a"])["mq"].Dead == 2 })
 	w()
-	mustEmq(t, "queues", "set", "mq", "--concurrency", "3", "--admin", shards["a"].admin)
+	mustEmq(t, "queues", "set", "mq", "--concurrency", "3", "--tenant-concurrency", "2", "--admin", shards["a"].admin)
+	mustEmq(t, "tenants", "set", "mq", "acme", "--rate", "3", "--weight", "4", "--admin", shards["a"].admin)
+	mustEmq(t, "tenants", "set", "mq", "--no-tenant", "--weight", "2", "--admin", shards["a"].admin)
+	mustEmq(t, "limiters", "set", "partner", "--rate", "5", "--admin", shards["a"].admin)
 	sent := map[string]bool{}
 	for i := range 300 {
 		id, err := c.Send(ctx, "mq", []byte(fmt.Sprint("job ", i)))
@@ -375,6 +379,23 @@ func TestMoveAQueueBetweenShards(t *testing.T) {
 	}
 	if qb.Pending != len(sent) || qb.Delayed != 1 || qb.Dead != 2 || qb.Concurrency != 3 {
 		t.Fatalf("shard b holds %+v; want %d pending, 1 delayed, 2 dead, concurrency 3", qb, len(sent))
+	}
+	if qb.TenantConcurrency != 2 {
+		t.Fatalf("shard b holds %+v; want the tenants' default concurrency 2", qb)
+	}
+	var tenants broker.TenantPage
+	if err := json.Unmarshal([]byte(mustEmq(t, "tenants", "ls", "mq", "--json", "--admin", shards["b"].admin)), &tenants); err != nil {
+		t.Fatal(err)
+	}
+	own := map[string]store.TenantSettings{}
+	for _, ti := range tenants.Tenants {
+		own[ti.Name] = ti.Own
+	}
+	if acme := own["acme"]; acme.Rate == nil || *acme.Rate != 3 || acme.Weight != 4 || acme.Concurrency != nil || own[""].Weight != 2 {
+		t.Fatalf("the tenants at shard b: %+v; want acme (rate 3, weight 4) and the jobs without a tenant (weight 2)", tenants)
+	}
+	if out := mustEmq(t, "limiters", "--admin", shards["b"].admin); strings.Contains(out, "partner") {
+		t.Fatalf("limiter partner moved to shard b (each shard has its own):\n%s", out)
 	}
 	if out := mustEmq(t, "schedules", "ls", "--admin", shards["b"].admin); !strings.Contains(out, "hourly") {
 		t.Fatalf("schedule hourly is not at shard b:\n%s", out)

@@ -114,6 +114,12 @@ func controls(q broker.QueueInfo) string {
 	if q.Rate > 0 {
 		parts = append(parts, fmt.Sprintf("rate %g/s burst %d", q.Rate, max(1, q.Burst)))
 	}
+	if q.TenantConcurrency > 0 {
+		parts = append(parts, fmt.Sprintf("each tenant concurrency %d", q.TenantConcurrency))
+	}
+	if q.TenantRate > 0 {
+		parts = append(parts, fmt.Sprintf("each tenant rate %g/s burst %d", q.TenantRate, max(1, q.TenantBurst)))
+	}
 	if len(parts) == 0 {
 		return "-"
 	}
@@ -135,34 +141,29 @@ func pauseQueueCmd(paused bool) *cobra.Command {
 }
 
 func setQueueCmd() *cobra.Command {
-	cmd := adminCmd("set QUEUE [--concurrency N] [--rate R] [--burst B]",
-		"Limit a queue: jobs in flight across every worker, dispatches a second (0 = no limit)", cobra.ExactArgs(1),
+	cmd := adminCmd("set QUEUE [--concurrency N] [--rate R] [--burst B] [--tenant-concurrency N] [--tenant-rate R] [--tenant-burst B]",
+		"Limit a queue, and each of its tenants by default: jobs in flight across every worker, dispatches a second (0 = no limit)", cobra.ExactArgs(1),
 		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
 			var ch broker.QueueChange
-			f := cmd.Flags()
-			if f.Changed("concurrency") {
-				n, err := c.integer("concurrency")
-				if err != nil {
+			var err error
+			for _, f := range []struct {
+				name string
+				to   **int
+			}{{"concurrency", &ch.Concurrency}, {"burst", &ch.Burst}, {"tenant-concurrency", &ch.TenantConcurrency}, {"tenant-burst", &ch.TenantBurst}} {
+				if *f.to, err = intFlag(cmd, c, f.name); err != nil {
 					return err
 				}
-				ch.Concurrency = &n
 			}
-			if f.Changed("burst") {
-				n, err := c.integer("burst")
-				if err != nil {
+			for _, f := range []struct {
+				name string
+				to   **float64
+			}{{"rate", &ch.Rate}, {"tenant-rate", &ch.TenantRate}} {
+				if *f.to, err = rateFlag(cmd, c, f.name); err != nil {
 					return err
 				}
-				ch.Burst = &n
-			}
-			if f.Changed("rate") {
-				r, err := strconv.ParseFloat(c.str("rate"), 64)
-				if err != nil {
-					return fmt.Errorf("rate: %q is not a number", c.str("rate"))
-				}
-				ch.Rate = &r
 			}
 			if ch == (broker.QueueChange{}) {
-				return errors.New("say what to set: --concurrency, --rate or --burst")
+				return errors.New("say what to set: --concurrency, --rate, --burst, --tenant-concurrency, --tenant-rate or --tenant-burst")
 			}
 			if err := ch.Apply(store.QueueSettings{}).Validate(); err != nil { // before it travels as JSON (NaN cannot)
 				return err
@@ -176,7 +177,31 @@ func setQueueCmd() *cobra.Command {
 	cmd.Flags().Int("concurrency", 0, "jobs of the queue in flight at most, across every worker (0 = no limit)")
 	cmd.Flags().String("rate", "0", "dispatches of the queue a second at most (0 = no limit)")
 	cmd.Flags().Int("burst", 0, "dispatches at once after a quiet while, above the rate (0 = 1)")
+	cmd.Flags().Int("tenant-concurrency", 0, "each tenant's jobs in flight at most, unless set for the tenant (emq tenants set; 0 = no limit)")
+	cmd.Flags().String("tenant-rate", "0", "each tenant's dispatches a second at most, unless set for the tenant (0 = no limit)")
+	cmd.Flags().Int("tenant-burst", 0, "each tenant's dispatches at once above its rate, unless set for the tenant (0 = 1)")
 	return cmd
+}
+
+// intFlag is the whole number of flag name when it was given, else nil.
+func intFlag(cmd *cobra.Command, c *config, name string) (*int, error) {
+	if !cmd.Flags().Changed(name) {
+		return nil, nil
+	}
+	n, err := c.integer(name)
+	return &n, err
+}
+
+// rateFlag is the number of flag name when it was given, else nil.
+func rateFlag(cmd *cobra.Command, c *config, name string) (*float64, error) {
+	if !cmd.Flags().Changed(name) {
+		return nil, nil
+	}
+	r, err := strconv.ParseFloat(c.str(name), 64)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %q is not a number", name, c.str(name))
+	}
+	return &r, nil
 }
 
 func newWorkersCmd() *cobra.Command {

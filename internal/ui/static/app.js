@@ -316,6 +316,13 @@ function limits(q) {
   return parts.length ? parts.join(', ') : 'none';
 }
 
+// tenantDefaults are the limits of each tenant of queue q that has none
+// of its own.
+function tenantDefaults(q) {
+  return limits({ concurrency: q.tenant_concurrency, rate: q.tenant_rate, burst: q.tenant_burst });
+}
+const TENANTS_SHOWN = 20;
+
 function makeChart(canvas) {
   if (!window.Chart) return;
   const dark = matchMedia('(prefers-color-scheme: dark)').matches;
@@ -484,8 +491,26 @@ function queuePage(name) {
       list.load(false);
     } }, st === 'inflight' ? 'in flight' : st));
   }
+  const tenants = el('div', { id: 'tenants' });
   $('#main').append(el('p', null, el('a', { href: '#/' }, '← Overview')), el('h1', null, 'Queue ', name),
-    numbers, controls, el('h2', null, 'Jobs'), tabs, list.el);
+    numbers, controls, el('h2', null, 'Tenants'), tenants, el('h2', null, 'Jobs'), tabs, list.el);
+  // Its tenants, the largest backlog first: the first page, every 5 s.
+  let tenantTicks = 0;
+  const loadTenants = async () => {
+    let p;
+    try {
+      p = await api('GET', '/api/v1/queues/' + enc(name) + '/tenants?limit=' + TENANTS_SHOWN);
+    } catch (e) {
+      tenants.replaceChildren(el('p', { class: 'err' }, e.message));
+      return;
+    }
+    const rows = (p.tenants || []).map((t) => el('tr', { 'data-tenant': t.name },
+      td(t.name === '' ? el('span', { class: 'muted' }, '(no tenant)') : t.name), tdn(num(t.pending)), tdn(num(t.in_flight)),
+      td(limits(t)), tdn(num(t.weight)), td(t.blocked ? el('span', { class: 'paused' }, 'at its limit') : '')));
+    tenants.replaceChildren(table(['Tenant', ['Pending', 'num'], ['In flight', 'num'], 'Limits', ['Weight', 'num'], 'Blocked'],
+      rows, 'No tenants: no jobs, no settings.'),
+    p.total > rows.length ? el('p', { class: 'muted' }, rows.length + ' of ' + num(p.total) + ' tenants (emq tenants ls ' + name + ' for the rest)') : '');
+  };
 
   const render = (o) => {
     const q = (o.queues || []).find((x) => x.name === name) || { name, pending: 0, delayed: 0, in_flight: 0, dead: 0, done: 0, workers: 0 };
@@ -493,9 +518,10 @@ function queuePage(name) {
     numbers.replaceChildren(...[
       ['Pending', num(q.pending)], ['Delayed', num(q.delayed)], ['In flight', num(q.in_flight)], ['Dead', num(q.dead)],
       ['Done', num(q.done)], ['Workers', num(q.workers)], ['Oldest', dur(q.oldest_age_seconds)],
-      ['State', q.paused ? 'paused' : 'running'], ['Limits', limits(q)],
+      ['State', q.paused ? 'paused' : 'running'], ['Limits', limits(q)], ['Each tenant', tenantDefaults(q)],
       ['Acked/s', rate(r.acked)], ['Replied/s', rate(r.replied)], ['Failed/s', rate(r.failed)],
     ].map(([k, v]) => el('div', { class: 'card', 'data-stat': k }, el('div', { class: 'k' }, k), el('div', { class: 'v' }, v))));
+    if (tenantTicks++ % 5 === 0) loadTenants();
     if (!canChange()) return;
     if (q.paused !== paused) { // the button follows the broker
       paused = q.paused;
@@ -543,7 +569,8 @@ async function jobPage(id) {
   const main = $('#main');
   const actions = el('div', { class: 'row', id: 'actions' });
   const body = el('div');
-  main.append(el('h1', null, 'Job ', el('span', { class: 'muted' }, id)), actions, body);
+  const why = el('p', { id: 'why', class: 'why' });
+  main.append(el('h1', null, 'Job ', el('span', { class: 'muted' }, id)), why, actions, body);
   let pending = false;
   let drawn = ''; // the state the buttons are for: redrawn when it changes, so a question asked stays
   const load = async () => {
@@ -556,6 +583,10 @@ async function jobPage(id) {
       body.replaceChildren(el('p', { class: 'err', role: 'alert' }, e.status === 404 ? 'No such job: replied and deleted, expired, cancelled or removed.' : e.message));
       return;
     }
+    api('GET', '/api/v1/jobs/' + enc(id) + '/why').then((w) => {
+      why.replaceChildren(w.sentence);
+      why.dataset.reason = w.reason;
+    }, () => { why.replaceChildren(); });
     if (j.state !== drawn) {
       drawn = j.state;
       actions.replaceChildren(...jobActions(j, load));
