@@ -150,3 +150,75 @@ func TestWhyAJobWaits(t *testing.T) {
 		t.Fatalf("waiting for a batch: %+v", w)
 	}
 }
+
+// A job held by a worker past OverdueAfter without a timeout is overdue:
+// an event, a count, and Why says so; it runs on, and its REPLY completes
+// it as any.
+func TestOverdueJob(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.OverdueAfter = 100 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
+	defer cancel()
+	events, err := b.Listen(ctx, "q", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := bt.Dial(t, b.Frontend(), "c")
+	w := bt.Worker(t, b.Backend(), "w", "q")
+	w.Ready(2)
+	slow := c.Request("q", "", nil)
+	timed := c.Request("q", "timeout:3600", nil)
+	recvJob(t, w)
+	recvJob(t, w)
+	bt.Eventually(t, "the job overdue", func() bool { return b.Stats().Overdue.Load() == 1 })
+	if w := why(t, b, slow); w.Reason != broker.WhyInFlight || !w.Overdue || !strings.Contains(w.Sentence, "overdue") {
+		t.Fatalf("why of an overdue job: %+v", w)
+	}
+	if w := why(t, b, timed); w.Overdue || w.Deadline.IsZero() {
+		t.Fatalf("a job with a timeout is not overdue before its deadline: %+v", w)
+	}
+	for seen := false; !seen; {
+		got, err := events.Next(ctx)
+		if err != nil {
+			t.Fatalf("no overdue event: %v", err)
+		}
+		for _, e := range got {
+			if e.Kind == broker.EventOverdue {
+				if e.MsgID != slow {
+					t.Fatalf("overdue event for %s, want %s", e.MsgID, slow)
+				}
+				seen = true
+			}
+		}
+	}
+	w.Reply(slow, nil)
+	bt.Eventually(t, "the overdue job done by its REPLY", func() bool { return b.Stats().Replied.Load() == 1 })
+}
+
+// A queue being moved between shards says so.
+func TestWhyAQueueMoving(t *testing.T) {
+	t.Parallel()
+	shards, table := bt.StartShards(t, "s1", "s2")
+	table.Queues["q"] = "s1"
+	bt.SetShards(t, shards, table)
+	c := bt.Dial(t, shards["s1"].Frontend(), "c")
+	id := c.Request("q", "", nil)
+	table.Moving = map[string]emqp.Move{"q": {From: "s1", To: "s2", Held: true}}
+	bt.SetShards(t, shards, table)
+	bt.Worker(t, shards["s1"].Backend(), "w", "q").Ready(1)
+	expectWhy(t, shards["s1"], id, broker.WhyOtherShard)
+}
+
+// A named limiter at its rate names the time of its next room.
+func TestWhyALimiterAtItsRate(t *testing.T) {
+	t.Parallel()
+	b := bt.Start(t, "", fast)
+	setLimiter(t, b, "slow-api", store.LimiterSettings{Rate: 0.001})
+	c := bt.Dial(t, b.Frontend(), "c")
+	bt.Worker(t, b.Backend(), "w", "q").Ready(5)
+	c.Request("q", "limit:slow-api", nil)
+	w := expectWhy(t, b, c.Request("q", "limit:slow-api", nil), broker.WhyLimiterFull)
+	if w.Limiter != "slow-api" || !w.Until.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("a limiter at its rate: %+v, want its next room about 1,000 s from now", w)
+	}
+}
