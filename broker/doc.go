@@ -101,7 +101,11 @@
 //	    journal also refuses a msgid it has stored (dead), or whose job is
 //	    done with its result still kept (ResultTTL); that is ACKed too, and
 //	    a done job's kept result is sent as REPLY again when the REQUEST
-//	    asks for one.
+//	    asks for one. A header limit: naming a limiter that does not exist
+//	    is a bad value. A BULK (bulk.go) is its jobs' REQUESTs checked
+//	    alike and stored in one AppendBulk: one ACK of the bulk's msgid,
+//	    or one ERROR naming the first job refused, nothing stored; a job
+//	    of it already held or stored is ACKed with the rest.
 //	 2. The ACK is sent from the append's done callback, after the fsync. Only
 //	    then is the job pending (or delayed, with a delay header) and
 //	    dispatchable. A failed write answers ERROR unavailable and the job is

@@ -1,10 +1,13 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/eventmq/emq/store"
 )
@@ -255,34 +258,36 @@ func (b *Broker) Tenants(ctx context.Context, qname string, offset, limit int) (
 		limit = 100
 	}
 	return query(ctx, b, func() TenantPage {
+		// Sorted as pointers, and described only for the page: a queue
+		// may have 100,000 tenants.
 		own := b.tenantSet[qname]
-		var all []TenantInfo
-		seen := make(map[string]bool)
+		var all []*tenant
 		if q := b.queues[qname]; q != nil {
-			for name, t := range q.tenants {
-				seen[name] = true
-				all = append(all, TenantInfo{Name: name, Pending: t.pending, InFlight: t.running,
-					Concurrency: t.lim.concurrency, Rate: t.lim.rate, Burst: t.lim.burst, Weight: t.weight,
-					Own: own[name], Blocked: t.blocked})
+			all = make([]*tenant, 0, len(q.tenants)+len(own))
+			for _, t := range q.tenants {
+				all = append(all, t)
 			}
 		}
-		for name, s := range own {
-			if !seen[name] {
+		for name := range own {
+			if q := b.queues[qname]; q == nil || q.tenants[name] == nil {
 				t := &tenant{name: name, q: &queue{name: qname, set: b.controls[qname]}}
 				b.setLimits(t)
-				all = append(all, TenantInfo{Name: name, Concurrency: t.lim.concurrency, Rate: t.lim.rate,
-					Burst: t.lim.burst, Weight: t.weight, Own: s})
+				all = append(all, t)
 			}
 		}
-		sort.Slice(all, func(i, k int) bool {
-			if all[i].Pending != all[k].Pending {
-				return all[i].Pending > all[k].Pending
+		slices.SortFunc(all, func(x, y *tenant) int {
+			if c := cmp.Compare(y.pending, x.pending); c != 0 {
+				return c
 			}
-			return all[i].Name < all[k].Name
+			return strings.Compare(x.name, y.name)
 		})
 		page := TenantPage{Total: len(all)}
 		if offset < len(all) {
-			page.Tenants = all[offset:min(len(all), offset+limit)]
+			for _, t := range all[offset:min(len(all), offset+limit)] {
+				page.Tenants = append(page.Tenants, TenantInfo{Name: t.name, Pending: t.pending, InFlight: t.running,
+					Concurrency: t.lim.concurrency, Rate: t.lim.rate, Burst: t.lim.burst, Weight: t.weight,
+					Own: own[t.name], Blocked: t.blocked})
+			}
 			if offset+limit < len(all) {
 				page.Next = offset + limit
 			}
