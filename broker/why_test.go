@@ -222,3 +222,30 @@ func TestWhyALimiterAtItsRate(t *testing.T) {
 		t.Fatalf("a limiter at its rate: %+v, want its next room about 1,000 s from now", w)
 	}
 }
+
+// A job whose write is under way is being stored, not yet ACKed.
+func TestWhyAJobBeingStored(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	dir := t.TempDir()
+	b := bt.Start(t, dir, func(o *broker.Options) {
+		fast(o)
+		o.OpenJournal = bt.WrapJournal(dir, func(j store.Journal) store.Journal { return heldJournal{j, release} })
+	})
+	c := bt.Dial(t, b.Frontend(), "c")
+	id := emqp.NewID()
+	c.Send(&emqp.Request{MsgID: id, Queue: "q"})
+	var w broker.Why
+	bt.Eventually(t, "the job being stored", func() bool { // unknown until the REQUEST is read
+		w, _ = b.Why(context.Background(), id)
+		return w.Reason == broker.WhyStoring
+	})
+	if w.State != "journaling" || w.Sentence == "" {
+		t.Fatalf("a job being stored: %+v", w)
+	}
+	close(release)
+	if a := bt.Expect[*emqp.Ack](c); a.AckedID != id {
+		t.Fatalf("ACK for %s, want %s", a.AckedID, id)
+	}
+	expectWhy(t, b, id, broker.WhyNoWorker)
+}
