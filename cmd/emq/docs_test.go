@@ -108,10 +108,27 @@ func readDoc(t *testing.T, file string) doc {
 	}
 	var d doc
 	lines := strings.Split(string(b), "\n")
+	// Prose is read a paragraph at a time: inline code may span lines.
+	var para []string
+	paraLine := 0
+	prose := func() {
+		text := strings.Join(para, " ")
+		for _, span := range inlineRe.FindAllString(text, -1) {
+			words := shellWords(strings.Trim(span, "`"))
+			if len(words) > 0 && isEmq(words[0]) {
+				d.commands = append(d.commands, docCommand{paraLine, words[1:]})
+			}
+		}
+		for _, m := range linkRe.FindAllStringSubmatch(inlineRe.ReplaceAllString(text, ""), -1) {
+			d.links = append(d.links, docLink{paraLine, m[1]})
+		}
+		para = para[:0]
+	}
 	inCode, shell := false, false
 	for i := 0; i < len(lines); i++ {
 		line := lines[i]
 		if fence, ok := strings.CutPrefix(strings.TrimSpace(line), "```"); ok {
+			prose()
 			inCode = !inCode
 			lang := strings.TrimSpace(fence)
 			shell = inCode && (lang == "" || lang == "sh" || lang == "bash" || lang == "shell" || lang == "console")
@@ -131,16 +148,16 @@ func readDoc(t *testing.T, file string) doc {
 			}
 			continue
 		}
-		for _, span := range inlineRe.FindAllString(line, -1) {
-			words := shellWords(strings.Trim(span, "`"))
-			if len(words) > 0 && isEmq(words[0]) {
-				d.commands = append(d.commands, docCommand{i + 1, words[1:]})
-			}
+		if strings.TrimSpace(line) == "" {
+			prose()
+			continue
 		}
-		for _, m := range linkRe.FindAllStringSubmatch(inlineRe.ReplaceAllString(line, ""), -1) {
-			d.links = append(d.links, docLink{i + 1, m[1]})
+		if len(para) == 0 {
+			paraLine = i + 1
 		}
+		para = append(para, line)
 	}
+	prose()
 	return d
 }
 
