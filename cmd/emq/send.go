@@ -28,7 +28,8 @@ func newSendCmd() *cobra.Command {
 		Short: "Send a job and print its msgid once the broker has stored it",
 		Long: `Send a job to --queue. The payload is the argument, or standard input
 with "-" (no argument: an empty payload). Prints the msgid once the broker
-has ACKed the job (it is durable then), or with --reply the worker's REPLY.
+has ACKed the job (it is durable then), or with --reply the worker's REPLY
+(byte for byte; on a terminal ended with a newline if it has none).
 Exits non-zero with the broker's error when it refuses the job, when no
 answer comes within --wait, or at once when nothing listens at --broker.
 
@@ -178,8 +179,7 @@ failure.`,
 			if err != nil {
 				return sendError(ctx, err)
 			}
-			_, err = cmd.OutOrStdout().Write(reply)
-			return err
+			return writeReply(cmd.OutOrStdout(), reply)
 		}
 		id, err := cl.Send(ctx, c.str("queue"), payload, opts...)
 		if err != nil {
@@ -246,6 +246,27 @@ func duplicate(err error) error {
 		return exitError{exitDuplicate, fmt.Errorf("duplicate: held by job %s", refused.Holder)}
 	}
 	return exitError{exitDuplicate, fmt.Errorf("duplicate: %s", refused.Text)} // a broker that did not name it
+}
+
+// writeReply writes a REPLY as it came, byte for byte into a file or a
+// pipe; on a terminal it ends it with a newline when it has none, so the
+// shell's prompt does not follow it on its line.
+func writeReply(w io.Writer, reply []byte) error {
+	_, err := w.Write(reply)
+	if err == nil && isTerminal(w) && !bytes.HasSuffix(reply, []byte("\n")) {
+		_, err = io.WriteString(w, "\n")
+	}
+	return err
+}
+
+// isTerminal reports whether f is a terminal (a character device).
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := file.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func readPayload(stdin io.Reader, args []string) ([]byte, error) {
