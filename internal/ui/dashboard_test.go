@@ -181,6 +181,10 @@ func TestPages(t *testing.T) {
 	if got := tb.texts(`#fields [data-field="State"]`); got[0] != "done" {
 		t.Errorf("state: %q", got)
 	}
+	// Delivered once and replied: no failed attempt, beside the history's attempt 1.
+	if got := tb.texts(`#fields [data-field="Failed attempts"]`); len(got) != 1 || got[0] != "0" {
+		t.Errorf("failed attempts of a job done at once: %q", got)
+	}
 	if got := tb.texts(`table td`); !contains(got, "replied") || !contains(got, "dispatched") {
 		t.Errorf("history: %q", got)
 	}
