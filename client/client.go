@@ -494,7 +494,7 @@ func (o *sendOptions) endSpan(err error) {
 // checkQueue refuses a queue name the broker would refuse for sure.
 func checkQueue(queue string) error {
 	if queue == "" || len(queue) > emqp.MaxQueueLen || !utf8.ValidString(queue) {
-		return fmt.Errorf("client: queue name %q must be 1 to %d bytes of UTF-8", queue, emqp.MaxQueueLen)
+		return fmt.Errorf("client: queue name %s must be 1 to %d bytes of UTF-8", emqp.QuoteName(queue), emqp.MaxQueueLen)
 	}
 	return nil
 }

@@ -62,3 +62,12 @@ func TestSendBulkFile(t *testing.T) {
 		t.Fatalf("an unknown field: %v, stderr %q", err, stderr)
 	}
 }
+
+// A 70,000-byte queue name is refused in a line, not echoed whole.
+func TestSendLongQueueNameRefusedShort(t *testing.T) {
+	t.Parallel()
+	_, stderr, err := emq(t, "", "send", "--broker", bt.FreeEndpoint(t), "--queue", strings.Repeat("q", 70000), "x")
+	if err == nil || len(stderr) > 300 || !strings.Contains(stderr, "(70000 bytes)") {
+		t.Fatalf("send to a 70,000-byte queue name: %v, %d bytes of stderr, want a short refusal naming the length", err, len(stderr))
+	}
+}
