@@ -307,6 +307,9 @@ function overviewPage() {
   };
   app.onTick = render;
   if (app.overview) render(app.overview);
+  else { // the first numbers with the page, not after the stream's first
+    api('GET', '/api/v1/overview').then((o) => { if (!app.overview) tick(o); }).catch(() => {});
+  }
 }
 
 function limits(q) {
