@@ -224,10 +224,20 @@ func refusedAll(err error) bool {
 // sendError is the error of a send that failed under ctx: the broker's
 // absence if that ended it, else err (see duplicate).
 func sendError(ctx context.Context, err error) error {
-	if cause := context.Cause(ctx); errors.Is(cause, errNotListening) {
+	if cause := notListening(ctx, err); cause != nil {
 		return cause
 	}
 	return duplicate(err)
+}
+
+// notListening is ctx's cause when the broker's absence (giveUpUnheard)
+// ended a call that failed with err, else nil: a job refused before it
+// was sent keeps its own error.
+func notListening(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); errors.Is(err, context.Canceled) && errors.Is(cause, errNotListening) {
+		return cause
+	}
+	return nil
 }
 
 // exitDuplicate is emq send's exit status for a job refused as a
@@ -334,7 +344,7 @@ func sendBulk(cmd *cobra.Command, c *config, file string) error {
 		ctx, cancel := context.WithTimeout(base, wait)
 		defer cancel()
 		ids, err := cl.SendBulk(ctx, jobs)
-		if cause := context.Cause(ctx); errors.Is(cause, errNotListening) {
+		if cause := notListening(ctx, err); cause != nil {
 			return cause
 		}
 		var be *client.BulkError
