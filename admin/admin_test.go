@@ -251,6 +251,8 @@ func TestAdminErrorStatus(t *testing.T) {
 		{"GET", "/api/v1/jobs?state=dead&after=pending:00", 400},
 		{"GET", "/api/v1/jobs?state=sleeping", 400},
 		{"GET", "/api/v1/jobs?limit=0", 400},
+		{"GET", "/api/v1/jobs/", 400}, // no msgid (the text: TestJobsShowSaysWhy in cmd/emq)
+		{"DELETE", "/api/v1/jobs/", 400},
 	})
 	dir := t.TempDir()
 	broken := bt.StartAdmin(t, dir, func(o *broker.Options) {

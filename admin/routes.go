@@ -53,6 +53,9 @@ func (s *Server) Handler() http.Handler {
 		}
 		s.with(w, func(a API) { p, err := a.Jobs(r.Context(), f); reply(w, p, err) })
 	})
+	mux.HandleFunc("/api/v1/jobs/{$}", func(w http.ResponseWriter, _ *http.Request) { // an empty msgid
+		refuse(w, http.StatusBadRequest, "invalid", "a msgid is needed: /api/v1/jobs/MSGID")
+	})
 	mux.HandleFunc("GET /api/v1/jobs/{msgid}", func(w http.ResponseWriter, r *http.Request) {
 		withPayload, _ := strconv.ParseBool(r.URL.Query().Get("payload"))
 		s.with(w, func(a API) { ji, err := a.Job(r.Context(), r.PathValue("msgid"), withPayload); reply(w, ji, err) })

@@ -219,5 +219,5 @@ func (b *Broker) undefinedLimiter(j *job) string {
 // undefinedLimiterText is the text of the ERROR bad_request for a job
 // naming a limiter that is not defined.
 func undefinedLimiterText(name string) string {
-	return fmt.Sprintf("header %s: no limiter is named %q (emq limiters set makes one)", emqp.HeaderLimit, name)
+	return fmt.Sprintf("header %s: no limiter is named %s (emq limiters set makes one)", emqp.HeaderLimit, emqp.QuoteName(name))
 }

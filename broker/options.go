@@ -193,7 +193,7 @@ func (o Options) Validate() error {
 			return fmt.Errorf("queues.%s: %w", name, err)
 		}
 		if name == "" || len(name) > store.MaxQueueLen {
-			return fmt.Errorf("queues: a queue name must be 1 to %d bytes, got %q", store.MaxQueueLen, name)
+			return fmt.Errorf("queues: a queue name must be 1 to %d bytes, got %s", store.MaxQueueLen, emqp.QuoteName(name))
 		}
 	}
 	for _, ep := range []struct{ name, v string }{{"frontend", o.Frontend}, {"backend", o.Backend}} {

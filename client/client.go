@@ -120,6 +120,10 @@ type Options struct {
 	// TracerProvider takes the spans of Send and Request (package doc:
 	// Tracing); nil = OpenTelemetry's global provider.
 	TracerProvider trace.TracerProvider
+	// OnDialError, if set, is called with the error of each failed
+	// attempt to connect until the client first connects (emq send gives
+	// up at once when nothing listens); the client dials on regardless.
+	OnDialError func(error)
 }
 
 // BrokerError is the broker's refusal of a request (an ERROR message).
@@ -490,7 +494,7 @@ func (o *sendOptions) endSpan(err error) {
 // checkQueue refuses a queue name the broker would refuse for sure.
 func checkQueue(queue string) error {
 	if queue == "" || len(queue) > emqp.MaxQueueLen || !utf8.ValidString(queue) {
-		return fmt.Errorf("client: queue name %q must be 1 to %d bytes of UTF-8", queue, emqp.MaxQueueLen)
+		return fmt.Errorf("client: queue name %s must be 1 to %d bytes of UTF-8", emqp.QuoteName(queue), emqp.MaxQueueLen)
 	}
 	return nil
 }
@@ -738,6 +742,7 @@ func (c *Client) run() {
 	defer c.wg.Done()
 	backoff := redial.New(zmtp.MaxRedial(c.opts.Broker))
 	var next *zmtp.Conn // a broker the hedge found serving on another endpoint
+	connected := false
 	for {
 		conn := next
 		if conn == nil {
@@ -752,6 +757,9 @@ func (c *Client) run() {
 			} else if err != nil {
 				c.log.Debug("client: cannot connect to the broker", "broker", c.opts.Broker, "err", err)
 			}
+			if err != nil && !connected && c.opts.OnDialError != nil {
+				c.opts.OnDialError(err)
+			}
 			if err != nil {
 				if !redial.Wait(backoff.Next(), c.done) {
 					return
@@ -760,6 +768,7 @@ func (c *Client) run() {
 			}
 		}
 		backoff.Reset()
+		connected = true
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()

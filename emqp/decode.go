@@ -309,7 +309,7 @@ func parseQueues(msgid string, b []byte) ([]Queue, error) {
 
 func checkQueueName(msgid, name string) error {
 	if name == "" || len(name) > MaxQueueLen || !utf8.ValidString(name) {
-		return errorf(ErrQueues, CmdInform, msgid, "INFORM: queue name %q is empty, over %d bytes or not UTF-8", name, MaxQueueLen)
+		return errorf(ErrQueues, CmdInform, msgid, "INFORM: queue name %s is empty, over %d bytes or not UTF-8", QuoteName(name), MaxQueueLen)
 	}
 	return nil
 }
@@ -339,6 +339,23 @@ func quote(b []byte) string {
 		return strconv.Quote(string(b[:max])) + "..."
 	}
 	return strconv.Quote(string(b))
+}
+
+// MaxQuoted is how much of a name or value an error text echoes.
+const MaxQuoted = 64
+
+// QuoteName shows a name or value in an error text: quoted, and when it
+// is over MaxQuoted bytes its start, then "… (N bytes)", so that a
+// 70,000-byte name makes a short refusal.
+func QuoteName(s string) string {
+	if len(s) <= MaxQuoted {
+		return strconv.Quote(s)
+	}
+	n := MaxQuoted
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return strconv.Quote(s[:n]) + "… (" + strconv.Itoa(len(s)) + " bytes)"
 }
 
 // ReadMessage reads messages with read until one decodes; each that does

@@ -408,3 +408,26 @@ func TestBulkJobText(t *testing.T) {
 		t.Fatal("BulkJobOf read a job from a text without one")
 	}
 }
+
+// A refusal echoes a long name cut, with its length: a 70,000-byte queue
+// name makes a short ERROR text, not a 70 KB one.
+func TestLongNamesEchoedCut(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"q", `"q"`},
+		{strings.Repeat("x", emqp.MaxQuoted), `"` + strings.Repeat("x", emqp.MaxQuoted) + `"`},
+		{strings.Repeat("x", 70000), `"` + strings.Repeat("x", emqp.MaxQuoted) + `"… (70000 bytes)`},
+		{strings.Repeat("x", emqp.MaxQuoted-1) + "é" + "x", `"` + strings.Repeat("x", emqp.MaxQuoted-1) + `"… (66 bytes)`}, // not half a rune
+	} {
+		if got := emqp.QuoteName(c.in); got != c.want {
+			t.Errorf("QuoteName of %d bytes: %s, want %s", len(c.in), got, c.want)
+		}
+	}
+	long := strings.Repeat("x", 70000)
+	_, err := emqp.Decode(emqp.Encode(&emqp.Inform{MsgID: "m", Queues: []emqp.Queue{{Weight: 10, Name: long}}, PeerType: emqp.PeerWorker}))
+	if err == nil || len(err.Error()) > 200 || !strings.Contains(err.Error(), "(70000 bytes)") {
+		t.Errorf("INFORM with a 70,000-byte queue name: %v, want a short refusal naming the length", err)
+	}
+	if _, err = mustHeaders(t, "timeout:"+long).Timeout(); err == nil || len(err.Error()) > 200 {
+		t.Errorf("a 70,000-byte timeout: %d bytes of error", len(fmt.Sprint(err)))
+	}
+}

@@ -442,7 +442,7 @@ func (h Headers) count(name string) (int, bool, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		return 0, true, errorf(ErrHeaders, "", "", "header %s: %q is not a whole number >= 0", name, v)
+		return 0, true, errorf(ErrHeaders, "", "", "header %s: %s is not a whole number >= 0", name, QuoteName(v))
 	}
 	return n, true, nil
 }
@@ -454,7 +454,7 @@ func (h Headers) seconds(name string) (time.Duration, error) {
 	}
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) || f > maxSeconds {
-		return 0, errorf(ErrHeaders, "", "", "header %s: %q is not a number of seconds >= 0", name, v)
+		return 0, errorf(ErrHeaders, "", "", "header %s: %s is not a number of seconds >= 0", name, QuoteName(v))
 	}
 	return time.Duration(f * float64(time.Second)), nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
@@ -25,6 +26,13 @@ func adminFlags(cmd *cobra.Command) {
 	f.String("data-dir", "", "use the journal in this directory directly (the broker must be stopped)")
 	addEtcdFlags(f, "use a group's journal in etcd directly, at these client URLs (comma-separated; no broker of the group may be running)")
 	f.Bool("json", false, "print JSON instead of a table")
+	var where []string
+	f.VisitAll(func(fl *pflag.Flag) {
+		if fl.Name != "json" {
+			where = append(where, fl.Name)
+		}
+	})
+	inHelpGroup(f, "Which broker, or which journal directly", where...)
 }
 
 // openAdmin opens the admin API the flags name: offline on a journal

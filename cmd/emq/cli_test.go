@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -123,9 +124,45 @@ func TestSendRefusedExitsNonZero(t *testing.T) {
 	if !errors.As(err, &exit) || !strings.Contains(stderr, "queue_full") {
 		t.Fatalf("refused send: %v, stderr %q", err, stderr)
 	}
-	_, stderr, err = emq(t, "", "send", "--broker", bt.FreeEndpoint(t), "--wait", "200ms", "x")
+}
+
+// emq send to an endpoint where nothing listens says so at once, naming
+// it, not after --wait; --wait stays for a broker that does not answer.
+func TestSendNoBroker(t *testing.T) {
+	t.Parallel()
+	var exit *exec.ExitError
+	free := bt.FreeEndpoint(t)
+	for _, args := range [][]string{{"x"}, {"--reply", "x"}, {"--bulk", "-"}} {
+		args = append([]string{"send", "--broker", free, "--wait", "20s"}, args...)
+		_, stderr, err := emq(t, `{"payload": "x"}`, args...)
+		if !errors.As(err, &exit) || !strings.Contains(stderr, free) || !strings.Contains(stderr, "nothing listens") {
+			t.Fatalf("%v without a broker: %v, stderr %q", args, err, stderr)
+		}
+	}
+
+	silent, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never greets
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan net.Conn, 16)
+	t.Cleanup(func() {
+		silent.Close()
+		for len(held) > 0 {
+			(<-held).Close()
+		}
+	})
+	go func() {
+		for {
+			nc, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			held <- nc
+		}
+	}()
+	_, stderr, err := emq(t, "", "send", "--broker", "tcp://"+silent.Addr().String(), "--wait", "200ms", "x")
 	if !errors.As(err, &exit) || !strings.Contains(stderr, "no ACK") {
-		t.Fatalf("send without a broker: %v, stderr %q", err, stderr)
+		t.Fatalf("send to a silent broker: %v, stderr %q", err, stderr)
 	}
 }
 

@@ -34,7 +34,15 @@ func loadConfig(flags *pflag.FlagSet, file string) (*config, error) {
 	v.SetEnvPrefix("EMQ")
 	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
 	v.AutomaticEnv()
-	if err := v.BindPFlags(flags); err != nil {
+	var known []string // every flag a key, but --help
+	var err error
+	flags.VisitAll(func(f *pflag.Flag) {
+		if f.Name != "help" && err == nil {
+			known = append(known, f.Name)
+			err = v.BindPFlag(f.Name, f)
+		}
+	})
+	if err != nil {
 		return nil, err
 	}
 	if file != "" {
@@ -50,10 +58,11 @@ func loadConfig(flags *pflag.FlagSet, file string) (*config, error) {
 		if err := v.ReadInConfig(); err != nil {
 			return nil, fmt.Errorf("config %s: %w", file, err)
 		}
-		var known []string
-		flags.VisitAll(func(f *pflag.Flag) { known = append(known, f.Name) })
 		for _, k := range v.AllKeys() {
 			if !slices.Contains(known, k) && !strings.HasPrefix(k, fileSection+".") {
+				if near := closest(k, known); len(near) > 0 {
+					return nil, fmt.Errorf("config %s: unknown key %q: did you mean %s?", file, k, strings.Join(near, " or "))
+				}
 				return nil, fmt.Errorf("config %s: unknown key %q (known: %s)", file, k, strings.Join(known, ", "))
 			}
 		}
@@ -62,6 +71,53 @@ func loadConfig(flags *pflag.FlagSet, file string) (*config, error) {
 }
 
 func (c *config) str(key string) string { return c.v.GetString(key) }
+
+// closest is those of known nearest to key by edit distance, if near
+// enough to be a slip: at most a third of key's letters, and 2 or more.
+func closest(key string, known []string) []string {
+	best, limit := []string(nil), max(2, len(key)/3)
+	for _, k := range known {
+		switch d := editDistance(key, k); {
+		case d < limit:
+			best, limit = []string{k}, d
+		case d == limit:
+			best = append(best, k)
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes.
+func editDistance(a, b string) int {
+	row := make([]int, len(b)+1)
+	for j := range row {
+		row[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		diag := row[0]
+		row[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			diag, row[j] = row[j], min(row[j]+1, row[j-1]+1, diag+cost)
+		}
+	}
+	return row[len(b)]
+}
+
+// scalar is key's value as text; a list or a map (a config file's) is
+// refused, saying what was found and what is wanted.
+func (c *config) scalar(key, want string) (string, error) {
+	switch c.v.Get(key).(type) {
+	case []any, []string:
+		return "", fmt.Errorf("%s: a list, where %s is wanted", key, want)
+	case map[string]any:
+		return "", fmt.Errorf("%s: a map of keys, where %s is wanted", key, want)
+	}
+	return c.v.GetString(key), nil
+}
 
 // list reads a list: comma-separated in a flag or the environment, a list
 // (or the same string) in a config file.
@@ -87,7 +143,10 @@ func (c *config) list(key string) []string {
 }
 
 func (c *config) duration(key string) (time.Duration, error) {
-	s := c.v.GetString(key)
+	s, err := c.scalar(key, "a duration")
+	if err != nil {
+		return 0, err
+	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %q is not a duration (like 500ms, 5s, 1h)", key, s)
@@ -96,7 +155,10 @@ func (c *config) duration(key string) (time.Duration, error) {
 }
 
 func (c *config) integer(key string) (int, error) {
-	s := c.v.GetString(key)
+	s, err := c.scalar(key, "a whole number")
+	if err != nil {
+		return 0, err
+	}
 	n, err := strconv.Atoi(s)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %q is not a whole number", key, s)
@@ -105,7 +167,10 @@ func (c *config) integer(key string) (int, error) {
 }
 
 func (c *config) boolean(key string) (bool, error) {
-	s := c.v.GetString(key)
+	s, err := c.scalar(key, "true or false")
+	if err != nil {
+		return false, err
+	}
 	b, err := strconv.ParseBool(s)
 	if err != nil {
 		return false, fmt.Errorf("%s: %q is not true or false", key, s)
@@ -115,7 +180,11 @@ func (c *config) boolean(key string) (bool, error) {
 
 // size reads a byte count: a number with an optional KiB, MiB or GiB.
 func (c *config) size(key string) (int64, error) {
-	s := strings.TrimSpace(c.v.GetString(key))
+	s, err := c.scalar(key, "a size")
+	if err != nil {
+		return 0, err
+	}
+	s = strings.TrimSpace(s)
 	mult := int64(1)
 	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
 		if n, ok := strings.CutSuffix(s, suffix); ok {

@@ -13,6 +13,7 @@ import (
 func brokerConfig(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	cmd := newBrokerCmd()
+	cmd.InitDefaultHelpFlag() // as Execute does
 	if err := cmd.Flags().Parse(args); err != nil {
 		return "", err
 	}
@@ -69,12 +70,20 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("max-pendings: 3\n"), 0o644)
+	file := func(name, text string) string {
+		f := filepath.Join(dir, name)
+		os.WriteFile(f, []byte(text), 0o644)
+		return f
+	}
 	cases := []struct {
 		args []string
 		env  [2]string
 		want string
 	}{
-		{args: []string{"--config", bad}, want: `unknown key "max-pendings"`},
+		{args: []string{"--config", bad}, want: `unknown key "max-pendings": did you mean max-pending?`},
+		{args: []string{"--config", file("far.yaml", "colour: blue\n")}, want: `unknown key "colour" (known: `},
+		{args: []string{"--config", file("list.yaml", "max-pending: [1, 2]\n")}, want: "max-pending: a list, where a whole number is wanted"},
+		{args: []string{"--config", file("map.yaml", "heartbeat-interval: {a: 1}\n")}, want: "heartbeat-interval: a map of keys, where a duration is wanted"},
 		{args: []string{"--config", filepath.Join(dir, "none.yaml")}, want: "none.yaml"},
 		{env: [2]string{"EMQ_HEARTBEAT_INTERVAL", "often"}, want: "heartbeat-interval"},
 		{env: [2]string{"EMQ_MAX_FRAME_SIZE", "big"}, want: "max-frame-size"},
@@ -101,6 +110,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		_, err := brokerConfig(t, c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v %v: error %v, want one naming %q", c.args, c.env, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "known: ") && strings.Contains(err.Error(), "help") {
+			t.Errorf("%v: the known keys list help, no key of a file: %v", c.args, err)
 		}
 		if c.env[0] != "" {
 			os.Unsetenv(c.env[0])

@@ -86,3 +86,16 @@ func TestConfigCheck(t *testing.T) {
 		}
 	}
 }
+
+// An admin command's --help lists its own flags first and the flags of
+// where it reads (--admin, --data-dir, --etcd-*) after, under a heading.
+func TestHelpGroupsWhereFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"stats"}, {"tail"}, {"jobs", "ls"}} {
+		out := mustEmq(t, append(args, "--help")...)
+		own, where, heading := strings.Index(out, "\nFlags:\n"), strings.Index(out, "--etcd-endpoints"), strings.Index(out, "\nWhich broker, or which journal directly:\n")
+		if own < 0 || heading < own || where < heading || strings.Contains(out[own:heading], "--etcd-") || strings.Contains(out[own:heading], "--admin ") {
+			t.Errorf("emq %s --help: own flags, then the etcd and admin ones under their heading, want; got\n%s", strings.Join(args, " "), out)
+		}
+	}
+}

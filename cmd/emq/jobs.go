@@ -13,6 +13,7 @@ import (
 
 	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/store"
 )
 
 func newJobsCmd() *cobra.Command {
@@ -223,10 +224,13 @@ func listCmd(use, short, state string) *cobra.Command {
 }
 
 func showCmd() *cobra.Command {
-	cmd := adminCmd("show MSGID", "Show one job", cobra.ExactArgs(1),
+	cmd := adminCmd("show MSGID", "Show one job", msgidArg,
 		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
 			withPayload := c.v.GetBool("payload")
 			j, err := a.Job(cmd.Context(), args[0], withPayload)
+			if errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("%w (a done job is kept only while the broker runs with --retain-done)", err)
+			}
 			if err != nil {
 				return err
 			}
@@ -243,7 +247,7 @@ func showCmd() *cobra.Command {
 }
 
 func whyCmd() *cobra.Command {
-	return adminCmd("why MSGID", "Say why a job is where it is: one sentence, then its parts (a running broker's)", cobra.ExactArgs(1),
+	return adminCmd("why MSGID", "Say why a job is where it is: one sentence, then its parts (a running broker's)", msgidArg,
 		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
 			y, err := a.Why(cmd.Context(), args[0])
 			if err != nil {
@@ -294,6 +298,17 @@ func whyCmd() *cobra.Command {
 		})
 }
 
+// msgidArg takes one argument, a msgid: not empty.
+func msgidArg(cmd *cobra.Command, args []string) error {
+	if err := cobra.ExactArgs(1)(cmd, args); err != nil {
+		return err
+	}
+	if args[0] == "" {
+		return errors.New("a msgid is needed, not an empty one (emq jobs ls lists them)")
+	}
+	return nil
+}
+
 func printJob(w io.Writer, j admin.JobInfo) {
 	fmt.Fprintf(w, "msgid\t%s\nqueue\t%s\nstate\t%s\n", j.MsgID, j.Queue, j.State)
 	if j.Worker != "" {
@@ -311,7 +326,9 @@ func printJob(w io.Writer, j admin.JobInfo) {
 		fmt.Fprintf(w, "progress\t%s\n", progressLine(*p))
 	}
 	printFamily(w, j)
-	fmt.Fprintf(w, "enqueued\t%s\nattempts\t%d\n", j.Enqueued.Format(time.RFC3339), j.Attempts)
+	// Attempts counts the deliveries that ended without a REPLY, as the
+	// retry count does; the trail numbers every delivery.
+	fmt.Fprintf(w, "enqueued\t%s\nfailed attempts\t%d\n", j.Enqueued.Format(time.RFC3339), j.Attempts)
 	if j.LastError != "" {
 		fmt.Fprintf(w, "last error\t%s\n", oneLine(j.LastError, 500))
 	}
@@ -349,7 +366,7 @@ func progressLine(p broker.Progress) string {
 }
 
 func removeCmd() *cobra.Command {
-	return adminCmd("rm MSGID", "Delete a job", cobra.ExactArgs(1),
+	return adminCmd("rm MSGID", "Delete a job", msgidArg,
 		func(cmd *cobra.Command, a admin.API, _ *config, args []string) error {
 			if err := a.RemoveJob(cmd.Context(), args[0]); err != nil {
 				return err

@@ -161,3 +161,51 @@ func TestSendPriorityUnique(t *testing.T) {
 		}
 	}
 }
+
+// emq jobs show says why it has nothing to show: a done job not kept
+// (--retain-done), an empty msgid (the API says so too); and a job kept
+// done after one delivery shows no failed attempt beside its trail's
+// attempt 1.
+func TestJobsShowSaysWhy(t *testing.T) {
+	t.Parallel()
+	for _, retain := range []bool{false, true} {
+		opts := fastBroker
+		if retain {
+			opts = keepDone
+		}
+		b := bt.StartAdmin(t, "", opts, nil)
+		on := []string{"--admin", b.AdminAddr()}
+		client := bt.Dial(t, b.Frontend(), "c")
+		worker := bt.Worker(t, b.Backend(), "w", "q")
+		id := client.Request("q", "", []byte("x"))
+		worker.Ready(1)
+		bt.Expect[*emqp.Request](worker)
+		worker.Reply(id, []byte("ok"))
+		bt.Eventually(t, "replied", func() bool { return b.Stats().Replied.Load() == 1 })
+		out, stderr, err := emq(t, "", append([]string{"jobs", "show", id}, on...)...)
+		if !retain {
+			if err == nil || !strings.Contains(stderr, "no such job") || !strings.Contains(stderr, "--retain-done") {
+				t.Fatalf("a done job not kept: %v, stderr %q", err, stderr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err, stderr)
+		}
+		has(t, "a done job kept", out, `(?m)^failed attempts +0$`)
+		has(t, "its trail", out, `dispatched .*attempt=1`)
+		has(t, "a done job kept", out, `(?m)^state +done$`)
+
+		_, stderr, err = emq(t, "", append([]string{"jobs", "show", ""}, on...)...)
+		if err == nil || !strings.Contains(stderr, "msgid is needed") || strings.Contains(stderr, "404") {
+			t.Fatalf("jobs show '': %v, stderr %q", err, stderr)
+		}
+		a, err := admin.NewClient(admin.ClientOptions{Addr: b.AdminAddr()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Job(t.Context(), "", false); err == nil || !strings.Contains(err.Error(), "msgid is needed") {
+			t.Fatalf("the API's Job(\"\"): %v", err)
+		}
+	}
+}

@@ -132,14 +132,8 @@ password in clear: use it on networks you trust, CURVE elsewhere.`,
 // input's first line.
 func readPassword(cmd *cobra.Command) (string, error) {
 	in := cmd.InOrStdin()
-	f, isFile := in.(*os.File)
-	terminal := false
-	if isFile {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			terminal = true
-		}
-	}
-	if terminal {
+	if isTerminal(in) {
+		f := in.(*os.File)
 		fmt.Fprint(cmd.ErrOrStderr(), "Password: ")
 		stty := func(arg string) error {
 			c := exec.Command("stty", arg)

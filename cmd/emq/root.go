@@ -17,6 +17,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newBrokerCmd(), newWorkerCmd(), newSendCmd(), newPubCmd(), newSubCmd(),
 		newStatsCmd(), newQueuesCmd(), newShardsCmd(), newTailCmd(), newWorkersCmd(), newJobsCmd(), newTenantsCmd(), newLimitersCmd(), newDLQCmd(), newSchedulesCmd(), newBatchesCmd(),
 		newMigrateCmd(), newCompactCmd(), newJournalCmd(), newBackupCmd(), newRestoreCmd(), newBenchCmd(), newKeygenCmd(), newPasswdCmd(), newConfigCmd(), newVersionCmd())
+	groupFlagsInHelp(root)
 	return root
 }
 

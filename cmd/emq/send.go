@@ -13,6 +13,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -27,9 +28,10 @@ func newSendCmd() *cobra.Command {
 		Short: "Send a job and print its msgid once the broker has stored it",
 		Long: `Send a job to --queue. The payload is the argument, or standard input
 with "-" (no argument: an empty payload). Prints the msgid once the broker
-has ACKed the job (it is durable then), or with --reply the worker's REPLY.
-Exits non-zero with the broker's error when it refuses the job, or when no
-answer comes within --wait.
+has ACKed the job (it is durable then), or with --reply the worker's REPLY
+(byte for byte; on a terminal ended with a newline if it has none).
+Exits non-zero with the broker's error when it refuses the job, when no
+answer comes within --wait, or at once when nothing listens at --broker.
 
 --after ID waits until the job ID (and any other named) is done; it is
 stored and ACKed at once, shown as waiting. --batch NAME puts the job in
@@ -78,7 +80,7 @@ failure.`,
 	f.String("after-failed", "", "with --after or --after-batch: cancel (the default) or run, when one of them fails")
 	f.String("batch", "", "the batch the job joins (header batch)")
 	f.Bool("batch-open", false, "with --batch: the batch stays open for more jobs (header batch-open)")
-	f.Duration("wait", defaultWait, "how long to wait for the ACK (or the REPLY); with --bulk, for each BULK's")
+	f.Duration("wait", defaultWait, "how long to wait for the ACK (or the REPLY); with --bulk, for each BULK's (nothing listening at --broker fails at once)")
 	f.String("bulk", "", `send the jobs of this file of JSON lines ("-": standard input) in BULKs, each stored whole or not at all`)
 	f.Int("bulk-size", 1000, "with --bulk: jobs in one BULK")
 	addSecurityFlags(f)
@@ -162,29 +164,80 @@ failure.`,
 			return err
 		}
 		defer stopTracing()
-		cl, err := client.New(client.Options{Broker: c.str("broker"), Security: sec, Logger: log, TracerProvider: tp})
+		ctx, refused := context.WithCancelCause(traceFromEnv(cmd.Context()))
+		defer refused(nil)
+		cl, err := client.New(client.Options{Broker: c.str("broker"), Security: sec, Logger: log, TracerProvider: tp,
+			OnDialError: giveUpUnheard(c.str("broker"), refused)})
 		if err != nil {
 			return err
 		}
 		defer cl.Close()
-		ctx, cancel := context.WithTimeout(traceFromEnv(cmd.Context()), wait)
+		ctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
 		if c.v.GetBool("reply") {
 			reply, err := cl.Request(ctx, c.str("queue"), payload, opts...)
 			if err != nil {
-				return duplicate(err)
+				return sendError(ctx, err)
 			}
-			_, err = cmd.OutOrStdout().Write(reply)
-			return err
+			return writeReply(cmd.OutOrStdout(), reply)
 		}
 		id, err := cl.Send(ctx, c.str("queue"), payload, opts...)
 		if err != nil {
-			return duplicate(err)
+			return sendError(ctx, err)
 		}
 		fmt.Fprintln(cmd.OutOrStdout(), id)
 		return nil
 	}
 	return cmd
+}
+
+// errNotListening is emq send's error when every endpoint of --broker
+// refused the connection: no broker runs there, and --wait (for an ACK
+// from a broker that is there) would only delay saying so.
+var errNotListening = errors.New("nothing listens there (connection refused): is the broker running?")
+
+// giveUpUnheard returns the client's OnDialError for emq send: it ends
+// ctx (by cancel) with errNotListening when every endpoint refused.
+func giveUpUnheard(endpoints string, cancel context.CancelCauseFunc) func(error) {
+	return func(err error) {
+		if refusedAll(err) {
+			cancel(fmt.Errorf("%s: %w", endpoints, errNotListening))
+		}
+	}
+}
+
+// refusedAll reports whether err is a connection refused, or a list of
+// them (zmtp.DialAny's of several endpoints).
+func refusedAll(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs := j.Unwrap()
+		for _, e := range errs {
+			if !refusedAll(e) {
+				return false
+			}
+		}
+		return len(errs) > 0
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// sendError is the error of a send that failed under ctx: the broker's
+// absence if that ended it, else err (see duplicate).
+func sendError(ctx context.Context, err error) error {
+	if cause := notListening(ctx, err); cause != nil {
+		return cause
+	}
+	return duplicate(err)
+}
+
+// notListening is ctx's cause when the broker's absence (giveUpUnheard)
+// ended a call that failed with err, else nil: a job refused before it
+// was sent keeps its own error.
+func notListening(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); errors.Is(err, context.Canceled) && errors.Is(cause, errNotListening) {
+		return cause
+	}
+	return nil
 }
 
 // exitDuplicate is emq send's exit status for a job refused as a
@@ -203,6 +256,27 @@ func duplicate(err error) error {
 		return exitError{exitDuplicate, fmt.Errorf("duplicate: held by job %s", refused.Holder)}
 	}
 	return exitError{exitDuplicate, fmt.Errorf("duplicate: %s", refused.Text)} // a broker that did not name it
+}
+
+// writeReply writes a REPLY as it came, byte for byte into a file or a
+// pipe; on a terminal it ends it with a newline when it has none, so the
+// shell's prompt does not follow it on its line.
+func writeReply(w io.Writer, reply []byte) error {
+	_, err := w.Write(reply)
+	if err == nil && isTerminal(w) && !bytes.HasSuffix(reply, []byte("\n")) {
+		_, err = io.WriteString(w, "\n")
+	}
+	return err
+}
+
+// isTerminal reports whether f is a terminal (a character device).
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := file.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func readPayload(stdin io.Reader, args []string) ([]byte, error) {
@@ -256,7 +330,10 @@ func sendBulk(cmd *cobra.Command, c *config, file string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cl, err := client.New(client.Options{Broker: c.str("broker"), Security: sec, Logger: log})
+	base, refused := context.WithCancelCause(traceFromEnv(cmd.Context()))
+	defer refused(nil)
+	cl, err := client.New(client.Options{Broker: c.str("broker"), Security: sec, Logger: log,
+		OnDialError: giveUpUnheard(c.str("broker"), refused)})
 	if err != nil {
 		return err
 	}
@@ -264,9 +341,12 @@ func sendBulk(cmd *cobra.Command, c *config, file string) error {
 	var jobs []client.BulkJob
 	var lines []int // of the jobs
 	send := func() error {
-		ctx, cancel := context.WithTimeout(traceFromEnv(cmd.Context()), wait)
+		ctx, cancel := context.WithTimeout(base, wait)
 		defer cancel()
 		ids, err := cl.SendBulk(ctx, jobs)
+		if cause := notListening(ctx, err); cause != nil {
+			return cause
+		}
 		var be *client.BulkError
 		if errors.As(err, &be) && be.Index >= 0 {
 			err = fmt.Errorf("line %d: %w", lines[be.Index], err)

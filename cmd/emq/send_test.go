@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,5 +62,29 @@ func TestSendBulkFile(t *testing.T) {
 	_, stderr, err = emq(t, `{"queue": "r", "payload": "a", "colour": "blue"}`, "send", "--broker", b.Frontend(), "--bulk", "-")
 	if !errors.As(err, &exit) || !strings.Contains(stderr, "line 1") || !strings.Contains(stderr, "colour") {
 		t.Fatalf("an unknown field: %v, stderr %q", err, stderr)
+	}
+}
+
+// A 70,000-byte queue name is refused in a line, not echoed whole.
+func TestSendLongQueueNameRefusedShort(t *testing.T) {
+	t.Parallel()
+	_, stderr, err := emq(t, "", "send", "--broker", bt.FreeEndpoint(t), "--queue", strings.Repeat("q", 70000), "x")
+	if err == nil || len(stderr) > 300 || !strings.Contains(stderr, "(70000 bytes)") {
+		t.Fatalf("send to a 70,000-byte queue name: %v, %d bytes of stderr, want a short refusal naming the length", err, len(stderr))
+	}
+}
+
+// A call refused before it was sent (a bad queue name) keeps its own
+// error even when the broker's absence has ended the send's context
+// meanwhile; only a call that ended with the context says nobody listens.
+func TestNotListeningOnlyForCallsItEnded(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(fmt.Errorf("tcp://127.0.0.1:1: %w", errNotListening))
+	refused := errors.New("client: queue name too long")
+	if err := sendError(ctx, refused); err != refused {
+		t.Errorf("a refused call: %v, want its own error", err)
+	}
+	if err := sendError(ctx, fmt.Errorf("client: no ACK: %w", ctx.Err())); !errors.Is(err, errNotListening) {
+		t.Errorf("a call the context ended: %v, want nothing listens", err)
 	}
 }

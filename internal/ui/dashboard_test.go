@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/eventmq/emq/admin"
@@ -180,6 +181,10 @@ func TestPages(t *testing.T) {
 	}
 	if got := tb.texts(`#fields [data-field="State"]`); got[0] != "done" {
 		t.Errorf("state: %q", got)
+	}
+	// Delivered once and replied: no failed attempt, beside the history's attempt 1.
+	if got := tb.texts(`#fields [data-field="Failed attempts"]`); len(got) != 1 || got[0] != "0" {
+		t.Errorf("failed attempts of a job done at once: %q", got)
 	}
 	if got := tb.texts(`table td`); !contains(got, "replied") || !contains(got, "dispatched") {
 		t.Errorf("history: %q", got)
@@ -574,6 +579,23 @@ func TestReadOnly(t *testing.T) {
 		t.Error("the read-only session paused a queue")
 	}
 	tb.takeErrors()
+}
+
+// The overview shows its numbers with the page, not only once the
+// overview stream has sent its first: here the stream never does.
+func TestOverviewFirstNumbers(t *testing.T) {
+	s := start(t, "", "")
+	tb := newTab(t, base(s.b))
+	silent := `window.EventSource = class { constructor() { this.readyState = 0; } addEventListener() {} close() {} };` +
+		`window.EventSource.CLOSED = 2;`
+	if _, err := chromedp.Call(tb.ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: silent}); err != nil {
+		t.Fatal(err)
+	}
+	tb.open("")
+	tb.until("the overview's numbers, without the stream", `document.querySelector('tr[data-queue="emails"]') && document.querySelector('[data-stat="Workers"] .v')`)
+	if got := tb.texts(`[data-stat="Workers"] .v, [data-stat="Dead-lettered"] .v`); fmt.Sprint(got) != "[1 1]" {
+		t.Errorf("workers and dead-lettered cards: %q, want [1 1]", got)
+	}
 }
 
 // TestChartMoves: while jobs flow, the overview's chart and numbers move

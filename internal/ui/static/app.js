@@ -307,6 +307,9 @@ function overviewPage() {
   };
   app.onTick = render;
   if (app.overview) render(app.overview);
+  else { // the first numbers with the page, not after the stream's first
+    api('GET', '/api/v1/overview').then((o) => { if (!app.overview) tick(o); }).catch(() => {});
+  }
 }
 
 function limits(q) {
@@ -648,7 +651,7 @@ function jobView(j) {
   const f = [['Queue', el('a', { href: '#/queue/' + enc(j.queue) }, j.queue)], ['State', j.state], ['Worker', j.worker || '–'],
     ['Priority', j.priority === undefined ? '–' : String(j.priority)], ['Unique key', unique]];
   if (j.state === 'inflight') f.push(['Progress', progressView(j.progress)]);
-  f.push(['Enqueued', when(j.enqueued) + ' (' + ago(j.enqueued) + ')'], ['Attempts', num(j.attempts)],
+  f.push(['Enqueued', when(j.enqueued) + ' (' + ago(j.enqueued) + ')'], ['Failed attempts', num(j.attempts)],
     ['Last error', j.last_error || '–'], ['Not before', j.not_before ? when(j.not_before) : '–'],
     ['Finished', j.finished ? when(j.finished) : '–'], ['Headers', j.headers || '–']);
   out.push(el('dl', { class: 'fields', id: 'fields' }, f.map(([k, v]) => [el('dt', null, k), el('dd', { 'data-field': k }, v)])));
