@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -90,8 +91,8 @@ func tryChild(t *testing.T, what, dir, frontend, backend string, env ...string) 
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = bt.ChildEnv(append([]string{childEnv + "=" + dir, "EMQ_TEST_FRONTEND=" + frontend, "EMQ_TEST_BACKEND=" + backend}, env...)...)
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
+	var stderr testutil.Buffer
+	cmd.Stderr = io.MultiWriter(os.Stderr, &stderr)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -117,24 +118,6 @@ func tryChild(t *testing.T, what, dir, frontend, backend string, env ...string) 
 			return &child{cmd: cmd, frontend: frontend, backend: backend, exited: exited}, "", 0
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	os.Stderr.Write(p)
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Damage, as a failing disk does it: 300 self-checking jobs stored, the

@@ -3,13 +3,11 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -75,7 +73,7 @@ func TestEventMQJobManagerIgnoresCancel(t *testing.T) {
 // startJobManager runs EventMQ's job manager (one worker process, queue
 // default) against the broker at addr, until the test ends; the test is
 // skipped without EventMQ's source (EMQ_EVENTMQ_SRC) or its modules.
-func startJobManager(t *testing.T, addr string) *syncBuffer {
+func startJobManager(t *testing.T, addr string) *testutil.Buffer {
 	t.Helper()
 	src := os.Getenv("EMQ_EVENTMQ_SRC")
 	if src == "" {
@@ -92,7 +90,7 @@ func startJobManager(t *testing.T, addr string) *syncBuffer {
 	}
 	jm := exec.Command(python, filepath.Join(src, "bin", "emq-jobmanager"), "--broker-addr", addr, "--jobs", "1")
 	jm.Env = env
-	logs := new(syncBuffer)
+	logs := new(testutil.Buffer)
 	jm.Stdout, jm.Stderr = logs, logs
 	testutil.DieWithParent(jm)
 	jm.SysProcAttr.Setpgid = true // its worker processes and multiprocessing's manager too
@@ -114,7 +112,7 @@ func eventmqJob(msgid, path, callable, args string) *emqp.Request {
 // stopJobManager stops the job manager as SIGTERM does (KBYE, its worker
 // processes told to end, then exit), or kills its process group when it
 // does not stop; its log goes to the test's when the test failed.
-func stopJobManager(t *testing.T, jm *exec.Cmd, logs *syncBuffer) {
+func stopJobManager(t *testing.T, jm *exec.Cmd, logs *testutil.Buffer) {
 	jm.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- jm.Wait() }()
@@ -128,24 +126,6 @@ func stopJobManager(t *testing.T, jm *exec.Cmd, logs *syncBuffer) {
 	if t.Failed() {
 		t.Logf("the job manager's log:\n%s", logs.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer that a process writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // The same job manager against a real EMQ broker: the job it runs is

@@ -1,13 +1,11 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/worker"
 )
 
@@ -74,22 +73,11 @@ func eventNames(s sdktrace.ReadOnlySpan) []string {
 
 // logBuffer is a slog handler's output the test reads while the
 // broker and the worker write it.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+type logBuffer struct{ testutil.Buffer }
 
 // line returns the first line that holds every one of parts.
 func (l *logBuffer) line(parts ...string) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(l.String(), "\n") {
 		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
 			return line
 		}
@@ -216,7 +204,7 @@ func TestJobTraceThroughClientBrokerAndWorker(t *testing.T) {
 		t.Errorf("process statuses %v, %v; want an error, then none", processes[0].Status(), processes[1].Status())
 	}
 	if line := logs.line("job failed", msgid, "trace_id="+traceID.String(), "span_id="+processes[0].SpanContext().SpanID().String()); line == "" {
-		t.Errorf("no worker log line about the FAIL with its trace_id and span_id:\n%s", logs.b.String())
+		t.Errorf("no worker log line about the FAIL with its trace_id and span_id:\n%s", logs.String())
 	}
 
 	// A job that fails every time: its last delivery says it went to the
@@ -236,7 +224,7 @@ func TestJobTraceThroughClientBrokerAndWorker(t *testing.T) {
 		return false
 	})
 	if line := logs.line("dead letters", doomed, "trace_id="+appSpan.SpanContext().TraceID().String(), "span_id="); line == "" {
-		t.Errorf("no broker log line about the dead letter with its trace:\n%s", logs.b.String())
+		t.Errorf("no broker log line about the dead letter with its trace:\n%s", logs.String())
 	}
 }
 

@@ -1,18 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/testutil"
 )
 
 // `emq broker` drains at the first SIGTERM (not ready, the job in flight
@@ -56,9 +55,9 @@ func TestBrokerSignals(t *testing.T) {
 // brokerProcess is `emq broker` running as a child of the test.
 type brokerProcess struct {
 	cmd    *exec.Cmd
-	admin  string        // host:port of its admin API
-	exited chan error    // its exit, once (put back what you take)
-	logs   *lockedBuffer // its standard error
+	admin  string           // host:port of its admin API
+	exited chan error       // its exit, once (put back what you take)
+	logs   *testutil.Buffer // its standard error
 }
 
 // startBrokerProcess runs `emq broker ARGS --admin FREE` until the test
@@ -81,7 +80,7 @@ func startBrokerProcessEnv(t *testing.T, env []string, args ...string) *brokerPr
 // returns at once, before it serves.
 func spawnBrokerProcess(t *testing.T, env []string, args ...string) *brokerProcess {
 	t.Helper()
-	bp := &brokerProcess{admin: strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://"), exited: make(chan error, 1), logs: &lockedBuffer{}}
+	bp := &brokerProcess{admin: strings.TrimPrefix(bt.FreeEndpoint(t), "tcp://"), exited: make(chan error, 1), logs: new(testutil.Buffer)}
 	bp.cmd = exec.Command(os.Args[0], append(append([]string{"broker"}, args...), "--admin", bp.admin)...)
 	bp.cmd.Env = bt.ChildEnv(append(env, mainEnv+"=1")...)
 	bp.cmd.Stderr = bp.logs
@@ -104,23 +103,4 @@ func (bp *brokerProcess) readyz() int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
-}
-
-// lockedBuffer is a bytes.Buffer a child process writes while the test
-// reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

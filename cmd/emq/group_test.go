@@ -30,6 +30,7 @@ import (
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/internal/etcdtest"
 	"github.com/eventmq/emq/internal/netlab"
+	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/worker"
 )
 
@@ -45,7 +46,7 @@ type groupBroker struct {
 	node                     *netlab.Node                                // its namespace, if in a lab
 	clock                    string                                      // the file of its schedules' clock, if in a lab
 	cmd                      *exec.Cmd
-	logs                     *lockedBuffer
+	logs                     *testutil.Buffer
 	mu                       sync.Mutex
 }
 
@@ -83,7 +84,7 @@ func (g *groupBroker) start() {
 	defer g.mu.Unlock()
 	cmd := g.command(os.Args[0], g.args...)
 	cmd.Env = bt.ChildEnv(append([]string{mainEnv + "=1"}, g.env...)...)
-	g.logs = new(lockedBuffer)
+	g.logs = new(testutil.Buffer)
 	cmd.Stderr = g.logs
 	if err := cmd.Start(); err != nil {
 		g.t.Fatal(err)
@@ -302,7 +303,7 @@ func startCLILoad(t *testing.T, senders int, queue string, fronts, backs []strin
 	w := exec.Command(os.Args[0], "worker", "--broker", strings.Join(backs, ","), "--queues", queue,
 		"--concurrency", "4", "--grace", "2s", "--exec", `echo "$EMQ_MSGID" >>`+l.ranFile)
 	w.Env = bt.ChildEnv(mainEnv + "=1")
-	wlogs := new(lockedBuffer)
+	wlogs := new(testutil.Buffer)
 	w.Stderr = wlogs
 	if err := w.Start(); err != nil {
 		t.Fatal(err)

@@ -1,42 +1,25 @@
 package zmtp
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/eventmq/emq/internal/testutil"
 )
 
-// lockedBuffer collects log lines from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), "\n")
-}
+// lines counts the log lines in logs.
+func lines(logs *testutil.Buffer) int { return strings.Count(logs.String(), "\n") }
 
 // Connections beyond the limit are closed at once and counted; those
 // that never finish their handshake give their place back when it times
 // out; a flood of either writes a few log lines, not one each.
 func TestConnLimit(t *testing.T) {
 	t.Parallel()
-	var logs lockedBuffer
+	var logs testutil.Buffer
 	limit := NewConnLimit(3, 0)
 	in := newInbox()
 	r, err := Listen("tcp://127.0.0.1:0", Options{Receive: in.receive, Limit: limit, HandshakeTimeout: 300 * time.Millisecond,
@@ -76,8 +59,8 @@ func TestConnLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.wait(t, "hello")
-	if n := logs.lines(); n == 0 || n > 2*logBurst {
-		t.Fatalf("40 refused or failed connections wrote %d log lines, want a few:\n%s", n, logs.b.String())
+	if n := lines(&logs); n == 0 || n > 2*logBurst {
+		t.Fatalf("40 refused or failed connections wrote %d log lines, want a few:\n%s", n, logs.String())
 	}
 }
 
