@@ -47,7 +47,7 @@ type Broker struct {
 	opts    Options
 	log     *slog.Logger
 	journal store.Journal
-	stats   Stats
+	stats   counts
 	observe Observer // never nil (Options.Observer, or one that ignores all)
 
 	routers [2]*zmtp.Router
@@ -284,8 +284,8 @@ func (b *Broker) PublisherOutgoing() string {
 // Backend is the bound backend endpoint (after Ready).
 func (b *Broker) Backend() string { return b.routers[backend].Endpoint() }
 
-// Stats returns the broker's counters.
-func (b *Broker) Stats() *Stats { return &b.stats }
+// Stats returns a copy of the broker's counters.
+func (b *Broker) Stats() Stats { return b.stats.snapshot() }
 
 // Stopped is closed when the broker stops serving: its loop has ended
 // (Run is closing the journal, or has returned).
