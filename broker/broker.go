@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -16,7 +14,6 @@ import (
 	"github.com/eventmq/emq/internal/lograte"
 	"github.com/eventmq/emq/internal/zmtp"
 	"github.com/eventmq/emq/store"
-	"github.com/eventmq/emq/store/boltstore"
 )
 
 // JournalFile is the journal's file name inside the data directory.
@@ -137,11 +134,13 @@ const (
 	closing
 )
 
-// New checks opts and opens the journal (Options.OpenJournal, or the bbolt
-// file in DataDir, creating the directory).
+// New checks opts and opens the journal (Options.OpenJournal).
 func New(opts Options) (*Broker, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
+	}
+	if opts.OpenJournal == nil {
+		return nil, errors.New("broker: no journal: set Options.OpenJournal (package boltjournal's Open opens the bbolt file in DataDir)")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -208,35 +207,13 @@ func New(opts Options) (*Broker, error) {
 	if b.observe == nil {
 		b.observe = ignore{}
 	}
-	open := opts.OpenJournal
-	if open == nil {
-		open = b.openBolt
-	}
-	j, err := open(b.observe.Committed)
+	j, err := opts.OpenJournal(JournalSetup{Options: opts, OnCommit: b.observe.Committed, OnDamage: b.damaged})
 	if err != nil {
 		return nil, err
 	}
 	b.journal = j
 	j.Follow(func(c store.WorkflowChange) { b.post(func() { b.workflowChanged(c) }) }, opts.ResultTTL)
 	return b, nil
-}
-
-// openBolt opens the default journal: the bbolt file in DataDir, with
-// its write-ahead log beside it.
-func (b *Broker) openBolt(onCommit func(int, time.Duration)) (store.Journal, error) {
-	o := b.opts
-	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("data-dir: %w", err)
-	}
-	sopts := boltstore.DefaultOptions()
-	sopts.OnCommit = onCommit
-	sopts.MaxJobSize = o.MaxJobSize
-	sopts.SegmentSize, sopts.MaxLogBytes, sopts.Recover = o.JournalSegmentSize, o.JournalMaxLog, o.JournalRecover
-	sopts.CheckpointBytes = min(sopts.CheckpointBytes, o.JournalMaxLog/2)
-	sopts.DirectBytes = min(sopts.DirectBytes, o.JournalSegmentSize/2)
-	sopts.Logger = b.log
-	sopts.OnDamage = b.damaged
-	return boltstore.Open(filepath.Join(o.DataDir, JournalFile), sopts)
 }
 
 // damaged is the journal's word that a stored value failed its checksum

@@ -36,9 +36,9 @@ func backends(t *testing.T, test func(t *testing.T, start func(edit func(*broker
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cli.Close() })
-		open := func(onCommit func(int, time.Duration)) (store.Journal, error) {
+		open := func(s broker.JournalSetup) (store.Journal, error) {
 			o := etcdstore.DefaultOptions()
-			o.OnCommit = onCommit
+			o.OnCommit = s.OnCommit
 			return etcdstore.Open(cli, o)
 		}
 		test(t, func(edit func(*broker.Options)) *bt.Broker {
