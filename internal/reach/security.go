@@ -1,4 +1,8 @@
-package client
+// Package reach holds what EMQ's client and worker share to reach a
+// broker: the Security they prove who they are with (CURVE or PLAIN), and
+// asking a broker for its placement (ROUTES). Neither package imports
+// the other; both use this one.
+package reach
 
 import (
 	"errors"
@@ -47,14 +51,4 @@ func (s Security) Dial() (*zmtp.ClientSecurity, error) {
 		return &zmtp.ClientSecurity{Mechanism: zmtp.Plain, User: s.User, Password: s.Password}, nil
 	}
 	return nil, nil
-}
-
-// ReadKeyFile reads a key file emq keygen wrote (NAME.key or NAME.pub):
-// the key in Z85, for Security.
-func ReadKeyFile(path string) (string, error) {
-	k, err := zmtp.ReadKeyFile(path)
-	if err != nil {
-		return "", err
-	}
-	return k.String(), nil
 }
