@@ -43,7 +43,7 @@ type inbound struct {
 type Broker struct {
 	opts    Options
 	log     *slog.Logger
-	journal store.Journal
+	journal loopJournal
 	stats   counts
 	observe Observer // never nil (Options.Observer, or one that ignores all)
 
@@ -71,9 +71,11 @@ type Broker struct {
 	drained  sync.Once
 	hurried  sync.Once
 
-	postMu sync.Mutex
-	posted []func()
-	wake   chan struct{}
+	postMu   sync.Mutex
+	posted   []func()
+	loopGone bool       // Run is over: a post runs at once (runLate)
+	lateMu   sync.Mutex // held while a post runs after Run
+	wake     chan struct{}
 
 	// Owned by the loop.
 	phase        phase
@@ -211,8 +213,8 @@ func New(opts Options) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.journal = j
-	j.Follow(func(c store.WorkflowChange) { b.post(func() { b.workflowChanged(c) }) }, opts.ResultTTL)
+	b.journal = newLoopJournal(j, b)
+	b.journal.Follow(b.workflowChanged, opts.ResultTTL)
 	return b, nil
 }
 
@@ -224,7 +226,7 @@ func (b *Broker) damaged(d store.Damage) {
 		return // the file's structure, not a value: the journal has logged it
 	}
 	b.damageLog.Warn(b.log, "journal: a stored value fails its checksum: it is moved aside, never served as good (a job: to the dead letters)",
-		"journal", journalName(b.journal), "bucket", string(d.Bucket), "key", printableID(string(d.Key)), "why", d.Reason)
+		"journal", journalName(b.journal.j), "bucket", string(d.Bucket), "key", printableID(string(d.Key)), "why", d.Reason)
 }
 
 // journalName names the journal in logs: its String, or its type.
@@ -291,10 +293,12 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 		}
 		// What the journal's last reports posted runs now, on this
 		// goroutine as on the loop: an admin change waiting for its
-		// outcome gets it.
-		for range 3 {
-			b.runPosted()
-		}
+		// outcome gets it. A report that comes later still (a journal
+		// calling back after Close) runs when it is posted.
+		b.postMu.Lock()
+		b.loopGone = true
+		b.postMu.Unlock()
+		b.runLate()
 	}()
 	start := time.Now()
 	if err := b.loadControls(); err != nil {
@@ -314,7 +318,7 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("replaying the journal's schedules: %w", err)
 	}
 	b.log.Info("journal replayed", "jobs", n, "schedules", ns, "took", time.Since(start).Round(time.Millisecond),
-		"journal", journalName(b.journal))
+		"journal", journalName(b.journal.j))
 
 	for ep, addr := range []string{b.opts.Frontend, b.opts.Backend} {
 		r, err := zmtp.Listen(addr, b.routerOptions(ep))
@@ -450,11 +454,17 @@ func (b *Broker) routerOptions(ep int) zmtp.Options {
 }
 
 // post runs fn on the loop. It never blocks: the journal's goroutine and
-// the connection writers call it.
+// the connection writers call it. After Run, with no loop left, fn runs
+// at once, one posted closure at a time.
 func (b *Broker) post(fn func()) {
 	b.postMu.Lock()
 	b.posted = append(b.posted, fn)
+	late := b.loopGone
 	b.postMu.Unlock()
+	if late {
+		b.runLate()
+		return
+	}
 	select {
 	case b.wake <- struct{}{}:
 	default:
@@ -468,6 +478,24 @@ func (b *Broker) runPosted() {
 	b.postMu.Unlock()
 	for _, fn := range fns {
 		fn()
+	}
+}
+
+// runLate runs what is posted after Run, as the loop would have: one at
+// a time (whoever holds lateMu runs the others' posts too).
+func (b *Broker) runLate() {
+	for {
+		if !b.lateMu.TryLock() {
+			return // its holder looks again after it lets go
+		}
+		b.runPosted()
+		b.lateMu.Unlock()
+		b.postMu.Lock()
+		empty := len(b.posted) == 0
+		b.postMu.Unlock()
+		if empty {
+			return
+		}
 	}
 }
 
@@ -606,7 +634,7 @@ func (b *Broker) expireResults(now time.Time) {
 	b.journal.ExpireResults(now, func(n int, err error) {
 		b.writeFailed(err, "journal could not delete expired results", "")
 		if n >= store.ExpireBatch { // more are due: go on at once
-			b.post(func() { b.timers.set(&b.sweep, b.at(time.Now())) })
+			b.timers.set(&b.sweep, b.at(time.Now()))
 		}
 	})
 	// Every minute at most, and once a minute with retain-done off: done

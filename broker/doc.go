@@ -45,8 +45,10 @@
 // them over a bounded channel; when the loop falls behind, readers block
 // and TCP pushes back on the peers. The journal's goroutine reports each
 // durable write through a callback that only posts a closure to the loop
-// (an unbounded list, so the journal never blocks). Sends never block the
-// loop: each connection has its own queue and writer.
+// (an unbounded list, so the journal never blocks): the loop writes
+// through loopJournal (journal.go), whose writes run their done on the
+// loop, so no callback written here runs elsewhere. Sends never block
+// the loop: each connection has its own queue and writer.
 //
 // The journal is any store.Journal: Options.OpenJournal opens it
 // (package boltjournal: the bbolt file in DataDir; package group: etcd),
