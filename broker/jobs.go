@@ -368,7 +368,7 @@ func (b *Broker) reply(w *peer, m *emqp.Reply) {
 	} else {
 		trail = nil // deleted: no trail to keep
 	}
-	b.journal.Complete(j.id, result, keepUntil, trail, "journal could not delete a replied job; it will run again after a restart")
+	b.journal.Complete(j.id, result, keepUntil, trail)
 	if j.headers.ReplyRequested() {
 		to := j.client
 		if !b.routers[to.ep].Connected(to.id) && b.routers[1-to.ep].Connected(to.id) {
@@ -421,7 +421,7 @@ func (b *Broker) attempt(j *job, reason string, backoff bool) {
 		b.stats.DeadLettered.Add(1)
 		b.log.Warn("job out of attempts; moved to the dead letters", append([]any{"msgid", j.id, "queue", j.q.name,
 			"attempts", j.attempts, "reason", reason}, logAttrs...)...)
-		b.journal.Bury(j.id, reason, trail, "journal could not bury a job")
+		b.journal.Bury(j.id, reason, trail)
 		return
 	}
 	b.stats.Retried.Add(1)
@@ -437,7 +437,7 @@ func (b *Broker) attempt(j *job, reason string, backoff bool) {
 	} else {
 		b.emitJob(EventRequeued, j, "")
 	}
-	b.journal.RecordAttempt(j.id, reason, fromNanos(j.notBefore), b.takeTrail(j), "journal could not record an attempt")
+	b.journal.RecordAttempt(j.id, reason, fromNanos(j.notBefore), b.takeTrail(j))
 	if backoff {
 		b.enqueue(j, now)
 		return

@@ -11,8 +11,8 @@ import (
 // a done that runs on the loop instead (the journal's goroutine only
 // posts it: one post a write), so it may touch loop state. The writes
 // whose outcome only matters when they fail (Complete, RecordAttempt,
-// Bury) take no callback: a failure is logged where it is reported, and
-// nothing is posted. A write store.Journal gains is not here until it is
+// Bury) take no callback: a failure is logged where it is reported
+// (writeFailed), and nothing is posted. A write store.Journal gains is not here until it is
 // written the same way: calling it does not compile.
 //
 // Reads (journalReads) run on the caller's goroutine and return their
@@ -141,20 +141,25 @@ func (l loopJournal) OpenBatch(name string, open bool, done func(*store.Batch, e
 	l.j.OpenBatch(name, open, onLoop(l.b, done))
 }
 
-// Complete deletes (or keeps as done) a replied job; a failure is logged
-// as failed says, and the job runs again after a restart.
-func (l loopJournal) Complete(msgid string, result []byte, keepUntil time.Time, trail []store.TrailEvent, failed string) {
-	l.j.Complete(msgid, result, keepUntil, trail, func(_ bool, err error) { l.b.writeFailed(err, failed, msgid) })
+// Complete deletes (or keeps as done) a replied job. A failure is
+// logged; the job runs again after a restart.
+func (l loopJournal) Complete(msgid string, result []byte, keepUntil time.Time, trail []store.TrailEvent) {
+	b := l.b
+	l.j.Complete(msgid, result, keepUntil, trail, func(_ bool, err error) {
+		b.writeFailed(err, "journal could not delete a replied job; it will run again after a restart", msgid)
+	})
 }
 
-// RecordAttempt records a job's attempt; a failure is logged as failed
-// says.
-func (l loopJournal) RecordAttempt(msgid, reason string, notBefore time.Time, trail []store.TrailEvent, failed string) {
-	l.j.RecordAttempt(msgid, reason, notBefore, trail, func(_ *store.Job, err error) { l.b.writeFailed(err, failed, msgid) })
+// RecordAttempt records a job's attempt. A failure is logged.
+func (l loopJournal) RecordAttempt(msgid, reason string, notBefore time.Time, trail []store.TrailEvent) {
+	b := l.b
+	l.j.RecordAttempt(msgid, reason, notBefore, trail, func(_ *store.Job, err error) {
+		b.writeFailed(err, "journal could not record an attempt", msgid)
+	})
 }
 
-// Bury moves a job to the dead letters; a failure is logged as failed
-// says.
-func (l loopJournal) Bury(msgid, reason string, trail []store.TrailEvent, failed string) {
-	l.j.Bury(msgid, reason, trail, func(_ *store.Job, err error) { l.b.writeFailed(err, failed, msgid) })
+// Bury moves a job to the dead letters. A failure is logged.
+func (l loopJournal) Bury(msgid, reason string, trail []store.TrailEvent) {
+	b := l.b
+	l.j.Bury(msgid, reason, trail, func(_ *store.Job, err error) { b.writeFailed(err, "journal could not bury a job", msgid) })
 }
