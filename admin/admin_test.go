@@ -30,7 +30,7 @@ func jobsInEveryState(t *testing.T, b *bt.Broker) (pending, inflight, delayed, d
 	worker.Ready(1)
 	bt.Expect[*emqp.Request](worker)
 	worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: dead, Reason: "broken"})
-	bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered.Load() == 1 })
+	bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered == 1 })
 	inflight = client.Request("q", "", []byte("running"))
 	worker.Ready(1)
 	bt.Expect[*emqp.Request](worker)
@@ -123,7 +123,7 @@ func TestAdminAPI(t *testing.T) {
 	// The purged in-flight job's late REPLY is ignored.
 	worker.Reply(inflight, nil)
 	worker.Sync()
-	if n := b.Stats().Replied.Load(); n != 0 {
+	if n := b.Stats().Replied; n != 0 {
 		t.Fatalf("replied = %d after a purge", n)
 	}
 }
@@ -208,7 +208,7 @@ func TestMetrics(t *testing.T) {
 	value(after, "emq_replay_duration_seconds", "")
 
 	// The stats API shows the same counters, by name, in the order of
-	// broker.Counters, with the same values, then pub/sub's (on here).
+	// broker.Stats.Counters, with the same values, then pub/sub's (on here).
 	resp, err := http.Get("http://" + b.AdminAddr() + "/api/v1/stats")
 	if err != nil {
 		t.Fatal(err)
@@ -219,16 +219,18 @@ func TestMetrics(t *testing.T) {
 	if err := json.Unmarshal(raw, &si); err != nil {
 		t.Fatalf("%v in %s", err, raw)
 	}
-	if len(si.Counters) != len(broker.Counters)+len(admin.PubSubCounters) || len(si.Errors) != len(broker.ErrorCodes) {
+	counters := broker.Stats{}.Counters()
+	if len(si.Counters) != len(counters)+len(admin.PubSubCounters) || len(si.Errors) != len(broker.ErrorCodes()) {
 		t.Fatalf("stats API: %d counters and %d error codes, want %d and %d:\n%s",
-			len(si.Counters), len(si.Errors), len(broker.Counters)+len(admin.PubSubCounters), len(broker.ErrorCodes), raw)
+			len(si.Counters), len(si.Errors), len(counters)+len(admin.PubSubCounters), len(broker.ErrorCodes()), raw)
 	}
-	for i, c := range broker.Counters {
-		if got := si.Counters[i]; got.Name != c.Name || float64(got.Value) != value(after, c.Metric, "") {
-			t.Errorf("stats API counter %d: %+v; /metrics has %s = %v", i, got, c.Metric, value(after, c.Metric, ""))
+	for i, c := range counters {
+		m := admin.CounterMetric(c.Name)
+		if got := si.Counters[i]; got.Name != c.Name || float64(got.Value) != value(after, m, "") {
+			t.Errorf("stats API counter %d: %+v; /metrics has %s = %v", i, got, m, value(after, m, ""))
 		}
 	}
-	for i, code := range broker.ErrorCodes {
+	for i, code := range broker.ErrorCodes() {
 		if got := si.Errors[i]; got.Name != code || float64(got.Value) != value(after, "emq_protocol_errors_total", code) {
 			t.Errorf("stats API error count %d: %+v, want %s as in /metrics", i, got, code)
 		}

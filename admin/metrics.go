@@ -130,7 +130,7 @@ var (
 	descWorkers    = prometheus.NewDesc("emq_workers", "Connected workers.", nil, nil)
 	descScheds     = prometheus.NewDesc("emq_schedulers", "Connected schedulers (peers that SCHEDULEs are passed to).", nil, nil)
 	descFreeSlots  = prometheus.NewDesc("emq_worker_free_slots", "Slots offered by workers (READY) and not used.", nil, nil)
-	descErrors     = prometheus.NewDesc("emq_"+broker.ErrorsName+"_total", "ERRORs sent to peers, by code.", []string{"code"}, nil)
+	descErrors     = prometheus.NewDesc("emq_protocol_errors_total", "ERRORs sent to peers, by code.", []string{"code"}, nil)
 	descCache      = prometheus.NewDesc("emq_payload_cache_bytes", "Bytes of payloads held in memory for dispatch (payload-cache).", nil, nil)
 	descReceived   = prometheus.NewDesc("emq_receive_buffer_bytes", "Bytes of received messages held (max-receive-buffer).", nil, nil)
 	descReceiveMax = prometheus.NewDesc("emq_receive_buffer_limit_bytes", "The bound of emq_receive_buffer_bytes (max-receive-buffer).", nil, nil)
@@ -159,11 +159,45 @@ var (
 	descLastValues = prometheus.NewDesc("emq_pubsub_last_value_topics", "Topics in the last-value cache.", nil, nil)
 )
 
-// counterDescs are the broker's counters, as broker.Counters names them.
+// counterMetrics are the metric names of the broker's counters
+// (broker.Stats.Counters), by counter name.
+var counterMetrics = map[string]string{
+	"received":                "emq_jobs_received_total",
+	"acked":                   "emq_jobs_acked_total",
+	"duplicates":              "emq_jobs_duplicate_total",
+	"passed_over":             "emq_jobs_passed_over_total",
+	"overdue":                 "emq_jobs_overdue_total",
+	"dispatched":              "emq_jobs_dispatched_total",
+	"replied":                 "emq_jobs_replied_total",
+	"failed":                  "emq_jobs_failed_total",
+	"retried":                 "emq_jobs_retried_total",
+	"timed_out":               "emq_jobs_timed_out_total",
+	"dead_lettered":           "emq_jobs_dead_lettered_total",
+	"cancelled":               "emq_jobs_cancelled_total",
+	"progress":                "emq_job_progress_total",
+	"ignored":                 "emq_messages_ignored_total",
+	"schedules_forwarded":     "emq_schedules_forwarded_total",
+	"schedules_fired":         "emq_schedule_fires_total",
+	"event_listeners_dropped": "emq_event_listeners_dropped_total",
+	"journal_damaged":         "emq_journal_damaged_total",
+	"schedule_fires_skipped":  "emq_schedule_fires_skipped_total",
+}
+
+// CounterMetric is the metric name of the broker's counter called name
+// (broker.Stats.Counters), "" for none.
+func CounterMetric(name string) string { return counterMetrics[name] }
+
+// counterDescs are the broker's counters in their order, each under its
+// metric name. A counter without one is a mistake caught at start-up.
 var counterDescs = func() []*prometheus.Desc {
-	ds := make([]*prometheus.Desc, len(broker.Counters))
-	for i, c := range broker.Counters {
-		ds[i] = prometheus.NewDesc(c.Metric, c.Help, nil, nil)
+	cs := broker.Stats{}.Counters()
+	ds := make([]*prometheus.Desc, len(cs))
+	for i, c := range cs {
+		m := counterMetrics[c.Name]
+		if m == "" {
+			panic("admin: the broker's counter " + c.Name + " has no metric name (counterMetrics)")
+		}
+		ds[i] = prometheus.NewDesc(m, c.Help, nil, nil)
 	}
 	return ds
 }()
@@ -192,11 +226,11 @@ func (c brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
 	st := b.Stats()
-	for i, cn := range broker.Counters {
-		counter(counterDescs[i], float64(cn.Value(st)))
+	for i, cn := range st.Counters() {
+		counter(counterDescs[i], float64(cn.Value))
 	}
-	for _, code := range broker.ErrorCodes {
-		counter(descErrors, float64(st.Errors(code)), code)
+	for _, e := range st.ErrorCounts() {
+		counter(descErrors, float64(e.Value), e.Name)
 	}
 	ps := b.PubSub()
 	counter(descPublished, float64(ps.Published))

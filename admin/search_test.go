@@ -28,7 +28,7 @@ func TestSearchAndBulkAPI(t *testing.T) {
 		reason := []string{"disk full", "bad input"}[i%2]
 		worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: id, Reason: reason})
 	}
-	bt.Eventually(t, "all dead", func() bool { return b.Stats().DeadLettered.Load() == 6 })
+	bt.Eventually(t, "all dead", func() bool { return b.Stats().DeadLettered == 6 })
 
 	var page admin.JobPage
 	if code := bt.API(t, b, "GET", "/api/v1/jobs?state=dead&error=disk", "", &page); code != 200 || len(page.Jobs) != 3 {

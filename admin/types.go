@@ -129,8 +129,9 @@ type JobPage struct {
 }
 
 // StatsInfo is the broker's counters as the stats API shows them: a JSON
-// object with every counter of Counters by name, in that order, then
-// "protocol_errors": the ERRORs sent, by code, in the order of ErrorCodes.
+// object with every counter of broker.Stats.Counters by name, in that
+// order, then "protocol_errors": the ERRORs sent, by code, in the order
+// of broker.ErrorCodes.
 type StatsInfo struct {
 	Counters []NamedCount
 	Errors   []NamedCount
@@ -269,11 +270,11 @@ func (o *orderedCounts) UnmarshalJSON(data []byte) error {
 func statsInfo(b *broker.Broker, g *GroupInfo) StatsInfo {
 	si := StatsInfo{Group: g}
 	st := b.Stats()
-	for _, c := range broker.Counters {
-		si.Counters = append(si.Counters, NamedCount{c.Name, c.Value(st)})
+	for _, c := range st.Counters() {
+		si.Counters = append(si.Counters, NamedCount{c.Name, c.Value})
 	}
-	for _, code := range broker.ErrorCodes {
-		si.Errors = append(si.Errors, NamedCount{code, st.Errors(code)})
+	for _, e := range st.ErrorCounts() {
+		si.Errors = append(si.Errors, NamedCount{e.Name, e.Value})
 	}
 	if ps := b.PubSub(); ps.On {
 		for i, v := range []int64{int64(ps.Published), int64(ps.Delivered), int64(ps.Dropped), int64(ps.Subscribers)} {

@@ -58,7 +58,7 @@ func TestEveryRequestGetsOneAnswer(t *testing.T) {
 			t.Fatalf("worker got %s", got.MsgID)
 		}
 		w.Sync() // no second delivery
-		if d := b.Stats().Duplicates.Load(); d != 2 {
+		if d := b.Stats().Duplicates; d != 2 {
 			t.Errorf("duplicates = %d, want 2", d)
 		}
 	})
@@ -93,18 +93,18 @@ func TestEveryRequestGetsOneAnswer(t *testing.T) {
 			req := stored("busy", "retry-count:0")
 			worker.Ready(1)
 			bt.Expect[*emqp.Request](worker)
-			n := b.Stats().DeadLettered.Load()
+			n := b.Stats().DeadLettered
 			worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: req.MsgID, Reason: "no"})
-			bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered.Load() == n+1 })
+			bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered == n+1 })
 			return req
 		}},
 		{"done, result kept", func() *emqp.Request {
 			req := stored("busy", "")
 			worker.Ready(1)
 			bt.Expect[*emqp.Request](worker)
-			n := b.Stats().Replied.Load()
+			n := b.Stats().Replied
 			worker.Reply(req.MsgID, []byte("result"))
-			bt.Eventually(t, "replied", func() bool { return b.Stats().Replied.Load() == n+1 })
+			bt.Eventually(t, "replied", func() bool { return b.Stats().Replied == n+1 })
 			return req
 		}},
 	}
@@ -119,7 +119,7 @@ func TestEveryRequestGetsOneAnswer(t *testing.T) {
 	// None of them ran again.
 	worker.Ready(1)
 	worker.Sync()
-	if d := b.Stats().Dispatched.Load(); d != 3 {
+	if d := b.Stats().Dispatched; d != 3 {
 		t.Errorf("%d dispatches, want 3 (each job once)", d)
 	}
 }

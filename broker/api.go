@@ -446,11 +446,11 @@ func (b *Broker) RetryDead(ctx context.Context, msgid string) error {
 }
 
 // revive asks the journal to revive a dead job, an admin's action, and
-// holds it once stored; done gets the outcome, on the journal's goroutine.
+// holds it once stored; done gets the outcome.
 func (b *Broker) revive(msgid string, done func(error)) {
 	b.journal.Revive(msgid, AdminRevived(), func(sj *store.Job, err error) {
 		if err == nil {
-			b.post(func() { b.revived(sj) })
+			b.revived(sj)
 		}
 		b.noticeFence(err)
 		done(err)
@@ -598,7 +598,7 @@ func (b *Broker) PurgeQueue(ctx context.Context, queue string) (int, error) {
 
 // Compact rewrites the journal without its free space, when the journal
 // can (store.Compactor); otherwise the error is errors.ErrUnsupported.
-func (b *Broker) Compact() (store.CompactStats, error) { return Compact(b.journal) }
+func (b *Broker) Compact() (store.CompactStats, error) { return Compact(b.journal.j) }
 
 // Compact compacts j when it can (store.Compactor); otherwise the error
 // is errors.ErrUnsupported.
@@ -784,9 +784,9 @@ func (b *Broker) Backup(ctx context.Context, w io.Writer, h store.BackupHeader) 
 	if !b.running.Load() {
 		return store.BackupStats{}, ErrStopped
 	}
-	bk, ok := b.journal.(store.Backuper)
+	bk, ok := b.journal.j.(store.Backuper)
 	if !ok {
-		return store.BackupStats{}, fmt.Errorf("the journal %T cannot back itself up: %w", b.journal, errors.ErrUnsupported)
+		return store.BackupStats{}, fmt.Errorf("the journal %T cannot back itself up: %w", b.journal.j, errors.ErrUnsupported)
 	}
 	return bk.Backup(w, h)
 }

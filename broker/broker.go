@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -16,7 +14,6 @@ import (
 	"github.com/eventmq/emq/internal/lograte"
 	"github.com/eventmq/emq/internal/zmtp"
 	"github.com/eventmq/emq/store"
-	"github.com/eventmq/emq/store/boltstore"
 )
 
 // JournalFile is the journal's file name inside the data directory.
@@ -46,8 +43,8 @@ type inbound struct {
 type Broker struct {
 	opts    Options
 	log     *slog.Logger
-	journal store.Journal
-	stats   Stats
+	journal loopJournal
+	stats   counts
 	observe Observer // never nil (Options.Observer, or one that ignores all)
 
 	routers [2]*zmtp.Router
@@ -74,9 +71,11 @@ type Broker struct {
 	drained  sync.Once
 	hurried  sync.Once
 
-	postMu sync.Mutex
-	posted []func()
-	wake   chan struct{}
+	postMu   sync.Mutex
+	posted   []func()
+	loopGone bool       // Run is over: a post runs at once (runLate)
+	lateMu   sync.Mutex // held while a post runs after Run
+	wake     chan struct{}
 
 	// Owned by the loop.
 	phase        phase
@@ -137,11 +136,13 @@ const (
 	closing
 )
 
-// New checks opts and opens the journal (Options.OpenJournal, or the bbolt
-// file in DataDir, creating the directory).
+// New checks opts and opens the journal (Options.OpenJournal).
 func New(opts Options) (*Broker, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
+	}
+	if opts.OpenJournal == nil {
+		return nil, errors.New("broker: no journal: set Options.OpenJournal (package boltjournal's Open opens the bbolt file in DataDir)")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -208,35 +209,13 @@ func New(opts Options) (*Broker, error) {
 	if b.observe == nil {
 		b.observe = ignore{}
 	}
-	open := opts.OpenJournal
-	if open == nil {
-		open = b.openBolt
-	}
-	j, err := open(b.observe.Committed)
+	j, err := opts.OpenJournal(JournalSetup{Options: opts, OnCommit: b.observe.Committed, OnDamage: b.damaged})
 	if err != nil {
 		return nil, err
 	}
-	b.journal = j
-	j.Follow(func(c store.WorkflowChange) { b.post(func() { b.workflowChanged(c) }) }, opts.ResultTTL)
+	b.journal = newLoopJournal(j, b)
+	b.journal.Follow(b.workflowChanged, opts.ResultTTL)
 	return b, nil
-}
-
-// openBolt opens the default journal: the bbolt file in DataDir, with
-// its write-ahead log beside it.
-func (b *Broker) openBolt(onCommit func(int, time.Duration)) (store.Journal, error) {
-	o := b.opts
-	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("data-dir: %w", err)
-	}
-	sopts := boltstore.DefaultOptions()
-	sopts.OnCommit = onCommit
-	sopts.MaxJobSize = o.MaxJobSize
-	sopts.SegmentSize, sopts.MaxLogBytes, sopts.Recover = o.JournalSegmentSize, o.JournalMaxLog, o.JournalRecover
-	sopts.CheckpointBytes = min(sopts.CheckpointBytes, o.JournalMaxLog/2)
-	sopts.DirectBytes = min(sopts.DirectBytes, o.JournalSegmentSize/2)
-	sopts.Logger = b.log
-	sopts.OnDamage = b.damaged
-	return boltstore.Open(filepath.Join(o.DataDir, JournalFile), sopts)
 }
 
 // damaged is the journal's word that a stored value failed its checksum
@@ -247,7 +226,7 @@ func (b *Broker) damaged(d store.Damage) {
 		return // the file's structure, not a value: the journal has logged it
 	}
 	b.damageLog.Warn(b.log, "journal: a stored value fails its checksum: it is moved aside, never served as good (a job: to the dead letters)",
-		"journal", journalName(b.journal), "bucket", string(d.Bucket), "key", printableID(string(d.Key)), "why", d.Reason)
+		"journal", journalName(b.journal.j), "bucket", string(d.Bucket), "key", printableID(string(d.Key)), "why", d.Reason)
 }
 
 // journalName names the journal in logs: its String, or its type.
@@ -284,8 +263,8 @@ func (b *Broker) PublisherOutgoing() string {
 // Backend is the bound backend endpoint (after Ready).
 func (b *Broker) Backend() string { return b.routers[backend].Endpoint() }
 
-// Stats returns the broker's counters.
-func (b *Broker) Stats() *Stats { return &b.stats }
+// Stats returns a copy of the broker's counters.
+func (b *Broker) Stats() Stats { return b.stats.snapshot() }
 
 // Stopped is closed when the broker stops serving: its loop has ended
 // (Run is closing the journal, or has returned).
@@ -314,10 +293,12 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 		}
 		// What the journal's last reports posted runs now, on this
 		// goroutine as on the loop: an admin change waiting for its
-		// outcome gets it.
-		for range 3 {
-			b.runPosted()
-		}
+		// outcome gets it. A report that comes later still (a journal
+		// calling back after Close) runs when it is posted.
+		b.postMu.Lock()
+		b.loopGone = true
+		b.postMu.Unlock()
+		b.runLate()
 	}()
 	start := time.Now()
 	if err := b.loadControls(); err != nil {
@@ -337,7 +318,7 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("replaying the journal's schedules: %w", err)
 	}
 	b.log.Info("journal replayed", "jobs", n, "schedules", ns, "took", time.Since(start).Round(time.Millisecond),
-		"journal", journalName(b.journal))
+		"journal", journalName(b.journal.j))
 
 	for ep, addr := range []string{b.opts.Frontend, b.opts.Backend} {
 		r, err := zmtp.Listen(addr, b.routerOptions(ep))
@@ -473,11 +454,17 @@ func (b *Broker) routerOptions(ep int) zmtp.Options {
 }
 
 // post runs fn on the loop. It never blocks: the journal's goroutine and
-// the connection writers call it.
+// the connection writers call it. After Run, with no loop left, fn runs
+// at once, one posted closure at a time.
 func (b *Broker) post(fn func()) {
 	b.postMu.Lock()
 	b.posted = append(b.posted, fn)
+	late := b.loopGone
 	b.postMu.Unlock()
+	if late {
+		b.runLate()
+		return
+	}
 	select {
 	case b.wake <- struct{}{}:
 	default:
@@ -491,6 +478,24 @@ func (b *Broker) runPosted() {
 	b.postMu.Unlock()
 	for _, fn := range fns {
 		fn()
+	}
+}
+
+// runLate runs what is posted after Run, as the loop would have: one at
+// a time (whoever holds lateMu runs the others' posts too).
+func (b *Broker) runLate() {
+	for {
+		if !b.lateMu.TryLock() {
+			return // its holder looks again after it lets go
+		}
+		b.runPosted()
+		b.lateMu.Unlock()
+		b.postMu.Lock()
+		empty := len(b.posted) == 0
+		b.postMu.Unlock()
+		if empty {
+			return
+		}
 	}
 }
 
@@ -629,7 +634,7 @@ func (b *Broker) expireResults(now time.Time) {
 	b.journal.ExpireResults(now, func(n int, err error) {
 		b.writeFailed(err, "journal could not delete expired results", "")
 		if n >= store.ExpireBatch { // more are due: go on at once
-			b.post(func() { b.timers.set(&b.sweep, b.at(time.Now())) })
+			b.timers.set(&b.sweep, b.at(time.Now()))
 		}
 	})
 	// Every minute at most, and once a minute with retain-done off: done

@@ -79,7 +79,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("forwarded headers %q lack reply-requested", req.Headers)
 	}
 	worker.SendFrames([]byte(""), []byte("eMQP/1.0"), []byte("REPLY"), []byte(id2), []byte("done"))
-	bt.Eventually(t, "both jobs replied", func() bool { return b.Stats().Replied.Load() == 2 })
+	bt.Eventually(t, "both jobs replied", func() bool { return b.Stats().Replied == 2 })
 	for _, msgid := range []string{id, id2} {
 		if _, err := storedJob(t, b, msgid); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("job %s after its REPLY: %v, want ErrNotFound", msgid, err)
@@ -109,7 +109,7 @@ func TestDuplicateMsgIDIsOneJob(t *testing.T) {
 	if got := bt.Expect[*emqp.Request](worker); got.MsgID != next {
 		t.Fatalf("second job %s, want %s (the resent msgid was dispatched twice)", got.MsgID, next)
 	}
-	if d := b.Stats().Duplicates.Load(); d != 2 {
+	if d := b.Stats().Duplicates; d != 2 {
 		t.Errorf("duplicates = %d, want 2", d)
 	}
 }
@@ -199,10 +199,10 @@ func TestLostWorkerJobGoesToAnother(t *testing.T) {
 			// the job nor reaches the client.
 			first.Reply(id, []byte("late"))
 			first.Sync()
-			if n := b.Stats().Ignored.Load(); n != 1 {
+			if n := b.Stats().Ignored; n != 1 {
 				t.Fatalf("ignored = %d after the late REPLY, want 1", n)
 			}
-			if n := b.Stats().Replied.Load(); n != 0 {
+			if n := b.Stats().Replied; n != 0 {
 				t.Fatalf("the late REPLY completed the job (replied = %d)", n)
 			}
 			// The holder's REPLY completes it, and is the one the client gets.
@@ -211,7 +211,7 @@ func TestLostWorkerJobGoesToAnother(t *testing.T) {
 				t.Fatalf("client got REPLY %q for %s, want the holder's", r.Payload, r.OrigMsgID)
 			}
 			client.Sync() // and only that one
-			if n := b.Stats().Replied.Load(); n != 1 {
+			if n := b.Stats().Replied; n != 1 {
 				t.Fatalf("replied = %d, want 1", n)
 			}
 			j, err := storedJob(t, b, id)
@@ -268,11 +268,11 @@ func TestJobTimeout(t *testing.T) {
 	if got := bt.Expect[*emqp.Request](other); got.MsgID != id {
 		t.Fatalf("after the timeout the other worker got %s, want %s", got.MsgID, id)
 	}
-	if n := b.Stats().TimedOut.Load(); n != 1 {
+	if n := b.Stats().TimedOut; n != 1 {
 		t.Errorf("timed out = %d, want 1", n)
 	}
 	other.Reply(id, nil)
-	bt.Eventually(t, "replied", func() bool { return b.Stats().Replied.Load() == 1 })
+	bt.Eventually(t, "replied", func() bool { return b.Stats().Replied == 1 })
 	j, err := storedJob(t, b, id)
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("job after REPLY: %+v, %v", j, err)
@@ -296,8 +296,8 @@ func TestFailRetriesThenDeadLetters(t *testing.T) {
 		}
 		worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: id, Reason: fmt.Sprintf("boom %d", attempt)})
 	}
-	bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered.Load() == 1 })
-	if n := b.Stats().Retried.Load(); n != 2 {
+	bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered == 1 })
+	if n := b.Stats().Retried; n != 2 {
 		t.Errorf("retried = %d, want 2", n)
 	}
 	j, err := storedJob(t, b, id)
@@ -320,7 +320,7 @@ func TestDefaultRetryCountIsThree(t *testing.T) {
 		bt.Expect[*emqp.Request](worker)
 		worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: id, Reason: "no"})
 	}
-	bt.Eventually(t, "dead-lettered after 4 attempts", func() bool { return b.Stats().DeadLettered.Load() == 1 })
+	bt.Eventually(t, "dead-lettered after 4 attempts", func() bool { return b.Stats().DeadLettered == 1 })
 }
 
 // Every error case of the shared wire vectors gets an ERROR with the right
@@ -363,8 +363,8 @@ func TestMalformedMessages(t *testing.T) {
 			t.Errorf("headers %q: ERROR %s", h, e.Code)
 		}
 	}
-	if b.Stats().Acked.Load() != 1 {
-		t.Errorf("acked %d jobs, want only the valid one", b.Stats().Acked.Load())
+	if b.Stats().Acked != 1 {
+		t.Errorf("acked %d jobs, want only the valid one", b.Stats().Acked)
 	}
 }
 
@@ -482,7 +482,7 @@ func TestRestartReplaysInOrder(t *testing.T) {
 		}
 		w2.Reply(id, nil)
 	}
-	bt.Eventually(t, "all replied", func() bool { return b2.Stats().Replied.Load() == 5 })
+	bt.Eventually(t, "all replied", func() bool { return b2.Stats().Replied == 5 })
 	for _, id := range ids {
 		if _, err := storedJob(t, b2, id); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("%s: %v", id, err)
@@ -513,7 +513,7 @@ func TestResultKeptForTTL(t *testing.T) {
 	id := client.Request("q", "", nil)
 	bt.Expect[*emqp.Request](worker)
 	worker.Reply(id, []byte("the result"))
-	bt.Eventually(t, "replied", func() bool { return b.Stats().Replied.Load() == 1 })
+	bt.Eventually(t, "replied", func() bool { return b.Stats().Replied == 1 })
 	if r, err := b.Journal(t).Result(id); err != nil || string(r) != "the result" {
 		t.Fatalf("kept result %q, %v", r, err)
 	}
@@ -556,11 +556,11 @@ func TestResendAfterDone(t *testing.T) {
 	if got := bt.Expect[*emqp.Request](worker); got.MsgID != next {
 		t.Fatalf("the worker got %s (%q), want the new job %s", got.MsgID, got.Payload, next)
 	}
-	if d := b.Stats().Dispatched.Load(); d != 2 {
+	if d := b.Stats().Dispatched; d != 2 {
 		t.Fatalf("%d dispatches, want 2", d)
 	}
 	// Counted as what they are: two jobs stored, two resends.
-	if a, d := b.Stats().Acked.Load(), b.Stats().Duplicates.Load(); a != 2 || d != 2 {
+	if a, d := b.Stats().Acked, b.Stats().Duplicates; a != 2 || d != 2 {
 		t.Fatalf("acked %d, duplicates %d; want 2 and 2", a, d)
 	}
 }
@@ -584,7 +584,7 @@ func TestHugeDelayAndTimeout(t *testing.T) {
 	if err != nil || len(qs) != 1 || qs[0].Delayed != 1 || qs[0].InFlight != 1 {
 		t.Fatalf("queues %+v, %v; want one delayed and one in flight", qs, err)
 	}
-	if n := b.Stats().TimedOut.Load(); n != 0 {
+	if n := b.Stats().TimedOut; n != 0 {
 		t.Fatalf("%d timed out", n)
 	}
 }

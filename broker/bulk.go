@@ -152,7 +152,7 @@ func (b *Broker) handleBulk(from peerKey, m *emqp.Bulk, held zmtp.Held) {
 				waiting[k], seqs[k] = !dups[k] && sj.State == store.Waiting, sj.Seq
 			}
 		}
-		b.post(func() { b.bulkAppended(from, m, news, jobs, seqs, dups, waiting, err, held) })
+		b.bulkAppended(from, m, news, jobs, seqs, dups, waiting, err, held)
 	})
 	for k, i := range news {
 		b.hold(jobs[k], m.Jobs[i].Payload) // the journal has its own copy
@@ -222,7 +222,7 @@ func (b *Broker) unparkAfter(j *job) {
 // journalMaxBulk is the most jobs the journal stores in one AppendBulk
 // (store.Core.MaxBulk: etcd's transaction limit), or no limit.
 func (b *Broker) journalMaxBulk() int {
-	if j, ok := b.journal.(interface{ MaxBulk() int }); ok && j.MaxBulk() > 0 {
+	if j, ok := b.journal.j.(interface{ MaxBulk() int }); ok && j.MaxBulk() > 0 {
 		return j.MaxBulk()
 	}
 	return math.MaxInt

@@ -34,9 +34,9 @@ func BenchmarkBulk(b *testing.B) {
 		b.Cleanup(func() { cli.Close() })
 		bulkLoad(b, bt.Start(b, "", func(o *broker.Options) {
 			quiet(o)
-			o.OpenJournal = func(onCommit func(int, time.Duration)) (store.Journal, error) {
+			o.OpenJournal = func(s broker.JournalSetup) (store.Journal, error) {
 				eo := etcdstore.DefaultOptions()
-				eo.OnCommit = onCommit
+				eo.OnCommit = s.OnCommit
 				return etcdstore.Open(cli, eo)
 			}
 		}), 128)

@@ -64,7 +64,7 @@ func (b *Broker) CancelJobs(ctx context.Context, msgids []string, by string) (in
 	})
 }
 
-// cancel runs on the loop; done gets the journal's outcome.
+// cancel runs on the loop; done gets the journal's outcome, on the loop.
 func (b *Broker) cancel(msgid, by string, done func(*store.Job, error)) {
 	// A job not in memory is not pending: the journal refuses it, unless
 	// it waits for other jobs (workflow.go), which only the journal holds.
@@ -93,7 +93,7 @@ func (b *Broker) cancel(msgid, by string, done func(*store.Job, error)) {
 			b.stats.Cancelled.Add(1)
 			b.log.Info("job cancelled", append([]any{"msgid", msgid, "queue", sj.Queue, "by", by}, logAttrs...)...)
 			if !inMemory { // it waited; or it was released meanwhile, and is in memory by now
-				b.post(func() { b.cancelledOutside(sj, trail[len(trail)-1].Reason) })
+				b.cancelledOutside(sj, trail[len(trail)-1].Reason)
 			}
 		}
 		b.adminWriteFailed(err, "journal could not cancel a job; it stays stored and runs again after the next start", msgid)
@@ -109,18 +109,16 @@ func (b *Broker) clientCancel(from peerKey, m *emqp.Cancel) {
 		return
 	}
 	b.cancel(m.OrigMsgID, "client "+printableID(from.id), func(_ *store.Job, err error) {
-		b.post(func() {
-			switch {
-			case err == nil:
-				b.ack(from, m.MsgID)
-			case errors.Is(err, store.ErrNotFound):
-				b.refuse(from, m.MsgID, emqp.CodeNotFound, fmt.Sprintf("no job %s is stored", m.OrigMsgID))
-			case errors.Is(err, store.ErrWrongState):
-				b.refuse(from, m.MsgID, emqp.CodeConflict, err.Error())
-			default:
-				b.refuse(from, m.MsgID, emqp.CodeUnavailable, "the journal could not cancel the job: "+err.Error())
-			}
-		})
+		switch {
+		case err == nil:
+			b.ack(from, m.MsgID)
+		case errors.Is(err, store.ErrNotFound):
+			b.refuse(from, m.MsgID, emqp.CodeNotFound, fmt.Sprintf("no job %s is stored", m.OrigMsgID))
+		case errors.Is(err, store.ErrWrongState):
+			b.refuse(from, m.MsgID, emqp.CodeConflict, err.Error())
+		default:
+			b.refuse(from, m.MsgID, emqp.CodeUnavailable, "the journal could not cancel the job: "+err.Error())
+		}
 	})
 }
 

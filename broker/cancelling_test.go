@@ -68,10 +68,10 @@ func TestCancelInEveryState(t *testing.T) {
 		if c := bt.Expect[*emqp.Cancel](w); c.OrigMsgID != running {
 			t.Fatalf("CANCEL for %s; want the running %s", c.OrigMsgID, running)
 		}
-		ignored := b.Stats().Ignored.Load()
+		ignored := b.Stats().Ignored
 		w.Reply(running, []byte("too late")) // ignored: the job is cancelled
 		w.Sync()
-		if b.Stats().Ignored.Load() < ignored+1 {
+		if b.Stats().Ignored < ignored+1 {
 			t.Error("the REPLY after the cancel was not ignored")
 		}
 		// The next job is the one behind them; the done and dead ones end.
@@ -88,7 +88,7 @@ func TestCancelInEveryState(t *testing.T) {
 			}
 		}
 		w.Sync()
-		bt.Eventually(t, "the dying job dead", func() bool { return b.Stats().DeadLettered.Load() == 1 })
+		bt.Eventually(t, "the dying job dead", func() bool { return b.Stats().DeadLettered == 1 })
 		if m, ok := client.TryRecv(0); ok {
 			if r, isReply := m.(*emqp.Reply); isReply && r.OrigMsgID == running {
 				t.Fatal("the client got the REPLY of its cancelled job")
@@ -97,7 +97,7 @@ func TestCancelInEveryState(t *testing.T) {
 		for _, id := range []string{running, pending, delayed} {
 			cancelled(t, b, id, "admin")
 		}
-		if got := b.Stats().Cancelled.Load(); got != 3 {
+		if got := b.Stats().Cancelled; got != 3 {
 			t.Errorf("cancelled counted %d; want 3", got)
 		}
 		bt.Eventually(t, "done and dead stored", func() bool {
@@ -252,9 +252,9 @@ func TestProgressOfAJobInFlight(t *testing.T) {
 	}
 	progress(w, "10 starting")
 	progress(w, "40 resizing")
-	ignored := b.Stats().Ignored.Load()
+	ignored := b.Stats().Ignored
 	progress(other, "99 not mine")
-	if b.Stats().Ignored.Load() != ignored+1 {
+	if b.Stats().Ignored != ignored+1 {
 		t.Error("a PROGRESS from a peer not holding the job was not ignored")
 	}
 	p, err := b.JobProgress(ctx, id)

@@ -85,20 +85,18 @@ func (b *Broker) changeQueue(name string, c QueueChange, reply func(store.QueueS
 	}
 	b.controlsNext[name] = pendingControls{next, p.writes + 1}
 	b.journal.PutQueueSettings(name, next, func(err error) {
-		b.post(func() {
-			if p := b.controlsNext[name]; p.writes > 1 {
-				b.controlsNext[name] = pendingControls{p.next, p.writes - 1}
-			} else {
-				delete(b.controlsNext, name)
-			}
-			if err != nil {
-				b.noticeFence(err)
-				reply(store.QueueSettings{}, err)
-				return
-			}
-			b.applyControls(name, next)
-			reply(next, nil)
-		})
+		if p := b.controlsNext[name]; p.writes > 1 {
+			b.controlsNext[name] = pendingControls{p.next, p.writes - 1}
+		} else {
+			delete(b.controlsNext, name)
+		}
+		if err != nil {
+			b.noticeFence(err)
+			reply(store.QueueSettings{}, err)
+			return
+		}
+		b.applyControls(name, next)
+		reply(next, nil)
 	})
 }
 

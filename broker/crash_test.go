@@ -16,6 +16,7 @@ import (
 
 	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/broker/boltjournal"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/internal/testutil"
@@ -30,6 +31,7 @@ const childEnv = "EMQ_TEST_BROKER_CHILD"
 // its environment, until SIGTERM (or SIGKILL).
 func runChild() {
 	opts := broker.DefaultOptions()
+	opts.OpenJournal = boltjournal.Open
 	opts.DataDir = os.Getenv(childEnv)
 	opts.Frontend, opts.Backend = os.Getenv("EMQ_TEST_FRONTEND"), os.Getenv("EMQ_TEST_BACKEND")
 	opts.PublisherIncoming, opts.PublisherOutgoing = "", ""

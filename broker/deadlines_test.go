@@ -83,7 +83,7 @@ func TestDeadlinesNotDueStayPut(t *testing.T) {
 func TestPeerDeadlineMovesPastNow(t *testing.T) {
 	t.Parallel()
 	opts := DefaultOptions()
-	opts.DataDir = t.TempDir()
+	opts.DataDir, opts.OpenJournal = t.TempDir(), openBolt
 	b, err := New(opts)
 	if err != nil {
 		t.Fatal(err)

@@ -38,7 +38,7 @@ func BenchmarkDispatchBacklog(b *testing.B) {
 
 func dispatchBacklog(b *testing.B, jobs, prios, tenants int) {
 	opts := DefaultOptions()
-	opts.DataDir = b.TempDir()
+	opts.DataDir, opts.OpenJournal = b.TempDir(), openBolt
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	br, err := New(opts)
 	if err != nil {

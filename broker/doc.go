@@ -45,11 +45,14 @@
 // them over a bounded channel; when the loop falls behind, readers block
 // and TCP pushes back on the peers. The journal's goroutine reports each
 // durable write through a callback that only posts a closure to the loop
-// (an unbounded list, so the journal never blocks). Sends never block the
-// loop: each connection has its own queue and writer.
+// (an unbounded list, so the journal never blocks): the loop writes
+// through loopJournal (journal.go), whose writes run their done on the
+// loop, so no callback written here runs elsewhere. Sends never block
+// the loop: each connection has its own queue and writer.
 //
-// The journal is any store.Journal: Options.OpenJournal opens it, the
-// bbolt file in DataDir by default. The broker relies on what the
+// The journal is any store.Journal: Options.OpenJournal opens it
+// (package boltjournal: the bbolt file in DataDir; package group: etcd),
+// so the broker imports no backend. The broker relies on what the
 // conformance suite (store/storetest) checks, and on the journal's error
 // classes: ErrTooLarge answers too_large, ErrFenced stops the broker,
 // anything else on an Append answers unavailable.

@@ -98,7 +98,7 @@ func TestEventStream(t *testing.T) {
 	bt.Expect[*emqp.Request](worker)
 	worker.Reply(ok, nil)
 	// Two connections: the next REQUEST could overtake this REPLY.
-	bt.Eventually(t, "replied", func() bool { return b.Stats().Replied.Load() == 1 })
+	bt.Eventually(t, "replied", func() bool { return b.Stats().Replied == 1 })
 	doomed := client.Request("q", "retry-count:0", nil)
 	bt.Expect[*emqp.Request](worker)
 	worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: doomed, Reason: "no disk"})
@@ -146,13 +146,13 @@ func TestStuckListenerIsDropped(t *testing.T) {
 		worker.Reply(id, nil)
 		worker.Ready(1)
 	}
-	bt.Eventually(t, "every job replied", func() bool { return b.Stats().Replied.Load() == 10 })
+	bt.Eventually(t, "every job replied", func() bool { return b.Stats().Replied == 10 })
 	got, err := stuck.Next(ctx)
 	if len(got) != 8 || err != nil {
 		t.Fatalf("the stuck listener's buffer: %d events, %v; want 8", len(got), err)
 	}
-	if _, err := stuck.Next(ctx); err != broker.ErrDropped || b.Stats().ListenersDropped.Load() != 1 {
-		t.Fatalf("then: %v, dropped %d; want ErrDropped, 1", err, b.Stats().ListenersDropped.Load())
+	if _, err := stuck.Next(ctx); err != broker.ErrDropped || b.Stats().ListenersDropped != 1 {
+		t.Fatalf("then: %v, dropped %d; want ErrDropped, 1", err, b.Stats().ListenersDropped)
 	}
 	again, err := b.Listen(ctx, "", "") // its place is free again
 	if err != nil {

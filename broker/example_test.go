@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/broker/boltjournal"
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/worker"
 )
@@ -29,7 +30,8 @@ func Example() {
 	opts := broker.DefaultOptions()
 	opts.Frontend, opts.Backend = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0" // free ports
 	opts.PublisherIncoming, opts.PublisherOutgoing = "", ""                // no pub/sub
-	opts.DataDir, opts.Logger = dir, quiet
+	opts.DataDir, opts.OpenJournal = dir, boltjournal.Open                 // the bbolt file in dir
+	opts.Logger = quiet
 	b, err := broker.New(opts)
 	if err != nil {
 		log.Fatal(err)

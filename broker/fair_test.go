@@ -154,7 +154,7 @@ type heldCounter struct {
 func (h *heldCounter) settle() {
 	h.t.Helper()
 	// Every REPLY handled first: a job it frees goes out in that turn.
-	bt.Eventually(h.t, "the replies handled", func() bool { return h.b.Stats().Replied.Load() >= h.replies })
+	bt.Eventually(h.t, "the replies handled", func() bool { return h.b.Stats().Replied >= h.replies })
 	marker := h.client.Request("marker", "", nil)
 	deadline := time.Now().Add(bt.Wait)
 	for time.Now().Before(deadline) {

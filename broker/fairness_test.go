@@ -15,7 +15,7 @@ import (
 // dispatch (offer, reply) on a real journal, without sockets.
 func TestSmallTenantsAreNotStuckBehindABigOne(t *testing.T) {
 	opts := DefaultOptions()
-	opts.DataDir = t.TempDir()
+	opts.DataDir, opts.OpenJournal = t.TempDir(), openBolt
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	br, err := New(opts)
 	if err != nil {

@@ -38,7 +38,7 @@ func TestBadJobHeadersAreRefusedByName(t *testing.T) {
 			t.Errorf("%.40q: ERROR %s %q; want bad_request naming %q", headers, e.Code, e.Text, name)
 		}
 	}
-	if n := b.Stats().Acked.Load(); n != 0 {
+	if n := b.Stats().Acked; n != 0 {
 		t.Fatalf("%d jobs ACKed", n)
 	}
 	if n := pendingOf(t, b, "q"); n != 0 {

@@ -151,8 +151,7 @@ func (b *Broker) request(from peerKey, m *emqp.Request, held zmtp.Held) {
 	keep = true
 	j, sj := b.startJob(from, s, m.Queue, m.Payload, time.Now())
 	b.journal.Append(sj, func(dup bool, err error) {
-		waiting := err == nil && !dup && sj.State == store.Waiting
-		b.post(func() { b.appended(j, sj.Seq, dup, waiting, err, held) })
+		b.appended(j, sj.Seq, dup, err == nil && !dup && sj.State == store.Waiting, err, held)
 	})
 	b.hold(j, m.Payload) // the journal has its own copy
 }
@@ -369,9 +368,7 @@ func (b *Broker) reply(w *peer, m *emqp.Reply) {
 	} else {
 		trail = nil // deleted: no trail to keep
 	}
-	b.journal.Complete(j.id, result, keepUntil, trail, func(_ bool, err error) {
-		b.writeFailed(err, "journal could not delete a replied job; it will run again after a restart", j.id)
-	})
+	b.journal.Complete(j.id, result, keepUntil, trail)
 	if j.headers.ReplyRequested() {
 		to := j.client
 		if !b.routers[to.ep].Connected(to.id) && b.routers[1-to.ep].Connected(to.id) {
@@ -424,9 +421,7 @@ func (b *Broker) attempt(j *job, reason string, backoff bool) {
 		b.stats.DeadLettered.Add(1)
 		b.log.Warn("job out of attempts; moved to the dead letters", append([]any{"msgid", j.id, "queue", j.q.name,
 			"attempts", j.attempts, "reason", reason}, logAttrs...)...)
-		b.journal.Bury(j.id, reason, trail, func(_ *store.Job, err error) {
-			b.writeFailed(err, "journal could not bury a job", j.id)
-		})
+		b.journal.Bury(j.id, reason, trail)
 		return
 	}
 	b.stats.Retried.Add(1)
@@ -442,9 +437,7 @@ func (b *Broker) attempt(j *job, reason string, backoff bool) {
 	} else {
 		b.emitJob(EventRequeued, j, "")
 	}
-	b.journal.RecordAttempt(j.id, reason, fromNanos(j.notBefore), b.takeTrail(j), func(_ *store.Job, err error) {
-		b.writeFailed(err, "journal could not record an attempt", j.id)
-	})
+	b.journal.RecordAttempt(j.id, reason, fromNanos(j.notBefore), b.takeTrail(j))
 	if backoff {
 		b.enqueue(j, now)
 		return
@@ -497,7 +490,8 @@ func (b *Broker) jobDue(j *job, now time.Time) {
 
 // writeFailed logs a failed journal write that no client waits for (the
 // job stays as it was stored: at-least-once), and stops the broker when
-// the journal has fenced it off. It runs on the journal's goroutine.
+// the journal has fenced it off. It may run on any goroutine (the
+// journal's, for Complete, RecordAttempt and Bury: journal.go).
 func (b *Broker) writeFailed(err error, what, msgid string) {
 	if err != nil && !b.noticeFence(err) {
 		b.log.Error(what, "msgid", msgid, "err", err)

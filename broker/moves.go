@@ -50,19 +50,17 @@ func (b *Broker) ImportJobs(ctx context.Context, jobs []*store.Job) (int, error)
 				continue
 			}
 			b.journal.Import(sj, func(dup bool, err error) {
-				b.post(func() {
-					fresh := err == nil && !dup
-					if fresh && sj.State == store.Pending && b.jobs[sj.MsgID] == nil {
-						j := b.jobFromStore(sj)
-						b.jobs[j.id] = j
-						b.adopt(j)
-						b.enqueue(j, time.Now())
-					}
-					if err != nil {
-						b.noticeFence(err)
-					}
-					one(err, fresh)
-				})
+				fresh := err == nil && !dup
+				if fresh && sj.State == store.Pending && b.jobs[sj.MsgID] == nil {
+					j := b.jobFromStore(sj)
+					b.jobs[j.id] = j
+					b.adopt(j)
+					b.enqueue(j, time.Now())
+				}
+				if err != nil {
+					b.noticeFence(err)
+				}
+				one(err, fresh)
 			})
 		}
 	})

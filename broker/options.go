@@ -15,11 +15,23 @@ import (
 	"github.com/eventmq/emq/store"
 )
 
+// JournalSetup is what New hands Options.OpenJournal: the broker's
+// options and the hooks the journal reports through.
+type JournalSetup struct {
+	Options Options // checked, with a Logger
+	// OnCommit is called after each commit with the writes it held and
+	// how long it took (Observer.Committed).
+	OnCommit func(writes int, took time.Duration)
+	// OnDamage is told of each stored value that fails its checksum and
+	// is moved aside; the broker counts and logs it.
+	OnDamage func(store.Damage)
+}
+
 // Options configure a Broker. Start from DefaultOptions.
 type Options struct {
 	Frontend string // ROUTER endpoint for clients, tcp://host:port
 	Backend  string // ROUTER endpoint for workers, tcp://host:port
-	DataDir  string // holds the journal file, emq.db (when OpenJournal is nil)
+	DataDir  string // holds the journal file, emq.db (package boltjournal)
 
 	// Who may use the eMQP endpoints (security.go). CurveSecretKeyFile
 	// holds the broker's CURVE secret key (one Z85 line, emq keygen) and
@@ -31,12 +43,11 @@ type Options struct {
 	PlainUsers                       string
 	AllowAnonymous                   bool
 
-	// OpenJournal opens the journal the broker writes to; nil opens (or
-	// creates) the bbolt file JournalFile in DataDir with MaxJobSize. New
-	// calls it once and Run (or Close) closes what it returned. The
-	// journal calls onCommit after each commit with the writes it held and
-	// how long the commit took (Observer.Committed).
-	OpenJournal func(onCommit func(writes int, took time.Duration)) (store.Journal, error)
+	// OpenJournal opens the journal the broker writes to: package
+	// boltjournal's Open opens (or creates) the bbolt file JournalFile in
+	// DataDir. New calls it once, and Run (or Close) closes what it
+	// returned.
+	OpenJournal func(JournalSetup) (store.Journal, error)
 	// Observer, if set, is told figures as they happen (package admin's
 	// metrics implement it).
 	Observer Observer
@@ -62,7 +73,7 @@ type Options struct {
 	MaxFrameSize int64 // largest frame accepted, in bytes
 	MaxJobSize   int   // largest job the bbolt journal stores (payload, headers, ids), in bytes
 
-	// The default journal's write-ahead log (package boltstore): its
+	// The bbolt journal's write-ahead log (package boltjournal): its
 	// segment files' size; how much it may hold that the bbolt file does
 	// not yet (memory: about that much at most), past which REQUESTs get
 	// ERROR unavailable until the checkpoint catches up; and whether to

@@ -44,7 +44,7 @@ func TestPayloadsComeFromTheJournal(t *testing.T) {
 				}
 			}
 			receive(b, 0)
-			bt.Eventually(t, "20 replied", func() bool { return b.Stats().Replied.Load() == 20 })
+			bt.Eventually(t, "20 replied", func() bool { return b.Stats().Replied == 20 })
 			if err := b.Stop(); err != nil {
 				t.Fatal(err)
 			}

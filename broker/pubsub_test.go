@@ -101,7 +101,7 @@ func TestPublishReachesSubscribers(t *testing.T) {
 	if m, ok := front.TryRecv(100 * time.Millisecond); ok {
 		t.Fatalf("PUBLISH is not answered, got %s", m.Command())
 	}
-	if n := b.Stats().Acked.Load(); n != 0 {
+	if n := b.Stats().Acked; n != 0 {
 		t.Fatalf("a PUBLISH was journaled: %d", n)
 	}
 }
@@ -128,7 +128,7 @@ func TestPublishRefusals(t *testing.T) {
 	if e := bt.Expect[*emqp.Error](p); e.Code != emqp.CodeBadRequest || e.RefMsgID != "m4" || !strings.Contains(e.Text, "PUBLISH only") {
 		t.Fatalf("a REQUEST on publisher-incoming: %+v", e)
 	}
-	if n := b.Stats().Acked.Load(); n != 0 {
+	if n := b.Stats().Acked; n != 0 {
 		t.Fatalf("publisher-incoming stored a job: %d", n)
 	}
 

@@ -169,13 +169,13 @@ func TestRetryDeadReturnsAfterTheStop(t *testing.T) {
 // (serving q) take and FAIL it; it returns once the job is dead.
 func buryOne(t *testing.T, b *bt.Broker, client, worker *bt.Peer) string {
 	t.Helper()
-	dead := b.Stats().DeadLettered.Load()
+	dead := b.Stats().DeadLettered
 	id := client.Request("q", "retry-count:0", nil)
 	worker.Ready(1)
 	if got := bt.Expect[*emqp.Request](worker); got.MsgID != id {
 		t.Fatalf("worker got %s, want %s", got.MsgID, id)
 	}
 	worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: id, Reason: "boom"})
-	bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered.Load() == dead+1 })
+	bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered == dead+1 })
 	return id
 }

@@ -110,12 +110,12 @@ func TestReliabilityWorkerKilledOrStopped(t *testing.T) {
 				return
 			}
 			child.Process.Signal(syscall.SIGCONT)
-			bt.Eventually(t, "the late REPLY arrived and was ignored", func() bool { return b.Stats().Ignored.Load() >= 1 })
-			if n := b.Stats().Replied.Load(); n != 0 {
+			bt.Eventually(t, "the late REPLY arrived and was ignored", func() bool { return b.Stats().Ignored >= 1 })
+			if n := b.Stats().Replied; n != 0 {
 				t.Fatalf("the late REPLY completed the job (replied = %d)", n)
 			}
 			other.Reply(id, []byte("on time"))
-			bt.Eventually(t, "the holder's REPLY", func() bool { return b.Stats().Replied.Load() == 1 })
+			bt.Eventually(t, "the holder's REPLY", func() bool { return b.Stats().Replied == 1 })
 		})
 	}
 }

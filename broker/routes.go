@@ -3,6 +3,8 @@ package broker
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/eventmq/emq/emqp"
 )
@@ -17,7 +19,9 @@ import (
 //
 // The placement is a snapshot, swapped whole (SetRoutes, from the group
 // that watches it in etcd): the loop reads it per message, nothing
-// changes it in place.
+// changes it in place. The broker keeps its own copy of each table it is
+// given and hands out copies (Routes), so no caller holds the table the
+// loop reads.
 
 // routes is one placement, as the loop uses it.
 type routes struct {
@@ -40,10 +44,12 @@ func checkRoutes(shard string, t *emqp.RouteTable) error {
 	return t.Check()
 }
 
+// newRoutes checks a copy of t and makes it the routes of shard.
 func newRoutes(shard string, t *emqp.RouteTable) (*routes, error) {
 	if shard == "" {
 		return &routes{answer: []byte("{}")}, nil
 	}
+	t = copyRoutes(t)
 	if err := checkRoutes(shard, t); err != nil {
 		return nil, err
 	}
@@ -65,8 +71,8 @@ func (b *Broker) SetRoutes(t *emqp.RouteTable) error {
 	if err != nil {
 		return err
 	}
-	if old := b.routes.Load(); old.table != nil && old.table.Version > t.Version {
-		return fmt.Errorf("placement version %d is older than the one served (%d)", t.Version, old.table.Version)
+	if old := b.routes.Load(); old.table != nil && old.table.Version > r.table.Version {
+		return fmt.Errorf("placement version %d is older than the one served (%d)", r.table.Version, old.table.Version)
 	}
 	b.routes.Store(r)
 	b.post(func() { // a queue a move held may go on
@@ -77,9 +83,25 @@ func (b *Broker) SetRoutes(t *emqp.RouteTable) error {
 	return nil
 }
 
-// Routes is the placement this broker serves by; nil when it is not a
-// shard.
-func (b *Broker) Routes() *emqp.RouteTable { return b.routes.Load().table }
+// Routes is a copy of the placement this broker serves by; nil when it
+// is not a shard.
+func (b *Broker) Routes() *emqp.RouteTable { return copyRoutes(b.routes.Load().table) }
+
+// copyRoutes is a deep copy of t: its maps and slices are its own.
+func copyRoutes(t *emqp.RouteTable) *emqp.RouteTable {
+	if t == nil {
+		return nil
+	}
+	c := &emqp.RouteTable{Version: t.Version, Hashed: slices.Clone(t.Hashed),
+		Queues: maps.Clone(t.Queues), Moving: maps.Clone(t.Moving)}
+	if t.Shards != nil {
+		c.Shards = make(map[string]emqp.ShardRoute, len(t.Shards))
+		for name, r := range t.Shards {
+			c.Shards[name] = emqp.ShardRoute{Frontend: slices.Clone(r.Frontend), Backend: slices.Clone(r.Backend), Admin: slices.Clone(r.Admin)}
+		}
+	}
+	return c
+}
 
 // elsewhere reports whether a job for queue must be refused here, and
 // refuses it: with ERROR moved when another shard serves queue, with

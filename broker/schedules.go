@@ -277,7 +277,7 @@ func (b *Broker) scheduleDue(s *schedule) {
 	}
 	s.firing = true
 	b.journal.FireSchedule(s.id, due, next, msgid, func(sj *store.Job, dup bool, err error) {
-		b.post(func() { b.fired(s, due, next, sj, dup, err) })
+		b.fired(s, due, next, sj, dup, err)
 	})
 }
 
@@ -500,21 +500,19 @@ func SameSchedule(a, b *store.Schedule) bool { return a.ID == b.ID && signature(
 func (b *Broker) storeSchedule(ss *store.Schedule, s *schedule, done func(error)) {
 	b.writingSchedule(s.id, 1)
 	b.journal.PutSchedule(ss, func(created bool, err error) {
-		b.post(func() {
-			b.writingSchedule(s.id, -1)
-			if err != nil {
-				b.noticeFence(err)
-				done(err)
-				return
-			}
-			if old := b.scheds[s.id]; old != nil {
-				b.timers.stop(old)
-			}
-			b.scheds[s.id] = s
-			b.plan(s)
-			b.log.Info("schedule stored", "schedule", s.id, "queue", s.queue, "next", s.next, "new", created)
-			done(nil)
-		})
+		b.writingSchedule(s.id, -1)
+		if err != nil {
+			b.noticeFence(err)
+			done(err)
+			return
+		}
+		if old := b.scheds[s.id]; old != nil {
+			b.timers.stop(old)
+		}
+		b.scheds[s.id] = s
+		b.plan(s)
+		b.log.Info("schedule stored", "schedule", s.id, "queue", s.queue, "next", s.next, "new", created)
+		done(nil)
 	})
 }
 
@@ -535,17 +533,15 @@ func (b *Broker) removeSchedule(from peerKey, m *emqp.Unschedule) {
 func (b *Broker) dropSchedule(id string, done func(found bool, err error)) {
 	b.writingSchedule(id, 1)
 	b.journal.RemoveSchedule(id, func(found bool, err error) {
-		b.post(func() {
-			b.writingSchedule(id, -1)
-			if err == nil {
-				if s := b.scheds[id]; s != nil {
-					b.timers.stop(s)
-					delete(b.scheds, id)
-				}
+		b.writingSchedule(id, -1)
+		if err == nil {
+			if s := b.scheds[id]; s != nil {
+				b.timers.stop(s)
+				delete(b.scheds, id)
 			}
-			b.noticeFence(err)
-			done(found, err)
-		})
+		}
+		b.noticeFence(err)
+		done(found, err)
 	})
 }
 
@@ -555,16 +551,14 @@ func (b *Broker) dropSchedule(id string, done func(found bool, err error)) {
 func (b *Broker) pauseSchedule(id string, paused bool, done func(error)) {
 	b.writingSchedule(id, 1)
 	b.journal.PauseSchedule(id, paused, func(_ *store.Schedule, err error) {
-		b.post(func() {
-			b.writingSchedule(id, -1)
-			if s := b.scheds[id]; err == nil && s != nil {
-				s.paused = paused
-				s.missed = !paused && b.now().Sub(s.next) > misfireGrace
-				b.plan(s)
-			}
-			b.noticeFence(err)
-			done(err)
-		})
+		b.writingSchedule(id, -1)
+		if s := b.scheds[id]; err == nil && s != nil {
+			s.paused = paused
+			s.missed = !paused && b.now().Sub(s.next) > misfireGrace
+			b.plan(s)
+		}
+		b.noticeFence(err)
+		done(err)
 	})
 }
 

@@ -299,9 +299,9 @@ func TestScheduleFiresWaitForRoomInTheirQueue(t *testing.T) {
 	client := bt.Dial(t, b.Frontend(), "c")
 	expectAck(t, client, scheduleFrames(client, "SCHEDULE", "q", "schedule-id:x", "60", "x", ""))
 	start := c.Now()
-	bt.Eventually(t, "the first fire", func() bool { return b.Stats().SchedulesFired.Load() == 1 })
+	bt.Eventually(t, "the first fire", func() bool { return b.Stats().SchedulesFired == 1 })
 	c.set(b, start.Add(time.Minute)) // the queue is full: no job
-	bt.Eventually(t, "the second due time passed, skipped", func() bool { return b.Stats().FiresSkipped.Load() == 1 })
+	bt.Eventually(t, "the second due time passed, skipped", func() bool { return b.Stats().FiresSkipped == 1 })
 	if n := metricCount(t, b, "emq_schedule_fires_skipped_total", ""); n != 1 {
 		t.Fatalf("%v fires counted as skipped, want 1", n)
 	}

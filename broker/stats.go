@@ -1,21 +1,22 @@
 package broker
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 
 	"github.com/eventmq/emq/emqp"
 )
 
-// Stats are the broker's counters since it started. They are safe to read
-// from any goroutine. Counters lists them with their names, in the order
-// every view shows them.
-type Stats struct {
+// counts are the broker's counters, counted by the loop (and a few
+// other goroutines) and read by Stats. Nothing outside the package sees
+// them: Stats hands out a copy.
+type counts struct {
 	Received     atomic.Int64
 	Acked        atomic.Int64
 	Duplicates   atomic.Int64
-	PassedOver   atomic.Int64 // times a tenant or a job was passed over for a limit
-	Overdue      atomic.Int64 // jobs held past OverdueAfter
+	PassedOver   atomic.Int64
+	Overdue      atomic.Int64
 	Dispatched   atomic.Int64
 	Replied      atomic.Int64
 	Failed       atomic.Int64
@@ -37,69 +38,132 @@ type Stats struct {
 	errors map[string]int64 // ERRORs sent, by code
 }
 
-// Counter is one of the broker's counters, defined once for every view:
-// its name in the stats API (/api/v1/stats) and emq stats, its name in
-// /metrics, and what it counts.
-type Counter struct {
-	Name   string
-	Metric string
-	Help   string
-	field  func(*Stats) *atomic.Int64
-}
-
-// Value reads the counter in s.
-func (c Counter) Value(s *Stats) int64 { return c.field(s).Load() }
-
-// Counters are every counter of Stats, in the order they are shown.
-var Counters = []Counter{
-	{"received", "emq_jobs_received_total", "REQUESTs received, refused ones included.", func(s *Stats) *atomic.Int64 { return &s.Received }},
-	{"acked", "emq_jobs_acked_total", "Jobs stored and ACKed, once each.", func(s *Stats) *atomic.Int64 { return &s.Acked }},
-	{"duplicates", "emq_jobs_duplicate_total", "REQUESTs for a msgid the broker holds or has stored (ACKed again, not stored twice).", func(s *Stats) *atomic.Int64 { return &s.Duplicates }},
-	{"passed_over", "emq_jobs_passed_over_total", "Times dispatch passed over a tenant at its limit (concurrency or rate) or a job whose named limiter had no room; they waited, the others ran.", func(s *Stats) *atomic.Int64 { return &s.PassedOver }},
-	{"overdue", "emq_jobs_overdue_total", "Jobs without a timeout held by a worker past overdue-after (each once a delivery); see emq jobs why.", func(s *Stats) *atomic.Int64 { return &s.Overdue }},
-	{"dispatched", "emq_jobs_dispatched_total", "Jobs sent to a worker.", func(s *Stats) *atomic.Int64 { return &s.Dispatched }},
-	{"replied", "emq_jobs_replied_total", "Jobs completed by their worker's REPLY.", func(s *Stats) *atomic.Int64 { return &s.Replied }},
-	{"failed", "emq_jobs_failed_total", "FAILs from workers.", func(s *Stats) *atomic.Int64 { return &s.Failed }},
-	{"retried", "emq_jobs_retried_total", "Attempts after which a job was tried again.", func(s *Stats) *atomic.Int64 { return &s.Retried }},
-	{"timed_out", "emq_jobs_timed_out_total", "Deliveries that passed the job's timeout.", func(s *Stats) *atomic.Int64 { return &s.TimedOut }},
-	{"dead_lettered", "emq_jobs_dead_lettered_total", "Jobs moved to the dead letters.", func(s *Stats) *atomic.Int64 { return &s.DeadLettered }},
-	{"cancelled", "emq_jobs_cancelled_total", "Jobs cancelled (emq jobs cancel, the API, a client's CANCEL).", func(s *Stats) *atomic.Int64 { return &s.Cancelled }},
-	{"progress", "emq_job_progress_total", "PROGRESS reports taken from workers.", func(s *Stats) *atomic.Int64 { return &s.Progress }},
-	{"ignored", "emq_messages_ignored_total", "Late or foreign REPLYs and FAILs, stray ACKs and ERRORs.", func(s *Stats) *atomic.Int64 { return &s.Ignored }},
-	{"schedules_forwarded", "emq_schedules_forwarded_total", "SCHEDULEs and UNSCHEDULEs passed to schedulers (forward-schedules).", func(s *Stats) *atomic.Int64 { return &s.SchedulesForwarded }},
-	{"schedules_fired", "emq_schedule_fires_total", "Jobs made by schedules the broker keeps.", func(s *Stats) *atomic.Int64 { return &s.SchedulesFired }},
-	{"event_listeners_dropped", "emq_event_listeners_dropped_total", "Event stream listeners dropped for falling behind (event-buffer).", func(s *Stats) *atomic.Int64 { return &s.ListenersDropped }},
-	{"journal_damaged", "emq_journal_damaged_total", "Stored values found failing their checksums, each moved aside (a job to the dead letters, the rest to emq journal check's list).", func(s *Stats) *atomic.Int64 { return &s.JournalDamaged }},
-	{"schedule_fires_skipped", "emq_schedule_fires_skipped_total", "Due times of kept schedules that made no job: missed under misfire:skip, or their queue held max-pending jobs.", func(s *Stats) *atomic.Int64 { return &s.FiresSkipped }},
-}
-
-// ErrorsName is the name of the ERROR counts by code: "protocol_errors"
-// in the stats API and emq stats, emq_protocol_errors_total{code} in
-// /metrics.
-const ErrorsName = "protocol_errors"
-
-func (s *Stats) countError(code string) {
-	s.errMu.Lock()
-	if s.errors == nil {
-		s.errors = make(map[string]int64)
+func (c *counts) countError(code string) {
+	c.errMu.Lock()
+	if c.errors == nil {
+		c.errors = make(map[string]int64)
 	}
-	s.errors[code]++
-	s.errMu.Unlock()
+	c.errors[code]++
+	c.errMu.Unlock()
+}
+
+// snapshot reads every counter.
+func (c *counts) snapshot() Stats {
+	s := Stats{
+		Received:           c.Received.Load(),
+		Acked:              c.Acked.Load(),
+		Duplicates:         c.Duplicates.Load(),
+		PassedOver:         c.PassedOver.Load(),
+		Overdue:            c.Overdue.Load(),
+		Dispatched:         c.Dispatched.Load(),
+		Replied:            c.Replied.Load(),
+		Failed:             c.Failed.Load(),
+		Retried:            c.Retried.Load(),
+		TimedOut:           c.TimedOut.Load(),
+		DeadLettered:       c.DeadLettered.Load(),
+		Ignored:            c.Ignored.Load(),
+		Cancelled:          c.Cancelled.Load(),
+		Progress:           c.Progress.Load(),
+		SchedulesForwarded: c.SchedulesForwarded.Load(),
+		SchedulesFired:     c.SchedulesFired.Load(),
+		FiresSkipped:       c.FiresSkipped.Load(),
+		ListenersDropped:   c.ListenersDropped.Load(),
+		JournalDamaged:     c.JournalDamaged.Load(),
+	}
+	c.errMu.Lock()
+	s.errors = maps.Clone(c.errors)
+	c.errMu.Unlock()
+	return s
+}
+
+// Stats are the broker's counters since it started, as Broker.Stats read
+// them: a copy, each counter read at once (not all at one instant).
+type Stats struct {
+	Received     int64
+	Acked        int64
+	Duplicates   int64
+	PassedOver   int64 // times a tenant or a job was passed over for a limit
+	Overdue      int64 // jobs held past OverdueAfter
+	Dispatched   int64
+	Replied      int64
+	Failed       int64
+	Retried      int64
+	TimedOut     int64
+	DeadLettered int64
+	Ignored      int64
+	Cancelled    int64
+	Progress     int64
+
+	SchedulesForwarded int64
+	SchedulesFired     int64
+	FiresSkipped       int64
+
+	ListenersDropped int64
+	JournalDamaged   int64
+
+	errors map[string]int64 // ERRORs sent, by code (the copy's own)
 }
 
 // Errors returns how many ERRORs were sent with code.
-func (s *Stats) Errors(code string) int64 {
-	s.errMu.Lock()
-	defer s.errMu.Unlock()
-	return s.errors[code]
+func (s Stats) Errors(code string) int64 { return s.errors[code] }
+
+// Counter is one of the broker's counters as every view shows it: its
+// name in the stats API (/api/v1/stats) and emq stats, what it counts,
+// and its value. Package admin names its metric.
+type Counter struct {
+	Name  string
+	Help  string
+	Value int64
 }
 
-// ErrorCodes are the codes an ERROR can carry, in the order they are
+// Counters are s's counters, in the order every view shows them.
+func (s Stats) Counters() []Counter {
+	return []Counter{
+		{"received", "REQUESTs received, refused ones included.", s.Received},
+		{"acked", "Jobs stored and ACKed, once each.", s.Acked},
+		{"duplicates", "REQUESTs for a msgid the broker holds or has stored (ACKed again, not stored twice).", s.Duplicates},
+		{"passed_over", "Times dispatch passed over a tenant at its limit (concurrency or rate) or a job whose named limiter had no room; they waited, the others ran.", s.PassedOver},
+		{"overdue", "Jobs without a timeout held by a worker past overdue-after (each once a delivery); see emq jobs why.", s.Overdue},
+		{"dispatched", "Jobs sent to a worker.", s.Dispatched},
+		{"replied", "Jobs completed by their worker's REPLY.", s.Replied},
+		{"failed", "FAILs from workers.", s.Failed},
+		{"retried", "Attempts after which a job was tried again.", s.Retried},
+		{"timed_out", "Deliveries that passed the job's timeout.", s.TimedOut},
+		{"dead_lettered", "Jobs moved to the dead letters.", s.DeadLettered},
+		{"cancelled", "Jobs cancelled (emq jobs cancel, the API, a client's CANCEL).", s.Cancelled},
+		{"progress", "PROGRESS reports taken from workers.", s.Progress},
+		{"ignored", "Late or foreign REPLYs and FAILs, stray ACKs and ERRORs.", s.Ignored},
+		{"schedules_forwarded", "SCHEDULEs and UNSCHEDULEs passed to schedulers (forward-schedules).", s.SchedulesForwarded},
+		{"schedules_fired", "Jobs made by schedules the broker keeps.", s.SchedulesFired},
+		{"event_listeners_dropped", "Event stream listeners dropped for falling behind (event-buffer).", s.ListenersDropped},
+		{"journal_damaged", "Stored values found failing their checksums, each moved aside (a job to the dead letters, the rest to emq journal check's list).", s.JournalDamaged},
+		{"schedule_fires_skipped", "Due times of kept schedules that made no job: missed under misfire:skip, or their queue held max-pending jobs.", s.FiresSkipped},
+	}
+}
+
+// ErrorCounts are s's ERROR counts, one a code of ErrorCodes, in that
+// order.
+func (s Stats) ErrorCounts() []Counter {
+	codes := ErrorCodes()
+	cs := make([]Counter, len(codes))
+	for i, code := range codes {
+		cs[i] = Counter{Name: code, Value: s.errors[code]}
+	}
+	return cs
+}
+
+// ErrorsName is the name of the ERROR counts by code in the stats API
+// and emq stats ("protocol_errors").
+const ErrorsName = "protocol_errors"
+
+// ErrorCodes returns the codes an ERROR can carry, in the order they are
 // shown.
-var ErrorCodes = []string{
-	emqp.CodeBadRequest, emqp.CodeUnsupportedVersion, emqp.CodeUnknownCommand,
-	emqp.CodeTooLarge, emqp.CodeQueueFull, emqp.CodeUnavailable, emqp.CodeForbidden,
-	emqp.CodeDuplicate, emqp.CodeNotFound, emqp.CodeConflict, emqp.CodeMoved,
+func ErrorCodes() []string {
+	return []string{
+		emqp.CodeBadRequest, emqp.CodeUnsupportedVersion, emqp.CodeUnknownCommand,
+		emqp.CodeTooLarge, emqp.CodeQueueFull, emqp.CodeUnavailable, emqp.CodeForbidden,
+		emqp.CodeDuplicate, emqp.CodeNotFound, emqp.CodeConflict, emqp.CodeMoved,
+	}
 }
 
 // logBurst is how many lines a second each kind of refusal may log

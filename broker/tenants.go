@@ -89,21 +89,19 @@ func (b *Broker) ChangeTenant(ctx context.Context, queue, tenant string, c Tenan
 		}
 		b.tenantNext[k] = pendingTenant{next, p.writes + 1}
 		b.journal.PutTenantSettings(queue, tenant, next, func(err error) {
-			b.post(func() {
-				if p := b.tenantNext[k]; p.writes > 1 {
-					b.tenantNext[k] = pendingTenant{p.next, p.writes - 1}
-				} else {
-					delete(b.tenantNext, k)
-				}
-				if err != nil {
-					b.noticeFence(err)
-					reply(store.TenantSettings{}, err)
-					return
-				}
-				b.applyTenant(queue, tenant, next)
-				b.emit(Event{Kind: EventTenant, Queue: queue, Reason: tenant})
-				reply(next, nil)
-			})
+			if p := b.tenantNext[k]; p.writes > 1 {
+				b.tenantNext[k] = pendingTenant{p.next, p.writes - 1}
+			} else {
+				delete(b.tenantNext, k)
+			}
+			if err != nil {
+				b.noticeFence(err)
+				reply(store.TenantSettings{}, err)
+				return
+			}
+			b.applyTenant(queue, tenant, next)
+			b.emit(Event{Kind: EventTenant, Queue: queue, Reason: tenant})
+			reply(next, nil)
 		})
 	})
 }
@@ -178,25 +176,23 @@ func (b *Broker) writeLimiter(name string, s store.LimiterSettings, gone bool, r
 	p := b.limiterNext[name]
 	b.limiterNext[name] = pendingLimiter{s, gone, p.writes + 1}
 	landed := func(err error) {
-		b.post(func() {
-			if p := b.limiterNext[name]; p.writes > 1 {
-				b.limiterNext[name] = pendingLimiter{p.next, p.gone, p.writes - 1}
-			} else {
-				delete(b.limiterNext, name)
-			}
-			if err != nil {
-				b.noticeFence(err)
-				reply(struct{}{}, err)
-				return
-			}
-			if gone {
-				b.dropLimiter(name)
-			} else {
-				b.applyLimiter(name, s)
-			}
-			b.emit(Event{Kind: EventLimiter, Reason: name})
-			reply(struct{}{}, nil)
-		})
+		if p := b.limiterNext[name]; p.writes > 1 {
+			b.limiterNext[name] = pendingLimiter{p.next, p.gone, p.writes - 1}
+		} else {
+			delete(b.limiterNext, name)
+		}
+		if err != nil {
+			b.noticeFence(err)
+			reply(struct{}{}, err)
+			return
+		}
+		if gone {
+			b.dropLimiter(name)
+		} else {
+			b.applyLimiter(name, s)
+		}
+		b.emit(Event{Kind: EventLimiter, Reason: name})
+		reply(struct{}{}, nil)
 	}
 	if gone {
 		b.journal.RemoveLimiter(name, func(_ bool, err error) { landed(err) })

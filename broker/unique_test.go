@@ -36,9 +36,9 @@ func backends(t *testing.T, test func(t *testing.T, start func(edit func(*broker
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cli.Close() })
-		open := func(onCommit func(int, time.Duration)) (store.Journal, error) {
+		open := func(s broker.JournalSetup) (store.Journal, error) {
 			o := etcdstore.DefaultOptions()
-			o.OnCommit = onCommit
+			o.OnCommit = s.OnCommit
 			return etcdstore.Open(cli, o)
 		}
 		test(t, func(edit func(*broker.Options)) *bt.Broker {
@@ -143,8 +143,8 @@ func TestUniqueKeyStoresOneJob(t *testing.T) {
 		for _, m := range refused {
 			refusedAsDuplicate(t, m, holder)
 		}
-		if n := b.Stats().Errors(emqp.CodeDuplicate); n != clients*each-1 || !slices.Contains(broker.ErrorCodes, emqp.CodeDuplicate) {
-			t.Errorf("ERRORs duplicate counted %d (shown: %v); want %d, in the stats and /metrics", n, slices.Contains(broker.ErrorCodes, emqp.CodeDuplicate), clients*each-1)
+		if n := b.Stats().Errors(emqp.CodeDuplicate); n != clients*each-1 || !slices.Contains(broker.ErrorCodes(), emqp.CodeDuplicate) {
+			t.Errorf("ERRORs duplicate counted %d (shown: %v); want %d, in the stats and /metrics", n, slices.Contains(broker.ErrorCodes(), emqp.CodeDuplicate), clients*each-1)
 		}
 		if n := pendingOf(t, b, "q"); n != 1 {
 			t.Fatalf("queue q holds %d jobs; want 1", n)
@@ -231,7 +231,7 @@ func TestUniqueKeyHoldsUntilDoneAndForItsHold(t *testing.T) {
 			}
 		}
 		w.Sync()
-		bt.Eventually(t, "the dead job in the dead letters", func() bool { return b.Stats().DeadLettered.Load() == 1 })
+		bt.Eventually(t, "the dead job in the dead letters", func() bool { return b.Stats().DeadLettered == 1 })
 
 		_, after := sendAll(t, client, "q", []string{"unique:k1", "unique:k2", "unique:k3", "unique:k4"})
 		var freed []string

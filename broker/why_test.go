@@ -170,7 +170,7 @@ func TestOverdueJob(t *testing.T) {
 	timed := c.Request("q", "timeout:3600", nil)
 	recvJob(t, w)
 	recvJob(t, w)
-	bt.Eventually(t, "the job overdue", func() bool { return b.Stats().Overdue.Load() == 1 })
+	bt.Eventually(t, "the job overdue", func() bool { return b.Stats().Overdue == 1 })
 	if w := why(t, b, slow); w.Reason != broker.WhyInFlight || !w.Overdue || !strings.Contains(w.Sentence, "overdue") {
 		t.Fatalf("why of an overdue job: %+v", w)
 	}
@@ -192,7 +192,7 @@ func TestOverdueJob(t *testing.T) {
 		}
 	}
 	w.Reply(slow, nil)
-	bt.Eventually(t, "the overdue job done by its REPLY", func() bool { return b.Stats().Replied.Load() == 1 })
+	bt.Eventually(t, "the overdue job done by its REPLY", func() bool { return b.Stats().Replied == 1 })
 }
 
 // A queue being moved between shards says so.

@@ -36,9 +36,9 @@ func BenchmarkBatchCallback(b *testing.B) {
 		b.Cleanup(func() { cli.Close() })
 		batchCallback(b, bt.Start(b, "", func(o *broker.Options) {
 			o.Logger = slog.New(slog.DiscardHandler)
-			o.OpenJournal = func(onCommit func(int, time.Duration)) (store.Journal, error) {
+			o.OpenJournal = func(s broker.JournalSetup) (store.Journal, error) {
 				eo := etcdstore.DefaultOptions()
-				eo.OnCommit = onCommit
+				eo.OnCommit = s.OnCommit
 				return etcdstore.Open(cli, eo)
 			}
 		}))

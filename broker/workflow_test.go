@@ -151,7 +151,7 @@ func TestWorkflowRefusals(t *testing.T) {
 	w := bt.Worker(t, b.Backend(), "w", "q")
 	w.Ready(1)
 	runAll(t, w, 1)
-	bt.Eventually(t, "the dead job", func() bool { return b.Stats().DeadLettered.Load() == 1 })
+	bt.Eventually(t, "the dead job", func() bool { return b.Stats().DeadLettered == 1 })
 	for _, tc := range []struct{ headers, want string }{
 		{"after:", "header after"},
 		{"after-failed:maybe,after:" + dead, "header after-failed"},

@@ -99,7 +99,7 @@ func TestSameMsgIDIsOneJob(t *testing.T) {
 	if m, ok := worker.TryRecv(200 * time.Millisecond); ok {
 		t.Fatalf("a second job: %+v", m)
 	}
-	if n, d := b.Stats().Acked.Load(), b.Stats().Duplicates.Load(); n != 1 || d != 2 {
+	if n, d := b.Stats().Acked, b.Stats().Duplicates; n != 1 || d != 2 {
 		t.Errorf("stored %d, duplicates %d; want 1 and 2", n, d)
 	}
 }

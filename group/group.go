@@ -254,7 +254,7 @@ func New(opts broker.Options, aopts admin.Options, g Options) (*Group, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	opts.OpenJournal = func(func(int, time.Duration)) (store.Journal, error) { return nil, errors.New("set per term") }
+	opts.OpenJournal = func(broker.JournalSetup) (store.Journal, error) { return nil, errors.New("set per term") }
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -535,10 +535,10 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 	defer g.setState("standby")
 	g.log.Info("elected leader of the group: loading the journal from etcd", "name", g.opts.Name)
 
-	opts.OpenJournal = func(onCommit func(int, time.Duration)) (store.Journal, error) {
+	opts.OpenJournal = func(s broker.JournalSetup) (store.Journal, error) {
 		eo := g.opts.JournalOptions(el)
 		eo.MaxJobSize = opts.MaxJobSize
-		eo.OnCommit = onCommit
+		eo.OnCommit = s.OnCommit
 		eo.Warm = warm
 		eo.OnWarmMissed = func(err error) {
 			g.log.Warn("taking over without the standby's copy of the journal: reading it all", "err", err)

@@ -154,10 +154,10 @@ func TestEventMQJobManagerThroughBrokerCancel(t *testing.T) {
 		t.Fatalf("cancel: %v", err)
 	}
 	bt.Eventually(t, "the job manager logging the CANCEL", func() bool { return strings.Contains(logs.String(), "No handler for CANCEL") })
-	ignored := b.Stats().Ignored.Load()
+	ignored := b.Stats().Ignored
 	syscall.Write(fd, []byte("released\n"))
 	syscall.Close(fd)
-	bt.Eventually(t, "the cancelled job's late REPLY ignored", func() bool { return b.Stats().Ignored.Load() > ignored })
+	bt.Eventually(t, "the cancelled job's late REPLY ignored", func() bool { return b.Stats().Ignored > ignored })
 
 	next := eventmqJob(emqp.NewID(), "os.path", "join", `"a", "b"`)
 	client.Send(next)

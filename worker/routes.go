@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/internal/reach"
 )
 
 // Shards. When queues are spread over several broker groups (shards),
@@ -115,12 +115,9 @@ func (w *Worker) routed(ctx context.Context) error {
 // that it is a shard. A broker that does not say (not EMQ's, or away
 // for now) is taken for one that is no shard.
 func (w *Worker) placement(ctx context.Context) (t *emqp.RouteTable, sharded bool) {
-	c, err := client.New(client.Options{Broker: w.opts.Broker, Identity: w.opts.Identity + "-routes", Security: w.opts.Security, Logger: w.log})
-	if err != nil {
-		return &emqp.RouteTable{}, false
-	}
-	defer c.Close()
-	t, err = c.Routes(ctx)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	t, err := reach.Routes(ctx, w.opts.Broker, w.opts.Identity+"-routes", w.opts.Security)
 	if err != nil || len(t.Shards) == 0 {
 		return &emqp.RouteTable{}, false
 	}

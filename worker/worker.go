@@ -69,9 +69,9 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/internal/jobtrace"
+	"github.com/eventmq/emq/internal/reach"
 	"github.com/eventmq/emq/internal/redial"
 	"github.com/eventmq/emq/internal/zmtp"
 )
@@ -95,11 +95,15 @@ type Options struct {
 	// Security is CURVE keys or a PLAIN user for a broker that wants
 	// them (its curve-clients or plain-users list this worker with the
 	// worker role); the zero value = NULL.
-	Security client.Security
+	Security Security
 	// TracerProvider takes the spans of the jobs run (package doc:
 	// Tracing); nil = OpenTelemetry's global provider.
 	TracerProvider trace.TracerProvider
 }
+
+// Security is how a worker proves who it is to a broker that wants
+// CURVE or PLAIN: the same type as client.Security.
+type Security = reach.Security
 
 // ErrCancelled is the cause (context.Cause) of a job's context when the
 // broker cancelled the job.

@@ -28,7 +28,7 @@ func brokerWithJobs(t *testing.T, token string) (b *bt.Broker, dead, inflight, p
 	worker.Ready(1)
 	bt.Expect[*emqp.Request](worker)
 	worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: dead, Reason: "broken for good"})
-	bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered.Load() == 1 })
+	bt.Eventually(t, "dead-lettered", func() bool { return b.Stats().DeadLettered == 1 })
 	inflight = client.Request("q", "", []byte("running"))
 	worker.Ready(1)
 	bt.Expect[*emqp.Request](worker)
@@ -62,11 +62,11 @@ func TestAdminCLIOnline(t *testing.T) {
 	// every ERROR code.
 	stats := strings.Split(mustEmq(t, append([]string{"stats"}, on...)...), "\n")
 	var want []string
-	for _, c := range broker.Counters {
+	for _, c := range (broker.Stats{}).Counters() {
 		want = append(want, c.Name)
 	}
 	want = append(want, admin.PubSubCounters...) // its broker has pub/sub on
-	for _, code := range broker.ErrorCodes {
+	for _, code := range broker.ErrorCodes() {
 		want = append(want, broker.ErrorsName+" "+code)
 	}
 	for i, name := range want {

@@ -148,7 +148,7 @@ func TestBackupRefusalsAndRestore(t *testing.T) {
 	w.Ready(1)
 	bt.Expect[*emqp.Request](w)
 	w.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: dead, Reason: "no"})
-	bt.Eventually(t, "the dead letter", func() bool { return b.Stats().DeadLettered.Load() == 1 })
+	bt.Eventually(t, "the dead letter", func() bool { return b.Stats().DeadLettered == 1 })
 	if _, _, err := emq(t, "", "queues", "pause", "q", "--admin", b.AdminAddr(), "--admin-token", "full"); err != nil {
 		t.Fatal(err)
 	}

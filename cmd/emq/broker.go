@@ -16,6 +16,7 @@ import (
 
 	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/broker/boltjournal"
 	"github.com/eventmq/emq/group"
 	"github.com/eventmq/emq/store/etcdstore"
 )
@@ -334,6 +335,7 @@ func brokerOptions(c *config) (broker.Options, error) {
 		return o, fmt.Errorf("shard: a shard is a replicated group; give --etcd-endpoints too")
 	}
 	o.Frontend, o.Backend, o.DataDir = c.str("frontend"), c.str("backend"), c.str("data-dir")
+	o.OpenJournal = boltjournal.Open // a group's broker opens its own, in etcd
 	o.CurveSecretKeyFile, o.CurveClients, o.PlainUsers = c.str("curve-secret-key-file"), c.str("curve-clients"), c.str("plain-users")
 	var err error
 	if o.AllowAnonymous, err = c.boolean("allow-anonymous"); err != nil {

@@ -176,12 +176,12 @@ func TestWorkerExecFailureAndTimeout(t *testing.T) {
 	if _, stderr, err := emq(t, "", "send", "--broker", b.Frontend(), "--queue", "fail", "--retry-count", "0", "x"); err != nil {
 		t.Fatal(err, stderr)
 	}
-	bt.Eventually(t, "the failing job dead-lettered", func() bool { return b.Stats().DeadLettered.Load() == 1 })
+	bt.Eventually(t, "the failing job dead-lettered", func() bool { return b.Stats().DeadLettered == 1 })
 
 	if _, stderr, err := emq(t, "", "send", "--broker", b.Frontend(), "--queue", "slow", "--timeout", "1s", "--retry-count", "0", "x"); err != nil {
 		t.Fatal(err, stderr)
 	}
-	bt.Eventually(t, "the slow job FAILed", func() bool { return b.Stats().DeadLettered.Load() == 2 })
+	bt.Eventually(t, "the slow job FAILed", func() bool { return b.Stats().DeadLettered == 2 })
 	raw, err := os.ReadFile(pidFile)
 	if err != nil {
 		t.Fatal(err)

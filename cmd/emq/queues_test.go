@@ -208,7 +208,7 @@ func TestSearchAndBulkCLI(t *testing.T) {
 		}
 		worker.Send(&emqp.Fail{MsgID: emqp.NewID(), OrigMsgID: id, Reason: reason})
 	}
-	bt.Eventually(t, "all dead", func() bool { return b.Stats().DeadLettered.Load() == 12 })
+	bt.Eventually(t, "all dead", func() bool { return b.Stats().DeadLettered == 12 })
 	on := []string{"--admin", b.AdminAddr()}
 	list := func(args ...string) admin.JobPage {
 		t.Helper()
@@ -244,7 +244,7 @@ func TestSearchAndBulkCLI(t *testing.T) {
 	if out := dlq("retry", "--error", "550"); out != fmt.Sprintf("%d dead jobs match; add --yes to retry them\n", len(smtp)) {
 		t.Fatalf("count only: %q", out)
 	}
-	if n := b.Stats().Acked.Load(); n != 12 {
+	if n := b.Stats().Acked; n != 12 {
 		t.Fatalf("a count changed something: %d", n)
 	}
 	worker.Ready(20)

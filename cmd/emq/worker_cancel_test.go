@@ -222,12 +222,12 @@ func TestWorkerExecCancelledThroughTheBroker(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pid file: %q", raw)
 	}
-	ignored := b.Stats().Ignored.Load()
+	ignored := b.Stats().Ignored
 	if _, err := b.Cancel(ctx, job, "admin"); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
 	bt.Eventually(t, "the background sleep killed with the group", func() bool { return processGone(pid) })
-	bt.Eventually(t, "the worker's FAIL for the cancelled job ignored", func() bool { return b.Stats().Ignored.Load() > ignored })
+	bt.Eventually(t, "the worker's FAIL for the cancelled job ignored", func() bool { return b.Stats().Ignored > ignored })
 	if j, _, err := b.Job(ctx, job); err != nil || j.State != store.Cancelled {
 		t.Fatalf("the job after its cancel: %+v, %v", j, err)
 	}

@@ -40,6 +40,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/broker/boltjournal"
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/internal/zmtp"
@@ -409,6 +410,7 @@ func runBroker(ctx context.Context, edit func(*broker.Options) error) (_ *broker
 	}
 	opts := broker.DefaultOptions()
 	opts.Frontend, opts.Backend, opts.DataDir = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0", dir
+	opts.OpenJournal = boltjournal.Open
 	opts.PublisherIncoming, opts.PublisherOutgoing = "", ""
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if err := edit(&opts); err != nil {

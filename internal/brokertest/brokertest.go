@@ -21,6 +21,7 @@ import (
 
 	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/broker/boltjournal"
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/store/boltstore"
@@ -70,7 +71,7 @@ func start(t testing.TB, dir string, edit func(*broker.Options), aopts *admin.Op
 	opts := broker.DefaultOptions()
 	opts.Frontend, opts.Backend = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
 	opts.PublisherIncoming, opts.PublisherOutgoing = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
-	opts.DataDir = dir
+	opts.DataDir, opts.OpenJournal = dir, boltjournal.Open
 	opts.Logger = Logger(t)
 	if edit != nil {
 		edit(&opts)

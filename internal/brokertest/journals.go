@@ -2,22 +2,19 @@ package brokertest
 
 import (
 	"fmt"
-	"path/filepath"
 	"syscall"
-	"time"
 
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/broker/boltjournal"
 	"github.com/eventmq/emq/store"
-	"github.com/eventmq/emq/store/boltstore"
 )
 
 // WrapJournal is an Options.OpenJournal that opens the bbolt journal in
-// dir as the broker does and hands it to wrap.
-func WrapJournal(dir string, wrap func(store.Journal) store.Journal) func(func(int, time.Duration)) (store.Journal, error) {
-	return func(onCommit func(int, time.Duration)) (store.Journal, error) {
-		o := boltstore.DefaultOptions()
-		o.OnCommit = onCommit
-		j, err := boltstore.Open(filepath.Join(dir, broker.JournalFile), o)
+// dir as the broker does (boltjournal.Open) and hands it to wrap.
+func WrapJournal(dir string, wrap func(store.Journal) store.Journal) func(broker.JournalSetup) (store.Journal, error) {
+	return func(s broker.JournalSetup) (store.Journal, error) {
+		s.Options.DataDir = dir
+		j, err := boltjournal.Open(s)
 		if err != nil {
 			return nil, err
 		}
