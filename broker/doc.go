@@ -65,8 +65,8 @@
 // messages hold room in a receive budget shared by both endpoints
 // (internal/zmtp, Budget) until the loop is done with them: a REQUEST
 // until its write lands, any other message until it is handled. Payload
-// reads wait while the send queues hold MaxSendBuffer. The README's
-// Memory section says how to size the limits.
+// reads wait while the send queues hold MaxSendBuffer. The Memory
+// section of docs/operating.md says how to size the limits.
 //
 // # Deadlines
 //
@@ -489,9 +489,9 @@
 // # Figures
 //
 // Measured figures (throughput, latency, start-up with a million jobs,
-// idle cost of delayed jobs and of schedules) live in docs/benchmarks.md and the README's
-// table, with the commands that produce them; this file only says how
-// the broker works.
+// idle cost of delayed jobs and of schedules) live in docs/benchmarks.md,
+// with the commands that produce them; this file only says how the
+// broker works.
 //
 // # Not done (yet)
 //

@@ -51,7 +51,7 @@ func BenchmarkNewID(b *testing.B) {
 	})
 }
 
-// The README says a REQUEST decodes with two allocations (the message,
+// docs/benchmarks.md says a REQUEST decodes with two allocations (the message,
 // and one string for msgid, queue and headers); this keeps it true.
 func TestDecodeRequestAllocations(t *testing.T) { // not parallel: it counts every allocation of the process
 	frames := emqp.Encode(benchRequest())

@@ -181,7 +181,7 @@ func TestJobsShowSaysWhy(t *testing.T) {
 		worker.Ready(1)
 		bt.Expect[*emqp.Request](worker)
 		worker.Reply(id, []byte("ok"))
-		bt.Eventually(t, "replied", func() bool { return b.Stats().Replied.Load() == 1 })
+		bt.Eventually(t, "replied", func() bool { return b.Stats().Replied == 1 })
 		out, stderr, err := emq(t, "", append([]string{"jobs", "show", id}, on...)...)
 		if !retain {
 			if err == nil || !strings.Contains(stderr, "no such job") || !strings.Contains(stderr, "--retain-done") {
