@@ -43,6 +43,7 @@ type Config struct {
 // stopped at cleanup.
 func StartWith(t testing.TB, n int, with Config) *Cluster {
 	t.Helper()
+	skipShort(t)
 	// A port freeURL found free may be taken by another process before a
 	// member binds it: then the cluster starts again on other ports.
 	for range 2 {
@@ -156,4 +157,13 @@ var Leftovers = []goleak.Option{
 	goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 	goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"),
 	goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+}
+
+// skipShort skips a test that needs etcd under -short: make check, the
+// edit-test loop, runs what needs no etcd; make test and CI run these.
+func skipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a real etcd cluster: not under -short (make check); make test runs it")
+	}
 }

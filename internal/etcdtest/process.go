@@ -88,6 +88,7 @@ type Procs struct {
 // It returns once every member answers; members are stopped at cleanup.
 func StartProcs(t testing.TB, hosts []string, command func(i int, name string, args ...string) *exec.Cmd) *Procs {
 	t.Helper()
+	skipShort(t)
 	p := &Procs{t: t, cmds: make([]*exec.Cmd, len(hosts))}
 	var initial []string
 	for i, h := range hosts {
