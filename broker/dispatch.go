@@ -1,8 +1,6 @@
 package broker
 
 import (
-	"time"
-
 	"github.com/eventmq/emq/store"
 )
 
@@ -167,5 +165,3 @@ func (b *Broker) fillLater(q *queue) {
 		b.toFill = append(b.toFill, q)
 	}
 }
-
-var _ = time.Now

@@ -230,7 +230,7 @@ func (b *Broker) why(j *job, now time.Time) Why {
 		w.Reason = WhyTenantConcurrency
 		w.Holding = b.holdingTenant(t)
 		w.Sentence = fmt.Sprintf("Tenant %q is at its concurrency: %d of %d jobs run (%s).", t.name, t.running, t.lim.concurrency, shortList(w.Holding, 3))
-	case j.ten != nil && t0(j.ten, &c, b):
+	case j.ten != nil && b.rateHeld(j.ten, &c):
 		t := j.ten
 		w.Reason, w.Until = WhyTenantRate, b.nextToken(&t.refill, now)
 		w.Sentence = fmt.Sprintf("Tenant %q is at its rate of %g a second; next room at %s.", t.name, t.lim.rate, stamp(w.Until))
@@ -262,8 +262,8 @@ func (b *Broker) why(j *job, now time.Time) Why {
 	return w
 }
 
-// t0 reports whether t is held back by its rate now.
-func t0(t *tenant, c *clock, b *Broker) bool {
+// rateHeld reports whether t is held back by its rate now.
+func (b *Broker) rateHeld(t *tenant, c *clock) bool {
 	if t.lim.rate <= 0 {
 		return false
 	}
