@@ -5,34 +5,14 @@ once (its msgid), sent again it is ACKed again and stored once, a worker
 gets its jobs in order, and a BULK with a bad job is refused by one ERROR
 naming the job. Exits 0 and prints "ok" when every step passed.
 """
-import atexit
 import sys
-import time
-import uuid
+
 
 import zmq
 
-V = b"eMQP/1.0"
+from peer import V, ctx, msgid, recv
+
 frontend, backend = sys.argv[1], sys.argv[2]
-ctx = zmq.Context()
-atexit.register(lambda: ctx.destroy(linger=2000))
-
-
-def recv(sock, timeout_ms=10000):
-    deadline = time.monotonic() + timeout_ms / 1000
-    while True:
-        left = int((deadline - time.monotonic()) * 1000)
-        if left <= 0 or not sock.poll(left):
-            sys.exit("timed out waiting for the broker")
-        frames = sock.recv_multipart()
-        assert frames[0] == b"" and frames[1] == V, frames
-        if frames[2] == b"HEARTBEAT":
-            continue
-        return frames
-
-
-def msgid():
-    return str(uuid.uuid4()).encode()
 
 
 def bulk(jobs):

@@ -5,36 +5,13 @@ Usage: interop_jobs.py FRONTEND BACKEND. It prints "progress MSGID" once
 the broker has a PROGRESS of job MSGID and waits for a line on stdin
 before it goes on; it exits 0 and prints "ok" when every step passed.
 """
-import atexit
 import sys
-import time
-import uuid
 
 import zmq
 
-V = b"eMQP/1.0"
+from peer import V, ctx, msgid, recv
+
 frontend, backend = sys.argv[1], sys.argv[2]
-ctx = zmq.Context()
-# Close every socket, then the context, before the interpreter's teardown:
-# a context the garbage collector ends before its sockets hangs (pyzmq #1167).
-atexit.register(lambda: ctx.destroy(linger=2000))
-
-
-def recv(sock, timeout_ms=10000):
-    deadline = time.monotonic() + timeout_ms / 1000
-    while True:
-        left = int((deadline - time.monotonic()) * 1000)
-        if left <= 0 or not sock.poll(left):
-            sys.exit("timed out waiting for the broker")
-        frames = sock.recv_multipart()
-        assert frames[0] == b"" and frames[1] == V, frames
-        if frames[2] == b"HEARTBEAT":
-            continue
-        return frames
-
-
-def msgid():
-    return str(uuid.uuid4()).encode()
 
 
 def request(queue, headers, payload=b"x"):
