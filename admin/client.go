@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/group"
+	"github.com/eventmq/emq/shards"
 	"github.com/eventmq/emq/store"
 )
 
@@ -275,6 +277,33 @@ func (c *Client) ForgetJobs(ctx context.Context, queue string, msgids []string) 
 	return r.Imported, err
 }
 
+// Role is what the broker is in its group (group.RoleNone for a broker
+// on its own) and the version of the shards' placement it serves by.
+func (c *Client) Role(ctx context.Context) (group.Role, int64, error) {
+	st, err := c.Stats(ctx)
+	if err != nil || st.Group == nil {
+		return group.RoleNone, 0, err
+	}
+	return st.Group.Role, st.Group.Placement, nil
+}
+
+// EachJobID calls fn with the msgid of each job of queue the broker
+// holds (pending, delayed, dead, done), a page at a time.
+func (c *Client) EachJobID(ctx context.Context, queue string, fn func(msgid string)) error {
+	for after := ""; ; {
+		page, err := c.Jobs(ctx, JobFilter{Queue: queue, After: after, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		for _, j := range page.Jobs {
+			fn(j.MsgID)
+		}
+		if after = page.Next; after == "" {
+			return nil
+		}
+	}
+}
+
 // ImportSchedule sends a schedule, as another shard's journal holds it,
 // to the broker, which keeps it as it was (broker.ImportSchedule).
 func (c *Client) ImportSchedule(ctx context.Context, s *store.Schedule) error {
@@ -392,3 +421,5 @@ func (s *sseEvents) Close() {
 
 // Close does nothing: a Client holds no connection of its own.
 func (c *Client) Close() error { return nil }
+
+var _ shards.Peer = (*Client)(nil)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/group"
 	"github.com/eventmq/emq/store"
 )
 
@@ -40,7 +41,7 @@ func (l *Live) Workers(ctx context.Context) ([]broker.WorkerInfo, error) { retur
 func (l *Live) Overview(ctx context.Context) (Overview, error) {
 	o := Overview{Time: time.Now(), Mode: "single", Ready: l.b.Serving(), Stats: statsInfo(l.b, l.groupInfo())}
 	if l.group != nil {
-		o.Mode = "leader"
+		o.Mode = group.RoleLeader.String()
 	}
 	st, err := l.b.State(ctx)
 	if err != nil {

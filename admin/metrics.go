@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/group"
 )
 
 // Metrics are the admin listener's Prometheus metrics (GET /metrics), in
@@ -102,7 +103,7 @@ func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	g := c.s.opts.Group()
 	leader := 0.0
-	if g.State == "leader" {
+	if g.Role == group.RoleLeader {
 		leader = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)

@@ -221,7 +221,7 @@ func (s *Server) ready() error {
 		return notReady
 	case t == nil && s.opts.Group != nil:
 		g := s.opts.Group()
-		return errors.New(g.State + ": " + leads(g))
+		return errors.New(g.Role.String() + ": " + leads(g))
 	}
 	return errors.New("not ready")
 }

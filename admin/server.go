@@ -17,6 +17,7 @@ import (
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/internal/addr"
 	"github.com/eventmq/emq/internal/lograte"
+	"github.com/eventmq/emq/shards"
 )
 
 // Options configure the admin listener. Start from DefaultOptions.
@@ -53,7 +54,7 @@ type Options struct {
 	Collectors []prometheus.Collector
 	// Shards, if set, says where queues are served when the broker is one
 	// shard of several (/api/v1/shards).
-	Shards func(context.Context) (ShardsInfo, error)
+	Shards func(context.Context) (shards.Info, error)
 	// Ready, if set, is asked too by /readyz while a broker is served: an
 	// error makes it 503 with the error's text (a group's leader that has
 	// not run for a while: its lease may have ended meanwhile).
@@ -141,6 +142,17 @@ func New(opts Options) (*Server, error) {
 
 // logBurst is how many lines a second each kind of refusal may log.
 const logBurst = 50
+
+// Register adds collectors to /metrics (a group's, made after the
+// server).
+func (s *Server) Register(cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := s.metrics.reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // Observer is what the brokers this server serves should be given as
 // broker.Options.Observer: it feeds /metrics.

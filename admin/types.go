@@ -11,6 +11,7 @@ import (
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/group"
 	"github.com/eventmq/emq/store"
 )
 
@@ -140,15 +141,11 @@ type StatsInfo struct {
 	Group *GroupInfo
 }
 
-// GroupInfo is a broker's place in a replicated group.
+// GroupInfo is a broker's place in a replicated group: its role, its
+// name, who leads; and, when queues are spread over several groups, the
+// group's shard and the version of the placement it serves by.
 type GroupInfo struct {
-	State     string `json:"role"`   // "leader" or "standby"
-	Name      string `json:"name"`   // this broker's name in the election
-	Leader    string `json:"leader"` // the leader's name ("" while there is none)
-	Elections int64  `json:"elections"`
-	// Shard is the group's shard when queues are spread over several
-	// groups ("" = the only group), and Placement the version of the
-	// placement it serves by.
+	group.Info
 	Shard     string `json:"shard,omitempty"`
 	Placement int64  `json:"placement,omitempty"`
 }
@@ -292,28 +289,4 @@ var PubSubCounters = []string{"pubsub_published", "pubsub_delivered", "pubsub_dr
 // new (the others were stored already).
 type ImportResult struct {
 	Imported int `json:"imported"`
-}
-
-// ShardsInfo is the placement of queues on shards as the admin view
-// shows it (/api/v1/shards, emq shards): the shards, their leaders, the
-// queues placed on each, the moves under way.
-type ShardsInfo struct {
-	Shard   string               `json:"shard,omitempty"` // the shard of the broker asked ("" from the CLI)
-	Version int64                `json:"version"`
-	Shards  []ShardInfo          `json:"shards"`
-	Moving  map[string]emqp.Move `json:"moving,omitempty"`
-}
-
-// ShardInfo is one shard.
-type ShardInfo struct {
-	Name     string   `json:"name"`
-	Leader   string   `json:"leader"` // "" = none now; "?" and Error when it could not be asked
-	Error    string   `json:"error,omitempty"`
-	Hashed   bool     `json:"hashed"`
-	Queues   []string `json:"queues"` // placed on it explicitly
-	Frontend []string `json:"frontend"`
-	Backend  []string `json:"backend"`
-	Admin    []string `json:"admin,omitempty"`
-	Etcd     []string `json:"etcd,omitempty"`
-	Prefix   string   `json:"prefix"`
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/group"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/internal/testutil"
 )
@@ -107,7 +108,9 @@ func kitMetrics(t *testing.T) map[string][]string {
 func kitBroker(t *testing.T) *bt.Broker {
 	t.Helper()
 	b := bt.StartAdmin(t, "", func(o *broker.Options) { o.ResultTTL = time.Hour }, func(o *admin.Options) {
-		o.Group = func() admin.GroupInfo { return admin.GroupInfo{State: "leader", Name: "a", Leader: "a", Elections: 1} }
+		o.Group = func() admin.GroupInfo {
+			return admin.GroupInfo{Info: group.Info{Role: group.RoleLeader, Name: "a", Leader: "a", Elections: 1}}
+		}
 	})
 	client := bt.Dial(t, b.Frontend(), "c")
 	client.Request("email", "", []byte("x"))

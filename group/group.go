@@ -10,10 +10,11 @@
 //	    └── lease ended, a guarded write refused, etcd unsure ────┘ (Fence: stops at once)
 //	        (Shutdown, or Run's ctx ends: drain, then resign, so a standby takes over at once)
 //
-// A Group owns the etcd client, the session (lease) and the election,
-// and one admin listener for its whole life (package admin), which
-// serves the leading broker's API, or answers as a standby. Each
-// leadership is a new broker.Broker, built once elected: it loads the
+// A Group owns the etcd client, the session (lease) and the election.
+// It tells Options.Serving each leadership's broker (cmd/emq gives the
+// admin listener's Serve, which answers as a standby meanwhile), and
+// Options.Beside runs beside it (package shards). Each leadership is a
+// new broker.Broker, built once elected: it loads the
 // journal then, so what was in flight at the leader before is pending
 // again, and a standby holds no job state at all. Fencing lives in the
 // journal: every etcd transaction carries the guard (Options.JournalOptions),
@@ -21,7 +22,7 @@
 // hence cannot ACK; the lease's end fences it even when it writes
 // nothing. OpenJournal gives the admin tools the same fenced journal
 // while no broker leads. Package group uses the broker's exported API
-// only.
+// only, and knows nothing of admin or shards.
 //
 // An etcd member that goes silent (partitioned, paused) must not stall
 // the group while the others serve: the client is given only the members
@@ -50,9 +51,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
-	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
-	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/store/etcdstore"
 )
@@ -85,22 +84,33 @@ type Options struct {
 	// HoldCompletes is how long a job's Complete may wait for a new job
 	// to take its etcd key (etcdstore.Options.HoldCompletes; 0 = never).
 	HoldCompletes time.Duration
-	// Shard names the group's shard when queues are spread over several
-	// groups (placement.go); "" = the only group. The placement is at
-	// PlacementPrefix on PlacementEndpoints (none = Endpoints).
-	Shard              string
-	PlacementEndpoints []string
-	PlacementPrefix    string
-	// AdminToken and AdminCA reach the other shards' admin APIs, where a
-	// moved queue's jobs go (move.go): shards share their admin token
-	// (New takes the admin listener's own when this is empty).
-	AdminToken, AdminCA string
+
+	// Serving, if set, is told each leadership's broker once it is built,
+	// and nil when it has stopped: the admin listener's Serve.
+	Serving func(*broker.Broker)
+	// Beside, if set, runs beside the group (package shards: the
+	// placement of queues on shards, and queue moves).
+	Beside Companion
+}
+
+// A Companion runs beside a member of a group and each of its
+// leaderships, on the group's own etcd client (package shards' Member).
+type Companion interface {
+	// Run runs for as long as the group's Run, until ctx ends.
+	Run(ctx context.Context, cli *clientv3.Client)
+	// Prepare fits a new leadership's broker options before its broker is
+	// built (its routes; a journal wrapped around OpenJournal's); an
+	// error ends the leadership before it serves.
+	Prepare(ctx context.Context, opts *broker.Options) error
+	// Lead runs beside the leadership's broker b, from when b is built
+	// until ctx ends with the leadership.
+	Lead(ctx context.Context, b *broker.Broker)
 }
 
 // DefaultOptions returns the defaults.
 func DefaultOptions() Options {
 	return Options{Prefix: "/emq/", LeaderTTL: 2 * time.Second, Timeout: 2 * time.Second, DialTimeout: 5 * time.Second,
-		Pipeline: etcdstore.DefaultPipeline, Gather: etcdstore.DefaultGather, PlacementPrefix: DefaultPlacementPrefix,
+		Pipeline: etcdstore.DefaultPipeline, Gather: etcdstore.DefaultGather,
 		HoldCompletes: etcdstore.DefaultHoldCompletes}
 }
 
@@ -125,14 +135,13 @@ func (g Options) Validate() error {
 		return fmt.Errorf("etcd dial timeout: must be positive, got %v", g.DialTimeout)
 	case (g.Username == "") != (g.Password == ""):
 		return fmt.Errorf("etcd-user and etcd-password: give both or neither")
-	case g.Shard != "" && !emqp.ValidShardName(g.Shard):
-		return fmt.Errorf("shard: %q: a name is 1 to 64 letters, digits, '-', '_' or '.'", g.Shard)
-	case g.Shard != "" && (!strings.HasPrefix(g.PlacementPrefix, "/") || !strings.HasSuffix(g.PlacementPrefix, "/")):
-		return fmt.Errorf("placement-prefix: must start and end with /, got %q", g.PlacementPrefix)
-	case g.Shard != "" && strings.HasPrefix(g.PlacementPrefix, g.Prefix) && len(g.PlacementEndpoints) == 0:
-		return fmt.Errorf("placement-prefix: %s is inside the group's etcd-prefix %s; give each its own", g.PlacementPrefix, g.Prefix)
 	}
-	for _, ep := range append(slices.Clone(g.Endpoints), g.PlacementEndpoints...) {
+	return CheckEndpoints(g.Endpoints)
+}
+
+// CheckEndpoints reports the first etcd client URL that is not one.
+func CheckEndpoints(eps []string) error {
+	for _, ep := range eps {
 		if !strings.HasPrefix(ep, "http://") && !strings.HasPrefix(ep, "https://") {
 			return fmt.Errorf("etcd-endpoints: %q: want http://host:port or https://host:port", ep)
 		}
@@ -188,26 +197,16 @@ func NewClient(g Options) (*clientv3.Client, error) {
 // listen on no eMQP endpoint. Until it first reaches etcd a broker is
 // "starting": its stats say so, and /readyz 503.
 type Group struct {
-	opts   Options
-	bopts  broker.Options
-	log    *slog.Logger
-	cli    *clientv3.Client
-	server *admin.Server
-
-	// A shard's placement (placement.go): its etcd client (cli, or one
-	// of its own), the last one read, and placed closed once one was.
-	pcli      *clientv3.Client
-	placement atomic.Pointer[Placement]
-	placed    chan struct{}
+	opts  Options
+	bopts broker.Options
+	log   *slog.Logger
+	cli   *clientv3.Client
 
 	mu      sync.Mutex
-	state   string // "starting" (etcd not reached yet), "standby", "leader"
+	role    Role
 	leader  string
 	elected int64
-	broker  *broker.Broker             // while leading
-	moving  map[string]context.Context // the queues this leader is moving out, and the leadership doing it (move.go)
-	moveCtx context.Context            // ends with this leadership's broker
-	track   *tracked                   // this leadership's journal, for the moves (track.go)
+	broker  *broker.Broker // while leading
 	cancel  context.CancelFunc
 	started bool
 	closing bool // Close: a broker elected from now on stops at once
@@ -242,8 +241,8 @@ func (g Options) ValidateFor(opts broker.Options) error {
 
 // New makes a broker of a replicated group, with opts for the broker it
 // runs while it leads (their DataDir and OpenJournal are not used: the
-// journal is in etcd) and aopts for its admin listener.
-func New(opts broker.Options, aopts admin.Options, g Options) (*Group, error) {
+// journal is in etcd).
+func New(opts broker.Options, g Options) (*Group, error) {
 	if err := g.ValidateFor(opts); err != nil {
 		return nil, err
 	}
@@ -258,7 +257,7 @@ func New(opts broker.Options, aopts admin.Options, g Options) (*Group, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	grp := &Group{opts: g, bopts: opts, log: opts.Logger, done: make(chan struct{}), placed: make(chan struct{}),
+	grp := &Group{opts: g, bopts: opts, log: opts.Logger, done: make(chan struct{}),
 		elections: prometheus.NewCounter(prometheus.CounterOpts{Name: "emq_group_elections_won_total",
 			Help: "Elections this broker won (it became the group's leader)."}),
 		changes: prometheus.NewCounter(prometheus.CounterOpts{Name: "emq_group_leader_changes_total",
@@ -268,50 +267,26 @@ func New(opts broker.Options, aopts admin.Options, g Options) (*Group, error) {
 		stateGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "emq_group_role",
 			Help: "1 for this broker's role in the group: leader or standby."}, []string{"role"}),
 	}
-	grp.setState("starting")
-	aopts.Group = grp.Info
-	if g.Shard != "" {
-		aopts.Shards = grp.Shards
-	}
-	if grp.opts.AdminToken == "" {
-		grp.opts.AdminToken = aopts.Token
-	}
-	aopts.Ready = grp.running
-	aopts.Collectors = append(aopts.Collectors, grp.elections, grp.changes, grp.blocked, grp.stateGauge)
-	if aopts.Logger == nil {
-		aopts.Logger = opts.Logger
-	}
+	grp.setRole(RoleStarting)
 	var err error
-	if grp.server, err = admin.New(aopts); err != nil {
-		return nil, err
-	}
-	grp.bopts.Observer = grp.server.Observer()
 	if grp.cli, err = NewClient(g); err != nil {
 		return nil, err
-	}
-	grp.pcli = grp.cli
-	if g.Shard != "" && len(g.PlacementEndpoints) > 0 {
-		pg := g
-		pg.Endpoints = g.PlacementEndpoints
-		if grp.pcli, err = NewClient(pg); err != nil {
-			grp.cli.Close()
-			return nil, fmt.Errorf("placement-endpoints: %w", err)
-		}
 	}
 	return grp, nil
 }
 
-// AdminAddr is the admin listener's bound host:port (once Run has bound
-// it; "" = none).
-func (g *Group) AdminAddr() string { return g.server.Addr() }
+// Collectors are the group's metrics, for /metrics.
+func (g *Group) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{g.elections, g.changes, g.blocked, g.stateGauge}
+}
 
-// Run binds the admin listener, campaigns, serves as standby meanwhile,
+// Run campaigns, serves as standby meanwhile,
 // and once elected runs a broker on the journal in etcd until ctx ends
 // or Shutdown is called (then it drains as a broker does and resigns, so
 // a standby takes over at once) or it loses its leadership (its lease
 // ended, or a write found another leader): then it campaigns again. What
 // was in flight at a leader that stopped is pending again for the next.
-// It returns nil when stopped, or the admin listener's error.
+// It returns nil when stopped.
 func (g *Group) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	g.mu.Lock()
@@ -320,19 +295,12 @@ func (g *Group) Run(ctx context.Context) error {
 	defer close(g.done)
 	defer cancel()
 	defer g.cli.Close()
-	if g.pcli != g.cli {
-		defer g.pcli.Close()
-	}
-	if err := g.server.Start(); err != nil {
-		return err
-	}
-	defer g.server.Close()
 	var probing sync.WaitGroup
 	defer probing.Wait() // before the client closes (deferred above)
 	defer cancel()
 	probing.Go(func() { watchMembers(ctx, g.cli, g.opts, g.log) })
-	if g.opts.Shard != "" {
-		probing.Go(func() { watchPlacement(ctx, g.pcli, g.opts.PlacementPrefix, g.log, g.sawPlacement) })
+	if g.opts.Beside != nil {
+		probing.Go(func() { g.opts.Beside.Run(ctx, g.cli) })
 	}
 	wait, said, held := retryFirst, "", false
 	for ctx.Err() == nil {
@@ -411,6 +379,8 @@ func (g *Group) Close() error {
 	}
 	if g.stopRun() {
 		<-g.done
+	} else {
+		g.cli.Close() // Run's own, never started
 	}
 	return nil
 }
@@ -503,7 +473,7 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 		g.sawLeader(string(resp.Kvs[0].Value))
 	}
 	cancel()
-	g.setState("standby")
+	g.setRole(RoleStandby)
 	var warm *etcdstore.Warm
 	if !g.opts.ColdStandby {
 		warm = etcdstore.StartWarm(g.cli, g.opts.journal())
@@ -531,8 +501,8 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 	g.leader = g.opts.Name
 	g.mu.Unlock()
 	g.elections.Inc()
-	g.setState("leader")
-	defer g.setState("standby")
+	g.setRole(RoleLeader)
+	defer g.setRole(RoleStandby)
 	g.log.Info("elected leader of the group: loading the journal from etcd", "name", g.opts.Name)
 
 	opts.OpenJournal = func(s broker.JournalSetup) (store.Journal, error) {
@@ -543,21 +513,12 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 		eo.OnWarmMissed = func(err error) {
 			g.log.Warn("taking over without the standby's copy of the journal: reading it all", "err", err)
 		}
-		j, err := etcdstore.Open(g.cli, eo)
-		if err != nil || g.opts.Shard == "" {
-			return j, err
-		}
-		tj := &tracked{Journal: j}
-		g.mu.Lock()
-		g.track = tj
-		g.mu.Unlock()
-		return tj, nil
+		return etcdstore.Open(g.cli, eo)
 	}
-	if g.opts.Shard != "" {
-		if opts.Routes, err = g.shardRoutes(ctx); err != nil {
+	if g.opts.Beside != nil {
+		if err := g.opts.Beside.Prepare(ctx, &opts); err != nil {
 			return false, err
 		}
-		opts.Shard = g.opts.Shard
 	}
 	b, err := broker.New(opts)
 	if err != nil {
@@ -567,15 +528,16 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 	g.broker = b
 	closing := g.closing
 	g.mu.Unlock()
-	if p := g.placement.Load(); p != nil && g.opts.Shard != "" {
-		_ = b.SetRoutes(p.Table()) // one that came meanwhile; an older one is refused
-	}
 	if closing {
 		b.Close()
 	}
-	g.server.Serve(b)
+	if g.opts.Serving != nil {
+		g.opts.Serving(b)
+	}
 	defer func() {
-		g.server.Serve(nil)
+		if g.opts.Serving != nil {
+			g.opts.Serving(nil)
+		}
 		g.mu.Lock()
 		g.broker = nil
 		g.mu.Unlock()
@@ -591,29 +553,21 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 		case <-lost:
 		}
 	}()
-	mctx, stopMoves := context.WithCancel(ctx)
 	go func() {
 		select {
 		case <-b.Ready():
 			g.log.Info("leading: serving", "took", time.Since(start).Round(time.Millisecond))
 		case <-lost:
-			return
-		}
-		if g.opts.Shard == "" {
-			return
-		}
-		g.mu.Lock()
-		g.moveCtx = mctx
-		g.mu.Unlock()
-		if p := g.placement.Load(); p != nil {
-			g.startMoves(mctx, b, p)
 		}
 	}()
+	var beside sync.WaitGroup
+	bctx, stopBeside := context.WithCancel(ctx)
+	if g.opts.Beside != nil {
+		beside.Go(func() { g.opts.Beside.Lead(bctx, b) })
+	}
 	err = b.Run(ctx)
-	stopMoves()
-	g.mu.Lock()
-	g.moveCtx = nil
-	g.mu.Unlock()
+	stopBeside()
+	beside.Wait()
 	close(lost)
 	select {
 	case <-b.Ready():
@@ -663,9 +617,9 @@ func (g *Group) watch(b *broker.Broker, lost chan struct{}) {
 // watchEvery is how often the leader's watchdog runs.
 const watchEvery = 100 * time.Millisecond
 
-// running is the admin server's Ready: an error while the leader's
+// Running is the admin server's Ready: an error while the leader's
 // watchdog has not run for half a TTL, or found the process stopped.
-func (g *Group) running() error {
+func (g *Group) Running() error {
 	if g.stalled.Load() {
 		return errors.New("this broker was stopped for its lease's TTL: it steps down")
 	}
@@ -698,27 +652,36 @@ func (g *Group) sawLeader(name string) {
 }
 
 // Info says what this broker is in the group and who leads.
-func (g *Group) Info() admin.GroupInfo {
+func (g *Group) Info() Info {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	info := admin.GroupInfo{State: g.state, Name: g.opts.Name, Leader: g.leader, Elections: g.elected, Shard: g.opts.Shard}
-	if p := g.placement.Load(); p != nil {
-		info.Placement = p.Version
-	}
-	return info
+	return Info{Role: g.role, Name: g.opts.Name, Leader: g.leader, Elections: g.elected}
 }
 
-func (g *Group) setState(state string) {
+func (g *Group) setRole(r Role) {
 	g.mu.Lock()
-	g.state = state
+	g.role = r
 	g.mu.Unlock()
-	for _, s := range []string{"leader", "standby"} {
+	for _, each := range []Role{RoleLeader, RoleStandby} {
 		v := 0.0
-		if s == state {
+		if each == r {
 			v = 1
 		}
-		g.stateGauge.WithLabelValues(s).Set(v)
+		g.stateGauge.WithLabelValues(each.String()).Set(v)
 	}
+}
+
+// Leader is the name of the broker leading the group under prefix ("" =
+// none now).
+func Leader(ctx context.Context, cli *clientv3.Client, prefix string) (string, error) {
+	resp, err := cli.Get(ctx, electionPrefix(prefix), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return "", err
+	}
+	if len(resp.Kvs) == 0 {
+		return "", nil
+	}
+	return string(resp.Kvs[0].Value), nil
 }
 
 // OpenJournal opens the group's journal in etcd while no broker of the

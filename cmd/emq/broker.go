@@ -123,10 +123,15 @@ start).`,
 			if err != nil {
 				return err
 			}
-			grp, err := group.New(opts, aopts, g)
+			grp, srv, err := newGroup(c, opts, aopts, g)
 			if err != nil {
 				return err
 			}
+			if err := srv.Start(); err != nil {
+				grp.Close()
+				return err
+			}
+			defer srv.Close()
 			return runUntilSignalled(grp, opts.Logger)
 		}
 		srv, err := admin.New(aopts)
@@ -190,9 +195,6 @@ func groupOptions(c *config) (group.Options, error) {
 		return g, fmt.Errorf("data-dir and etcd-endpoints: the journal is in one or the other; give one")
 	}
 	g.Endpoints, g.Prefix = c.list("etcd-endpoints"), c.str("etcd-prefix")
-	if c.v.IsSet("shard") {
-		g.Shard, g.PlacementEndpoints, g.PlacementPrefix = c.str("shard"), c.list("placement-endpoints"), c.str("placement-prefix")
-	}
 	g.Username, g.Password, g.Name = c.str("etcd-user"), c.str("etcd-password"), c.str("etcd-name")
 	if c.v.IsSet("etcd-timeout") {
 		d, err := c.duration("etcd-timeout")

@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/eventmq/emq/admin"
 )
 
 // noEnv marks a command whose flags come from the command line alone (it
@@ -74,7 +76,11 @@ func checkBrokerConfig(file string) error {
 		return err
 	}
 	if c.str("etcd-endpoints") != "" {
-		if _, err := groupSetup(c, &opts); err != nil {
+		g, err := groupSetup(c, &opts)
+		if err != nil {
+			return err
+		}
+		if _, err := shardOptions(c, g, admin.Options{}); err != nil {
 			return err
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/group"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/internal/etcdtest"
 	"github.com/eventmq/emq/internal/netlab"
@@ -275,7 +276,7 @@ func faultClasses() []faultClass {
 			<-time.After(2 * ttl) // the fault's length
 			l.setClock(f.t, 0)
 			<-time.After(2 * ttl)
-			if g := l.group(); g == nil || g.State != "leader" || g.Elections != before {
+			if g := l.group(); g == nil || g.Role != group.RoleLeader || g.Elections != before {
 				f.t.Errorf("round %d: a clock step cost a failover: %+v (elections before: %d)", f.round, g, before)
 			}
 		}},

@@ -193,12 +193,12 @@ func leaderOf(t testing.TB, bs ...*groupBroker) *groupBroker {
 			switch {
 			case info == nil:
 				return false
-			case info.State == "leader" && b.ready():
+			case info.Role == group.RoleLeader && b.ready():
 				if leader != nil {
 					return false
 				}
 				leader = b
-			case info.State != "standby" || b.ready():
+			case info.Role != group.RoleStandby || b.ready():
 				return false
 			}
 		}

@@ -115,9 +115,9 @@ func (n *notifier) whenReady(b runner, done <-chan struct{}) {
 func groupStatus(g *group.Group) string {
 	info := g.Info()
 	switch {
-	case info.State == "leader":
+	case info.Role == group.RoleLeader:
 		return "STATUS=leader of the group, as " + info.Name
-	case info.State != "standby":
+	case info.Role != group.RoleStandby:
 		return ""
 	case info.Leader == "":
 		return "STATUS=standby in the group, as " + info.Name + "; no leader yet"

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -19,12 +17,13 @@ import (
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/group"
+	"github.com/eventmq/emq/shards"
 )
 
 // placementFlags adds the flags that find the placement of shards.
 func placementFlags(f *pflag.FlagSet) {
 	f.String("placement-endpoints", "", "the etcd holding the placement of queues on shards, client URLs (comma-separated; default: --etcd-endpoints)")
-	f.String("placement-prefix", group.DefaultPlacementPrefix, "the placement's key prefix in that etcd")
+	f.String("placement-prefix", shards.DefaultPlacementPrefix, "the placement's key prefix in that etcd")
 }
 
 // placementClient connects to the etcd holding the placement, with the
@@ -76,13 +75,13 @@ func newShardsCmd() *cobra.Command {
 	f.String("admin-ca", "", "with https admin addresses: trust this CA certificate (PEM)")
 	add := placementCmd("add NAME", "Add a shard to the placement, or change where its brokers listen", cobra.ExactArgs(1),
 		func(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string, args []string) error {
-			s := group.Shard{ShardRoute: emqp.ShardRoute{Frontend: c.list("frontend"), Backend: c.list("backend"), Admin: c.list("shard-admin")},
+			s := shards.Shard{ShardRoute: emqp.ShardRoute{Frontend: c.list("frontend"), Backend: c.list("backend"), Admin: c.list("shard-admin")},
 				Etcd: c.list("shard-etcd"), Prefix: c.str("shard-prefix")}
 			if s.Prefix == "" {
 				s.Prefix = "/emq/" + args[0] + "/"
 			}
 			hashed := c.v.GetBool("hashed")
-			p, err := group.ChangePlacement(cmd.Context(), cli, prefix, func(p *group.Placement) error {
+			p, err := shards.ChangePlacement(cmd.Context(), cli, prefix, func(p *shards.Placement) error {
 				p.Shards[args[0]] = s
 				if hashed && !slices.Contains(p.Hashed, args[0]) {
 					p.Hashed = append(p.Hashed, args[0])
@@ -104,7 +103,7 @@ func newShardsCmd() *cobra.Command {
 	af.Bool("hashed", false, "also spread queues not placed explicitly over it (changes where some queues go: see emq shards hashed)")
 	rm := placementCmd("rm NAME", "Take a shard out of the placement (no queue may be placed on it)", cobra.ExactArgs(1),
 		func(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string, args []string) error {
-			p, err := group.ChangePlacement(cmd.Context(), cli, prefix, func(p *group.Placement) error {
+			p, err := shards.ChangePlacement(cmd.Context(), cli, prefix, func(p *shards.Placement) error {
 				if _, ok := p.Shards[args[0]]; !ok {
 					return fmt.Errorf("shard %s is not in the placement", args[0])
 				}
@@ -128,7 +127,7 @@ func newShardsCmd() *cobra.Command {
 	hashed := placementCmd("hashed SHARD[,SHARD...]", "Set the shards that queues not placed explicitly are spread over", cobra.ExactArgs(1),
 		func(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string, args []string) error {
 			list := strings.Split(args[0], ",")
-			p, err := group.ChangePlacement(cmd.Context(), cli, prefix, func(p *group.Placement) error {
+			p, err := shards.ChangePlacement(cmd.Context(), cli, prefix, func(p *shards.Placement) error {
 				p.Hashed = list
 				return nil
 			})
@@ -143,11 +142,15 @@ func newShardsCmd() *cobra.Command {
 }
 
 func shardsLs(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string, _ []string) error {
-	p, _, err := group.LoadPlacement(cmd.Context(), cli, prefix)
+	p, _, err := shards.LoadPlacement(cmd.Context(), cli, prefix)
 	if err != nil {
 		return err
 	}
-	v := group.Describe(cmd.Context(), p, func(ctx context.Context, s group.Shard) (string, error) { return shardLeader(ctx, c, cli, s) })
+	g, err := groupOptions(c)
+	if err != nil {
+		return err
+	}
+	v := shards.Describe(cmd.Context(), p, cli, g)
 	return output(cmd, c, v, func(w io.Writer) {
 		fmt.Fprintf(w, "placement version %d\n", v.Version)
 		fmt.Fprintln(w, "SHARD\tLEADER\tHASHED\tQUEUES\tFRONTEND\tBACKEND\tJOURNAL")
@@ -166,22 +169,6 @@ func shardsLs(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string
 	})
 }
 
-// shardLeader asks the shard's etcd who leads its group.
-func shardLeader(ctx context.Context, c *config, cli *clientv3.Client, s group.Shard) (string, error) {
-	if len(s.Etcd) > 0 {
-		g, err := groupOptions(c)
-		if err != nil {
-			return "", err
-		}
-		g.Endpoints = s.Etcd
-		if cli, err = group.NewClient(g); err != nil {
-			return "", err
-		}
-		defer cli.Close()
-	}
-	return group.Leader(ctx, cli, s.Prefix)
-}
-
 // placeQueueCmd is emq queues place: a change of the placement, or,
 // when the queue changes shards, a move (emqp.Move) that the source
 // shard's leader carries out (group/move.go); the command waits for it.
@@ -191,7 +178,7 @@ func placeQueueCmd() *cobra.Command {
 			queue, shard := args[0], args[1]
 			ctx := cmd.Context()
 			var from, to string
-			p, err := group.ChangePlacement(ctx, cli, prefix, func(p *group.Placement) error {
+			p, err := shards.ChangePlacement(ctx, cli, prefix, func(p *shards.Placement) error {
 				if m, ok := p.Moving[queue]; ok {
 					return fmt.Errorf("queue %s is being moved from %s to %s; wait for the move to end", queue, m.From, m.To)
 				}
@@ -201,7 +188,7 @@ func placeQueueCmd() *cobra.Command {
 				from = p.Table().Owner(queue)
 				save := p.Queues
 				p.Queues = maps.Clone(save)
-				group.PlaceQueue(p, queue, shard)
+				shards.PlaceQueue(p, queue, shard)
 				to = p.Table().Owner(queue)
 				if from == "" || from == to || to == "" {
 					return nil // nobody held it, or it stays: nothing to move
@@ -227,7 +214,7 @@ func placeQueueCmd() *cobra.Command {
 			}
 			start := time.Now()
 			for {
-				p, _, err := group.LoadPlacement(ctx, cli, prefix)
+				p, _, err := shards.LoadPlacement(ctx, cli, prefix)
 				if err != nil {
 					return err
 				}
@@ -269,7 +256,7 @@ func newShardsStatsCmd() *cobra.Command {
 	return placementCmd("stats", "Counters and queues of every shard's leader, and their sums (asks each at its --shard-admin address)", cobra.NoArgs,
 		func(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string, _ []string) error {
 			ctx := cmd.Context()
-			p, _, err := group.LoadPlacement(ctx, cli, prefix)
+			p, _, err := shards.LoadPlacement(ctx, cli, prefix)
 			if err != nil {
 				return err
 			}
@@ -334,30 +321,4 @@ func newShardsStatsCmd() *cobra.Command {
 				}
 			})
 		})
-}
-
-// shardAdmin is an admin client of shard s's leader, found at its admin
-// addresses, with the --admin-token and --admin-ca flags.
-func shardAdmin(ctx context.Context, c *config, s group.Shard) (*admin.Client, string, error) {
-	if len(s.Admin) == 0 {
-		return nil, "", errors.New("it lists no admin address (emq shards add --shard-admin)")
-	}
-	var last error
-	for _, addr := range s.Admin {
-		a, err := admin.NewClient(admin.ClientOptions{Addr: addr, Token: c.str("admin-token"), CA: c.str("admin-ca")})
-		if err != nil {
-			return nil, "", err
-		}
-		st, err := a.Stats(ctx)
-		switch {
-		case err != nil:
-			last = fmt.Errorf("admin %s: %w", addr, err)
-		case st.Group != nil && st.Group.State == "leader":
-			return a, addr, nil
-		}
-	}
-	if last == nil {
-		last = fmt.Errorf("no leader answers at %s", strings.Join(s.Admin, ","))
-	}
-	return nil, "", last
 }

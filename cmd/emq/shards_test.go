@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/group"
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/internal/etcdtest"
+	shardpkg "github.com/eventmq/emq/shards"
 	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/worker"
 )
@@ -241,7 +241,7 @@ func testShardsRoute(t *testing.T, placement []string, etcdOf map[string][]strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	var view admin.ShardsInfo
+	var view shardpkg.Info
 	err = json.NewDecoder(resp.Body).Decode(&view)
 	resp.Body.Close()
 	if err != nil || view.Shard != "a" || len(view.Shards) != 3 || view.Shards[1].Name != "b" || view.Shards[1].Leader != shards["b"].name {
@@ -295,7 +295,7 @@ func loadTable(etcd []string) (*emqp.RouteTable, int64, error) {
 		return nil, 0, err
 	}
 	defer cli.Close()
-	p, rev, err := group.LoadPlacement(context.Background(), cli, group.DefaultPlacementPrefix)
+	p, rev, err := shardpkg.LoadPlacement(context.Background(), cli, shardpkg.DefaultPlacementPrefix)
 	if err != nil {
 		return nil, 0, err
 	}

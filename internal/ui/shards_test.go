@@ -7,7 +7,9 @@ import (
 	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
+	"github.com/eventmq/emq/group"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/shards"
 )
 
 // TestShardsPage: a broker that is one shard of several says so on the
@@ -16,16 +18,16 @@ import (
 // view as package group describes it; cmd/emq's tests check that against
 // real groups).
 func TestShardsPage(t *testing.T) {
-	view := admin.ShardsInfo{Shard: "a", Version: 7, Moving: map[string]emqp.Move{"reports": {From: "a", To: "b"}},
-		Shards: []admin.ShardInfo{
+	view := shards.Info{Shard: "a", Version: 7, Moving: map[string]emqp.Move{"reports": {From: "a", To: "b"}},
+		Shards: []shards.ShardInfo{
 			{Name: "a", Leader: "a-1", Hashed: true, Queues: []string{"emails"}, Frontend: []string{"tcp://a1:47290"}, Backend: []string{"tcp://a1:47291"}, Prefix: "/emq/a/"},
 			{Name: "b", Leader: "", Hashed: true, Queues: []string{}, Frontend: []string{"tcp://b1:47290"}, Backend: []string{"tcp://b1:47291"}, Prefix: "/emq/b/"},
 		}}
 	b := bt.StartAdmin(t, "", func(o *broker.Options) { bt.Fast(o) }, func(o *admin.Options) {
 		o.Group = func() admin.GroupInfo {
-			return admin.GroupInfo{State: "leader", Name: "a-1", Leader: "a-1", Elections: 1, Shard: "a", Placement: 7}
+			return admin.GroupInfo{Info: group.Info{Role: group.RoleLeader, Name: "a-1", Leader: "a-1", Elections: 1}, Shard: "a", Placement: 7}
 		}
-		o.Shards = func(context.Context) (admin.ShardsInfo, error) { return view, nil }
+		o.Shards = func(context.Context) (shards.Info, error) { return view, nil }
 	})
 	tb := newTab(t, base(b))
 	tb.open("")

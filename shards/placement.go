@@ -1,4 +1,4 @@
-package group
+package shards
 
 import (
 	"context"
@@ -12,26 +12,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/emqp"
 )
-
-// Shards. Queues may be spread over several groups, each a shard: a
-// replicated group as any other (its own etcd prefix, leader, standbys
-// and fencing), on one etcd cluster shared with the others or on its
-// own. One record in etcd, the placement, lists the shards (where their
-// brokers listen, where their journals are) and says which shard serves
-// which queue (emqp.RouteTable: explicit entries, else a stable hash of
-// the queue's name over the shards listed in Hashed). It lives under its
-// own prefix (Options.PlacementPrefix, on Options.PlacementEndpoints or
-// the group's own etcd), and changes only by ChangePlacement: read it,
-// change it, raise its version, and write it in a transaction that holds
-// only if nobody wrote it since.
-//
-// A shard's leader serves by the placement it last read (it watches the
-// key): it refuses jobs for another shard's queues with ERROR moved, and
-// answers ROUTES with the table, so that clients and workers send each
-// queue's jobs to its shard.
 
 // Placement is the record of the shards and where each queue is served.
 type Placement struct {
@@ -183,67 +165,6 @@ func watchPlacement(ctx context.Context, cli *clientv3.Client, prefix string, lo
 	}
 }
 
-// sawPlacement takes a placement read from etcd: it is the one the
-// leader serves by from now on.
-func (g *Group) sawPlacement(p *Placement) {
-	if old := g.placement.Load(); old != nil && old.Version > p.Version {
-		return
-	}
-	g.placement.Store(p)
-	select {
-	case <-g.placed:
-	default:
-		close(g.placed)
-	}
-	if b := g.current(); b != nil {
-		if err := b.SetRoutes(p.Table()); err != nil {
-			g.log.Warn("shard: the new placement leaves this shard out; serving by the last one", "version", p.Version, "err", err)
-			return
-		}
-		g.log.Info("shard: serving by a new placement", "version", p.Version)
-		g.mu.Lock()
-		mctx := g.moveCtx
-		g.mu.Unlock()
-		if mctx != nil {
-			g.startMoves(mctx, b, p)
-		}
-	}
-}
-
-// shardRoutes waits for the placement (up to Timeout) and checks that
-// it lists this shard, with its journal where this group's is.
-func (g *Group) shardRoutes(ctx context.Context) (*emqp.RouteTable, error) {
-	select {
-	case <-g.placed:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-time.After(g.opts.Timeout):
-		return nil, fmt.Errorf("shard %s: the placement at %s could not be read", g.opts.Shard, PlacementKey(g.opts.PlacementPrefix))
-	}
-	p := g.placement.Load()
-	s, ok := p.Shards[g.opts.Shard]
-	switch {
-	case !ok:
-		return nil, fmt.Errorf("shard %s is not in the placement at %s (version %d); add it with emq shards add", g.opts.Shard, PlacementKey(g.opts.PlacementPrefix), p.Version)
-	case s.Prefix != g.opts.Prefix:
-		return nil, fmt.Errorf("shard %s: the placement has its journal at prefix %s, this broker's etcd-prefix is %s", g.opts.Shard, s.Prefix, g.opts.Prefix)
-	}
-	return p.Table(), nil
-}
-
-// Leader is the name of the broker leading the group under prefix ("" =
-// none now).
-func Leader(ctx context.Context, cli *clientv3.Client, prefix string) (string, error) {
-	resp, err := cli.Get(ctx, electionPrefix(prefix), clientv3.WithFirstCreate()...)
-	if err != nil {
-		return "", err
-	}
-	if len(resp.Kvs) == 0 {
-		return "", nil
-	}
-	return string(resp.Kvs[0].Value), nil
-}
-
 // PlaceQueue puts queue on shard in p: an explicit entry, or none when
 // shard is "-" (back to the hash rule).
 func PlaceQueue(p *Placement, queue, shard string) {
@@ -255,55 +176,4 @@ func PlaceQueue(p *Placement, queue, shard string) {
 		p.Queues = map[string]string{}
 	}
 	p.Queues[queue] = shard
-}
-
-// Describe is p as the admin view shows it, with each shard's leader as
-// leader says (an error shows as "?").
-func Describe(ctx context.Context, p *Placement, leader func(context.Context, Shard) (string, error)) admin.ShardsInfo {
-	v := admin.ShardsInfo{Version: p.Version, Moving: p.Moving, Shards: []admin.ShardInfo{}}
-	names := slices.Sorted(maps.Keys(p.Shards))
-	for _, name := range names {
-		s := p.Shards[name]
-		si := admin.ShardInfo{Name: name, Hashed: slices.Contains(p.Hashed, name), Queues: []string{},
-			Frontend: s.Frontend, Backend: s.Backend, Admin: s.Admin, Etcd: s.Etcd, Prefix: s.Prefix}
-		for q, on := range p.Queues {
-			if on == name {
-				si.Queues = append(si.Queues, q)
-			}
-		}
-		slices.Sort(si.Queues)
-		var err error
-		if si.Leader, err = leader(ctx, s); err != nil {
-			si.Leader, si.Error = "?", err.Error()
-		}
-		v.Shards = append(v.Shards, si)
-	}
-	return v
-}
-
-// Shards is the placement this broker serves by, as the admin view
-// shows it, with each shard's leader read from its etcd.
-func (g *Group) Shards(ctx context.Context) (admin.ShardsInfo, error) {
-	p := g.placement.Load()
-	if p == nil {
-		return admin.ShardsInfo{}, fmt.Errorf("shard %s: the placement has not been read yet", g.opts.Shard)
-	}
-	v := Describe(ctx, p, func(ctx context.Context, s Shard) (string, error) {
-		cli := g.pcli
-		if len(s.Etcd) > 0 {
-			o := g.opts
-			o.Endpoints = s.Etcd
-			c, err := NewClient(o)
-			if err != nil {
-				return "", err
-			}
-			defer c.Close()
-			cli = c
-		}
-		ctx, cancel := context.WithTimeout(ctx, g.opts.Timeout)
-		defer cancel()
-		return Leader(ctx, cli, s.Prefix)
-	})
-	v.Shard = g.opts.Shard
-	return v, nil
 }

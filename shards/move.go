@@ -1,4 +1,4 @@
-package group
+package shards
 
 import (
 	"cmp"
@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/emqp"
 	"github.com/eventmq/emq/store"
@@ -64,26 +63,26 @@ const (
 
 // startMoves starts carrying out the moves out of this shard that are
 // not under way, while b leads.
-func (g *Group) startMoves(ctx context.Context, b *broker.Broker, p *Placement) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.moving == nil {
-		g.moving = map[string]context.Context{}
+func (mb *Member) startMoves(ctx context.Context, b *broker.Broker, p *Placement) {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	if mb.moving == nil {
+		mb.moving = map[string]context.Context{}
 	}
 	for queue, m := range p.Moving {
-		if m.From != g.opts.Shard || g.moving[queue] == ctx {
+		if m.From != mb.opts.Shard || mb.moving[queue] == ctx {
 			continue
 		}
-		g.moving[queue] = ctx
+		mb.moving[queue] = ctx
 		go func() {
 			defer func() {
-				g.mu.Lock()
-				if g.moving[queue] == ctx {
-					delete(g.moving, queue)
+				mb.mu.Lock()
+				if mb.moving[queue] == ctx {
+					delete(mb.moving, queue)
 				}
-				g.mu.Unlock()
+				mb.mu.Unlock()
 			}()
-			g.move(ctx, b, queue)
+			mb.move(ctx, b, queue)
 		}()
 	}
 }
@@ -91,7 +90,7 @@ func (g *Group) startMoves(ctx context.Context, b *broker.Broker, p *Placement) 
 // mover is one move's state in this leader: the changes it follows
 // since its live copy began, and the msgids that copy sent.
 type mover struct {
-	g      *Group
+	mb     *Member
 	b      *broker.Broker
 	queue  string
 	log    *slog.Logger
@@ -103,8 +102,8 @@ type mover struct {
 
 // move carries out the move of queue until it ends or ctx does (this
 // broker stops leading), trying each step again after a failure.
-func (g *Group) move(ctx context.Context, b *broker.Broker, queue string) {
-	mv := &mover{g: g, b: b, queue: queue, log: g.log.With("queue", queue)}
+func (mb *Member) move(ctx context.Context, b *broker.Broker, queue string) {
+	mv := &mover{mb: mb, b: b, queue: queue, log: mb.log.With("queue", queue)}
 	defer func() {
 		if mv.stop != nil {
 			mv.stop()
@@ -130,10 +129,10 @@ func (g *Group) move(ctx context.Context, b *broker.Broker, queue string) {
 // step takes the move one step on, as the placement now says; done when
 // the move is over.
 func (mv *mover) step(ctx context.Context) (done bool, err error) {
-	g, b, queue := mv.g, mv.b, mv.queue
-	p := g.placement.Load()
+	mb, b, queue := mv.mb, mv.b, mv.queue
+	p := mb.placement.Load()
 	m, ok := p.Moving[queue]
-	if !ok || m.From != g.opts.Shard {
+	if !ok || m.From != mb.opts.Shard {
 		return true, nil
 	}
 	// The broker must serve by this placement before the queue is read.
@@ -141,7 +140,7 @@ func (mv *mover) step(ctx context.Context) (done bool, err error) {
 		return false, fmt.Errorf("this broker does not serve by placement %d yet", p.Version)
 	}
 	change := func(fn func(*emqp.Move, *Placement)) error {
-		_, err := ChangePlacement(ctx, g.pcli, g.opts.PlacementPrefix, func(p *Placement) error {
+		_, err := ChangePlacement(ctx, mb.pcli.Load(), mb.opts.Prefix, func(p *Placement) error {
 			cur, ok := p.Moving[queue]
 			if !ok || cur != m {
 				return errMoveChanged
@@ -162,7 +161,7 @@ func (mv *mover) step(ctx context.Context) (done bool, err error) {
 		if err := change(func(m *emqp.Move, _ *Placement) { m.Held = true }); err != nil {
 			return errors.Is(err, errMoveChanged), err
 		}
-		return false, g.waitPlacement(ctx, b, queue, func(m emqp.Move) bool { return m.Held })
+		return false, mb.waitPlacement(ctx, b, queue, func(m emqp.Move) bool { return m.Held })
 	case !m.Copied:
 		if err := mv.copyHeld(ctx, p, m); err != nil {
 			return false, err
@@ -176,7 +175,7 @@ func (mv *mover) step(ctx context.Context) (done bool, err error) {
 		}); err != nil {
 			return errors.Is(err, errMoveChanged), err
 		}
-		return false, g.waitPlacement(ctx, b, queue, func(m emqp.Move) bool { return m.Copied })
+		return false, mb.waitPlacement(ctx, b, queue, func(m emqp.Move) bool { return m.Copied })
 	}
 	// Copied: forget what is left here, then end the move.
 	if err := forget(ctx, b, queue); err != nil {
@@ -194,7 +193,7 @@ func (mv *mover) copyLive(ctx context.Context, p *Placement, m emqp.Move) error 
 	if mv.stop != nil {
 		mv.stop()
 	}
-	tj := mv.g.tracking()
+	tj := mv.mb.tracking()
 	if tj == nil {
 		return nil // nothing follows changes: the held step copies it all
 	}
@@ -205,7 +204,7 @@ func (mv *mover) copyLive(ctx context.Context, p *Placement, m emqp.Move) error 
 	if _, err := mv.b.ChangeQueue(ctx, mv.queue, broker.QueueChange{}); err != nil {
 		return fmt.Errorf("waiting for the journal: %w", err)
 	}
-	to, err := mv.g.leaderOf(ctx, p, m.To, p.Version)
+	to, err := mv.mb.leaderOf(ctx, p, m.To, p.Version)
 	if err != nil {
 		return err
 	}
@@ -264,7 +263,7 @@ func (mv *mover) copyHeld(ctx context.Context, p *Placement, m emqp.Move) error 
 	if err := drain(ctx, b, queue); err != nil {
 		return err
 	}
-	to, err := mv.g.leaderOf(ctx, p, m.To, p.Version)
+	to, err := mv.mb.leaderOf(ctx, p, m.To, p.Version)
 	if err != nil {
 		return err
 	}
@@ -309,7 +308,7 @@ func (mv *mover) copyHeld(ctx context.Context, p *Placement, m emqp.Move) error 
 // write they name: each write is noted as the loop makes it, and a write
 // made after that lands after them all.
 func (mv *mover) changes(ctx context.Context) (ids map[string]touch, purged map[string]bool, over bool, err error) {
-	ids, purged, over = mv.g.tracking().taken(mv.ch)
+	ids, purged, over = mv.mb.tracking().taken(mv.ch)
 	if _, err := mv.b.ChangeQueue(ctx, mv.queue, broker.QueueChange{}); err != nil {
 		return nil, nil, false, fmt.Errorf("waiting for the journal: %w", err)
 	}
@@ -319,7 +318,7 @@ func (mv *mover) changes(ctx context.Context) (ids map[string]touch, purged map[
 // sendChanges sends to the target what changed of the jobs ids names:
 // each read here (32 at a time) and sent again as it is now, or taken out
 // of the target when it is gone; how many it read and took out.
-func (mv *mover) sendChanges(ctx context.Context, to *admin.Client, ids map[string]touch) (read, took int, err error) {
+func (mv *mover) sendChanges(ctx context.Context, to Peer, ids map[string]touch) (read, took int, err error) {
 	b, queue := mv.b, mv.queue
 	var again []*store.Job
 	var gone []string
@@ -382,29 +381,21 @@ func (mv *mover) sendChanges(ctx context.Context, to *admin.Client, ids map[stri
 }
 
 // notSent lists the target's jobs of queue that are not in sent.
-func notSent(ctx context.Context, to *admin.Client, queue string, sent map[string]bool) ([]string, error) {
+func notSent(ctx context.Context, to Peer, queue string, sent map[string]bool) ([]string, error) {
 	var extra []string
-	for after := ""; ; {
-		page, err := to.Jobs(ctx, admin.JobFilter{Queue: queue, After: after, Limit: 1000})
-		if err != nil {
-			return nil, err
+	err := to.EachJobID(ctx, queue, func(msgid string) {
+		if !sent[msgid] {
+			extra = append(extra, msgid)
 		}
-		for _, j := range page.Jobs {
-			if !sent[j.MsgID] {
-				extra = append(extra, j.MsgID)
-			}
-		}
-		if after = page.Next; after == "" {
-			return extra, nil
-		}
-	}
+	})
+	return extra, err
 }
 
 var errMoveChanged = errors.New("the move changed meanwhile")
 
 // waitPlacement waits until the broker serves by a placement whose move
 // of queue is over, or is as reached says.
-func (g *Group) waitPlacement(ctx context.Context, b *broker.Broker, queue string, reached func(emqp.Move) bool) error {
+func (mb *Member) waitPlacement(ctx context.Context, b *broker.Broker, queue string, reached func(emqp.Move) bool) error {
 	for ctx.Err() == nil {
 		if r := b.Routes(); r != nil {
 			if m, ok := r.Moving[queue]; !ok || reached(m) {
@@ -447,37 +438,18 @@ func drain(ctx context.Context, b *broker.Broker, queue string) error {
 	return nil // copied anyway: they may run again at the target
 }
 
-// leaderOf is an admin client of the leader of shard that serves by
-// placement version or a later one.
-func (g *Group) leaderOf(ctx context.Context, p *Placement, shard string, version int64) (*admin.Client, error) {
+// leaderOf is the leader of shard that serves by placement version or
+// a later one.
+func (mb *Member) leaderOf(ctx context.Context, p *Placement, shard string, version int64) (Peer, error) {
 	s, ok := p.Shards[shard]
 	if !ok {
 		return nil, fmt.Errorf("shard %s is not in the placement", shard)
 	}
-	if len(s.Admin) == 0 {
-		return nil, fmt.Errorf("shard %s lists no admin address to send the queue to (emq shards add --shard-admin)", shard)
+	to, _, err := FindLeader(ctx, s, mb.opts.Dial, version)
+	if err != nil {
+		return nil, fmt.Errorf("shard %s: %w", shard, err)
 	}
-	var last error
-	for _, addr := range s.Admin {
-		a, err := admin.NewClient(admin.ClientOptions{Addr: addr, Token: g.opts.AdminToken, CA: g.opts.AdminCA})
-		if err != nil {
-			return nil, err
-		}
-		st, err := a.Stats(ctx)
-		switch {
-		case err != nil:
-			last = fmt.Errorf("admin %s: %w", addr, err)
-		case st.Group == nil || st.Group.State != "leader":
-		case st.Group.Placement < version:
-			last = fmt.Errorf("the leader of shard %s does not serve by placement %d yet", shard, version)
-		default:
-			return a, nil
-		}
-	}
-	if last == nil {
-		last = fmt.Errorf("no leader of shard %s answers at %v", shard, s.Admin)
-	}
-	return nil, last
+	return to, nil
 }
 
 // copyStats is what a copy did: jobs sent, and the time spent reading
@@ -491,7 +463,7 @@ type copyStats struct {
 // copyControls sends queue's controls to the shard behind to: its own,
 // its tenants' defaults and each tenant's own settings. Named limiters
 // are each shard's own: they stay.
-func copyControls(ctx context.Context, b *broker.Broker, to *admin.Client, queue string) error {
+func copyControls(ctx context.Context, b *broker.Broker, to Peer, queue string) error {
 	qs, err := b.Queues(ctx)
 	if err != nil {
 		return err
@@ -525,7 +497,7 @@ func copyControls(ctx context.Context, b *broker.Broker, to *admin.Client, queue
 
 // copyQueue sends every stored job of queue (pending, then dead, each in
 // queue order) to the shard behind to.
-func copyQueue(ctx context.Context, b *broker.Broker, to *admin.Client, queue string) (copyStats, error) {
+func copyQueue(ctx context.Context, b *broker.Broker, to Peer, queue string) (copyStats, error) {
 	cs := copyStats{sent: map[string]bool{}}
 	if w, err := b.List(store.ListOptions{Queue: queue, State: store.Waiting, Limit: 1, NoPayloads: true}); err != nil {
 		return cs, err
@@ -599,7 +571,7 @@ func readQueue(b *broker.Broker, queue string, took *time.Duration, out chan<- [
 // it is, and removes it here (a schedule of to's making meanwhile is
 // replaced; a fire made here meanwhile is a job, copied after, under the
 // same msgid as to's fire of that due time).
-func moveSchedules(ctx context.Context, b *broker.Broker, to *admin.Client, queue string) error {
+func moveSchedules(ctx context.Context, b *broker.Broker, to Peer, queue string) error {
 	return eachSchedule(b, queue, func(s *store.Schedule) error {
 		if to != nil {
 			if err := to.ImportSchedule(ctx, s); err != nil {

@@ -1,4 +1,4 @@
-package group
+package shards
 
 import (
 	"errors"
@@ -169,8 +169,8 @@ func (t *tracked) Compact() (store.CompactStats, error) {
 }
 
 // tracking is the journal of this leadership, nil before it opened one.
-func (g *Group) tracking() *tracked {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.track
+func (mb *Member) tracking() *tracked {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	return mb.track
 }

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+
+	"github.com/eventmq/emq/admin"
+	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/group"
+	"github.com/eventmq/emq/shards"
+)
+
+// newGroup wires a broker of a replicated group: its admin listener
+// (started by the caller) answers as a standby, serves each leadership's
+// broker, and shows the group; with --shard, a shards.Member runs beside
+// the group and moves queues through the other shards' admin APIs.
+func newGroup(c *config, opts broker.Options, aopts admin.Options, g group.Options) (*group.Group, *admin.Server, error) {
+	so, err := shardOptions(c, g, aopts)
+	if err != nil {
+		return nil, nil, err
+	}
+	var grp *group.Group
+	var sh *shards.Member
+	if so.Shard != "" {
+		if sh, err = shards.New(g, so, opts.Logger); err != nil {
+			return nil, nil, err
+		}
+		g.Beside = sh
+		aopts.Shards = sh.Shards
+	}
+	// grp is set below, before the listener starts.
+	aopts.Group = func() admin.GroupInfo {
+		info := admin.GroupInfo{Info: grp.Info(), Shard: so.Shard}
+		if sh != nil {
+			info.Placement = sh.Version()
+		}
+		return info
+	}
+	aopts.Ready = func() error { return grp.Running() }
+	if aopts.Logger == nil {
+		aopts.Logger = opts.Logger
+	}
+	srv, err := admin.New(aopts)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.Observer = srv.Observer()
+	g.Serving = srv.Serve
+	if grp, err = group.New(opts, g); err != nil {
+		return nil, nil, err
+	}
+	if err := srv.Register(grp.Collectors()...); err != nil {
+		grp.Close()
+		return nil, nil, err
+	}
+	return grp, srv, nil
+}
+
+// shardOptions reads --shard and the placement's flags; Shard "" when
+// the group is not a shard. Moves reach the other shards' admin APIs
+// with this broker's admin token: shards share theirs.
+func shardOptions(c *config, g group.Options, aopts admin.Options) (shards.Options, error) {
+	if c.str("shard") == "" {
+		return shards.Options{}, nil
+	}
+	so := shards.Options{Shard: c.str("shard"), Endpoints: c.list("placement-endpoints"), Prefix: c.str("placement-prefix"),
+		Dial: func(addr string) (shards.Peer, error) {
+			return admin.NewClient(admin.ClientOptions{Addr: addr, Token: aopts.Token})
+		}}
+	return so, so.Validate(g)
+}
+
+// shardAdmin is an admin client of shard s's leader, found at its admin
+// addresses, with the --admin-token and --admin-ca flags.
+func shardAdmin(ctx context.Context, c *config, s shards.Shard) (*admin.Client, string, error) {
+	return shards.FindLeader(ctx, s, func(addr string) (*admin.Client, error) {
+		return admin.NewClient(admin.ClientOptions{Addr: addr, Token: c.str("admin-token"), CA: c.str("admin-ca")})
+	}, 0)
+}
