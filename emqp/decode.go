@@ -308,10 +308,16 @@ func parseQueues(msgid string, b []byte) ([]Queue, error) {
 }
 
 func checkQueueName(msgid, name string) error {
-	if name == "" || len(name) > MaxQueueLen || !utf8.ValidString(name) {
+	if !ValidQueueName(name) {
 		return errorf(ErrQueues, CmdInform, msgid, "INFORM: queue name %s is empty, over %d bytes or not UTF-8", QuoteName(name), MaxQueueLen)
 	}
 	return nil
+}
+
+// ValidQueueName reports whether name can name a queue: 1 to MaxQueueLen
+// bytes of UTF-8.
+func ValidQueueName(name string) bool {
+	return name != "" && len(name) <= MaxQueueLen && utf8.ValidString(name)
 }
 
 // withContext adds the command and msgid to a headers error.

@@ -367,6 +367,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	if len(w.queues()) == 0 {
 		return errors.New("worker: no queue to serve: name one in Options.Queues or Handle")
 	}
+	for _, q := range w.queues() {
+		if !emqp.ValidQueueName(q.Name) {
+			return fmt.Errorf("worker: queue %s: a queue name is 1 to %d bytes of UTF-8", emqp.QuoteName(q.Name), emqp.MaxQueueLen)
+		}
+	}
 	if w.handlers["*"] == nil {
 		for _, q := range w.queues() {
 			if w.handlers[q.Name] == nil {

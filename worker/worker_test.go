@@ -115,6 +115,26 @@ func TestEveryQueueNeedsAHandler(t *testing.T) {
 	}
 }
 
+// A queue name the broker would refuse fails Run at once, by name,
+// rather than a worker that connects, is refused and tries again.
+func TestABadQueueNameFailsRun(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("q", emqp.MaxQueueLen+1)
+	for _, name := range []string{long, "\xff"} {
+		w, err := worker.New(worker.Options{Broker: "tcp://127.0.0.1:1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle(name, func(context.Context, *worker.Job) ([]byte, error) { return nil, nil })
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err = w.Run(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "a queue name is 1 to") || len(err.Error()) > 300 {
+			t.Fatalf("Run with queue %.20q: %v", name, err)
+		}
+	}
+}
+
 func TestConcurrencyIsHonoured(t *testing.T) {
 	t.Parallel()
 	b := bt.Start(t, "", fast)
