@@ -159,7 +159,10 @@ func (c *Client) Jobs(ctx context.Context, f JobFilter) (p JobPage, err error) {
 }
 
 func (c *Client) Job(ctx context.Context, msgid string, payload bool) (j JobInfo, err error) {
-	return j, c.call(ctx, "GET", "/api/v1/jobs/"+url.PathEscape(msgid)+"?payload="+strconv.FormatBool(payload), &j)
+	if msgid == "" {
+		return j, errNoMsgID
+	}
+	return j, c.call(ctx, "GET", jobPath(msgid)+"?payload="+strconv.FormatBool(payload), &j)
 }
 
 // download reads a whole body.
@@ -177,19 +180,31 @@ func (c *Client) download(ctx context.Context, path string) ([]byte, error) {
 }
 
 func (c *Client) Payload(ctx context.Context, msgid string) ([]byte, error) {
-	return c.download(ctx, "/api/v1/jobs/"+url.PathEscape(msgid)+"/payload")
+	if msgid == "" {
+		return nil, errNoMsgID
+	}
+	return c.download(ctx, jobPath(msgid)+"/payload")
 }
 
 func (c *Client) Result(ctx context.Context, msgid string) ([]byte, error) {
-	return c.download(ctx, "/api/v1/jobs/"+url.PathEscape(msgid)+"/result")
+	if msgid == "" {
+		return nil, errNoMsgID
+	}
+	return c.download(ctx, jobPath(msgid)+"/result")
 }
 
 func (c *Client) RemoveJob(ctx context.Context, msgid string) error {
-	return c.call(ctx, "DELETE", "/api/v1/jobs/"+url.PathEscape(msgid), nil)
+	if msgid == "" {
+		return errNoMsgID
+	}
+	return c.call(ctx, "DELETE", jobPath(msgid), nil)
 }
 
 func (c *Client) RetryJob(ctx context.Context, msgid string) error {
-	return c.call(ctx, "POST", "/api/v1/jobs/"+url.PathEscape(msgid)+"/retry", nil)
+	if msgid == "" {
+		return errNoMsgID
+	}
+	return c.call(ctx, "POST", jobPath(msgid)+"/retry", nil)
 }
 
 func (c *Client) BulkDead(ctx context.Context, f JobFilter, remove, confirmed bool) (r BulkResult, err error) {
@@ -212,7 +227,10 @@ func (c *Client) BulkRemove(ctx context.Context, f JobFilter, confirmed bool) (r
 }
 
 func (c *Client) CancelJob(ctx context.Context, msgid string) (j JobInfo, err error) {
-	return j, c.call(ctx, "POST", "/api/v1/jobs/"+url.PathEscape(msgid)+"/cancel", &j)
+	if msgid == "" {
+		return j, errNoMsgID
+	}
+	return j, c.call(ctx, "POST", jobPath(msgid)+"/cancel", &j)
 }
 
 func (c *Client) BulkCancel(ctx context.Context, f JobFilter, confirmed bool) (r BulkResult, err error) {
@@ -257,7 +275,10 @@ func (c *Client) RemoveLimiter(ctx context.Context, name string) error {
 }
 
 func (c *Client) Why(ctx context.Context, msgid string) (w broker.Why, err error) {
-	return w, c.call(ctx, "GET", "/api/v1/jobs/"+url.PathEscape(msgid)+"/why", &w)
+	if msgid == "" {
+		return w, errNoMsgID
+	}
+	return w, c.call(ctx, "GET", jobPath(msgid)+"/why", &w)
 }
 
 // ImportJobs sends jobs of queue, as another shard's journal holds them,
@@ -303,6 +324,14 @@ func (c *Client) EachJobID(ctx context.Context, queue string, fn func(msgid stri
 		}
 	}
 }
+
+// errNoMsgID refuses a job's request without a msgid before it is sent:
+// "/api/v1/jobs//retry" would reach another route once the path is
+// cleaned.
+var errNoMsgID = errors.New("a msgid is needed (it is empty)")
+
+// jobPath is the path of the job msgid.
+func jobPath(msgid string) string { return "/api/v1/jobs/" + url.PathEscape(msgid) }
 
 // ImportSchedule sends a schedule, as another shard's journal holds it,
 // to the broker, which keeps it as it was (broker.ImportSchedule).
