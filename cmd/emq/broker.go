@@ -18,6 +18,7 @@ import (
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/broker/boltjournal"
 	"github.com/eventmq/emq/group"
+	"github.com/eventmq/emq/internal/sdnotify"
 	"github.com/eventmq/emq/store/etcdstore"
 )
 
@@ -270,10 +271,10 @@ func mib(n int64) string { return fmt.Sprintf("%dMiB", n>>20) }
 
 // runUntilSignalled runs b until SIGTERM or SIGINT, which start its drain;
 // a second one stops it at once. SIGHUP re-reads the CURVE clients and
-// PLAIN users. Under systemd it says when b is ready, reloading and
-// stopping, and pings the watchdog (notify.go).
+// PLAIN users. Under systemd it says when b is ready (notify.go),
+// reloading and stopping, and pings the watchdog.
 func runUntilSignalled(b runner, log *slog.Logger) error {
-	n := newNotifier(log)
+	n := sdnotify.New(log)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -282,30 +283,34 @@ func runUntilSignalled(b runner, log *slog.Logger) error {
 	defer func() { signal.Stop(hups); close(hups) }()
 	go func() {
 		for range hups {
-			if err := n.reload(b.ReloadCredentials); err != nil {
-				log.Error("SIGHUP: credentials not re-read; the old ones stay", "err", err)
-			}
+			n.Reload("SIGHUP: re-reading the CURVE clients and PLAIN users", func() string {
+				if err := b.ReloadCredentials(); err != nil {
+					log.Error("SIGHUP: credentials not re-read; the old ones stay", "err", err)
+					return fmt.Sprintf("SIGHUP: the credentials were not re-read, the old ones stay: %v", err)
+				}
+				return ""
+			})
 		}
 	}()
 	hurry, cut := context.WithCancel(context.Background())
 	defer cut()
-	ran := make(chan struct{})
-	defer close(ran)
-	go n.whenReady(b, ran)
-	go n.watchdog(ran)
+	ctx, ran := context.WithCancel(context.Background())
+	defer ran()
+	go whenReady(n, b, ctx.Done())
+	go n.Watchdog(ctx)
 	go func() {
 		select {
 		case sig := <-sigs:
 			log.Info("signal received: draining; send it again to stop at once", "signal", sig.String())
-			n.draining()
+			n.Stopping("draining: no new jobs, the jobs in flight may finish; a second SIGTERM stops at once")
 			go b.Shutdown(hurry)
-		case <-ran:
+		case <-ctx.Done():
 			return
 		}
 		select {
 		case <-sigs:
 			cut()
-		case <-ran:
+		case <-ctx.Done():
 		}
 	}()
 	return b.Run(context.Background())
