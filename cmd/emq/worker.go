@@ -48,41 +48,28 @@ the command ends is dropped. For example:
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
-	f.String("broker", broker.DefaultOptions().Backend, "the broker's backend endpoint (several, comma-separated: the one that answers)")
-	f.String("queues", "default", "queues to serve, comma-separated; name:weight gives a weight (default 10)")
-	f.Int("concurrency", 1, "jobs run at once")
-	f.String("exec", "", "the command to run for each job (required)")
-	f.Duration("grace", 30*time.Second, "time running jobs get to finish at stop")
-	f.Duration("heartbeat-interval", time.Second, "HEARTBEAT to the broker this often")
-	f.Duration("heartbeat-timeout", 3*time.Second, "dial every endpoint again when the broker is silent this long (a paused or frozen broker)")
+	workerFlags(&binder{f: f}, new(workerDefaults()), new("default"), new(""))
 	addSecurityFlags(f)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
 		if err != nil {
 			return err
 		}
-		command := c.str("exec")
+		var opts worker.Options
+		var queues, command string
+		b := reader()
+		workerFlags(b, &opts, &queues, &command)
+		if err := b.apply(c); err != nil {
+			return err
+		}
 		if command == "" {
 			return errors.New("exec: the command to run is required (--exec 'CMD ARGS')")
 		}
-		opts := worker.Options{Broker: c.str("broker"),
-			Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))}
+		opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 		if opts.Security, err = securityFrom(c); err != nil {
 			return err
 		}
-		if opts.Queues, err = parseQueues(c.str("queues")); err != nil {
-			return err
-		}
-		if opts.Concurrency, err = c.integer("concurrency"); err != nil {
-			return err
-		}
-		if opts.Grace, err = c.duration("grace"); err != nil {
-			return err
-		}
-		if opts.HeartbeatInterval, err = c.duration("heartbeat-interval"); err != nil {
-			return err
-		}
-		if opts.HeartbeatTimeout, err = c.duration("heartbeat-timeout"); err != nil {
+		if opts.Queues, err = parseQueues(queues); err != nil {
 			return err
 		}
 		tp, stopTracing, err := tracerProvider("emq-worker", opts.Logger)
@@ -101,6 +88,24 @@ the command ends is dropped. For example:
 		return w.Run(ctx)
 	}
 	return cmd
+}
+
+// workerDefaults are emq worker's defaults.
+func workerDefaults() worker.Options {
+	return worker.Options{Broker: broker.DefaultOptions().Backend, Concurrency: 1,
+		Grace: 30 * time.Second, HeartbeatInterval: time.Second, HeartbeatTimeout: 3 * time.Second}
+}
+
+// workerFlags declares emq worker's flags that fill o, the queues it
+// serves and the command it runs.
+func workerFlags(b *binder, o *worker.Options, queues, command *string) {
+	b.str(&o.Broker, "broker", "the broker's backend endpoint (several, comma-separated: the one that answers)")
+	b.str(queues, "queues", "queues to serve, comma-separated; name:weight gives a weight (default 10)")
+	b.integer(&o.Concurrency, "concurrency", "jobs run at once")
+	b.str(command, "exec", "the command to run for each job (required)")
+	b.duration(&o.Grace, "grace", "time running jobs get to finish at stop")
+	b.duration(&o.HeartbeatInterval, "heartbeat-interval", "HEARTBEAT to the broker this often")
+	b.duration(&o.HeartbeatTimeout, "heartbeat-timeout", "dial every endpoint again when the broker is silent this long (a paused or frozen broker)")
 }
 
 func parseQueues(s string) ([]worker.Queue, error) {
