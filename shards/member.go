@@ -31,6 +31,9 @@ type Options struct {
 	Dial func(addr string) (Peer, error)
 }
 
+// DefaultOptions returns the defaults.
+func DefaultOptions() Options { return Options{Prefix: DefaultPlacementPrefix} }
+
 // Validate reports the first bad option, named as its flag; g is the
 // group's.
 func (o Options) Validate(g group.Options) error {

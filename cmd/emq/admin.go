@@ -20,10 +20,7 @@ import (
 // adminFlags adds the flags of every admin command.
 func adminFlags(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
-	f.String("admin", admin.DefaultOptions().Addr, "a running broker's admin address (host:port, or https://host:port)")
-	f.String("admin-token", "", "the broker's admin token, or its read-only token (or EMQ_ADMIN_TOKEN)")
-	f.String("admin-ca", "", "with https: trust this CA certificate (PEM) for the broker's")
-	f.String("data-dir", "", "use the journal in this directory directly (the broker must be stopped)")
+	adminTargetFlags(&binder{f: f}, &admin.ClientOptions{Addr: admin.DefaultOptions().Addr}, new(string))
 	addEtcdFlags(f, "use a group's journal in etcd directly, at these client URLs (comma-separated; no broker of the group may be running)")
 	f.Bool("json", false, "print JSON instead of a table")
 	var where []string
@@ -33,6 +30,15 @@ func adminFlags(cmd *cobra.Command) {
 		}
 	})
 	inHelpGroup(f, "Which broker, or which journal directly", where...)
+}
+
+// adminTargetFlags declares the flags of every admin command that name a
+// running broker's admin API (o), or a journal to open directly (dataDir).
+func adminTargetFlags(b *binder, o *admin.ClientOptions, dataDir *string) {
+	b.str(&o.Addr, "admin", "a running broker's admin address (host:port, or https://host:port)")
+	b.str(&o.Token, "admin-token", "the broker's admin token, or its read-only token (or EMQ_ADMIN_TOKEN)")
+	b.str(&o.CA, "admin-ca", "with https: trust this CA certificate (PEM) for the broker's")
+	b.str(dataDir, "data-dir", "use the journal in this directory directly (the broker must be stopped)")
 }
 
 // openAdmin opens the admin API the flags name: offline on a journal
@@ -54,11 +60,18 @@ func openAdmin(cmd *cobra.Command) (admin.API, *config, error) {
 		}
 		return admin.NewOffline(j, release), c, nil
 	}
-	if dir := c.str("data-dir"); dir != "" {
-		a, err := openOffline(dir, c.str("admin"))
+	var o admin.ClientOptions
+	var dir string
+	b := reader()
+	adminTargetFlags(b, &o, &dir)
+	if err := b.apply(c); err != nil {
+		return nil, nil, err
+	}
+	if dir != "" {
+		a, err := openOffline(dir, o.Addr)
 		return a, c, err
 	}
-	a, err := admin.NewClient(admin.ClientOptions{Addr: c.str("admin"), Token: c.str("admin-token"), CA: c.str("admin-ca")})
+	a, err := admin.NewClient(o)
 	return a, c, err
 }
 

@@ -18,11 +18,12 @@ import (
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/broker/boltjournal"
 	"github.com/eventmq/emq/group"
+	"github.com/eventmq/emq/internal/sdnotify"
+	"github.com/eventmq/emq/shards"
 	"github.com/eventmq/emq/store/etcdstore"
 )
 
 func newBrokerCmd() *cobra.Command {
-	d := broker.DefaultOptions()
 	cmd := &cobra.Command{
 		Use:   "broker",
 		Short: "Run the broker",
@@ -38,61 +39,13 @@ start).`,
 	}
 	f := cmd.Flags()
 	f.String("config", "", "config file (.yaml, .yml or .toml)")
-	f.String("frontend", d.Frontend, "ZeroMQ endpoint for clients")
-	f.String("backend", d.Backend, "ZeroMQ endpoint for workers")
-	f.String("admin", admin.DefaultOptions().Addr, `HTTP address of the admin API, /metrics, /healthz and /readyz ("" = none)`)
-	f.String("admin-token", "", "require this Bearer token on every admin request (needed for a non-loopback --admin)")
-	f.String("admin-read-token", "", "a second Bearer token that may read everything and change nothing (dashboards, monitoring)")
-	f.String("admin-tls-cert", "", "serve the admin API over HTTPS with this certificate (PEM; with --admin-tls-key)")
-	f.String("admin-tls-key", "", "the private key (PEM) of --admin-tls-cert")
-	f.String("admin-allowed-hosts", "", "host names, comma-separated, that admin requests may carry besides loopback and the listener's address (a name it is reached by)")
-	f.String("admin-allowed-origins", "", "origins (scheme://host[:port]), comma-separated, whose web pages may change things through the admin API besides its own")
-	f.String("data-dir", d.DataDir, "directory of the journal file "+broker.JournalFile)
-	f.Duration("heartbeat-interval", d.HeartbeatInterval, "HEARTBEAT to each worker this often")
-	f.Duration("heartbeat-timeout", d.HeartbeatTimeout, "a worker silent this long is lost and its jobs requeued")
-	f.Duration("overdue-after", d.OverdueAfter, "a job without a timeout held by a worker this long is overdue: an event, emq_jobs_overdue_total, emq jobs why; it runs on (0 = never)")
-	f.String("max-frame-size", mib(d.MaxFrameSize), "largest frame accepted (bytes, KiB, MiB, GiB)")
-	f.String("max-job-size", mib(int64(d.MaxJobSize)), "largest job stored: payload, headers and ids (bytes, KiB, MiB, GiB)")
-	f.String("journal-segment-size", mib(d.JournalSegmentSize), "size of each write-ahead log segment file beside the journal file (two of them take this much disk at least)")
-	f.String("journal-max-log", mib(d.JournalMaxLog), "what the log may hold that the journal file does not yet: disk, and how far the checkpoint may lag (memory holds where each value lies, not payloads); past it REQUESTs get ERROR unavailable until the checkpoint catches up")
-	f.Bool("journal-recover", false, "open a journal whose log is damaged in the middle: keep every good record, log what is lost (emq journal check names it first)")
-	f.Int("max-pending", d.MaxPending, "jobs per queue beyond which REQUESTs get ERROR queue_full (0 = no limit)")
-	f.Int("max-bulk", d.MaxBulk, "most jobs in one BULK (emq send --bulk, client.SendBulk); more get ERROR too_large")
-	f.Int("max-connections", d.MaxConnections, "connections of every eMQP and pub/sub endpoint together, handshakes included (0 = no bound; the default is 3/4 of the fd limit)")
-	f.Int("max-connections-per-ip", d.MaxConnectionsPerIP, "connections from one IP address (0 = no bound)")
-	f.Int("event-buffer", d.EventBuffer, "events a listener of /api/v1/events may fall behind before it is dropped")
-	f.Int("max-event-listeners", d.MaxEventListeners, "listeners of /api/v1/events at once")
-	f.String("payload-cache", mib(d.PayloadCache), "payloads held in memory for their dispatch; the others are read from the journal (bytes, KiB, MiB, GiB)")
-	f.String("max-receive-buffer", mib(d.MaxReceiveBuffer), "received messages held at once, all connections together (default: an eighth of the memory: the machine's, the container's limit or GOMEMLIMIT, the least)")
-	f.String("max-send-buffer", mib(d.MaxSendBuffer), "bytes queued for sending: payloads are read only below it; one connection over it is dropped")
-	f.Duration("retain-done", d.ResultTTL, "keep each done job, listable with its result, this long (0 = deleted when done)")
-	f.Duration("result-ttl", d.ResultTTL, "the same as --retain-done (its former name)")
-	f.Duration("drain-timeout", d.DrainTimeout, "at SIGTERM, wait this long for the jobs in flight before stopping (0 = do not wait)")
-	f.Duration("retry-backoff", d.RetryBackoff, "a FAILed job runs again after this, doubled at each further attempt")
-	f.Duration("max-retry-backoff", d.MaxRetryBackoff, "the longest a FAILed job waits before it runs again")
-	f.String("publisher-incoming", d.PublisherIncoming, "ROUTER endpoint taking PUBLISH only, EventMQ's emq-pubsub address (\"\" = not bound; the frontend takes PUBLISH too)")
-	f.String("publisher-outgoing", d.PublisherOutgoing, "PUB endpoint ZeroMQ SUB sockets connect to (\"\" = pub/sub off)")
-	f.Int("subscriber-hwm", d.SubscriberHWM, "published messages queued per subscriber; past it its messages are dropped (counted)")
-	f.String("publisher-buffer", mib(d.PublisherBuffer), "bytes queued for every subscriber together (one may hold a quarter)")
-	f.Int("max-subscribers", d.MaxSubscribers, "subscriber connections; more are closed at once")
-	f.Bool("publisher-last-value", false, "send a new subscription the latest message of each topic it matches (a last-value cache)")
-	f.Int("last-value-topics", d.LastValueTopics, "topics the last-value cache holds")
-	f.String("last-value-bytes", mib(d.LastValueBytes), "bytes the last-value cache holds")
-	f.Bool("forward-schedules", false, "pass SCHEDULE and UNSCHEDULE to an EventMQ scheduler peer instead of keeping schedules in the journal (EventMQ's split)")
-	f.String("curve-secret-key-file", "", "the broker's CURVE secret key (one Z85 line, emq keygen); with --curve-clients the eMQP endpoints speak CURVE")
-	f.String("curve-clients", "", "the CURVE peers allowed: a line each, PUBLICKEY ROLES (client,worker,subscriber); re-read on SIGHUP")
-	f.String("plain-users", "", "PLAIN users allowed: a line each, USER:BCRYPT-HASH:ROLES (emq passwd); re-read on SIGHUP. PLAIN sends passwords in clear: for networks you trust")
-	f.Bool("allow-anonymous", false, "let eMQP endpoints bind non-loopback addresses with neither CURVE nor PLAIN: anyone who reaches them may send and take jobs")
-	addEtcdFlags(f, "keep the journal in etcd, at these client URLs (comma-separated): brokers on the same endpoints and prefix form a group, one leader and standbys (instead of --data-dir)")
-	f.Duration("leader-ttl", group.DefaultOptions().LeaderTTL, "with --etcd-endpoints: the leader's lease, how long a group goes without a leader when it dies (whole seconds)")
-	f.String("etcd-name", "", "with --etcd-endpoints: this broker's name in the group (default host:pid)")
-	f.Bool("cold-standby", false, "with --etcd-endpoints: a standby keeps no copy of the journal's keys (by default it follows the leader's writes, holding what the leader holds in memory, about 330 bytes a stored job, so that a takeover need not read the journal: with 1,000,000 jobs stored that read takes seconds)")
-	f.Duration("etcd-hold-completes", group.DefaultOptions().HoldCompletes, "with --etcd-endpoints: about how long a job's completion with no new job in its commit to take its etcd key may wait for one in the commits after (at most as many as the last commits' new jobs; none while the journal holds workflows), so that one put ends the one job and stores the other (0 = delete at once; until the deletion is written, a failover runs the job again)")
-	f.Duration("etcd-gather", group.DefaultOptions().Gather, "with --etcd-endpoints: while several senders' jobs come in less than this apart, a commit waits for the next (up to 4 times this in all), so that senders waiting for their ACKs share commits (0 = commit at once)")
-	f.Int("etcd-pipeline", group.DefaultOptions().Pipeline, "with --etcd-endpoints: how many of the journal's commits may be in flight at once (1 to 1024; etcd carries concurrent transactions in one raft round; 1: one after another)")
-	f.String("shard", "", "with --etcd-endpoints: the group is this shard of several, and takes jobs only for the queues the placement puts on it (emq shards)")
-	placementFlags(f)
-	f.String("log-level", "info", "debug, info, warn or error")
+	b := &binder{f: f}
+	brokerFlags(b, new(broker.DefaultOptions()))
+	listenerFlags(b, new(admin.DefaultOptions()))
+	etcdFlags(b, new(group.DefaultOptions()), new(etcdFiles), "keep the journal in etcd, at these client URLs (comma-separated): brokers on the same endpoints and prefix form a group, one leader and standbys (instead of --data-dir)")
+	memberFlags(b, new(group.DefaultOptions()))
+	shardFlags(b, new(shards.DefaultOptions()))
+	logLevelFlag(b, new(slog.LevelInfo))
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		file, _ := cmd.Flags().GetString("config")
 		c, err := loadConfig(cmd.Flags(), file)
@@ -154,24 +107,109 @@ start).`,
 	return cmd
 }
 
+// brokerExtra holds what emq broker's flags give that is not one field
+// of broker.Options as it is: brokerOptions makes it so.
+type brokerExtra struct {
+	retainDone, resultTTL time.Duration // one setting under two names
+	maxJobSize            int64         // an int in broker.Options
+}
+
+// brokerFlags declares emq broker's flags that fill o (and x for those
+// that need more than a field).
+func brokerFlags(b *binder, o *broker.Options) *brokerExtra {
+	x := &brokerExtra{retainDone: o.ResultTTL, resultTTL: o.ResultTTL, maxJobSize: int64(o.MaxJobSize)}
+	b.str(&o.Frontend, "frontend", "ZeroMQ endpoint for clients")
+	b.str(&o.Backend, "backend", "ZeroMQ endpoint for workers")
+	b.str(&o.DataDir, "data-dir", "directory of the journal file "+broker.JournalFile)
+	b.duration(&o.HeartbeatInterval, "heartbeat-interval", "HEARTBEAT to each worker this often")
+	b.duration(&o.HeartbeatTimeout, "heartbeat-timeout", "a worker silent this long is lost and its jobs requeued")
+	b.duration(&o.OverdueAfter, "overdue-after", "a job without a timeout held by a worker this long is overdue: an event, emq_jobs_overdue_total, emq jobs why; it runs on (0 = never)")
+	b.size(&o.MaxFrameSize, "max-frame-size", "largest frame accepted (bytes, KiB, MiB, GiB)")
+	b.size(&x.maxJobSize, "max-job-size", "largest job stored: payload, headers and ids (bytes, KiB, MiB, GiB)")
+	b.size(&o.JournalSegmentSize, "journal-segment-size", "size of each write-ahead log segment file beside the journal file (two of them take this much disk at least)")
+	b.size(&o.JournalMaxLog, "journal-max-log", "what the log may hold that the journal file does not yet: disk, and how far the checkpoint may lag (memory holds where each value lies, not payloads); past it REQUESTs get ERROR unavailable until the checkpoint catches up")
+	b.boolean(&o.JournalRecover, "journal-recover", "open a journal whose log is damaged in the middle: keep every good record, log what is lost (emq journal check names it first)")
+	b.integer(&o.MaxPending, "max-pending", "jobs per queue beyond which REQUESTs get ERROR queue_full (0 = no limit)")
+	b.integer(&o.MaxBulk, "max-bulk", "most jobs in one BULK (emq send --bulk, client.SendBulk); more get ERROR too_large")
+	b.integer(&o.MaxConnections, "max-connections", "connections of every eMQP and pub/sub endpoint together, handshakes included (0 = no bound; the default is 3/4 of the fd limit)")
+	b.integer(&o.MaxConnectionsPerIP, "max-connections-per-ip", "connections from one IP address (0 = no bound)")
+	b.integer(&o.EventBuffer, "event-buffer", "events a listener of /api/v1/events may fall behind before it is dropped")
+	b.integer(&o.MaxEventListeners, "max-event-listeners", "listeners of /api/v1/events at once")
+	b.size(&o.PayloadCache, "payload-cache", "payloads held in memory for their dispatch; the others are read from the journal (bytes, KiB, MiB, GiB)")
+	b.size(&o.MaxReceiveBuffer, "max-receive-buffer", "received messages held at once, all connections together (default: an eighth of the memory: the machine's, the container's limit or GOMEMLIMIT, the least)")
+	b.size(&o.MaxSendBuffer, "max-send-buffer", "bytes queued for sending: payloads are read only below it; one connection over it is dropped")
+	b.duration(&x.retainDone, "retain-done", "keep each done job, listable with its result, this long (0 = deleted when done)")
+	b.duration(&x.resultTTL, "result-ttl", "the same as --retain-done (its former name)")
+	b.duration(&o.DrainTimeout, "drain-timeout", "at SIGTERM, wait this long for the jobs in flight before stopping (0 = do not wait)")
+	b.duration(&o.RetryBackoff, "retry-backoff", "a FAILed job runs again after this, doubled at each further attempt")
+	b.duration(&o.MaxRetryBackoff, "max-retry-backoff", "the longest a FAILed job waits before it runs again")
+	b.str(&o.PublisherIncoming, "publisher-incoming", "ROUTER endpoint taking PUBLISH only, EventMQ's emq-pubsub address (\"\" = not bound; the frontend takes PUBLISH too)")
+	b.str(&o.PublisherOutgoing, "publisher-outgoing", "PUB endpoint ZeroMQ SUB sockets connect to (\"\" = pub/sub off)")
+	b.integer(&o.SubscriberHWM, "subscriber-hwm", "published messages queued per subscriber; past it its messages are dropped (counted)")
+	b.size(&o.PublisherBuffer, "publisher-buffer", "bytes queued for every subscriber together (one may hold a quarter)")
+	b.integer(&o.MaxSubscribers, "max-subscribers", "subscriber connections; more are closed at once")
+	b.boolean(&o.PublisherLastValue, "publisher-last-value", "send a new subscription the latest message of each topic it matches (a last-value cache)")
+	b.integer(&o.LastValueTopics, "last-value-topics", "topics the last-value cache holds")
+	b.size(&o.LastValueBytes, "last-value-bytes", "bytes the last-value cache holds")
+	b.boolean(&o.ForwardSchedules, "forward-schedules", "pass SCHEDULE and UNSCHEDULE to an EventMQ scheduler peer instead of keeping schedules in the journal (EventMQ's split)")
+	b.str(&o.CurveSecretKeyFile, "curve-secret-key-file", "the broker's CURVE secret key (one Z85 line, emq keygen); with --curve-clients the eMQP endpoints speak CURVE")
+	b.str(&o.CurveClients, "curve-clients", "the CURVE peers allowed: a line each, PUBLICKEY ROLES (client,worker,subscriber); re-read on SIGHUP")
+	b.str(&o.PlainUsers, "plain-users", "PLAIN users allowed: a line each, USER:BCRYPT-HASH:ROLES (emq passwd); re-read on SIGHUP. PLAIN sends passwords in clear: for networks you trust")
+	b.boolean(&o.AllowAnonymous, "allow-anonymous", "let eMQP endpoints bind non-loopback addresses with neither CURVE nor PLAIN: anyone who reaches them may send and take jobs")
+	return x
+}
+
+// listenerFlags declares emq broker's flags of its admin listener.
+func listenerFlags(b *binder, a *admin.Options) {
+	b.str(&a.Addr, "admin", `HTTP address of the admin API, /metrics, /healthz and /readyz ("" = none)`)
+	b.str(&a.Token, "admin-token", "require this Bearer token on every admin request (needed for a non-loopback --admin)")
+	b.str(&a.ReadToken, "admin-read-token", "a second Bearer token that may read everything and change nothing (dashboards, monitoring)")
+	b.str(&a.TLSCert, "admin-tls-cert", "serve the admin API over HTTPS with this certificate (PEM; with --admin-tls-key)")
+	b.str(&a.TLSKey, "admin-tls-key", "the private key (PEM) of --admin-tls-cert")
+	b.list(&a.AllowedHosts, "admin-allowed-hosts", "host names, comma-separated, that admin requests may carry besides loopback and the listener's address (a name it is reached by)")
+	b.list(&a.AllowedOrigins, "admin-allowed-origins", "origins (scheme://host[:port]), comma-separated, whose web pages may change things through the admin API besides its own")
+}
+
+// etcdFiles are the TLS files the etcd flags name.
+type etcdFiles struct{ cacert, cert, key string }
+
+// etcdFlags declares the flags that reach a group's etcd.
+func etcdFlags(b *binder, g *group.Options, files *etcdFiles, endpointsHelp string) {
+	b.list(&g.Endpoints, "etcd-endpoints", endpointsHelp)
+	b.str(&g.Prefix, "etcd-prefix", "with --etcd-endpoints: the group's keys in etcd")
+	b.str(&g.Username, "etcd-user", "with --etcd-endpoints: etcd user (with --etcd-password)")
+	b.str(&g.Password, "etcd-password", "with --etcd-endpoints: etcd password")
+	b.str(&files.cacert, "etcd-cacert", "with --etcd-endpoints: CA certificate (PEM) that etcd's certificates are checked with (https endpoints)")
+	b.str(&files.cert, "etcd-cert", "with --etcd-endpoints: client certificate (PEM) for etcd, with --etcd-key")
+	b.str(&files.key, "etcd-key", "with --etcd-endpoints: the private key (PEM) of --etcd-cert")
+	b.duration(&g.Timeout, "etcd-timeout", "with --etcd-endpoints: the longest wait for one etcd request; an etcd member that stops answering stalls the group this long (shorter: sooner past a dead member; too short for etcd's slowest commits: needless failovers)")
+}
+
+// addEtcdFlags adds the flags that reach a group's etcd.
+func addEtcdFlags(f *pflag.FlagSet, endpointsHelp string) {
+	etcdFlags(&binder{f: f}, new(group.DefaultOptions()), new(etcdFiles), endpointsHelp)
+}
+
+// memberFlags declares emq broker's flags of a group's member.
+func memberFlags(b *binder, g *group.Options) {
+	b.duration(&g.LeaderTTL, "leader-ttl", "with --etcd-endpoints: the leader's lease, how long a group goes without a leader when it dies (whole seconds)")
+	b.str(&g.Name, "etcd-name", "with --etcd-endpoints: this broker's name in the group (default host:pid)")
+	b.boolean(&g.ColdStandby, "cold-standby", "with --etcd-endpoints: a standby keeps no copy of the journal's keys (by default it follows the leader's writes, holding what the leader holds in memory, about 330 bytes a stored job, so that a takeover need not read the journal: with 1,000,000 jobs stored that read takes seconds)")
+	b.duration(&g.HoldCompletes, "etcd-hold-completes", "with --etcd-endpoints: about how long a job's completion with no new job in its commit to take its etcd key may wait for one in the commits after (at most as many as the last commits' new jobs; none while the journal holds workflows), so that one put ends the one job and stores the other (0 = delete at once; until the deletion is written, a failover runs the job again)")
+	b.duration(&g.Gather, "etcd-gather", "with --etcd-endpoints: while several senders' jobs come in less than this apart, a commit waits for the next (up to 4 times this in all), so that senders waiting for their ACKs share commits (0 = commit at once)")
+	b.integer(&g.Pipeline, "etcd-pipeline", "with --etcd-endpoints: how many of the journal's commits may be in flight at once (1 to 1024; etcd carries concurrent transactions in one raft round; 1: one after another)")
+}
+
+// logLevelFlag declares --log-level.
+func logLevelFlag(b *binder, level *slog.Level) {
+	b.level(level, "log-level", "debug, info, warn or error")
+}
+
 // runner is a Broker, or a Group of brokers.
 type runner interface {
 	Run(ctx context.Context) error
 	Shutdown(ctx context.Context) error
 	ReloadCredentials() error
-}
-
-// addEtcdFlags adds the flags that reach a group's etcd.
-func addEtcdFlags(f *pflag.FlagSet, endpointsHelp string) {
-	d := group.DefaultOptions()
-	f.String("etcd-endpoints", "", endpointsHelp)
-	f.String("etcd-prefix", d.Prefix, "with --etcd-endpoints: the group's keys in etcd")
-	f.String("etcd-user", "", "with --etcd-endpoints: etcd user (with --etcd-password)")
-	f.String("etcd-password", "", "with --etcd-endpoints: etcd password")
-	f.String("etcd-cacert", "", "with --etcd-endpoints: CA certificate (PEM) that etcd's certificates are checked with (https endpoints)")
-	f.String("etcd-cert", "", "with --etcd-endpoints: client certificate (PEM) for etcd, with --etcd-key")
-	f.String("etcd-key", "", "with --etcd-endpoints: the private key (PEM) of --etcd-cert")
-	f.Duration("etcd-timeout", d.Timeout, "with --etcd-endpoints: the longest wait for one etcd request; an etcd member that stops answering stalls the group this long (shorter: sooner past a dead member; too short for etcd's slowest commits: needless failovers)")
 }
 
 // groupSetup reads a group broker's etcd flags, gives opts the journal
@@ -188,57 +226,21 @@ func groupSetup(c *config, opts *broker.Options) (group.Options, error) {
 	return g, g.ValidateFor(*opts)
 }
 
-// groupOptions reads the etcd flags; errors name the key.
+// groupOptions reads the etcd flags, and emq broker's of a group's
+// member; errors name the key.
 func groupOptions(c *config) (group.Options, error) {
 	g := group.DefaultOptions()
 	if c.v.IsSet("data-dir") {
 		return g, fmt.Errorf("data-dir and etcd-endpoints: the journal is in one or the other; give one")
 	}
-	g.Endpoints, g.Prefix = c.list("etcd-endpoints"), c.str("etcd-prefix")
-	g.Username, g.Password, g.Name = c.str("etcd-user"), c.str("etcd-password"), c.str("etcd-name")
-	if c.v.IsSet("etcd-timeout") {
-		d, err := c.duration("etcd-timeout")
-		if err != nil {
-			return g, err
-		}
-		g.Timeout = d
+	var files etcdFiles
+	b := reader()
+	etcdFlags(b, &g, &files, "")
+	memberFlags(b, &g)
+	if err := b.apply(c); err != nil {
+		return g, err
 	}
-	if c.v.IsSet("cold-standby") {
-		b, err := c.boolean("cold-standby")
-		if err != nil {
-			return g, err
-		}
-		g.ColdStandby = b
-	}
-	if c.v.IsSet("etcd-hold-completes") {
-		d, err := c.duration("etcd-hold-completes")
-		if err != nil {
-			return g, err
-		}
-		g.HoldCompletes = d
-	}
-	if c.v.IsSet("etcd-pipeline") {
-		n, err := c.integer("etcd-pipeline")
-		if err != nil {
-			return g, err
-		}
-		g.Pipeline = n
-	}
-	if c.v.IsSet("etcd-gather") {
-		d, err := c.duration("etcd-gather")
-		if err != nil {
-			return g, err
-		}
-		g.Gather = d
-	}
-	if c.v.IsSet("leader-ttl") {
-		ttl, err := c.duration("leader-ttl")
-		if err != nil {
-			return g, err
-		}
-		g.LeaderTTL = ttl
-	}
-	cacert, cert, key := c.str("etcd-cacert"), c.str("etcd-cert"), c.str("etcd-key")
+	cacert, cert, key := files.cacert, files.cert, files.key
 	if cacert == "" && cert == "" && key == "" {
 		return g, nil
 	}
@@ -267,15 +269,12 @@ func groupOptions(c *config) (group.Options, error) {
 	return g, nil
 }
 
-// mib writes a default size as the flags read it.
-func mib(n int64) string { return fmt.Sprintf("%dMiB", n>>20) }
-
 // runUntilSignalled runs b until SIGTERM or SIGINT, which start its drain;
 // a second one stops it at once. SIGHUP re-reads the CURVE clients and
-// PLAIN users. Under systemd it says when b is ready, reloading and
-// stopping, and pings the watchdog (notify.go).
+// PLAIN users. Under systemd it says when b is ready (notify.go),
+// reloading and stopping, and pings the watchdog.
 func runUntilSignalled(b runner, log *slog.Logger) error {
-	n := newNotifier(log)
+	n := sdnotify.New(log)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -284,30 +283,34 @@ func runUntilSignalled(b runner, log *slog.Logger) error {
 	defer func() { signal.Stop(hups); close(hups) }()
 	go func() {
 		for range hups {
-			if err := n.reload(b.ReloadCredentials); err != nil {
-				log.Error("SIGHUP: credentials not re-read; the old ones stay", "err", err)
-			}
+			n.Reload("SIGHUP: re-reading the CURVE clients and PLAIN users", func() string {
+				if err := b.ReloadCredentials(); err != nil {
+					log.Error("SIGHUP: credentials not re-read; the old ones stay", "err", err)
+					return fmt.Sprintf("SIGHUP: the credentials were not re-read, the old ones stay: %v", err)
+				}
+				return ""
+			})
 		}
 	}()
 	hurry, cut := context.WithCancel(context.Background())
 	defer cut()
-	ran := make(chan struct{})
-	defer close(ran)
-	go n.whenReady(b, ran)
-	go n.watchdog(ran)
+	ctx, ran := context.WithCancel(context.Background())
+	defer ran()
+	go whenReady(n, b, ctx.Done())
+	go n.Watchdog(ctx)
 	go func() {
 		select {
 		case sig := <-sigs:
 			log.Info("signal received: draining; send it again to stop at once", "signal", sig.String())
-			n.draining()
+			n.Stopping("draining: no new jobs, the jobs in flight may finish; a second SIGTERM stops at once")
 			go b.Shutdown(hurry)
-		case <-ran:
+		case <-ctx.Done():
 			return
 		}
 		select {
 		case <-sigs:
 			cut()
-		case <-ran:
+		case <-ctx.Done():
 		}
 	}()
 	return b.Run(context.Background())
@@ -317,9 +320,11 @@ func runUntilSignalled(b runner, log *slog.Logger) error {
 // limits o shares with it; errors name the key.
 func adminOptions(c *config, o broker.Options) (admin.Options, error) {
 	a := admin.DefaultOptions()
-	a.Addr, a.Token, a.ReadToken = c.str("admin"), c.str("admin-token"), c.str("admin-read-token")
-	a.TLSCert, a.TLSKey = c.str("admin-tls-cert"), c.str("admin-tls-key")
-	a.AllowedHosts, a.AllowedOrigins = c.list("admin-allowed-hosts"), c.list("admin-allowed-origins")
+	b := reader()
+	listenerFlags(b, &a)
+	if err := b.apply(c); err != nil {
+		return a, err
+	}
 	a.MaxStreams, a.MaxBodyBytes, a.Logger = o.MaxEventListeners, 2*int64(o.MaxJobSize), o.Logger
 	return a, a.Validate()
 }
@@ -336,89 +341,20 @@ func brokerOptions(c *config) (broker.Options, error) {
 	if c.str("shard") != "" && c.str("etcd-endpoints") == "" {
 		return o, fmt.Errorf("shard: a shard is a replicated group; give --etcd-endpoints too")
 	}
-	o.Frontend, o.Backend, o.DataDir = c.str("frontend"), c.str("backend"), c.str("data-dir")
 	o.OpenJournal = boltjournal.Open // a group's broker opens its own, in etcd
-	o.CurveSecretKeyFile, o.CurveClients, o.PlainUsers = c.str("curve-secret-key-file"), c.str("curve-clients"), c.str("plain-users")
+	b := reader()
+	x := brokerFlags(b, &o)
+	if err := b.apply(c); err != nil {
+		return o, err
+	}
+	if x.retainDone != 0 && x.resultTTL != 0 && x.retainDone != x.resultTTL {
+		return o, fmt.Errorf("retain-done %v and result-ttl %v: they are one setting (result-ttl is its former name); set one", x.retainDone, x.resultTTL)
+	}
+	if o.ResultTTL = x.resultTTL; x.retainDone != 0 {
+		o.ResultTTL = x.retainDone
+	}
+	o.MaxJobSize = int(min(x.maxJobSize, 1<<31))
 	var err error
-	if o.AllowAnonymous, err = c.boolean("allow-anonymous"); err != nil {
-		return o, err
-	}
-	if o.HeartbeatInterval, err = c.duration("heartbeat-interval"); err != nil {
-		return o, err
-	}
-	if o.HeartbeatTimeout, err = c.duration("heartbeat-timeout"); err != nil {
-		return o, err
-	}
-	if o.OverdueAfter, err = c.duration("overdue-after"); err != nil {
-		return o, err
-	}
-	retain, err := c.duration("retain-done")
-	if err != nil {
-		return o, err
-	}
-	ttl, err := c.duration("result-ttl")
-	if err != nil {
-		return o, err
-	}
-	if retain != 0 && ttl != 0 && retain != ttl {
-		return o, fmt.Errorf("retain-done %v and result-ttl %v: they are one setting (result-ttl is its former name); set one", retain, ttl)
-	}
-	if o.ResultTTL = ttl; retain != 0 {
-		o.ResultTTL = retain
-	}
-	if o.RetryBackoff, err = c.duration("retry-backoff"); err != nil {
-		return o, err
-	}
-	if o.MaxRetryBackoff, err = c.duration("max-retry-backoff"); err != nil {
-		return o, err
-	}
-	if o.DrainTimeout, err = c.duration("drain-timeout"); err != nil {
-		return o, err
-	}
-	if o.MaxFrameSize, err = c.size("max-frame-size"); err != nil {
-		return o, err
-	}
-	size, err := c.size("max-job-size")
-	if err != nil {
-		return o, err
-	}
-	o.MaxJobSize = int(min(size, 1<<31))
-	if o.JournalSegmentSize, err = c.size("journal-segment-size"); err != nil {
-		return o, err
-	}
-	if o.JournalMaxLog, err = c.size("journal-max-log"); err != nil {
-		return o, err
-	}
-	if o.JournalRecover, err = c.boolean("journal-recover"); err != nil {
-		return o, err
-	}
-	if o.MaxPending, err = c.integer("max-pending"); err != nil {
-		return o, err
-	}
-	if o.MaxBulk, err = c.integer("max-bulk"); err != nil {
-		return o, err
-	}
-	if o.ForwardSchedules, err = c.boolean("forward-schedules"); err != nil {
-		return o, err
-	}
-	o.PublisherIncoming, o.PublisherOutgoing = c.str("publisher-incoming"), c.str("publisher-outgoing")
-	if o.PublisherLastValue, err = c.boolean("publisher-last-value"); err != nil {
-		return o, err
-	}
-	for key, dst := range map[string]*int{"subscriber-hwm": &o.SubscriberHWM, "max-subscribers": &o.MaxSubscribers,
-		"last-value-topics": &o.LastValueTopics, "event-buffer": &o.EventBuffer, "max-event-listeners": &o.MaxEventListeners,
-		"max-connections": &o.MaxConnections, "max-connections-per-ip": &o.MaxConnectionsPerIP} {
-		if *dst, err = c.integer(key); err != nil {
-			return o, err
-		}
-	}
-	for key, dst := range map[string]*int64{"payload-cache": &o.PayloadCache,
-		"max-receive-buffer": &o.MaxReceiveBuffer, "max-send-buffer": &o.MaxSendBuffer,
-		"publisher-buffer": &o.PublisherBuffer, "last-value-bytes": &o.LastValueBytes} {
-		if *dst, err = c.size(key); err != nil {
-			return o, err
-		}
-	}
 	if o.Queues, err = c.queueDefaults(); err != nil {
 		return o, err
 	}

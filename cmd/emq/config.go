@@ -19,7 +19,8 @@ import (
 // optional config file (YAML or TOML, by extension), in that order of
 // precedence. Keys are the flag names.
 type config struct {
-	v *viper.Viper
+	v     *viper.Viper
+	flags map[string]bool // the command's flags
 }
 
 // fileSection is the one part of a config file no flag has: the queues'
@@ -35,10 +36,12 @@ func loadConfig(flags *pflag.FlagSet, file string) (*config, error) {
 	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
 	v.AutomaticEnv()
 	var known []string // every flag a key, but --help
+	has := map[string]bool{}
 	var err error
 	flags.VisitAll(func(f *pflag.Flag) {
 		if f.Name != "help" && err == nil {
 			known = append(known, f.Name)
+			has[f.Name] = true
 			err = v.BindPFlag(f.Name, f)
 		}
 	})
@@ -67,7 +70,7 @@ func loadConfig(flags *pflag.FlagSet, file string) (*config, error) {
 			}
 		}
 	}
-	return &config{v}, nil
+	return &config{v, has}, nil
 }
 
 func (c *config) str(key string) string { return c.v.GetString(key) }

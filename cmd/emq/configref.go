@@ -89,11 +89,10 @@ func checkBrokerConfig(file string) error {
 
 // logLevel reads --log-level.
 func logLevel(c *config) (slog.Level, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.str("log-level"))); err != nil {
-		return 0, fmt.Errorf("log-level: %q is not debug, info, warn or error", c.str("log-level"))
-	}
-	return level, nil
+	level := slog.LevelInfo
+	b := reader()
+	logLevelFlag(b, &level)
+	return level, b.apply(c)
 }
 
 // referenceIntro opens the reference (~ stands for a backtick).

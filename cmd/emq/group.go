@@ -59,14 +59,22 @@ func newGroup(c *config, opts broker.Options, aopts admin.Options, g group.Optio
 // the group is not a shard. Moves reach the other shards' admin APIs
 // with this broker's admin token: shards share theirs.
 func shardOptions(c *config, g group.Options, aopts admin.Options) (shards.Options, error) {
-	if c.str("shard") == "" {
-		return shards.Options{}, nil
+	so := shards.DefaultOptions()
+	b := reader()
+	shardFlags(b, &so)
+	if err := b.apply(c); err != nil || so.Shard == "" {
+		return shards.Options{}, err
 	}
-	so := shards.Options{Shard: c.str("shard"), Endpoints: c.list("placement-endpoints"), Prefix: c.str("placement-prefix"),
-		Dial: func(addr string) (shards.Peer, error) {
-			return admin.NewClient(admin.ClientOptions{Addr: addr, Token: aopts.Token})
-		}}
+	so.Dial = func(addr string) (shards.Peer, error) {
+		return admin.NewClient(admin.ClientOptions{Addr: addr, Token: aopts.Token})
+	}
 	return so, so.Validate(g)
+}
+
+// shardFlags declares emq broker's flags of a shard.
+func shardFlags(b *binder, so *shards.Options) {
+	b.str(&so.Shard, "shard", "with --etcd-endpoints: the group is this shard of several, and takes jobs only for the queues the placement puts on it (emq shards)")
+	placementFlags(b, so)
 }
 
 // shardAdmin is an admin client of shard s's leader, found at its admin

@@ -158,19 +158,31 @@ func readPassword(cmd *cobra.Command) (string, error) {
 	return password, nil
 }
 
-// addSecurityFlags adds the flags of a peer's credentials for a broker
+// credentials are what a peer's security flags name.
+type credentials struct{ serverKey, keyFile, user, password string }
+
+// securityFlags declares the flags of a peer's credentials for a broker
 // that wants CURVE or PLAIN (each also EMQ_<FLAG>).
-func addSecurityFlags(f *pflag.FlagSet) {
-	f.String("curve-server-key", "", "the broker's CURVE public key: Z85, or a file emq keygen wrote (NAME.pub)")
-	f.String("curve-key-file", "", "this peer's CURVE secret key file (NAME.key from emq keygen)")
-	f.String("plain-user", "", "a PLAIN user of the broker's plain-users")
-	f.String("plain-password", "", "its password (better in EMQ_PLAIN_PASSWORD than on the command line)")
+func securityFlags(b *binder, p *credentials) {
+	b.str(&p.serverKey, "curve-server-key", "the broker's CURVE public key: Z85, or a file emq keygen wrote (NAME.pub)")
+	b.str(&p.keyFile, "curve-key-file", "this peer's CURVE secret key file (NAME.key from emq keygen)")
+	b.str(&p.user, "plain-user", "a PLAIN user of the broker's plain-users")
+	b.str(&p.password, "plain-password", "its password (better in EMQ_PLAIN_PASSWORD than on the command line)")
 }
+
+// addSecurityFlags adds securityFlags to f.
+func addSecurityFlags(f *pflag.FlagSet) { securityFlags(&binder{f: f}, new(credentials)) }
 
 // securityFrom reads the flags addSecurityFlags added.
 func securityFrom(c *config) (client.Security, error) {
 	var s client.Security
-	server, keyFile := c.str("curve-server-key"), c.str("curve-key-file")
+	var p credentials
+	b := reader()
+	securityFlags(b, &p)
+	if err := b.apply(c); err != nil {
+		return s, err
+	}
+	server, keyFile := p.serverKey, p.keyFile
 	if (server == "") != (keyFile == "") {
 		return s, errors.New("curve-server-key and curve-key-file go together: set both, or neither")
 	}
@@ -191,7 +203,7 @@ func securityFrom(c *config) (client.Security, error) {
 			return s, fmt.Errorf("curve-key-file: %w", err)
 		}
 	}
-	s.User, s.Password = c.str("plain-user"), c.str("plain-password")
+	s.User, s.Password = p.user, p.password
 	if (s.User == "") != (s.Password == "") {
 		return s, errors.New("plain-user and plain-password go together: set both, or neither")
 	}

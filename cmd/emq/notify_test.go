@@ -1,13 +1,8 @@
 package main
 
 import (
-	"bytes"
-	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -134,70 +129,6 @@ func TestNotifyGroup(t *testing.T) {
 	}
 	sb.waitStatus(t, "STATUS=leader of the group, as b")
 	leaderOf(t, b)
-}
-
-// The socket may be an abstract one ('@'); no NOTIFY_SOCKET, or one of
-// another kind, sends nothing.
-func TestNotifyAbstractSocket(t *testing.T) {
-	name := fmt.Sprintf("@emq-notify-test-%d-%d", os.Getpid(), time.Now().UnixNano())
-	sock := listenNotify(t, name)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	t.Setenv("NOTIFY_SOCKET", name)
-	newNotifier(log).readied("STATUS=here")
-	if got := sock.next(t); !slices.Equal(got, []string{"READY=1", "STATUS=here"}) {
-		t.Errorf("on %s: %q, want READY=1 and STATUS=here", name, got)
-	}
-	for _, env := range []string{"", "vsock:2:1234"} {
-		t.Setenv("NOTIFY_SOCKET", env)
-		if n := newNotifier(log); n.addr != nil {
-			t.Errorf("NOTIFY_SOCKET=%q: a notifier to %v, want none", env, n.addr)
-		}
-	}
-}
-
-// A socket nobody listens on is logged once, not at every watchdog
-// ping, and its recovery once.
-func TestNotifyFailureLoggedOnce(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "notify")
-	var out bytes.Buffer
-	t.Setenv("NOTIFY_SOCKET", path)
-	n := newNotifier(slog.New(slog.NewTextHandler(&out, nil)))
-	for range 5 {
-		n.send("WATCHDOG=1")
-	}
-	if got := strings.Count(out.String(), "systemd was not told"); got != 1 {
-		t.Fatalf("%d warnings for 5 failed messages, want 1:\n%s", got, out.String())
-	}
-	sock := listenNotify(t, path)
-	n.send("STATUS=back")
-	n.send("STATUS=back")
-	if got := sock.next(t); !slices.Equal(got, []string{"STATUS=back"}) {
-		t.Fatalf("after the socket came: %q", got)
-	}
-	if got := strings.Count(out.String(), "systemd is told again"); got != 1 {
-		t.Errorf("%d recovery lines, want 1:\n%s", got, out.String())
-	}
-}
-
-// The watchdog pings every half of WATCHDOG_USEC, and not at all when
-// WATCHDOG_PID names another process.
-func TestNotifyWatchdogPID(t *testing.T) {
-	for _, c := range []struct {
-		usec, pid string
-		want      time.Duration
-	}{
-		{"", "", 0},
-		{"200000", "", 100 * time.Millisecond},
-		{"200000", strconv.Itoa(os.Getpid()), 100 * time.Millisecond},
-		{"200000", strconv.Itoa(os.Getpid() + 1), 0},
-		{"nonsense", "", 0},
-	} {
-		t.Setenv("WATCHDOG_USEC", c.usec)
-		t.Setenv("WATCHDOG_PID", c.pid)
-		if got := watchdogEvery(); got != c.want {
-			t.Errorf("WATCHDOG_USEC=%q WATCHDOG_PID=%q: every %v, want %v", c.usec, c.pid, got, c.want)
-		}
-	}
 }
 
 // notifySocket is a NOTIFY_SOCKET the test listens on, as systemd does.

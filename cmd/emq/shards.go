@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/eventmq/emq/admin"
@@ -20,10 +19,10 @@ import (
 	"github.com/eventmq/emq/shards"
 )
 
-// placementFlags adds the flags that find the placement of shards.
-func placementFlags(f *pflag.FlagSet) {
-	f.String("placement-endpoints", "", "the etcd holding the placement of queues on shards, client URLs (comma-separated; default: --etcd-endpoints)")
-	f.String("placement-prefix", shards.DefaultPlacementPrefix, "the placement's key prefix in that etcd")
+// placementFlags declares the flags that find the placement of shards.
+func placementFlags(b *binder, so *shards.Options) {
+	b.list(&so.Endpoints, "placement-endpoints", "the etcd holding the placement of queues on shards, client URLs (comma-separated; default: --etcd-endpoints)")
+	b.str(&so.Prefix, "placement-prefix", "the placement's key prefix in that etcd")
 }
 
 // placementClient connects to the etcd holding the placement, with the
@@ -33,13 +32,19 @@ func placementClient(c *config) (*clientv3.Client, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if eps := c.list("placement-endpoints"); len(eps) > 0 {
-		g.Endpoints = eps
+	so := shards.DefaultOptions()
+	b := reader()
+	placementFlags(b, &so)
+	if err := b.apply(c); err != nil {
+		return nil, "", err
+	}
+	if len(so.Endpoints) > 0 {
+		g.Endpoints = so.Endpoints
 	}
 	if len(g.Endpoints) == 0 {
 		return nil, "", fmt.Errorf("placement-endpoints: give the etcd that holds the placement (or --etcd-endpoints)")
 	}
-	prefix := c.str("placement-prefix")
+	prefix := so.Prefix
 	if !strings.HasPrefix(prefix, "/") || !strings.HasSuffix(prefix, "/") {
 		return nil, "", fmt.Errorf("placement-prefix: must start and end with /, got %q", prefix)
 	}
@@ -68,7 +73,7 @@ func placementCmd(use, short string, args cobra.PositionalArgs, run func(cmd *co
 func newShardsCmd() *cobra.Command {
 	cmd := placementCmd("shards", "Shards: the groups queues are spread over, their leaders and queues", cobra.NoArgs, shardsLs)
 	f := cmd.PersistentFlags()
-	placementFlags(f)
+	placementFlags(&binder{f: f}, new(shards.DefaultOptions()))
 	addEtcdFlags(f, "the etcd of the placement, when --placement-endpoints is not given")
 	f.Bool("json", false, "print JSON instead of a table")
 	f.String("admin-token", "", "the shards' admin token, or read-only token, for emq shards stats (or EMQ_ADMIN_TOKEN)")
@@ -229,7 +234,7 @@ func placeQueueCmd() *cobra.Command {
 				}
 			}
 		})
-	placementFlags(cmd.Flags())
+	placementFlags(&binder{f: cmd.Flags()}, new(shards.DefaultOptions()))
 	cmd.Flags().Bool("wait", true, "wait until the move has ended")
 	return cmd
 }

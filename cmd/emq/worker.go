@@ -1,15 +1,10 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -19,8 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/eventmq/emq/broker"
-	"github.com/eventmq/emq/emqp"
-	"github.com/eventmq/emq/internal/jobtrace"
 	"github.com/eventmq/emq/worker"
 )
 
@@ -55,41 +48,28 @@ the command ends is dropped. For example:
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
-	f.String("broker", broker.DefaultOptions().Backend, "the broker's backend endpoint (several, comma-separated: the one that answers)")
-	f.String("queues", "default", "queues to serve, comma-separated; name:weight gives a weight (default 10)")
-	f.Int("concurrency", 1, "jobs run at once")
-	f.String("exec", "", "the command to run for each job (required)")
-	f.Duration("grace", 30*time.Second, "time running jobs get to finish at stop")
-	f.Duration("heartbeat-interval", time.Second, "HEARTBEAT to the broker this often")
-	f.Duration("heartbeat-timeout", 3*time.Second, "dial every endpoint again when the broker is silent this long (a paused or frozen broker)")
+	workerFlags(&binder{f: f}, new(workerDefaults()), new("default"), new(""))
 	addSecurityFlags(f)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
 		if err != nil {
 			return err
 		}
-		command := c.str("exec")
+		var opts worker.Options
+		var queues, command string
+		b := reader()
+		workerFlags(b, &opts, &queues, &command)
+		if err := b.apply(c); err != nil {
+			return err
+		}
 		if command == "" {
 			return errors.New("exec: the command to run is required (--exec 'CMD ARGS')")
 		}
-		opts := worker.Options{Broker: c.str("broker"),
-			Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))}
+		opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 		if opts.Security, err = securityFrom(c); err != nil {
 			return err
 		}
-		if opts.Queues, err = parseQueues(c.str("queues")); err != nil {
-			return err
-		}
-		if opts.Concurrency, err = c.integer("concurrency"); err != nil {
-			return err
-		}
-		if opts.Grace, err = c.duration("grace"); err != nil {
-			return err
-		}
-		if opts.HeartbeatInterval, err = c.duration("heartbeat-interval"); err != nil {
-			return err
-		}
-		if opts.HeartbeatTimeout, err = c.duration("heartbeat-timeout"); err != nil {
+		if opts.Queues, err = parseQueues(queues); err != nil {
 			return err
 		}
 		tp, stopTracing, err := tracerProvider("emq-worker", opts.Logger)
@@ -102,12 +82,30 @@ the command ends is dropped. For example:
 		if err != nil {
 			return err
 		}
-		w.Handle("*", execHandler(command))
+		w.Handle("*", worker.Exec(command))
 		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		return w.Run(ctx)
 	}
 	return cmd
+}
+
+// workerDefaults are emq worker's defaults.
+func workerDefaults() worker.Options {
+	return worker.Options{Broker: broker.DefaultOptions().Backend, Concurrency: 1,
+		Grace: 30 * time.Second, HeartbeatInterval: time.Second, HeartbeatTimeout: 3 * time.Second}
+}
+
+// workerFlags declares emq worker's flags that fill o, the queues it
+// serves and the command it runs.
+func workerFlags(b *binder, o *worker.Options, queues, command *string) {
+	b.str(&o.Broker, "broker", "the broker's backend endpoint (several, comma-separated: the one that answers)")
+	b.str(queues, "queues", "queues to serve, comma-separated; name:weight gives a weight (default 10)")
+	b.integer(&o.Concurrency, "concurrency", "jobs run at once")
+	b.str(command, "exec", "the command to run for each job (required)")
+	b.duration(&o.Grace, "grace", "time running jobs get to finish at stop")
+	b.duration(&o.HeartbeatInterval, "heartbeat-interval", "HEARTBEAT to the broker this often")
+	b.duration(&o.HeartbeatTimeout, "heartbeat-timeout", "dial every endpoint again when the broker is silent this long (a paused or frozen broker)")
 }
 
 func parseQueues(s string) ([]worker.Queue, error) {
@@ -129,153 +127,3 @@ func parseQueues(s string) ([]worker.Queue, error) {
 	}
 	return qs, nil
 }
-
-// execHandler runs command for each job; a timeout or a cancel kills it
-// (on unix with what it started: see killGroupOnCancel).
-func execHandler(command string) worker.Handler {
-	return func(ctx context.Context, job *worker.Job) ([]byte, error) {
-		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
-		killGroupOnCancel(cmd)
-		cmd.WaitDelay = time.Second // grandchildren holding the pipes do not hold us
-		cmd.Stdin = bytes.NewReader(job.Payload)
-		var stdout bytes.Buffer
-		stderr := &tail{max: 2048}
-		cmd.Stdout, cmd.Stderr = &stdout, stderr
-		cmd.Env = append(os.Environ(),
-			"EMQ_MSGID="+job.MsgID, "EMQ_QUEUE="+job.Queue,
-			"EMQ_ATTEMPT="+strconv.Itoa(job.Attempt), "EMQ_HEADERS="+job.Headers.String())
-		for _, h := range job.Headers.Items() {
-			name := strings.ToUpper(strings.Map(func(r rune) rune {
-				if r == '-' || r == '.' || r == ' ' {
-					return '_'
-				}
-				return r
-			}, h.Name))
-			cmd.Env = append(cmd.Env, "EMQ_HEADER_"+name+"="+h.Value)
-		}
-		cmd.Env = append(cmd.Env, traceEnv(ctx)...)
-		progress, err := progressPipe(cmd)
-		if err != nil {
-			return nil, fmt.Errorf("%s: progress pipe: %w", command, err)
-		}
-		err = cmd.Start()
-		progress.read(job) // after Start: the command has its end of the pipe
-		if err == nil {
-			err = cmd.Wait()
-		}
-		progress.close(cmd.WaitDelay)
-		if ctx.Err() != nil {
-			// context.Cause tells a timeout from a cancel (worker.ErrCancelled).
-			return nil, fmt.Errorf("%s: killed: %w", command, context.Cause(ctx))
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %v: %s", command, err, strings.TrimSpace(stderr.String()))
-		}
-		return stdout.Bytes(), nil
-	}
-}
-
-// traceEnv is TRACEPARENT and TRACESTATE of ctx's span: the job's span
-// in this worker, or the job's own trace context when no SDK records.
-func traceEnv(ctx context.Context) []string {
-	h := jobtrace.Inject(ctx, emqp.Headers{})
-	var env []string
-	if v, ok := h.Get(emqp.HeaderTraceparent); ok {
-		env = append(env, "TRACEPARENT="+v)
-	}
-	if v, ok := h.Get(emqp.HeaderTracestate); ok && v != "" {
-		env = append(env, "TRACESTATE="+v)
-	}
-	return env
-}
-
-// progressFD is the command's file descriptor for progress lines.
-const progressFD = 3
-
-// progressLines is the pipe a command writes its progress lines to; nil
-// where commands get none.
-type progressLines struct {
-	r, w *os.File
-	done chan struct{} // closed when the reader has ended
-}
-
-// newProgressLines gives cmd a pipe as file descriptor progressFD, and
-// names it in EMQ_PROGRESS_FD; cmd.Env must be set already.
-func newProgressLines(cmd *exec.Cmd) (*progressLines, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.ExtraFiles = []*os.File{w} // the first one is descriptor 3
-	cmd.Env = append(cmd.Env, "EMQ_PROGRESS_FD="+strconv.Itoa(progressFD))
-	return &progressLines{r: r, w: w, done: make(chan struct{})}, nil
-}
-
-// read closes the parent's write end and passes each line to
-// job.Progress, in a goroutine, so that the command never waits for us.
-func (p *progressLines) read(job *worker.Job) {
-	if p == nil {
-		return
-	}
-	p.w.Close()
-	go func() {
-		defer close(p.done)
-		readProgress(p.r, job)
-	}()
-}
-
-// close waits for the lines left in the pipe, then closes it. A process
-// the command left running may hold the pipe open: then it waits no more
-// than wait.
-func (p *progressLines) close(wait time.Duration) {
-	if p == nil {
-		return
-	}
-	select {
-	case <-p.done:
-	case <-time.After(wait):
-	}
-	p.r.Close() // ends the read that a leftover process holds up
-	<-p.done
-}
-
-// readProgress passes each line from r to job.Progress until r ends: a
-// percent, a note or both, as in a PROGRESS. A line longer than
-// emqp.MaxProgressLen is cut (by Progress, on a UTF-8 boundary).
-func readProgress(r io.Reader, job *worker.Job) {
-	br := bufio.NewReaderSize(r, 2*emqp.MaxProgressLen)
-	for {
-		line, err := br.ReadSlice('\n')
-		text := strings.TrimRight(string(line), "\r\n")
-		for errors.Is(err, bufio.ErrBufferFull) { // the rest of a long line is dropped
-			_, err = br.ReadSlice('\n')
-		}
-		if text != "" {
-			report := emqp.Progress{Text: text}
-			percent, ok := report.Percent()
-			if !ok {
-				percent = -1
-			}
-			job.Progress(percent, report.Note())
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	max int
-	b   []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string { return string(t.b) }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package main
+package sdnotify
 
 // monotonicUsec has no systemd to serve off Linux.
 func monotonicUsec() (int64, bool) { return 0, false }

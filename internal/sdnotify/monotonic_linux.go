@@ -1,4 +1,4 @@
-package main
+package sdnotify
 
 import "golang.org/x/sys/unix"
 
