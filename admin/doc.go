@@ -19,10 +19,11 @@
 // below over the API of the broker it serves (Serve; none while a
 // group's broker stands by), the guard and the tokens (guard.go), the
 // dashboard's files and sessions (dashboard.go), the event and overview
-// streams (sse.go), and /metrics (metrics.go, fed by the broker as its
-// broker.Observer). Nothing here holds broker state; package broker
-// imports nothing of it. cmd/emq and package group build a Server beside
-// each broker they run.
+// streams (sse.go), /metrics (metrics.go, fed by the broker as its
+// broker.Observer), and on the same port EventMQ's emq-cli's eMQP
+// commands (emqcli.go). Nothing here holds broker state; package broker
+// imports nothing of it. cmd/emq builds a Server beside each broker it
+// runs, and for a group's member (cmd/emq/group.go).
 //
 // # The HTTP API
 //

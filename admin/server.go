@@ -16,6 +16,7 @@ import (
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/internal/addr"
+	"github.com/eventmq/emq/internal/zmtp"
 	"github.com/eventmq/emq/internal/lograte"
 	"github.com/eventmq/emq/shards"
 )
@@ -59,6 +60,9 @@ type Options struct {
 	// error makes it 503 with the error's text (a group's leader that has
 	// not run for a while: its lease may have ended meanwhile).
 	Ready func() error
+	// Shutdown, if set, stops the broker gracefully (as SIGTERM): EventMQ's
+	// emq-cli asks it with DISCONNECT (emqcli.go).
+	Shutdown func()
 
 	Logger *slog.Logger // nil = slog.Default()
 }
@@ -117,6 +121,7 @@ type Server struct {
 	loginLog  *lograte.Limiter
 
 	srv  *http.Server
+	cli  *zmtp.Router // emq-cli's eMQP on the same port (emqcli.go)
 	addr string
 }
 
@@ -181,6 +186,9 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("admin: %w", err)
 	}
+	if ln, err = s.splitEMQCLI(ln); err != nil {
+		return fmt.Errorf("admin: %w", err)
+	}
 	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	s.addr = ln.Addr().String()
 	scheme := "http"
@@ -217,6 +225,9 @@ func (s *Server) Addr() string { return s.addr }
 func (s *Server) Close() error {
 	if s.srv == nil {
 		return nil
+	}
+	if s.cli != nil {
+		s.cli.Close()
 	}
 	return s.srv.Close()
 }

@@ -790,3 +790,21 @@ func (b *Broker) Backup(ctx context.Context, w io.Writer, h store.BackupHeader) 
 	}
 	return bk.Backup(w, h)
 }
+
+// SchedulerInfo describes a scheduler connected to the broker.
+type SchedulerInfo struct {
+	ID            string    `json:"id"` // the routing id, as text or 0x-hex
+	Endpoint      string    `json:"endpoint"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+}
+
+// Schedulers describes every scheduler, in the order SCHEDULEs go round.
+func (b *Broker) Schedulers(ctx context.Context) ([]SchedulerInfo, error) {
+	return query(ctx, b, func() []SchedulerInfo {
+		out := make([]SchedulerInfo, 0, len(b.schedulers))
+		for _, s := range b.schedulers {
+			out = append(out, SchedulerInfo{ID: printableID(s.key.id), Endpoint: endpointName(s.key.ep), LastHeartbeat: s.lastSeen})
+		}
+		return out
+	})
+}

@@ -269,6 +269,18 @@ func groupOptions(c *config) (group.Options, error) {
 	return g, nil
 }
 
+// stopRequests asks runUntilSignalled for a graceful stop, as SIGTERM
+// does (the admin listener's Shutdown: emq-cli's DISCONNECT).
+var stopRequests = make(chan struct{}, 1)
+
+// requestStop asks for a graceful stop; once is enough.
+func requestStop() {
+	select {
+	case stopRequests <- struct{}{}:
+	default:
+	}
+}
+
 // runUntilSignalled runs b until SIGTERM or SIGINT, which start its drain;
 // a second one stops it at once. SIGHUP re-reads the CURVE clients and
 // PLAIN users. Under systemd it says when b is ready (notify.go),
@@ -304,6 +316,10 @@ func runUntilSignalled(b runner, log *slog.Logger) error {
 			log.Info("signal received: draining; send it again to stop at once", "signal", sig.String())
 			n.Stopping("draining: no new jobs, the jobs in flight may finish; a second SIGTERM stops at once")
 			go b.Shutdown(hurry)
+		case <-stopRequests:
+			log.Info("a graceful stop was asked (emq-cli's DISCONNECT): draining; SIGTERM stops at once")
+			n.Stopping("draining: no new jobs, the jobs in flight may finish; a second SIGTERM stops at once")
+			go b.Shutdown(hurry)
 		case <-ctx.Done():
 			return
 		}
@@ -326,6 +342,7 @@ func adminOptions(c *config, o broker.Options) (admin.Options, error) {
 		return a, err
 	}
 	a.MaxStreams, a.MaxBodyBytes, a.Logger = o.MaxEventListeners, 2*int64(o.MaxJobSize), o.Logger
+	a.Shutdown = requestStop
 	return a, a.Validate()
 }
 

@@ -108,7 +108,6 @@ type Router struct {
 // Listen binds endpoint ("tcp://host:port"; port 0 picks a free one) and
 // starts accepting connections.
 func Listen(endpoint string, opts Options) (*Router, error) {
-	opts.setDefaults()
 	if opts.Receive == nil {
 		return nil, errors.New("zmtp: Options.Receive is required")
 	}
@@ -119,6 +118,16 @@ func Listen(endpoint string, opts Options) (*Router, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	return Serve(ln, opts)
+}
+
+// Serve accepts connections from ln (a listener shared with another
+// protocol, say) until Close, which closes ln.
+func Serve(ln net.Listener, opts Options) (*Router, error) {
+	opts.setDefaults()
+	if opts.Receive == nil {
+		return nil, errors.New("zmtp: Options.Receive is required")
 	}
 	r := &Router{
 		opts:    opts,
