@@ -16,8 +16,8 @@ import (
 
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/internal/addr"
-	"github.com/eventmq/emq/internal/zmtp"
 	"github.com/eventmq/emq/internal/lograte"
+	"github.com/eventmq/emq/internal/zmtp"
 	"github.com/eventmq/emq/shards"
 )
 
