@@ -114,10 +114,13 @@ func TestTakeoverDeliversWhatWasInFlight(t *testing.T) {
 // Shutdown drains the leader as a broker's does (a job in flight is
 // replied, and not run again) and resigns: when it returns the old
 // leader holds no election key, so the standby takes over without
-// waiting for the lease, and it was not fenced.
+// waiting for the lease, and it was not fenced. Under load, every ACKed
+// job runs.
 func TestShutdownDrainsAndResigns(t *testing.T) {
 	c := grouptest.StartOn(t, etcdtest.Start(t, 1).Endpoints(), 2, grouptest.Config{LeaderTTL: 30 * time.Second})
 	old := c.Leader(t)
+	l := c.StartLoad(t, 4, "load")
+	l.WaitAcks(t, 50, "jobs ACKed")
 	id := send(t, c.Frontends(), "q")
 	w := bt.Worker(t, old.Backend, "w1", "q")
 	w.Ready(1)
@@ -145,6 +148,9 @@ func TestShutdownDrainsAndResigns(t *testing.T) {
 			t.Fatalf("the job replied during the drain is at the next leader: %+v", q)
 		}
 	}
+	l.WaitAcks(t, 50, "jobs ACKed by the next leader")
+	acked, again := l.Check(t)
+	t.Logf("%d jobs ACKed, every one ran; %d runs beyond the first", acked, again)
 }
 
 // A leader whose election key is gone (another leads now) cannot ACK:
