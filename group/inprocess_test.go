@@ -114,13 +114,10 @@ func TestTakeoverDeliversWhatWasInFlight(t *testing.T) {
 // Shutdown drains the leader as a broker's does (a job in flight is
 // replied, and not run again) and resigns: when it returns the old
 // leader holds no election key, so the standby takes over without
-// waiting for the lease, and it was not fenced. Under load, every ACKed
-// job runs.
+// waiting for the lease, and it was not fenced.
 func TestShutdownDrainsAndResigns(t *testing.T) {
 	c := grouptest.StartOn(t, etcdtest.Start(t, 1).Endpoints(), 2, grouptest.Config{LeaderTTL: 30 * time.Second})
 	old := c.Leader(t)
-	l := c.StartLoad(t, 4, "load")
-	l.WaitAcks(t, 50, "jobs ACKed")
 	id := send(t, c.Frontends(), "q")
 	w := bt.Worker(t, old.Backend, "w1", "q")
 	w.Ready(1)
@@ -128,6 +125,14 @@ func TestShutdownDrainsAndResigns(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- old.Shutdown(t) }()
 	testutil.Eventually(t, "the old leader draining", func() bool { return !old.Ready() })
+	select {
+	case err := <-stopped:
+		t.Fatalf("Shutdown returned (%v) with a job in flight: no drain", err)
+	default:
+	}
+	if q := old.Queue(t, "q"); q.InFlight != 1 {
+		t.Fatalf("the draining leader's queue: %+v, want its job in flight", q)
+	}
 	w.Reply(id, nil)
 	if err := testutil.Recv(t, stopped, "Shutdown's return"); err != nil {
 		t.Fatalf("Shutdown: %v", err)
@@ -148,6 +153,19 @@ func TestShutdownDrainsAndResigns(t *testing.T) {
 			t.Fatalf("the job replied during the drain is at the next leader: %+v", q)
 		}
 	}
+}
+
+// The leader stopped gracefully under load: the standby leads, and every
+// ACKed job runs.
+func TestShutdownUnderLoadLosesNothing(t *testing.T) {
+	c := grouptest.Start(t, 2)
+	old := c.Leader(t)
+	l := c.StartLoad(t, 4, "q")
+	l.WaitAcks(t, 50, "jobs ACKed")
+	if err := old.Shutdown(t); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	c.Leader(t)
 	l.WaitAcks(t, 50, "jobs ACKed by the next leader")
 	acked, again := l.Check(t)
 	t.Logf("%d jobs ACKed, every one ran; %d runs beyond the first", acked, again)

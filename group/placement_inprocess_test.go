@@ -10,7 +10,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
@@ -98,7 +97,7 @@ func TestMoveAQueueBetweenShards(t *testing.T) {
 		}
 		dead = append(dead, id)
 	}
-	testutil.Eventually(t, "two dead letters", func() bool { return queueOf(t, aa, "mq").Dead == 2 })
+	testutil.Eventually(t, "two dead letters", func() bool { return a.Queue(t, "mq").Dead == 2 })
 	stopW()
 	three, two, four, weight2 := 3, 2, 4, 2
 	rate := 3.0
@@ -146,7 +145,7 @@ func TestMoveAQueueBetweenShards(t *testing.T) {
 		return !moving && tb.Owner("mq") == "b"
 	})
 
-	qa, qb := queueOf(t, aa, "mq"), queueOf(t, ba, "mq")
+	qa, qb := a.Queue(t, "mq"), b.Queue(t, "mq")
 	if qa.Pending+qa.Delayed+qa.Dead != 0 {
 		t.Fatalf("shard a still holds %+v of the moved queue", qa)
 	}
@@ -240,21 +239,6 @@ func place(t *testing.T, cli *clientv3.Client, queue, shard string) (*group.Plac
 		t.Fatal(err)
 	}
 	return p, move
-}
-
-// queueOf is queue as a member's admin API shows it (zero: none).
-func queueOf(t *testing.T, a *admin.Client, queue string) broker.QueueInfo {
-	t.Helper()
-	qs, err := a.Queues(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range qs {
-		if q.Name == queue {
-			return q
-		}
-	}
-	return broker.QueueInfo{}
 }
 
 // failingWorker serves queue at backend with a handler that fails every

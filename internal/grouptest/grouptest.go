@@ -299,6 +299,21 @@ func (m *Member) Admin(t testing.TB) *admin.Client {
 	return c
 }
 
+// Queue is queue as the member's admin API shows it (zero: none).
+func (m *Member) Queue(t testing.TB, queue string) broker.QueueInfo {
+	t.Helper()
+	qs, err := m.Admin(t).Queues(context.Background())
+	if err != nil {
+		t.Fatalf("member %s: queues: %v", m.Name, err)
+	}
+	for _, q := range qs {
+		if q.Name == queue {
+			return q
+		}
+	}
+	return broker.QueueInfo{}
+}
+
 // Logs is what the member logged, over all its runs.
 func (m *Member) Logs() string { return m.logs.String() }
 
