@@ -6,53 +6,22 @@ import (
 	"github.com/eventmq/emq/admin"
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/group"
+	"github.com/eventmq/emq/internal/groupmember"
 	"github.com/eventmq/emq/shards"
 )
 
-// newGroup wires a broker of a replicated group: its admin listener
-// (started by the caller) answers as a standby, serves each leadership's
-// broker, and shows the group; with --shard, a shards.Member runs beside
-// the group and moves queues through the other shards' admin APIs.
+// newGroup wires a broker of a replicated group (package groupmember):
+// the caller starts its admin listener, then runs the group.
 func newGroup(c *config, opts broker.Options, aopts admin.Options, g group.Options) (*group.Group, *admin.Server, error) {
 	so, err := shardOptions(c, g, aopts)
 	if err != nil {
 		return nil, nil, err
 	}
-	var grp *group.Group
-	var sh *shards.Member
-	if so.Shard != "" {
-		if sh, err = shards.New(g, so, opts.Logger); err != nil {
-			return nil, nil, err
-		}
-		g.Beside = sh
-		aopts.Shards = sh.Shards
-	}
-	// grp is set below, before the listener starts.
-	aopts.Group = func() admin.GroupInfo {
-		info := admin.GroupInfo{Info: grp.Info(), Shard: so.Shard}
-		if sh != nil {
-			info.Placement = sh.Version()
-		}
-		return info
-	}
-	aopts.Ready = func() error { return grp.Running() }
-	if aopts.Logger == nil {
-		aopts.Logger = opts.Logger
-	}
-	srv, err := admin.New(aopts)
+	m, err := groupmember.New(opts, aopts, g, so)
 	if err != nil {
 		return nil, nil, err
 	}
-	opts.Observer = srv.Observer()
-	g.Serving = srv.Serve
-	if grp, err = group.New(opts, g); err != nil {
-		return nil, nil, err
-	}
-	if err := srv.Register(grp.Collectors()...); err != nil {
-		grp.Close()
-		return nil, nil, err
-	}
-	return grp, srv, nil
+	return m.Group, m.Server, nil
 }
 
 // shardOptions reads --shard and the placement's flags; Shard "" when
