@@ -149,6 +149,7 @@ func (s *Server) Handler() http.Handler {
 		})
 	})
 	s.queueRoute(mux)
+	s.openAPIRoute(mux)
 	s.controlRoutes(mux)
 	s.flowRoutes(mux)
 	mux.HandleFunc("GET /api/v1/events", s.serveEvents)
