@@ -8,9 +8,13 @@ JAEGER    ?= bin/jaeger
 # load (golang/go#75804, fixed in go1.27); a count has no deadline to race.
 FUZZTIME  ?= 100000x
 STATICCHECK_VERSION ?= v0.8.2
+# The OpenAPI linter (make lint-openapi): Redocly's CLI from the npm
+# registry, pinned, installed once into a cache directory (node 20+).
+REDOCLY_VERSION ?= 2.77.0
+REDOCLY_DIR ?= $(HOME)/.cache/emq-tools/redocly-$(REDOCLY_VERSION)
 RACE      := $(GO) test -race -count=1 -timeout 25m
 
-.PHONY: help run build check test test-most vet race race-most jaeger-idle memory fuzz fuzz-short bench gobench lint screenshots torture faults mutations ha-demo trace-demo clean
+.PHONY: help run build check test test-most vet race race-most jaeger-idle memory fuzz fuzz-short bench gobench lint lint-openapi screenshots torture faults mutations ha-demo trace-demo clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -78,11 +82,18 @@ bench: build ## EMQ beside the peers of ../shared/anchors, then alone: docs/benc
 gobench: ## the go test benchmarks of every package
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-lint: ## staticcheck (installed with go install on first use)
+lint: lint-openapi ## staticcheck (installed with go install on first use), gofmt, and the OpenAPI linter
 	@command -v staticcheck >/dev/null 2>&1 || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	@PATH="$$PATH:$$($(GO) env GOPATH)/bin" staticcheck ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@echo "lint: staticcheck and gofmt clean"
+
+# admin/openapi.json is the document GET /api/v1/openapi.json serves (embedded
+# as it is); admin/redocly.yaml and admin/.redocly.lint-ignore.yaml say
+# what the linter checks and lets pass.
+lint-openapi: ## lint the admin API's OpenAPI document with Redocly's CLI (installed from npm on first use)
+	@test -x $(REDOCLY_DIR)/node_modules/.bin/redocly || npm install --no-audit --no-fund --prefix $(REDOCLY_DIR) @redocly/cli@$(REDOCLY_VERSION) >/dev/null
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true $(REDOCLY_DIR)/node_modules/.bin/redocly lint admin/openapi.json --config admin/redocly.yaml
 
 screenshots: ## the dashboard's pictures in docs/ui (needs chromium)
 	EMQ_REQUIRE_BROWSER=1 EMQ_UI_SCREENSHOTS=$(CURDIR)/docs/ui go test ./internal/ui -count=1 -run 'TestPages|TestChartMoves|TestLogin|TestWorkflowPages'

@@ -33,6 +33,7 @@
 //	GET    /metrics                          Prometheus text format
 //	GET    /api/v1/stats                     counters (pub/sub's too, when it is on)
 //	GET    /api/v1/queues                    []QueueInfo, with each queue's controls
+//	GET    /api/v1/queues/{queue}[?unknown=empty]   one queue's load for autoscalers: a broker.QueueLoad; 404 for a queue the broker does not know (queue.go)
 //	GET    /api/v1/workers                   []WorkerInfo
 //	GET    /api/v1/jobs?queue=&state=&limit=&after=&msgid_prefix=&header=&error=&older_than=&newer_than=
 //	                                         a page of JobInfo (state pending, inflight, dead, done or cancelled; bulk.go)
@@ -61,6 +62,7 @@
 //	GET    /api/v1/jobs/{msgid}/payload, /result   the whole payload or result, as a download
 //	POST   /api/v1/jobs/remove?state=pending|dead|done|cancelled&FILTERS[&confirm=yes]   bulk delete; counts only without confirm
 //	GET    /, /ui/...                         the dashboard, and its login (dashboard.go)
+//	GET    /api/v1/openapi.json              this API described in OpenAPI 3.1 (openapi.go)
 //
 // Every request must name this listener as its Host, and one that changes
 // something needs the header X-EMQ-Admin (or a JSON body) and, from a

@@ -148,6 +148,8 @@ func (s *Server) Handler() http.Handler {
 			reply(w, map[string]int{"removed": n}, err)
 		})
 	})
+	s.queueRoute(mux)
+	s.openAPIRoute(mux)
 	s.controlRoutes(mux)
 	s.flowRoutes(mux)
 	mux.HandleFunc("GET /api/v1/events", s.serveEvents)

@@ -240,6 +240,69 @@ func (b *Broker) liveQueues() []QueueInfo {
 	return out
 }
 
+// QueueLoad is one queue as an autoscaler reads it: its QueueInfo, the
+// age of the job that has waited longest for a worker, and the slots the
+// workers serving it offer and do not use.
+type QueueLoad struct {
+	QueueInfo
+	OldestPendingAge float64 `json:"oldest_pending_age_seconds"` // 0 when none waits
+	// FreeSlots are the unused slots of the workers serving the queue. A
+	// worker serving several queues counts its slots in each: any of them
+	// may take the next job.
+	FreeSlots int `json:"free_slots"`
+}
+
+// QueueLoad describes the queue called name, from one visit to the loop
+// and the journal's dead and done counts; store.ErrNotFound when the
+// broker knows no such queue: none of its jobs is held or kept, no
+// worker serves it, it has no controls. (The broker forgets a queue
+// without jobs or workers, so an idle queue is unknown.) It costs what a
+// scrape of /metrics costs, and a count of the journal's dead and done
+// jobs.
+func (b *Broker) QueueLoad(ctx context.Context, name string) (QueueLoad, error) {
+	type found struct {
+		load  QueueLoad
+		known bool
+	}
+	f, err := query(ctx, b, func() found {
+		var f found
+		for _, qi := range b.liveQueues() {
+			if qi.Name == name {
+				f.load.QueueInfo, f.known = qi, true
+			}
+		}
+		if q := b.queues[name]; q != nil {
+			if j := b.oldest(q); j != nil {
+				f.load.OldestPendingAge = age(time.Now(), j)
+			}
+			for _, w := range q.workers {
+				f.load.FreeSlots += w.free
+			}
+		}
+		return f
+	})
+	if err != nil {
+		return QueueLoad{}, err
+	}
+	counts, err := b.journal.Counts(store.Dead, store.Done, store.Cancelled)
+	switch {
+	case errors.Is(err, store.ErrCorrupt): // as Queues: what memory knows
+		counts = nil
+	case err != nil:
+		return QueueLoad{}, err
+	}
+	for _, c := range counts {
+		if c.Queue == name && c.Dead+c.Done+c.Cancelled > 0 {
+			f.load.Dead, f.load.Done, f.load.Cancelled, f.known = c.Dead, c.Done, c.Cancelled, true
+		}
+	}
+	if !f.known {
+		return QueueLoad{}, fmt.Errorf("%w: queue %q: no job of it is held or kept, no worker serves it", store.ErrNotFound, name)
+	}
+	f.load.Name = name
+	return f.load, nil
+}
+
 // age is how long ago j was stored, in seconds.
 func age(now time.Time, j *job) float64 { return now.Sub(fromNanos(j.enqueued)).Seconds() }
 

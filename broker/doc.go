@@ -12,7 +12,7 @@
 //	                                                  the loop (this package)
 //
 // This package is the loop and what it owns. Everyone else (package
-// admin, package group, cmd/emq, tests) uses its named API: Queues,
+// admin, package group, cmd/emq, tests) uses its named API: Queues, QueueLoad,
 // Workers, State, InFlight, Job, ListJobs, RetryDead, RemoveJob,
 // PurgeQueue, ChangeQueue, the flow calls (ChangeTenant, Tenants,
 // SetLimiter, RemoveLimiter, Limiters, Flow, Why), the schedule calls,
