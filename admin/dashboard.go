@@ -52,7 +52,14 @@ const (
 	noAccess access = iota
 	readAccess
 	fullAccess
+	producerAccess // sends jobs and reads results, nothing else (producerRoutes)
 )
+
+// producerRoutes are the routes the producer token may use.
+var producerRoutes = map[string]bool{
+	"POST /api/v1/queues/{queue}/jobs": true,
+	"GET /api/v1/jobs/{msgid}/result":  true,
+}
 
 // sessions are the dashboard's logins.
 type sessions struct {
@@ -116,7 +123,7 @@ func (s *sessions) end(id string) {
 
 // authNeeded reports whether the admin listener wants a token.
 func (s *Server) authNeeded() bool {
-	return s.opts.Token != "" || s.opts.ReadToken != ""
+	return s.opts.Token != "" || s.opts.ReadToken != "" || s.opts.ProducerToken != ""
 }
 
 // tokenAccess is what token (a Bearer token, or one typed at the login
@@ -128,6 +135,8 @@ func (s *Server) tokenAccess(token string) access {
 		return fullAccess
 	case s.opts.ReadToken != "" && subtle.ConstantTimeCompare(got, []byte(s.opts.ReadToken)) == 1:
 		return readAccess
+	case s.opts.ProducerToken != "" && subtle.ConstantTimeCompare(got, []byte(s.opts.ProducerToken)) == 1:
+		return producerAccess
 	}
 	return noAccess
 }
@@ -158,6 +167,8 @@ func (a access) String() string {
 		return "full"
 	case readAccess:
 		return "read"
+	case producerAccess:
+		return "producer"
 	}
 	return ""
 }
@@ -193,6 +204,10 @@ func (s *Server) dashboardRoutes(mux *http.ServeMux) {
 			return
 		}
 		a := s.tokenAccess(in.Token)
+		if a == producerAccess {
+			refuse(w, http.StatusForbidden, "producer_only", "the producer token sends jobs and reads their results: it cannot log in to the dashboard")
+			return
+		}
 		if a == noAccess {
 			s.loginLog.Warn(s.log, "dashboard login refused: wrong token", "from", r.RemoteAddr)
 			refuse(w, http.StatusUnauthorized, "unauthorized", "wrong token")
@@ -226,8 +241,10 @@ func publicPath(r *http.Request) bool {
 }
 
 // authorize wraps the admin API with the token check: every request needs
-// a role (publicPath's excepted), and a change needs the full one.
-func (s *Server) authorize(next http.Handler) http.Handler {
+// a role (publicPath's excepted), and a change needs the full one; the
+// producer's requests are only those of producerRoutes (mux says which
+// route a request is for).
+func (s *Server) authorize(next http.Handler, mux *http.ServeMux) http.Handler {
 	if !s.authNeeded() {
 		return next
 	}
@@ -238,6 +255,12 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 		}
 		switch s.requestAccess(r) {
 		case fullAccess:
+		case producerAccess:
+			if _, pattern := mux.Handler(r); !producerRoutes[pattern] {
+				refuse(w, http.StatusForbidden, "producer_only", "the producer token may only send jobs (POST /api/v1/queues/{queue}/jobs) "+
+					"and read their results (GET /api/v1/jobs/{msgid}/result)")
+				return
+			}
 		case readAccess:
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
 				refuse(w, http.StatusForbidden, "read_only", "the read-only admin token may not change anything")

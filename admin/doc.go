@@ -59,7 +59,9 @@
 //	DELETE /api/v1/schedules/{id}
 //	POST   /api/v1/schedules/{id}/pause, /resume
 //	GET    /api/v1/overview[/stream]          the dashboard's first page, once or once a second (dashboard.go)
-//	GET    /api/v1/jobs/{msgid}/payload, /result   the whole payload or result, as a download
+//	GET    /api/v1/jobs/{msgid}/payload   the whole payload, as a download
+//	GET    /api/v1/jobs/{msgid}/result[?wait=30s]   the result, waited for up to wait (jobs.go): 200, 202 not done, 404, 409 dead or cancelled, 410 not kept
+//	POST   /api/v1/queues/{queue}/jobs       send a job (a raw body, or JSON) or a bulk (a JSON array, JSON lines): 201 {"msgid"} or {"msgids"} once durable (jobs.go)
 //	POST   /api/v1/jobs/remove?state=pending|dead|done|cancelled&FILTERS[&confirm=yes]   bulk delete; counts only without confirm
 //	GET    /, /ui/...                         the dashboard, and its login (dashboard.go)
 //	GET    /api/v1/openapi.json              this API described in OpenAPI 3.1 (openapi.go)
@@ -69,7 +71,8 @@
 // browser, this listener's origin: guard.go keeps other sites' pages
 // out. With a Token every request needs "Authorization: Bearer TOKEN" or
 // a dashboard session of that token; a ReadToken (or its session) may be
-// used instead for GETs only (403 otherwise); the dashboard's files and
+// used instead for GETs only (403 otherwise), a ProducerToken for
+// sending jobs and reading results only; the dashboard's files and
 // login need neither. Without a token, Validate refuses a non-loopback
 // Addr. With TLSCert and TLSKey it is HTTPS. Errors are {"error": "a
 // sentence", "code": "a class"} with a status by class (errors.go): 400 a

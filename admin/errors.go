@@ -18,6 +18,7 @@ var classes = []struct {
 	status int
 	errs   []error // what the class is, to errors.Is; the first is what a Client's error matches
 }{
+	{"not_done", http.StatusAccepted, []error{ErrNotDone}}, // before not_found: ErrNotDone is one
 	{"not_found", http.StatusNotFound, []error{store.ErrNotFound}},
 	{"wrong_state", http.StatusConflict, []error{store.ErrWrongState}},
 	{"bad_filter", http.StatusBadRequest, []error{store.ErrBadFilter}},

@@ -20,7 +20,12 @@ import (
 //     otherwise 421. A rebinding page's requests carry its own name.
 //   - A request that changes something (any method but GET and HEAD)
 //     must carry something no plain HTML form sends: the header
-//     X-EMQ-Admin (emq's CLI sends it), or a JSON body; otherwise 403.
+//     X-EMQ-Admin (emq's CLI sends it), a JSON body (application/json,
+//     application/x-ndjson), or a raw body (application/octet-stream)
+//     with an Idempotency-Key or a Bearer token (a program's plain
+//     request, curl's: a page can send those headers elsewhere only
+//     after a CORS preflight this listener never grants, and a browser
+//     sends no Bearer token of its own accord); otherwise 403.
 //   - Such a request from a browser must come from the listener's own
 //     origin or one of AdminAllowedOrigins (Sec-Fetch-Site and Origin,
 //     checked by net/http's CrossOriginProtection); otherwise 403.
@@ -48,7 +53,8 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && !fromProgram(r) {
 			refuse(w, http.StatusForbidden, "cross_site", "a request that changes something needs the header "+
-				Header+" or a JSON body (Content-Type: application/json), which no HTML form can send")
+				Header+", a JSON body (Content-Type: application/json), or a raw body (application/octet-stream) with "+
+				IdempotencyKey+" or a Bearer token: what no HTML form can send")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -56,13 +62,21 @@ func (s *Server) guard(next http.Handler) http.Handler {
 }
 
 // fromProgram reports whether r carries what a plain HTML form cannot
-// send: the admin header, or a JSON content type.
+// send: the admin header, a JSON body, or a raw body with an
+// Idempotency-Key or a Bearer token.
 func fromProgram(r *http.Request) bool {
 	if r.Header.Get(Header) != "" {
 		return true
 	}
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	return err == nil && mt == "application/json"
+	switch {
+	case err != nil:
+		return false
+	case mt == "application/json", mt == "application/x-ndjson":
+		return true
+	}
+	return mt == "application/octet-stream" &&
+		(r.Header.Get(IdempotencyKey) != "" || strings.HasPrefix(r.Header.Get("Authorization"), "Bearer "))
 }
 
 // hostAllowed reports whether r's Host names this listener. A request

@@ -91,16 +91,8 @@ func (s *Server) Handler() http.Handler {
 			download(w, r.PathValue("msgid")+".payload", p)
 		})
 	})
-	mux.HandleFunc("GET /api/v1/jobs/{msgid}/result", func(w http.ResponseWriter, r *http.Request) {
-		s.with(w, func(a API) {
-			res, err := a.Result(r.Context(), r.PathValue("msgid"))
-			if err != nil {
-				fail(w, err)
-				return
-			}
-			download(w, r.PathValue("msgid")+".result", res)
-		})
-	})
+	mux.HandleFunc("GET /api/v1/jobs/{msgid}/result", s.getResult) // jobs.go
+	mux.HandleFunc("POST /api/v1/queues/{queue}/jobs", s.postJobs)
 	mux.HandleFunc("POST /api/v1/jobs/remove", func(w http.ResponseWriter, r *http.Request) {
 		f, err := ParseJobFilter(r.URL.Query())
 		if err != nil {
@@ -167,7 +159,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /api/v1/overview/stream", s.serveOverview)
 	s.dashboardRoutes(mux)
-	return s.guard(s.authorize(mux))
+	return s.guard(s.authorize(mux, mux))
 }
 
 // with runs fn with the API of the broker served now, or answers that

@@ -29,6 +29,18 @@ type Options struct {
 	// everything the admin API shows and change nothing (403): for
 	// dashboards and monitoring.
 	ReadToken string
+	// ProducerToken, when set, is a Bearer token that may send jobs (POST
+	// /api/v1/queues/{queue}/jobs) and read their results (GET
+	// /api/v1/jobs/{msgid}/result), and nothing else (403): for the
+	// programs that enqueue over HTTP.
+	ProducerToken string
+	// KeepResult is how long a job sent over HTTP keeps its result for
+	// its sender (header keep-result) when it names no time itself; 0:
+	// as the broker's retain-done says.
+	KeepResult time.Duration
+	// MaxResultWaits bounds the result requests that wait at once
+	// (?wait=); more get 503.
+	MaxResultWaits int
 	// TLSCert and TLSKey (PEM files, both or neither) make the listener
 	// serve HTTPS.
 	TLSCert, TLSKey string
@@ -69,7 +81,7 @@ type Options struct {
 
 // DefaultOptions are DESIGN.md's defaults.
 func DefaultOptions() Options {
-	return Options{Addr: "127.0.0.1:47293", MaxStreams: 32, MaxBodyBytes: 512 << 20}
+	return Options{Addr: "127.0.0.1:47293", MaxStreams: 32, MaxBodyBytes: 512 << 20, KeepResult: time.Hour, MaxResultWaits: 1024}
 }
 
 // Validate names the first bad field, as its flag.
@@ -78,7 +90,7 @@ func (o Options) Validate() error {
 		if _, _, err := net.SplitHostPort(o.Addr); err != nil {
 			return fmt.Errorf("admin: %q is not host:port: %w", o.Addr, err)
 		}
-		if !addr.Loopback(o.Addr) && o.Token == "" && o.ReadToken == "" {
+		if !addr.Loopback(o.Addr) && o.Token == "" && o.ReadToken == "" && o.ProducerToken == "" {
 			return fmt.Errorf("admin: %s is not a loopback address; set admin-token so that requests need it", o.Addr)
 		}
 	}
@@ -87,6 +99,15 @@ func (o Options) Validate() error {
 	}
 	if o.Token != "" && o.Token == o.ReadToken {
 		return fmt.Errorf("admin-read-token: the same as admin-token; a read-only token must differ")
+	}
+	if o.ProducerToken != "" && (o.ProducerToken == o.Token || o.ProducerToken == o.ReadToken) {
+		return fmt.Errorf("admin-producer-token: the same as admin-token or admin-read-token; a producer token must differ")
+	}
+	if o.KeepResult < 0 || o.KeepResult > MaxKeepResult {
+		return fmt.Errorf("admin-keep-result: %v; want 0 to %v", o.KeepResult, MaxKeepResult)
+	}
+	if o.MaxResultWaits < 0 {
+		return fmt.Errorf("admin-max-result-waits: must be 0 or more, not %d", o.MaxResultWaits)
 	}
 	for _, h := range o.AllowedHosts {
 		if h == "" || net.ParseIP(strings.Trim(h, "[]")) == nil && strings.ContainsAny(h, "/: ") {
@@ -118,6 +139,7 @@ type Server struct {
 	sessions  sessions // the dashboard's logins (dashboard.go)
 	overviews overviewCache
 	streams   atomic.Int64 // overview streams open
+	waits     atomic.Int64 // result requests waiting (jobs.go)
 	loginLog  *lograte.Limiter
 
 	srv  *http.Server

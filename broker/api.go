@@ -638,6 +638,9 @@ func (b *Broker) removeJob(ctx context.Context, msgid string, unlessHeld bool) e
 			if err == nil && !found {
 				err = fmt.Errorf("%w: %s", store.ErrNotFound, msgid)
 			}
+			if found {
+				b.over(msgid)
+			}
 			b.adminWriteFailed(err, "journal could not remove a job; it stays stored and runs again after the next start", msgid)
 			reply(struct{}{}, err)
 		})

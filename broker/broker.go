@@ -20,9 +20,11 @@ import (
 const JournalFile = "emq.db"
 
 // The two endpoints; a peer is known by its endpoint and routing id.
+// A sender in this process (Enqueue) is known as one of local's.
 const (
 	frontend = 0
 	backend  = 1
+	local    = 2
 )
 
 type peerKey struct {
@@ -36,6 +38,9 @@ type inbound struct {
 	msg  emqp.Message
 	err  error     // the decoder's refusal
 	held zmtp.Held // of the receive budget, released once handled
+	// answer takes the loop's answer to a local sender's message
+	// (Enqueue): its ACK or ERROR.
+	answer func(emqp.Message)
 }
 
 // Broker is a running broker. New opens the journal; Run replays it, binds
@@ -76,13 +81,17 @@ type Broker struct {
 	loopGone bool       // Run is over: a post runs at once (runLate)
 	lateMu   sync.Mutex // held while a post runs after Run
 	wake     chan struct{}
+	localSeq atomic.Uint64 // names local senders (Enqueue)
 
 	// Owned by the loop.
 	phase        phase
 	jobs         map[string]*job
-	clientIDs    map[string]string     // see intern
-	resent       map[*job][]peerKey    // REQUESTs to answer when a job's write lands
-	bulksWaiting map[*job][]parkedBulk // BULKs to handle again when a job's write lands (bulk.go)
+	clientIDs    map[string]string             // see intern
+	resent       map[*job][]peerKey            // REQUESTs to answer when a job's write lands
+	bulksWaiting map[*job][]parkedBulk         // BULKs to handle again when a job's write lands (bulk.go)
+	locals       map[string]func(emqp.Message) // local senders waiting for an answer (enqueue.go)
+	awaiting     map[string][]chan struct{}    // AwaitJob's callers, by msgid (enqueue.go)
+	ending       map[string]int                // Completes and Burys not yet landed, by msgid
 	queues       map[string]*queue
 	peers        map[peerKey]*peer    // workers and schedulers: the one peer table
 	scheds       map[string]*schedule // the schedules, by id (schedules.go)
@@ -161,6 +170,9 @@ func New(opts Options) (*Broker, error) {
 		clientIDs:    make(map[string]string),
 		resent:       make(map[*job][]peerKey),
 		bulksWaiting: make(map[*job][]parkedBulk),
+		locals:       make(map[string]func(emqp.Message)),
+		awaiting:     make(map[string][]chan struct{}),
+		ending:       make(map[string]int),
 		queues:       make(map[string]*queue),
 		controls:     make(map[string]store.QueueSettings),
 		trails:       make(map[*job][]store.TrailEvent),
@@ -415,7 +427,7 @@ func (b *Broker) routerOptions(ep int) zmtp.Options {
 				return
 			}
 			select {
-			case b.inbox <- inbound{peerKey{ep, id}, m, err, held}:
+			case b.inbox <- inbound{from: peerKey{ep, id}, msg: m, err: err, held: held}:
 			case <-b.stopped:
 			}
 		},
@@ -709,6 +721,9 @@ func (b *Broker) handle(in inbound) {
 		b.protocolError(in.from, in.err)
 		return
 	}
+	if in.answer != nil {
+		b.locals[in.from.id] = in.answer
+	}
 	p := b.peers[in.from]
 	if p != nil {
 		p.lastSeen = time.Now()
@@ -774,6 +789,10 @@ func (b *Broker) handle(in inbound) {
 
 // send encodes m for peer key. It leaves with the next flush.
 func (b *Broker) send(key peerKey, m emqp.Message) {
+	if key.ep == local {
+		b.answerLocal(key, m)
+		return
+	}
 	b.out.add(key, emqp.Encode(m))
 }
 
@@ -856,6 +875,6 @@ func peerName(k peerKey) string {
 	return endpointName(k.ep) + "/" + printableID(k.id)
 }
 
-func endpointName(ep int) string { return [2]string{"frontend", "backend"}[ep] }
+func endpointName(ep int) string { return [3]string{"frontend", "backend", "local"}[ep] }
 
 func printableID(id string) string { return zmtp.PrintableID(id) }

@@ -71,7 +71,12 @@ func (b *Broker) cancel(msgid, by string, done func(*store.Job, error)) {
 	trail := CancelledBy(by)
 	var logAttrs []any
 	inMemory := b.jobs[msgid] != nil
+	var keepUntil time.Time // kept as its result would be (keep-result, retain-done)
+	if b.opts.ResultTTL > 0 {
+		keepUntil = time.Now().Add(b.opts.ResultTTL)
+	}
 	if j := b.jobs[msgid]; j != nil {
+		keepUntil = b.keepUntil(j)
 		logAttrs = b.tr.logAttrs(j)
 		if j.holder != nil {
 			b.send(j.holder.key, &emqp.Cancel{MsgID: emqp.NewID(), OrigMsgID: j.id})
@@ -84,12 +89,9 @@ func (b *Broker) cancel(msgid, by string, done func(*store.Job, error)) {
 			b.unlink(j)
 		}
 	}
-	var keepUntil time.Time
-	if b.opts.ResultTTL > 0 {
-		keepUntil = time.Now().Add(b.opts.ResultTTL)
-	}
 	b.journal.Cancel(msgid, keepUntil, trail, func(sj *store.Job, err error) {
 		if err == nil {
+			b.over(msgid)
 			b.stats.Cancelled.Add(1)
 			b.log.Info("job cancelled", append([]any{"msgid", msgid, "queue", sj.Queue, "by", by}, logAttrs...)...)
 			if !inMemory { // it waited; or it was released meanwhile, and is in memory by now

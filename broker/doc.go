@@ -17,7 +17,8 @@
 // PurgeQueue, ChangeQueue, the flow calls (ChangeTenant, Tenants,
 // SetLimiter, RemoveLimiter, Limiters, Flow, Why), the schedule calls,
 // the batch calls (Batch, Batches, OpenBatch, Children), Listen, Stats,
-// Serving.
+// Serving; Enqueue and EnqueueBulk send jobs from this process through
+// the REQUEST and BULK path (enqueue.go), AwaitJob waits for a job's end.
 // Each call that touches loop state posts a closure through query or
 // change (api.go) and gets the closure's own result back over a channel,
 // so nothing outside the loop holds loop state, and a caller that gives

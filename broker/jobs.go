@@ -176,6 +176,9 @@ func readSent(id string, h emqp.Headers) (sent, error) {
 	if err != nil {
 		return sent{}, err
 	}
+	if _, err := h.KeepResult(); err != nil {
+		return sent{}, err
+	}
 	unique, hold, err := h.Unique()
 	if err != nil {
 		return sent{}, err
@@ -247,7 +250,7 @@ func (b *Broker) appended(j *job, seq uint64, dup, waiting bool, err error, held
 	}
 	if dup { // stored before: dead, or done with its result kept
 		b.stats.Duplicates.Add(int64(len(to)))
-		if j.headers.ReplyRequested() && b.opts.ResultTTL > 0 {
+		if j.headers.ReplyRequested() && b.keepFor(j) > 0 {
 			b.resendResult(j.id, to)
 		}
 	} else {
@@ -362,16 +365,16 @@ func (b *Broker) reply(w *peer, m *emqp.Reply) {
 	b.stats.Replied.Add(1)
 	j.q.replied++
 	var result []byte
-	var keepUntil time.Time
-	if b.opts.ResultTTL > 0 {
-		result, keepUntil = m.Payload, time.Now().Add(b.opts.ResultTTL)
+	keepUntil := b.keepUntil(j)
+	if !keepUntil.IsZero() {
+		result = m.Payload
 	} else {
 		trail = nil // deleted: no trail to keep
 	}
-	b.journal.Complete(j.id, result, keepUntil, trail)
+	b.journal.Complete(j.id, result, keepUntil, trail, b.endWrite(j.id))
 	if j.headers.ReplyRequested() {
 		to := j.client
-		if !b.routers[to.ep].Connected(to.id) && b.routers[1-to.ep].Connected(to.id) {
+		if to.ep != local && !b.routers[to.ep].Connected(to.id) && b.routers[1-to.ep].Connected(to.id) {
 			to.ep = 1 - to.ep
 		}
 		b.send(to, &emqp.Reply{MsgID: emqp.NewID(), Payload: m.Payload, OrigMsgID: j.id})
@@ -421,7 +424,7 @@ func (b *Broker) attempt(j *job, reason string, backoff bool) {
 		b.stats.DeadLettered.Add(1)
 		b.log.Warn("job out of attempts; moved to the dead letters", append([]any{"msgid", j.id, "queue", j.q.name,
 			"attempts", j.attempts, "reason", reason}, logAttrs...)...)
-		b.journal.Bury(j.id, reason, trail)
+		b.journal.Bury(j.id, reason, trail, b.endWrite(j.id))
 		return
 	}
 	b.stats.Retried.Add(1)

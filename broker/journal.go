@@ -141,12 +141,14 @@ func (l loopJournal) OpenBatch(name string, open bool, done func(*store.Batch, e
 	l.j.OpenBatch(name, open, onLoop(l.b, done))
 }
 
-// Complete deletes (or keeps as done) a replied job. A failure is
-// logged; the job runs again after a restart.
-func (l loopJournal) Complete(msgid string, result []byte, keepUntil time.Time, trail []store.TrailEvent) {
+// Complete deletes (or keeps as done) a replied job; landed runs on the
+// loop once the write is over. A failure is logged; the job runs again
+// after a restart.
+func (l loopJournal) Complete(msgid string, result []byte, keepUntil time.Time, trail []store.TrailEvent, landed func()) {
 	b := l.b
 	l.j.Complete(msgid, result, keepUntil, trail, func(_ bool, err error) {
 		b.writeFailed(err, "journal could not delete a replied job; it will run again after a restart", msgid)
+		b.post(landed)
 	})
 }
 
@@ -158,8 +160,12 @@ func (l loopJournal) RecordAttempt(msgid, reason string, notBefore time.Time, tr
 	})
 }
 
-// Bury moves a job to the dead letters. A failure is logged.
-func (l loopJournal) Bury(msgid, reason string, trail []store.TrailEvent) {
+// Bury moves a job to the dead letters; landed runs on the loop once
+// the write is over. A failure is logged.
+func (l loopJournal) Bury(msgid, reason string, trail []store.TrailEvent, landed func()) {
 	b := l.b
-	l.j.Bury(msgid, reason, trail, func(_ *store.Job, err error) { b.writeFailed(err, "journal could not bury a job", msgid) })
+	l.j.Bury(msgid, reason, trail, func(_ *store.Job, err error) {
+		b.writeFailed(err, "journal could not bury a job", msgid)
+		b.post(landed)
+	})
 }

@@ -21,11 +21,12 @@ const (
 	HeaderNoHaste        = "nohaste"
 	HeaderRunCount       = "run_count"
 	HeaderDelay          = "delay"
-	HeaderPriority       = "priority"   // 0 to 65535, lower runs first; DefaultPriority when absent
-	HeaderUnique         = "unique"     // a key no other live job of the queue may hold
-	HeaderUniqueFor      = "unique-for" // seconds the key stays held after the job is done
-	HeaderTenant         = "tenant"     // NAME: whose job it is; a queue's tenants are served in turn
-	HeaderLimit          = "limit"      // NAME[;NAME...]: named limiters that must all have room
+	HeaderPriority       = "priority"    // 0 to 65535, lower runs first; DefaultPriority when absent
+	HeaderUnique         = "unique"      // a key no other live job of the queue may hold
+	HeaderUniqueFor      = "unique-for"  // seconds the key stays held after the job is done
+	HeaderTenant         = "tenant"      // NAME: whose job it is; a queue's tenants are served in turn
+	HeaderLimit          = "limit"       // NAME[;NAME...]: named limiters that must all have room
+	HeaderKeepResult     = "keep-result" // seconds the job's result is kept once it is done (at least; retain-done may keep it longer)
 
 	// Of schedules kept by the broker.
 	HeaderScheduleID = "schedule-id" // names a schedule whose payload is not EventMQ's
@@ -227,6 +228,10 @@ func (h Headers) Timeout() (time.Duration, error) { return h.seconds(HeaderTimeo
 
 // Delay returns how long to hold the job before it may run; 0 means none.
 func (h Headers) Delay() (time.Duration, error) { return h.seconds(HeaderDelay) }
+
+// KeepResult returns how long the job's result is to be kept once it is
+// done; 0 means as the broker's retain-done says.
+func (h Headers) KeepResult() (time.Duration, error) { return h.seconds(HeaderKeepResult) }
 
 // RetryCount returns how many times a failed job may be retried, or def
 // when the header is absent.

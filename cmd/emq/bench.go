@@ -62,6 +62,8 @@ publish→received latencies.`,
 	f.String("backup-pace", "0", "with --backup: bytes a second the backup may write (KiB, MiB; 0 = as fast as it goes)")
 	f.Bool("curve", false, "its own broker speaks CURVE, senders and worker each with a key (for a running broker: the --curve-* or --plain-* flags)")
 	addSecurityFlags(f)
+	f.Bool("http", false, "send the jobs through the HTTP job API of its own broker (one a request, --senders producers with keep-alive) instead of eMQP; jobs/s counts jobs answered 201 (durable)")
+	f.Int("http-bulk", 0, "with --http: this many jobs a request (a JSON array, one BULK)")
 	f.Bool("pubsub", false, "measure pub/sub fan-out instead of jobs")
 	f.Int("subscribers", 16, "with --pubsub: subscribers that read")
 	f.Int("stuck", 0, "with --pubsub: subscribers that never read")
@@ -116,6 +118,9 @@ publish→received latencies.`,
 				return fmt.Errorf("%s: %w", rec.flag, err)
 			}
 			defer stop()
+		}
+		if c.v.GetBool("http") {
+			return benchHTTP(cmd, c, o)
 		}
 		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 		tp, stopTracing, err := tracerProvider("emq-bench", log)
@@ -190,6 +195,40 @@ func printResult(w io.Writer, r bench.Result) {
 	if r.Preload > 0 {
 		fmt.Fprintf(w, "preloaded %d jobs; broker ready in %.2f s\n", r.Preload, r.ReplaySec)
 	}
+}
+
+// benchHTTP measures the HTTP job API (emq bench --http).
+func benchHTTP(cmd *cobra.Command, c *config, o bench.Options) error {
+	ho := bench.HTTPOptions{Senders: o.Senders, Jobs: o.Jobs, Size: o.Size}
+	var err error
+	if ho.Bulk, err = c.integer("http-bulk"); err != nil {
+		return err
+	}
+	if o.Frontend != "" {
+		return fmt.Errorf("http: for the bench's own broker only")
+	}
+	if !c.v.GetBool("quiet") {
+		ho.Progress = cmd.ErrOrStderr()
+	}
+	r, err := bench.RunHTTP(cmd.Context(), ho)
+	if err != nil {
+		return err
+	}
+	if c.v.GetBool("json") {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(r)
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "%d jobs of %d bytes over HTTP, %d senders, ", r.Jobs, r.Size, r.Senders)
+	if r.Bulk > 0 {
+		fmt.Fprintf(w, "%d jobs a request\n", r.Bulk)
+	} else {
+		fmt.Fprint(w, "one job a request\n")
+	}
+	fmt.Fprintf(w, "%.0f jobs/s durable (%.2f s)\nrequest→201  p50 %.2f ms  p99 %.2f ms\nerrors %d\n", r.JobsPerSec, r.Seconds, r.P50, r.P99, r.Errors)
+	if r.Errors > 0 {
+		return fmt.Errorf("%d requests were not answered 201", r.Errors)
+	}
+	return nil
 }
 
 func benchPubSub(cmd *cobra.Command, c *config) error {
