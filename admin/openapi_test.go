@@ -61,6 +61,7 @@ type schema struct {
 	Items                *schema            `json:"items"`
 	AdditionalProperties *schema            `json:"additionalProperties"`
 	AllOf                []*schema          `json:"allOf"`
+	OneOf                []*schema          `json:"oneOf"`
 }
 
 func loadSpec(t *testing.T) *spec {
@@ -76,7 +77,11 @@ func loadSpec(t *testing.T) *spec {
 // types are the JSON type names a schema allows.
 func (sc *schema) types() []string {
 	if len(sc.Type) == 0 {
-		return nil
+		var any []string
+		for _, o := range sc.OneOf {
+			any = append(any, o.types()...)
+		}
+		return any
 	}
 	var one string
 	if json.Unmarshal(sc.Type, &one) == nil {
@@ -322,6 +327,8 @@ func TestOpenAPIOperationsAreServed(t *testing.T) {
 // schemaTypes are the schemas that are a Go type's JSON.
 var schemaTypes = map[string]reflect.Type{
 	"JobInfo":         reflect.TypeFor[admin.JobInfo](),
+	"JobSpec":         reflect.TypeFor[admin.JobSpec](),
+	"Enqueued":        reflect.TypeFor[admin.Enqueued](),
 	"JobPage":         reflect.TypeFor[admin.JobPage](),
 	"Parent":          reflect.TypeFor[admin.Parent](),
 	"TrailEvent":      reflect.TypeFor[store.TrailEvent](),
@@ -360,7 +367,7 @@ var schemaTypes = map[string]reflect.Type{
 // handShapes are the schemas of answers built in place (a map, a
 // MarshalJSON, an unexported type): the live test checks them.
 var handShapes = []string{"Error", "StatsInfo", "Removed", "Retried", "Paused", "Purged", "Compacted",
-	"Session", "Login", "Role", "Ended", "ForgetList", "Empty"}
+	"Session", "Login", "Role", "Ended", "ForgetList", "Empty", "JobRefusal", "NotDone"}
 
 // goField is one JSON member of a Go type.
 type goField struct {
@@ -397,12 +404,22 @@ func jsonFields(t reflect.Type) map[string]goField {
 
 var textMarshaler = reflect.TypeFor[interface{ MarshalText() ([]byte, error) }]()
 
-// jsonType is the JSON type Go type t is written as.
+var (
+	rawJSON     = reflect.TypeFor[json.RawMessage]()
+	unmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	marshaler   = reflect.TypeFor[json.Marshaler]()
+)
+
+// jsonType is the JSON type Go type t is written as; "any" for raw JSON
+// and for a type only read (its own UnmarshalJSON, as JobSpec's
+// durations: "10s" or seconds), whose schema says what it reads.
 func jsonType(t reflect.Type) string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	switch {
+	case t == rawJSON, reflect.PointerTo(t).Implements(unmarshaler) && !t.Implements(marshaler) && !reflect.PointerTo(t).Implements(marshaler):
+		return "any"
 	case t == reflect.TypeFor[time.Time]():
 		return "string"
 	case t.Implements(textMarshaler):
@@ -456,7 +473,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 				continue
 			}
 			want := jsonType(gf.t)
-			if got := s.resolve(ps).types(); !slices.Contains(got, want) {
+			if got := s.resolve(ps).types(); want != "any" && !slices.Contains(got, want) {
 				t.Errorf("%s.%s: the schema says %v; %v writes %s", name, f, got, gf.t, want)
 			}
 			if req := slices.Contains(sc.Required, f); req != gf.required {
