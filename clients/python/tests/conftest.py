@@ -144,7 +144,7 @@ class Broker:
 
     def role(self) -> str:
         try:
-            return str(http_json(self.admin + "/api/v1/stats").get("role", ""))  # type: ignore[union-attr]
+            return str(http_json(self.admin + "/api/v1/stats").get("group", {}).get("role", ""))  # type: ignore[union-attr]
         except OSError:
             return ""
 
