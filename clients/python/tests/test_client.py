@@ -233,3 +233,24 @@ def test_worker_stops_gracefully(broker: Broker) -> None:
         ran = Ran()
         with serving(broker.backend, {"long": ran.add}, slots=1):
             eventually(lambda: ran.has([later]), 10, "the second job run by the next worker")
+
+
+def test_emq_worker_command_serves_and_stops_on_sigterm(broker: Broker, tmp_path: Any) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    (tmp_path / "myjobs.py").write_text("def shout(job):\n    return job.payload.upper()\n")
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, str(tmp_path)]))
+    p = subprocess.Popen([sys.executable, "-m", "emq.cli", "--broker", broker.backend, "myjobs:shout",
+                          "--queue", "cli", "--slots", "4"], env=env, stderr=subprocess.PIPE)
+    try:
+        with emq.Client(broker.frontend, timeout=20) as c:
+            assert c.request("cli", b"hello") == b"HELLO"
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(20) == 0
+        assert b"stopped" in (p.stderr.read() if p.stderr else b"")
+    finally:
+        if p.poll() is None:
+            p.kill()

@@ -117,6 +117,37 @@ class BulkJob:
     headers: Optional[_wire.Headers] = None
 
 
+class _Latch:
+    """A one-shot event for one waiter: a bare lock, which wakes its waiter
+    sooner than threading.Event's condition (a send's ACK is one wake)."""
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            try:
+                self._lock.release()
+            except RuntimeError:
+                pass  # set twice at once (close racing an answer)
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: Optional[float]) -> bool:
+        if self._set:
+            return True
+        if self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            self._lock.release()
+            return True
+        return self._set
+
+
 class _Call:
     __slots__ = ("msgid", "frames", "want_reply", "done", "acked", "reply", "error", "last_error",
                  "sent_at", "bulk")
@@ -126,7 +157,7 @@ class _Call:
         self.frames = frames
         self.want_reply = want_reply
         self.bulk = bulk
-        self.done = threading.Event()
+        self.done = _Latch()
         self.acked = False
         self.reply: Optional[bytes] = None
         self.error: Optional[BaseException] = None
