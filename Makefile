@@ -14,7 +14,7 @@ REDOCLY_VERSION ?= 2.77.0
 REDOCLY_DIR ?= $(HOME)/.cache/emq-tools/redocly-$(REDOCLY_VERSION)
 RACE      := $(GO) test -race -count=1 -timeout 25m
 
-.PHONY: help run build check test test-most vet race race-most jaeger-idle memory fuzz fuzz-short bench gobench lint lint-openapi screenshots torture faults mutations ha-demo trace-demo clean
+.PHONY: help run build check test test-python test-most vet race race-most jaeger-idle memory fuzz fuzz-short bench gobench lint lint-openapi screenshots torture faults mutations ha-demo trace-demo clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -38,6 +38,25 @@ test: vet ## all tests: go vet, the race detector, the memory tests, a short fuz
 	@$(MAKE) --no-print-directory -j2 jaeger-idle test-most
 	$(RACE) -run '$(JAEGER_TESTS)' ./cmd/emq ./internal/jaegertest
 	@echo "[make] trace tests done at $$(date +%T)"
+	@$(MAKE) --no-print-directory test-python
+
+# The Python package (clients/python) against bin/emq, on Debian's
+# /usr/bin/python3 with python3-zmq and python3-pytest: skipped, saying
+# so, when they are missing, unless EMQ_REQUIRE_PYTHON is set (.ci/run
+# sets it), where a test that did not run must not pass. It also checks
+# that pip installs the package offline (into a temp dir, nothing fetched).
+PYTHON ?= /usr/bin/python3
+test-python: build ## the Python package's tests (clients/python) against bin/emq, and its offline pip install
+	@if ! $(PYTHON) -c 'import zmq, pytest, setuptools' 2>/dev/null; then \
+		if [ -n "$$EMQ_REQUIRE_PYTHON" ]; then echo "EMQ_REQUIRE_PYTHON is set: $(PYTHON) needs python3-zmq, python3-pytest and python3-setuptools" >&2; exit 1; fi; \
+		echo "[make] test-python skipped: $(PYTHON) lacks python3-zmq, python3-pytest or python3-setuptools (apt-get install them)"; exit 0; \
+	fi; \
+	set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(PYTHON) -m pip install -q --root-user-action=ignore --no-build-isolation --no-index --no-deps --target "$$tmp" ./clients/python; \
+	rm -rf clients/python/build; \
+	PYTHONPATH="$$tmp" "$$tmp/bin/emq-worker" --help >/dev/null; \
+	cd clients/python && EMQ_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m pytest -q -p no:cacheprovider
+	@echo "[make] python tests done at $$(date +%T)"
 
 # make test runs the trace tests (JAEGER_TESTS: they need bin/jaeger)
 # last. On a fresh machine Jaeger takes minutes to build, so it builds
