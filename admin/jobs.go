@@ -383,10 +383,14 @@ func (s *Server) postJobs(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusUnsupportedMediaType, "invalid", fmt.Sprintf("Content-Type %s: want application/octet-stream (the payload; the job's fields as query parameters), application/json (a job, or an array of jobs) or application/x-ndjson (a job a line)", mt))
 		return
 	}
+	producer := s.authNeeded() && s.requestAccess(r) == producerAccess
 	jobs := make([]emqp.BulkJob, len(specs))
 	for i := range specs {
 		sp := &specs[i]
 		h, payload, err := sp.job(s.opts.KeepResult)
+		if producer {
+			h = h.Set(ProducerHeader, "1")
+		}
 		if err == nil {
 			jobs[i], err = jobID(sp.MsgID, key, i, bulk)
 		}
@@ -621,6 +625,13 @@ func (s *Server) answerResult(w http.ResponseWriter, r *http.Request, t *target,
 		fail(w, err)
 		return true
 	}
+	if s.authNeeded() && s.requestAccess(r) == producerAccess {
+		if h, err := emqp.ParseHeaders(sj.Headers); err != nil || !hasHeader(h, ProducerHeader) {
+			// Not its job: answered as one it never sent.
+			refuse(w, http.StatusNotFound, "not_found", "no job "+msgid+" is stored here: never sent, or done and its result not kept or expired")
+			return true
+		}
+	}
 	switch sj.State {
 	case store.Done:
 		res, err := t.b.Result(msgid)
@@ -652,6 +663,15 @@ func (s *Server) answerResult(w http.ResponseWriter, r *http.Request, t *target,
 	}
 	writeJSON(w, http.StatusAccepted, notDone{apiError{"job " + msgid + " is not done: it is " + state, "not_done"}, msgid, state})
 	return true
+}
+
+// ProducerHeader marks a job the producer token sent: it may read the
+// results of those jobs only (a worker sees the header too).
+const ProducerHeader = "sent-by-producer-token"
+
+func hasHeader(h emqp.Headers, name string) bool {
+	_, ok := h.Get(name)
+	return ok
 }
 
 // ResultWaits is how many result requests wait now.

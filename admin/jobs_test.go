@@ -250,8 +250,14 @@ func TestHTTPJobRoles(t *testing.T) {
 	if code, out := send("wrong"); code != http.StatusUnauthorized {
 		t.Errorf("wrong token's job: %d %v, want 401", code, out)
 	}
-	if code, out := send("admin-tok"); code != 201 {
-		t.Errorf("admin token's job: %d %v", code, out)
+	code, out = send("admin-tok")
+	if code != 201 {
+		t.Fatalf("admin token's job: %d %v", code, out)
+	}
+	// The producer reads its own jobs' results, not others' (answered as
+	// a job it never sent).
+	if code, out := getResult(t, b, out["msgid"].(string), "", "prod-tok"); code != http.StatusNotFound {
+		t.Errorf("producer's request for the admin's job's result: %d %v, want 404", code, out)
 	}
 	if code, _ := getResult(t, b, id, "", "read-tok"); code != http.StatusAccepted {
 		t.Errorf("read-only token's result request: %d", code)
