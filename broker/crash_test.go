@@ -298,7 +298,10 @@ func TestCrashRestartLosesNoAckedJob(t *testing.T) {
 // (or not read at all), workers get KBYE.
 func TestGracefulStopUnderLoad(t *testing.T) {
 	t.Parallel()
-	b := bt.Start(t, "", fast)
+	// A long heartbeat timeout: on a loaded machine (CI's race run) a
+	// stall of half a second would drop the worker before the stop, and
+	// a worker dropped gets no KBYE.
+	b := bt.Start(t, "", func(o *broker.Options) { fast(o); o.HeartbeatTimeout = time.Minute })
 	worker := bt.Dial(t, b.Backend(), "w")
 	worker.Inform("other")
 	worker.KeepAlive(50 * time.Millisecond) // a worker until the stop, however long the load takes
