@@ -15,6 +15,7 @@ import (
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/internal/etcdtest"
 	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/store/boltstore"
@@ -86,7 +87,9 @@ func TestBackupUnderLoad(t *testing.T) {
 			}
 		})
 	}
-	bt.Eventually(t, "some load", func() bool { mu.Lock(); defer mu.Unlock(); return len(replied) > 1000 })
+	// A minute: under the race detector on a loaded machine a thousand
+	// round trips can take more than bt.Wait.
+	testutil.EventuallyWithin(t, time.Minute, "some load", func() bool { mu.Lock(); defer mu.Unlock(); return len(replied) > 1000 })
 
 	// Before: what was ACKed, and what the journal had completed.
 	mu.Lock()
