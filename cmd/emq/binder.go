@@ -21,7 +21,9 @@ import (
 //
 // With a FlagSet the binder registers each flag; without one it only
 // records where each goes. apply then fills the fields from a loaded
-// config (flag, EMQ_<NAME>, config file), with errors that name the key.
+// config (flag, EMQ_<NAME>, config file), with errors that name the key;
+// those bound with given (strArray, strSlice, optInt, optNumber,
+// givenNumber) from the command line alone.
 type binder struct {
 	f    *pflag.FlagSet // nil: register nothing
 	sets []func(c *config) error
