@@ -22,7 +22,7 @@ func adminFlags(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
 	adminTargetFlags(&binder{f: f}, &admin.ClientOptions{Addr: admin.DefaultOptions().Addr}, new(string))
 	addEtcdFlags(f, "use a group's journal in etcd directly, at these client URLs (comma-separated; no broker of the group may be running)")
-	f.Bool("json", false, "print JSON instead of a table")
+	jsonFlag(&binder{f: f}, new(false), "print JSON instead of a table")
 	var where []string
 	f.VisitAll(func(fl *pflag.Flag) {
 		if fl.Name != "json" {
@@ -49,6 +49,14 @@ func openAdmin(cmd *cobra.Command) (admin.API, *config, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	var o admin.ClientOptions
+	var dir string
+	b := reader()
+	adminTargetFlags(b, &o, &dir)
+	jsonFlag(b, new(false), "") // read by output: a bad one stops the command before it acts
+	if err := b.apply(c); err != nil {
+		return nil, nil, err
+	}
 	if c.str("etcd-endpoints") != "" {
 		g, err := groupOptions(c)
 		if err != nil {
@@ -59,13 +67,6 @@ func openAdmin(cmd *cobra.Command) (admin.API, *config, error) {
 			return nil, nil, err
 		}
 		return admin.NewOffline(j, release), c, nil
-	}
-	var o admin.ClientOptions
-	var dir string
-	b := reader()
-	adminTargetFlags(b, &o, &dir)
-	if err := b.apply(c); err != nil {
-		return nil, nil, err
 	}
 	if dir != "" {
 		a, err := openOffline(dir, o.Addr)

@@ -33,25 +33,29 @@ one broker's --data-dir, and back.`,
 		Args: cobra.NoArgs,
 	}
 	adminFlags(cmd)
-	cmd.Flags().String("to", "", "the backup file to write (required)")
-	cmd.Flags().String("pace", "", "bytes a second the backup may take (KiB, MiB; 0 = as fast as it goes); default: 32MiB with --admin or --etcd-endpoints (a broker serves meanwhile), 0 with --data-dir")
+	backupFlags(&binder{f: cmd.Flags()}, new(""), new(*int64))
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
 		if err != nil {
 			return err
 		}
-		to := c.str("to")
+		var to, dir string
+		var given *int64
+		b := reader()
+		backupFlags(b, &to, &given)
+		adminTargetFlags(b, new(admin.ClientOptions), &dir)
+		if err := b.apply(c); err != nil {
+			return err
+		}
 		if to == "" {
 			return errors.New("to: the backup file is required (--to FILE)")
 		}
 		pace := int64(admin.DefaultBackupPace) // a broker, or a group's etcd, serves meanwhile
-		if c.str("data-dir") != "" {
+		if dir != "" {
 			pace = 0 // a stopped broker's file
 		}
-		if c.str("pace") != "" {
-			if pace, err = c.size("pace"); err != nil {
-				return err
-			}
+		if given != nil {
+			pace = *given
 		}
 		var a admin.API
 		if c.str("etcd-endpoints") != "" {
@@ -100,6 +104,12 @@ one broker's --data-dir, and back.`,
 	return cmd
 }
 
+// backupFlags declares emq backup's own flags.
+func backupFlags(b *binder, to *string, pace **int64) {
+	b.str(to, "to", "the backup file to write (required)")
+	b.optSize(pace, "pace", "bytes a second the backup may take (KiB, MiB; 0 = as fast as it goes); default: 32MiB with --admin or --etcd-endpoints (a broker serves meanwhile), 0 with --data-dir")
+}
+
 func checkBackupFile(path string) (store.BackupStats, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -124,16 +134,20 @@ broker (or group) holds is refused.`,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
-	f.String("from", "", "the backup file (required)")
-	f.String("data-dir", "", "the broker's data directory to restore into")
+	restoreFlags(&binder{f: f}, new(restoreOptions))
 	addEtcdFlags(f, "restore into a group's journal in etcd, at these client URLs (comma-separated; no broker of the group may be running)")
-	f.Bool("force", false, "delete what the journal holds before restoring")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
 		if err != nil {
 			return err
 		}
-		from := c.str("from")
+		var o restoreOptions
+		b := reader()
+		restoreFlags(b, &o)
+		if err := b.apply(c); err != nil {
+			return err
+		}
+		from := o.from
 		if from == "" {
 			return errors.New("from: the backup file is required (--from FILE)")
 		}
@@ -143,7 +157,7 @@ broker (or group) holds is refused.`,
 		}
 		var j store.Journal
 		release := func() {}
-		switch dir := c.str("data-dir"); {
+		switch dir := o.dataDir; {
 		case c.str("etcd-endpoints") != "":
 			g, err := groupOptions(c)
 			if err != nil {
@@ -176,7 +190,7 @@ broker (or group) holds is refused.`,
 			release()
 			return fmt.Errorf("the journal %T cannot restore a backup", j)
 		}
-		err = restoreInto(bk, from, c.v.GetBool("force"))
+		err = restoreInto(bk, from, o.force)
 		if cerr := j.Close(); err == nil {
 			err = cerr
 		}
@@ -189,6 +203,19 @@ broker (or group) holds is refused.`,
 		return nil
 	}
 	return cmd
+}
+
+// restoreOptions are emq restore's flags, but the etcd ones.
+type restoreOptions struct {
+	from, dataDir string
+	force         bool
+}
+
+// restoreFlags declares emq restore's flags, but the etcd ones.
+func restoreFlags(b *binder, o *restoreOptions) {
+	b.str(&o.from, "from", "the backup file (required)")
+	b.str(&o.dataDir, "data-dir", "the broker's data directory to restore into")
+	b.boolean(&o.force, "force", "delete what the journal holds before restoring")
 }
 
 // restoreInto writes the backup file into bk, empty or emptied (force).

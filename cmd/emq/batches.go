@@ -24,11 +24,14 @@ in it may add to it), and it completes only once closed.`,
 	}
 	adminFlags(cmd)
 	ls := adminCmd("ls", "List batches, by name", cobra.NoArgs, func(cmd *cobra.Command, a admin.API, c *config, _ []string) error {
-		limit, err := c.integer("limit")
-		if err != nil {
+		var limit int
+		var after string
+		b := reader()
+		pageFlags(b, &limit, &after, "batches", "name")
+		if err := b.apply(c); err != nil {
 			return err
 		}
-		p, err := a.Batches(cmd.Context(), c.str("after"), limit)
+		p, err := a.Batches(cmd.Context(), after, limit)
 		if err != nil {
 			return err
 		}
@@ -43,8 +46,7 @@ in it may add to it), and it completes only once closed.`,
 			}
 		})
 	})
-	ls.Flags().Int("limit", 100, "batches to show")
-	ls.Flags().String("after", "", "continue a listing (the name it printed)")
+	pageFlags(&binder{f: ls.Flags()}, new(100), new(""), "batches", "name")
 	show := adminCmd("show NAME", "Show one batch and its counts", cobra.ExactArgs(1), func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
 		b, err := a.Batch(cmd.Context(), args[0])
 		if err != nil {

@@ -41,86 +41,48 @@ publish→received latencies.`,
 		Args: cobra.NoArgs,
 	}
 	f := cmd.Flags()
-	f.String("frontend", "", "a running broker's frontend (default: start one)")
-	f.String("backend", "", "a running broker's backend")
-	f.Int("senders", 16, "clients")
-	f.Int("window", 32, "Requests in flight per sender")
-	f.Int("slots", 16, "worker slots")
-	f.Int("jobs", 20000, "jobs in all")
-	f.Int("size", 100, "payload bytes")
-	f.Float64("rate", 0, "jobs a second in all (0 = as fast as it goes)")
-	f.Int("preload", 0, "jobs stored before the broker starts")
-	f.Bool("ack-only", false, "senders wait for the ACK only, as the anchors' producers do; jobs/s runs to the last job run by the worker")
-	f.Int("priorities", 0, "every job has a priority header, this many values in turn (1: the same on every job; 0: none)")
-	f.Bool("unique", false, "every job has a unique key (a distinct one each)")
-	f.String("batch", "", "every job is in this batch (header batch:NAME)")
-	f.Int("tenants", 0, "every job has a tenant header, this many names in turn (0: none)")
-	f.String("limit", "", "every job names this limiter (header limit:NAME); the bench's own broker makes it so that it never binds")
-	f.String("queue", "bench", "the queue the jobs go to")
-	f.String("backup", "", "back the bench's own broker's journal up into this file 6 s into the run (--backup-after), and say what it cost: jobs/s during it beside jobs/s before it")
-	f.Duration("backup-after", 6*time.Second, "with --backup: when the backup starts (the second before it is warm-up; the rest measures the broker before it)")
-	f.String("backup-pace", "0", "with --backup: bytes a second the backup may write (KiB, MiB; 0 = as fast as it goes)")
-	f.Bool("curve", false, "its own broker speaks CURVE, senders and worker each with a key (for a running broker: the --curve-* or --plain-* flags)")
+	benchFlags(&binder{f: f}, new(benchDefaults()))
 	addSecurityFlags(f)
-	f.Bool("http", false, "send the jobs through the HTTP job API of its own broker (one a request, --senders producers with keep-alive) instead of eMQP; jobs/s counts jobs answered 201 (durable)")
-	f.Int("http-bulk", 0, "with --http: this many jobs a request (a JSON array, one BULK)")
-	f.Bool("pubsub", false, "measure pub/sub fan-out instead of jobs")
-	f.Int("subscribers", 16, "with --pubsub: subscribers that read")
-	f.Int("stuck", 0, "with --pubsub: subscribers that never read")
-	f.Int("messages", 200000, "with --pubsub: messages published")
-	f.String("publisher", "", "with --pubsub: a running broker's publisher-outgoing (with --frontend)")
-	f.Int("subscriber-hwm", 0, "with --pubsub: its own broker's subscriber-hwm (0 = the whole run fits)")
-	f.Bool("json", false, "print one JSON object")
-	f.Bool("quiet", false, "no progress bar")
-	f.String("cpuprofile", "", "write a CPU profile of the run (broker and load together) to this file")
-	f.String("trace", "", "write an execution trace of the run to this file (go tool trace)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
 		if err != nil {
 			return err
 		}
-		o := bench.Options{Frontend: c.str("frontend"), Backend: c.str("backend"), Rate: c.v.GetFloat64("rate"),
-			AckOnly: c.v.GetBool("ack-only"), Curve: c.v.GetBool("curve"), Priorities: c.v.GetInt("priorities"), Unique: c.v.GetBool("unique"), Batch: c.str("batch"), Limit: c.str("limit"), Queue: c.str("queue"), BackupTo: c.str("backup")}
+		var bo benchOptions
+		b := reader()
+		benchFlags(b, &bo)
+		if err := b.apply(c); err != nil {
+			return err
+		}
+		o := bo.run
 		if o.Security, err = securityFrom(c); err != nil {
 			return err
 		}
 		if o.Curve && o.Frontend != "" {
 			return fmt.Errorf("curve: for the bench's own broker; a running broker's keys go in --curve-server-key and --curve-key-file")
 		}
-		for key, dst := range map[string]*int{"senders": &o.Senders, "window": &o.Window, "slots": &o.Slots,
-			"jobs": &o.Jobs, "size": &o.Size, "preload": &o.Preload, "tenants": &o.Tenants} {
-			if *dst, err = c.integer(key); err != nil {
-				return err
-			}
-		}
-		if o.BackupPace, err = c.size("backup-pace"); err != nil {
-			return err
-		}
-		if o.BackupAfter, err = c.duration("backup-after"); err != nil {
-			return err
-		}
-		if c.v.GetBool("pubsub") {
-			return benchPubSub(cmd, c)
+		if bo.pubsub {
+			return benchPubSub(cmd, bo)
 		}
 		if (o.Frontend == "") != (o.Backend == "") {
 			return fmt.Errorf("frontend and backend: give both, or neither")
 		}
-		if !c.v.GetBool("quiet") {
+		if !bo.quiet {
 			o.Progress = cmd.ErrOrStderr()
 		}
 		for _, rec := range []struct {
-			flag  string
-			start func(io.Writer) error
-			stop  func()
-		}{{"cpuprofile", pprof.StartCPUProfile, pprof.StopCPUProfile}, {"trace", trace.Start, trace.Stop}} {
-			stop, err := record(c.str(rec.flag), rec.start, rec.stop)
+			flag, path string
+			start      func(io.Writer) error
+			stop       func()
+		}{{"cpuprofile", bo.cpuprofile, pprof.StartCPUProfile, pprof.StopCPUProfile}, {"trace", bo.trace, trace.Start, trace.Stop}} {
+			stop, err := record(rec.path, rec.start, rec.stop)
 			if err != nil {
 				return fmt.Errorf("%s: %w", rec.flag, err)
 			}
 			defer stop()
 		}
-		if c.v.GetBool("http") {
-			return benchHTTP(cmd, c, o)
+		if bo.http {
+			return benchHTTP(cmd, bo, o)
 		}
 		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 		tp, stopTracing, err := tracerProvider("emq-bench", log)
@@ -133,7 +95,7 @@ publish→received latencies.`,
 		if err != nil {
 			return err
 		}
-		if c.v.GetBool("json") {
+		if bo.asJSON {
 			return json.NewEncoder(cmd.OutOrStdout()).Encode(r)
 		}
 		printResult(cmd.OutOrStdout(), r)
@@ -143,6 +105,60 @@ publish→received latencies.`,
 		return nil
 	}
 	return cmd
+}
+
+// benchOptions are emq bench's flags, but the security ones.
+type benchOptions struct {
+	run                         bench.Options
+	fanout                      bench.PubSubOptions // --pubsub's; its Frontend and Size are run's
+	httpBulk                    int
+	pubsub, http, asJSON, quiet bool
+	cpuprofile, trace           string
+}
+
+// benchDefaults are emq bench's defaults.
+func benchDefaults() benchOptions {
+	return benchOptions{
+		run:    bench.Options{Senders: 16, Window: 32, Slots: 16, Jobs: 20000, Size: 100, Queue: "bench", BackupAfter: 6 * time.Second},
+		fanout: bench.PubSubOptions{Subscribers: 16, Messages: 200000},
+	}
+}
+
+// benchFlags declares emq bench's flags, but the security ones.
+func benchFlags(b *binder, o *benchOptions) {
+	r, p := &o.run, &o.fanout
+	b.str(&r.Frontend, "frontend", "a running broker's frontend (default: start one)")
+	b.str(&r.Backend, "backend", "a running broker's backend")
+	b.integer(&r.Senders, "senders", "clients")
+	b.integer(&r.Window, "window", "Requests in flight per sender")
+	b.integer(&r.Slots, "slots", "worker slots")
+	b.integer(&r.Jobs, "jobs", "jobs in all")
+	b.integer(&r.Size, "size", "payload bytes")
+	b.float(&r.Rate, "rate", "jobs a second in all (0 = as fast as it goes)")
+	b.integer(&r.Preload, "preload", "jobs stored before the broker starts")
+	b.boolean(&r.AckOnly, "ack-only", "senders wait for the ACK only, as the anchors' producers do; jobs/s runs to the last job run by the worker")
+	b.integer(&r.Priorities, "priorities", "every job has a priority header, this many values in turn (1: the same on every job; 0: none)")
+	b.boolean(&r.Unique, "unique", "every job has a unique key (a distinct one each)")
+	b.str(&r.Batch, "batch", "every job is in this batch (header batch:NAME)")
+	b.integer(&r.Tenants, "tenants", "every job has a tenant header, this many names in turn (0: none)")
+	b.str(&r.Limit, "limit", "every job names this limiter (header limit:NAME); the bench's own broker makes it so that it never binds")
+	b.str(&r.Queue, "queue", "the queue the jobs go to")
+	b.str(&r.BackupTo, "backup", "back the bench's own broker's journal up into this file 6 s into the run (--backup-after), and say what it cost: jobs/s during it beside jobs/s before it")
+	b.duration(&r.BackupAfter, "backup-after", "with --backup: when the backup starts (the second before it is warm-up; the rest measures the broker before it)")
+	b.size(&r.BackupPace, "backup-pace", "with --backup: bytes a second the backup may write (KiB, MiB; 0 = as fast as it goes)")
+	b.boolean(&r.Curve, "curve", "its own broker speaks CURVE, senders and worker each with a key (for a running broker: the --curve-* or --plain-* flags)")
+	b.boolean(&o.http, "http", "send the jobs through the HTTP job API of its own broker (one a request, --senders producers with keep-alive) instead of eMQP; jobs/s counts jobs answered 201 (durable)")
+	b.integer(&o.httpBulk, "http-bulk", "with --http: this many jobs a request (a JSON array, one BULK)")
+	b.boolean(&o.pubsub, "pubsub", "measure pub/sub fan-out instead of jobs")
+	b.integer(&p.Subscribers, "subscribers", "with --pubsub: subscribers that read")
+	b.integer(&p.Stuck, "stuck", "with --pubsub: subscribers that never read")
+	b.integer(&p.Messages, "messages", "with --pubsub: messages published")
+	b.str(&p.Outgoing, "publisher", "with --pubsub: a running broker's publisher-outgoing (with --frontend)")
+	b.integer(&p.HWM, "subscriber-hwm", "with --pubsub: its own broker's subscriber-hwm (0 = the whole run fits)")
+	jsonFlag(b, &o.asJSON, "print one JSON object")
+	b.boolean(&o.quiet, "quiet", "no progress bar")
+	b.str(&o.cpuprofile, "cpuprofile", "write a CPU profile of the run (broker and load together) to this file")
+	b.str(&o.trace, "trace", "write an execution trace of the run to this file (go tool trace)")
 }
 
 // record starts a CPU profile or a trace into the file at path, if one is
@@ -198,23 +214,19 @@ func printResult(w io.Writer, r bench.Result) {
 }
 
 // benchHTTP measures the HTTP job API (emq bench --http).
-func benchHTTP(cmd *cobra.Command, c *config, o bench.Options) error {
-	ho := bench.HTTPOptions{Senders: o.Senders, Jobs: o.Jobs, Size: o.Size}
-	var err error
-	if ho.Bulk, err = c.integer("http-bulk"); err != nil {
-		return err
-	}
+func benchHTTP(cmd *cobra.Command, bo benchOptions, o bench.Options) error {
+	ho := bench.HTTPOptions{Senders: o.Senders, Jobs: o.Jobs, Size: o.Size, Bulk: bo.httpBulk}
 	if o.Frontend != "" {
 		return fmt.Errorf("http: for the bench's own broker only")
 	}
-	if !c.v.GetBool("quiet") {
+	if !bo.quiet {
 		ho.Progress = cmd.ErrOrStderr()
 	}
 	r, err := bench.RunHTTP(cmd.Context(), ho)
 	if err != nil {
 		return err
 	}
-	if c.v.GetBool("json") {
+	if bo.asJSON {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(r)
 	}
 	w := cmd.OutOrStdout()
@@ -231,21 +243,15 @@ func benchHTTP(cmd *cobra.Command, c *config, o bench.Options) error {
 	return nil
 }
 
-func benchPubSub(cmd *cobra.Command, c *config) error {
-	o := bench.PubSubOptions{Frontend: c.str("frontend"), Outgoing: c.str("publisher")}
-	var err error
-	for key, dst := range map[string]*int{"subscribers": &o.Subscribers, "stuck": &o.Stuck,
-		"messages": &o.Messages, "size": &o.Size, "subscriber-hwm": &o.HWM} {
-		if *dst, err = c.integer(key); err != nil {
-			return err
-		}
-	}
+func benchPubSub(cmd *cobra.Command, bo benchOptions) error {
+	o := bo.fanout
+	o.Frontend, o.Size = bo.run.Frontend, bo.run.Size
 	r, err := bench.RunPubSub(cmd.Context(), o)
 	if err != nil {
 		return err
 	}
 	w := cmd.OutOrStdout()
-	if c.v.GetBool("json") {
+	if bo.asJSON {
 		return json.NewEncoder(w).Encode(r)
 	}
 	fmt.Fprintf(w, "%d messages of %d bytes, 1 publisher, %d subscribers", r.Messages, r.Size, r.Subscribers)

@@ -116,3 +116,88 @@ func TestBinderKeyWithoutFlag(t *testing.T) {
 		t.Errorf("n with EMQ_N=5: %d", n)
 	}
 }
+
+// givenOpts stands for a command's options that are there only when
+// given.
+type givenOpts struct {
+	n       *int
+	rate    *float64
+	ratio   float64
+	share   float64
+	pace    *int64
+	headers []string
+	after   []string
+}
+
+func givenFlags(b *binder, o *givenOpts) {
+	b.optInt(&o.n, "n", "how many")
+	b.optNumber(&o.rate, "rate", "how fast")
+	b.givenNumber(&o.share, "share", "what part")
+	b.float(&o.ratio, "ratio", "what ratio")
+	b.optSize(&o.pace, "pace", "how much a second")
+	b.strArray(&o.headers, "header", "a header (repeatable)")
+	b.strSlice(&o.after, "after", "msgids")
+}
+
+// The options that are set only when given keep nil (or their value)
+// unless the command line gives them: the environment does not; those
+// it does give are read as given, bad numbers named by key.
+func TestBinderGivenOnCommandLine(t *testing.T) {
+	read := func(args ...string) (givenOpts, error) {
+		t.Helper()
+		f := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		givenFlags(&binder{f: f}, &givenOpts{ratio: 0.5})
+		if err := f.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		c, err := loadConfig(f, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := givenOpts{share: 0.25}
+		b := reader()
+		givenFlags(b, &o)
+		return o, b.apply(c)
+	}
+	f := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	givenFlags(&binder{f: f}, &givenOpts{ratio: 0.5})
+	for name, def := range map[string]string{"n": "0", "rate": "0", "share": "0", "ratio": "0.5", "pace": "", "header": "[]", "after": "[]"} {
+		if fl := f.Lookup(name); fl == nil || fl.DefValue != def {
+			t.Errorf("--%s: %+v, want the default %q", name, fl, def)
+		}
+	}
+
+	t.Setenv("EMQ_N", "3")
+	t.Setenv("EMQ_RATE", "2.5")
+	t.Setenv("EMQ_SHARE", "0.75")
+	t.Setenv("EMQ_HEADER", "a=1")
+	t.Setenv("EMQ_AFTER", "x")
+	o, err := read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.n != nil || o.rate != nil || o.share != 0.25 || o.headers != nil || o.after != nil || o.pace != nil || o.ratio != 0.5 {
+		t.Errorf("with nothing on the command line: %+v, want nothing set but ratio's default", o)
+	}
+
+	o, err = read("--n", "0", "--rate", "1.5", "--share", "0.1", "--header", "a=1,b", "--header", "c", "--after", "x,y", "--after", "z", "--pace", "2KiB", "--ratio", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.n == nil || *o.n != 0 || o.rate == nil || *o.rate != 1.5 || o.share != 0.1 || o.ratio != 2 || o.pace == nil || *o.pace != 2048 ||
+		!slices.Equal(o.headers, []string{"a=1,b", "c"}) || !slices.Equal(o.after, []string{"x", "y", "z"}) {
+		t.Errorf("given: %+v", o)
+	}
+
+	t.Setenv("EMQ_PACE", "1KiB")
+	if o, err = read(); err != nil || o.pace == nil || *o.pace != 1024 {
+		t.Errorf("pace from EMQ_PACE: %v, %v", o.pace, err)
+	}
+	if _, err = read("--rate", "fast"); err == nil || err.Error() != `rate: "fast" is not a number` {
+		t.Errorf("--rate fast: %v", err)
+	}
+	t.Setenv("EMQ_RATIO", "half")
+	if _, err = read(); err == nil || err.Error() != `ratio: "half" is not a number` {
+		t.Errorf("EMQ_RATIO=half: %v", err)
+	}
+}

@@ -20,7 +20,7 @@ import (
 // precedence. Keys are the flag names.
 type config struct {
 	v     *viper.Viper
-	flags map[string]bool // the command's flags
+	flags *pflag.FlagSet // the command's flags
 }
 
 // fileSection is the one part of a config file no flag has: the queues'
@@ -36,12 +36,10 @@ func loadConfig(flags *pflag.FlagSet, file string) (*config, error) {
 	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
 	v.AutomaticEnv()
 	var known []string // every flag a key, but --help
-	has := map[string]bool{}
 	var err error
 	flags.VisitAll(func(f *pflag.Flag) {
 		if f.Name != "help" && err == nil {
 			known = append(known, f.Name)
-			has[f.Name] = true
 			err = v.BindPFlag(f.Name, f)
 		}
 	})
@@ -70,7 +68,7 @@ func loadConfig(flags *pflag.FlagSet, file string) (*config, error) {
 			}
 		}
 	}
-	return &config{v, has}, nil
+	return &config{v, flags}, nil
 }
 
 func (c *config) str(key string) string { return c.v.GetString(key) }
@@ -165,6 +163,18 @@ func (c *config) integer(key string) (int, error) {
 	n, err := strconv.Atoi(s)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %q is not a whole number", key, s)
+	}
+	return n, nil
+}
+
+func (c *config) number(key string) (float64, error) {
+	s, err := c.scalar(key, "a number")
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a number", key, s)
 	}
 	return n, nil
 }

@@ -47,9 +47,10 @@ func shardFlags(b *binder, so *shards.Options) {
 }
 
 // shardAdmin is an admin client of shard s's leader, found at its admin
-// addresses, with the --admin-token and --admin-ca flags.
-func shardAdmin(ctx context.Context, c *config, s shards.Shard) (*admin.Client, string, error) {
+// addresses, with o's token and CA (shardAdminFlags).
+func shardAdmin(ctx context.Context, o admin.ClientOptions, s shards.Shard) (*admin.Client, string, error) {
 	return shards.FindLeader(ctx, s, func(addr string) (*admin.Client, error) {
-		return admin.NewClient(admin.ClientOptions{Addr: addr, Token: c.str("admin-token"), CA: c.str("admin-ca")})
+		o.Addr = addr
+		return admin.NewClient(o)
 	}, 0)
 }

@@ -23,11 +23,17 @@ func newJobsCmd() *cobra.Command {
 
 	purge := adminCmd("purge --queue Q --yes", "Delete every pending job of a queue", cobra.NoArgs,
 		func(cmd *cobra.Command, a admin.API, c *config, _ []string) error {
-			q := c.str("queue")
+			var q string
+			var yes bool
+			b := reader()
+			purgeFlags(b, &q, &yes)
+			if err := b.apply(c); err != nil {
+				return err
+			}
 			if q == "" {
 				return errors.New("queue: name the queue to purge with --queue")
 			}
-			if !c.v.GetBool("yes") {
+			if !yes {
 				return fmt.Errorf("purging deletes every pending job of queue %q; add --yes to do it", q)
 			}
 			n, err := a.PurgeQueue(cmd.Context(), q)
@@ -37,10 +43,15 @@ func newJobsCmd() *cobra.Command {
 			fmt.Fprintf(cmd.OutOrStdout(), "removed %d jobs from %s\n", n, q)
 			return nil
 		})
-	purge.Flags().String("queue", "", "the queue to purge")
-	purge.Flags().Bool("yes", false, "confirm")
+	purgeFlags(&binder{f: purge.Flags()}, new(string), new(false))
 	cmd.AddCommand(purge)
 	return cmd
+}
+
+// purgeFlags declares emq jobs purge's flags.
+func purgeFlags(b *binder, queue *string, yes *bool) {
+	b.str(queue, "queue", "the queue to purge")
+	b.boolean(yes, "yes", "confirm")
 }
 
 func newDLQCmd() *cobra.Command {
@@ -59,11 +70,17 @@ func bulkCmd(remove bool) *cobra.Command {
 	}
 	cmd := adminCmd(use, short, cobra.MaximumNArgs(1),
 		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
-			f, err := filterFlags(c, "dead")
+			var o bulkOptions
+			b := reader()
+			bulkFlags(b, &o, "", false)
+			if err := b.apply(c); err != nil {
+				return err
+			}
+			f, err := o.filter.parse("dead")
 			if err != nil {
 				return err
 			}
-			bulk := c.v.GetBool("all") || f != (admin.JobFilter{State: "dead"})
+			bulk := o.all || f != (admin.JobFilter{State: "dead"})
 			if bulk == (len(args) == 1) {
 				return errors.New("name one MSGID, or --all, or filters (--queue, --error, --header, --msgid-prefix, --older-than, --newer-than)")
 			}
@@ -79,7 +96,7 @@ func bulkCmd(remove bool) *cobra.Command {
 				}
 				return err
 			}
-			yes := c.v.GetBool("yes")
+			yes := o.yes
 			res, err := a.BulkDead(cmd.Context(), f, remove, yes)
 			switch {
 			case err != nil && res.Done > 0:
@@ -94,11 +111,26 @@ func bulkCmd(remove bool) *cobra.Command {
 			fmt.Fprintf(out, "%s %d of %d matching dead jobs\n", did, res.Done, res.Matched)
 			return nil
 		})
-	f := cmd.Flags()
-	f.Bool("all", false, "every dead job (of --queue, if given)")
-	f.Bool("yes", false, "act on what matches (without it: count only)")
-	addFilterFlags(cmd)
+	bulkFlags(&binder{f: cmd.Flags()}, new(bulkOptions), "every dead job (of --queue, if given)", false)
 	return cmd
+}
+
+// bulkOptions are the flags of a command that acts on one job or on
+// every job that matches.
+type bulkOptions struct {
+	all, inflight, yes bool
+	filter             jobFilter
+}
+
+// bulkFlags declares the flags of dlq retry and dlq rm, or with cancel
+// those of jobs cancel; all is --all's help.
+func bulkFlags(b *binder, o *bulkOptions, all string, cancel bool) {
+	b.boolean(&o.all, "all", all)
+	if cancel {
+		b.boolean(&o.inflight, "inflight", "only jobs in flight (a running broker's)")
+	}
+	b.boolean(&o.yes, "yes", "act on what matches (without it: count only)")
+	filterFlags(b, &o.filter, false)
 }
 
 // cancelCmd is jobs cancel: one MSGID, or every pending, delayed and
@@ -107,15 +139,21 @@ func bulkCmd(remove bool) *cobra.Command {
 func cancelCmd() *cobra.Command {
 	cmd := adminCmd("cancel MSGID | --all | FILTERS", "Cancel jobs: pending and delayed ones never run, workers running one are told to stop", cobra.MaximumNArgs(1),
 		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
+			var o bulkOptions
+			b := reader()
+			bulkFlags(b, &o, "", true)
+			if err := b.apply(c); err != nil {
+				return err
+			}
 			state := "pending"
-			if c.v.GetBool("inflight") {
+			if o.inflight {
 				state = "inflight"
 			}
-			f, err := filterFlags(c, state)
+			f, err := o.filter.parse(state)
 			if err != nil {
 				return err
 			}
-			bulk := c.v.GetBool("all") || f != (admin.JobFilter{State: "pending"})
+			bulk := o.all || f != (admin.JobFilter{State: "pending"})
 			if bulk == (len(args) == 1) {
 				return errors.New("name one MSGID, or --all, or filters (--queue, --inflight, --error, --header, --msgid-prefix, --older-than, --newer-than)")
 			}
@@ -126,7 +164,7 @@ func cancelCmd() *cobra.Command {
 				}
 				return output(cmd, c, j, func(w io.Writer) { printJob(w, j) })
 			}
-			yes := c.v.GetBool("yes")
+			yes := o.yes
 			res, err := a.BulkCancel(cmd.Context(), f, yes)
 			switch {
 			case err != nil && res.Done > 0:
@@ -149,55 +187,60 @@ with retain-done keeps cancelled jobs as long as done ones (emq jobs ls
 --state cancelled); offline (--data-dir) they are deleted. A job done,
 dead or cancelled already is refused. In bulk, without --yes it only
 counts what matches.`
-	f := cmd.Flags()
-	f.Bool("all", false, "every pending, delayed and in-flight job (of --queue, if given)")
-	f.Bool("inflight", false, "only jobs in flight (a running broker's)")
-	f.Bool("yes", false, "act on what matches (without it: count only)")
-	addFilterFlags(cmd)
+	bulkFlags(&binder{f: cmd.Flags()}, new(bulkOptions), "every pending, delayed and in-flight job (of --queue, if given)", true)
 	return cmd
 }
 
-// addFilterFlags adds a listing's filters.
-func addFilterFlags(cmd *cobra.Command) {
-	f := cmd.Flags()
-	f.String("queue", "", "only this queue")
-	f.String("msgid-prefix", "", "only msgids that start with this")
-	f.String("header", "", `only jobs with this header item: "key" or "key:value"`)
-	f.String("error", "", "only jobs whose last error contains this")
-	f.String("older-than", "", "only jobs stored at least this long ago (90s, 2h)")
-	f.String("newer-than", "", "only jobs stored at most this long ago")
+// jobFilter is the filter flags as given, read by the API's own parser.
+type jobFilter struct {
+	state, queue, msgidPrefix, header, errorText, olderThan, newerThan string
 }
 
-// filterFlags reads the filter flags and state (a --state flag's, when
-// state is ""), through the API's own parser.
-func filterFlags(c *config, state string) (admin.JobFilter, error) {
+// filterFlags declares a listing's filters, and --state with withState.
+func filterFlags(b *binder, f *jobFilter, withState bool) {
+	if withState {
+		b.str(&f.state, "state", "waiting, pending, inflight, dead, done or cancelled (default: waiting, pending and dead)")
+	}
+	b.str(&f.queue, "queue", "only this queue")
+	b.str(&f.msgidPrefix, "msgid-prefix", "only msgids that start with this")
+	b.str(&f.header, "header", `only jobs with this header item: "key" or "key:value"`)
+	b.str(&f.errorText, "error", "only jobs whose last error contains this")
+	b.str(&f.olderThan, "older-than", "only jobs stored at least this long ago (90s, 2h)")
+	b.str(&f.newerThan, "newer-than", "only jobs stored at most this long ago")
+}
+
+// parse is f's filter of jobs in state (f's --state when state is "").
+func (f jobFilter) parse(state string) (admin.JobFilter, error) {
 	if state == "" {
-		state = c.str("state")
+		state = f.state
 	}
 	q := url.Values{"state": {state}}
-	for flag, param := range map[string]string{"queue": "queue", "msgid-prefix": "msgid_prefix", "header": "header",
-		"error": "error", "older-than": "older_than", "newer-than": "newer_than"} {
-		if v := c.str(flag); v != "" {
+	for param, v := range map[string]string{"queue": f.queue, "msgid_prefix": f.msgidPrefix, "header": f.header,
+		"error": f.errorText, "older_than": f.olderThan, "newer_than": f.newerThan} {
+		if v != "" {
 			q.Set(param, v)
 		}
 	}
-	f, err := admin.ParseJobFilter(q)
+	jf, err := admin.ParseJobFilter(q)
 	if err != nil {
-		return f, fmt.Errorf("%s (flags --state, --older-than, --newer-than)", err)
+		return jf, fmt.Errorf("%s (flags --state, --older-than, --newer-than)", err)
 	}
-	return f, nil
+	return jf, nil
 }
 
 func listCmd(use, short, state string) *cobra.Command {
 	cmd := adminCmd(use, short, cobra.NoArgs, func(cmd *cobra.Command, a admin.API, c *config, _ []string) error {
-		f, err := filterFlags(c, state)
+		var o listOptions
+		b := reader()
+		listFlags(b, &o, state == "")
+		if err := b.apply(c); err != nil {
+			return err
+		}
+		f, err := o.filter.parse(state)
 		if err != nil {
 			return err
 		}
-		if f.Limit, err = c.integer("limit"); err != nil {
-			return err
-		}
-		f.After = c.str("after")
+		f.Limit, f.After = o.limit, o.after
 		p, err := a.Jobs(cmd.Context(), f)
 		if err != nil {
 			return err
@@ -213,20 +256,39 @@ func listCmd(use, short, state string) *cobra.Command {
 			}
 		})
 	})
-	f := cmd.Flags()
-	addFilterFlags(cmd)
-	if state == "" {
-		f.String("state", "", "waiting, pending, inflight, dead, done or cancelled (default: waiting, pending and dead)")
-	}
-	f.Int("limit", 100, "jobs to show")
-	f.String("after", "", "continue a listing (the cursor it printed)")
+	listFlags(&binder{f: cmd.Flags()}, &listOptions{limit: 100}, state == "")
 	return cmd
+}
+
+// listOptions are a listing's flags.
+type listOptions struct {
+	filter jobFilter
+	limit  int
+	after  string
+}
+
+// listFlags declares a listing's flags, and --state with withState.
+func listFlags(b *binder, o *listOptions, withState bool) {
+	filterFlags(b, &o.filter, withState)
+	pageFlags(b, &o.limit, &o.after, "jobs", "cursor")
+}
+
+// pageFlags declares a listing's --limit and --after: at most limit
+// items a page, after the cursor a page printed.
+func pageFlags(b *binder, limit *int, after *string, items, cursor string) {
+	b.integer(limit, "limit", items+" to show")
+	b.str(after, "after", "continue a listing (the "+cursor+" it printed)")
 }
 
 func showCmd() *cobra.Command {
 	cmd := adminCmd("show MSGID", "Show one job", msgidArg,
 		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
-			withPayload := c.v.GetBool("payload")
+			var withPayload bool
+			b := reader()
+			payloadFlag(b, &withPayload)
+			if err := b.apply(c); err != nil {
+				return err
+			}
 			j, err := a.Job(cmd.Context(), args[0], withPayload)
 			if errors.Is(err, store.ErrNotFound) {
 				return fmt.Errorf("%w (a done job is kept only while the broker runs with --retain-done)", err)
@@ -242,8 +304,14 @@ func showCmd() *cobra.Command {
 				}
 			})
 		})
-	cmd.Flags().Bool("payload", false, "include the whole payload")
+	payloadFlag(&binder{f: cmd.Flags()}, new(false))
 	return cmd
+}
+
+// payloadFlag declares --payload of a command that shows one job or
+// schedule.
+func payloadFlag(b *binder, on *bool) {
+	b.boolean(on, "payload", "include the whole payload")
 }
 
 func whyCmd() *cobra.Command {

@@ -17,8 +17,8 @@ var errProblems = errors.New("the journal has problems (above)")
 
 func newJournalCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "journal", Short: "Check the journal's bytes, or salvage what is good of a damaged one (the broker stopped)"}
-	cmd.PersistentFlags().String("data-dir", broker.DefaultOptions().DataDir, "directory of the journal file "+broker.JournalFile+" and its log")
-	cmd.PersistentFlags().Bool("json", false, "print JSON instead of text")
+	journalFlags(&binder{f: cmd.PersistentFlags()}, new(broker.DefaultOptions().DataDir), new(false),
+		"directory of the journal file "+broker.JournalFile+" and its log", "print JSON instead of text")
 	check := &cobra.Command{
 		Use:   "check",
 		Short: "Read every byte: bbolt's page check, every value's checksum, the indexes, the log; exit 1 on a problem",
@@ -28,7 +28,11 @@ func newJournalCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := boltstore.Check(journalPath(c))
+			path, err := journalPath(c)
+			if err != nil {
+				return err
+			}
+			rep, err := boltstore.Check(path)
 			if err != nil {
 				return err
 			}
@@ -51,11 +55,20 @@ func newJournalCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			to := c.str("to")
+			path, err := journalPath(c)
+			if err != nil {
+				return err
+			}
+			var to string
+			b := reader()
+			salvageFlags(b, &to)
+			if err := b.apply(c); err != nil {
+				return err
+			}
 			if to == "" {
 				return errors.New("to: name the folder of the new journal with --to DIR (a new one: nothing is overwritten)")
 			}
-			rep, err := boltstore.Salvage(journalPath(c), filepath.Join(to, broker.JournalFile))
+			rep, err := boltstore.Salvage(path, filepath.Join(to, broker.JournalFile))
 			if err != nil {
 				return err
 			}
@@ -74,9 +87,14 @@ func newJournalCmd() *cobra.Command {
 			})
 		},
 	}
-	salvage.Flags().String("to", "", "folder of the new journal (must not hold one)")
+	salvageFlags(&binder{f: salvage.Flags()}, new(""))
 	cmd.AddCommand(check, salvage)
 	return cmd
+}
+
+// salvageFlags declares emq journal salvage's own flag.
+func salvageFlags(b *binder, to *string) {
+	b.str(to, "to", "folder of the new journal (must not hold one)")
 }
 
 func printCheck(w io.Writer, r boltstore.CheckReport) {

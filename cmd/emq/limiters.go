@@ -42,19 +42,10 @@ func setLimiterCmd() *cobra.Command {
 		"Make or replace a named limiter (it must limit something: a concurrency or a rate)", cobra.ExactArgs(1),
 		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
 			var s store.LimiterSettings
-			var err error
-			if s.Concurrency, err = c.integer("concurrency"); err != nil {
+			b := reader()
+			limiterFlags(b, &s)
+			if err := b.apply(c); err != nil {
 				return err
-			}
-			if s.Burst, err = c.integer("burst"); err != nil {
-				return err
-			}
-			r, err := rateFlag(cmd, c, "rate")
-			if err != nil {
-				return err
-			}
-			if r != nil {
-				s.Rate = *r
 			}
 			if err := s.Validate(); err != nil { // before it travels as JSON (NaN cannot)
 				return err
@@ -66,10 +57,15 @@ func setLimiterCmd() *cobra.Command {
 				limitText(float64(s.Concurrency)), limitText(s.Rate), max(1, s.Burst))
 			return nil
 		})
-	cmd.Flags().Int("concurrency", 0, "jobs naming it in flight at most, whatever their queue (0 = no limit)")
-	cmd.Flags().String("rate", "0", "dispatches of jobs naming it a second at most (0 = no limit)")
-	cmd.Flags().Int("burst", 0, "dispatches at once above the rate (0 = 1)")
+	limiterFlags(&binder{f: cmd.Flags()}, new(store.LimiterSettings))
 	return cmd
+}
+
+// limiterFlags declares emq limiters set's flags.
+func limiterFlags(b *binder, s *store.LimiterSettings) {
+	b.integer(&s.Concurrency, "concurrency", "jobs naming it in flight at most, whatever their queue (0 = no limit)")
+	b.givenNumber(&s.Rate, "rate", "dispatches of jobs naming it a second at most (0 = no limit)")
+	b.integer(&s.Burst, "burst", "dispatches at once above the rate (0 = 1)")
 }
 
 func removeLimiterCmd() *cobra.Command {

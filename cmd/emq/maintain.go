@@ -17,8 +17,8 @@ import (
 
 func newMigrateCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "migrate", Short: "The journal file's schema (the broker migrates at start too)"}
-	cmd.PersistentFlags().String("data-dir", broker.DefaultOptions().DataDir, "directory of the journal file")
-	cmd.PersistentFlags().Bool("json", false, "print JSON instead of a table")
+	journalFlags(&binder{f: cmd.PersistentFlags()}, new(broker.DefaultOptions().DataDir), new(false),
+		"directory of the journal file", "print JSON instead of a table")
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "Show the file's schema version and each step",
@@ -28,7 +28,11 @@ func newMigrateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v, steps, err := boltstore.Migrations(journalPath(c))
+			path, err := journalPath(c)
+			if err != nil {
+				return err
+			}
+			v, steps, err := boltstore.Migrations(path)
 			if err != nil {
 				return err
 			}
@@ -42,7 +46,7 @@ func newMigrateCmd() *cobra.Command {
 				out = append(out, step{s.Version, s.Name, s.Applied})
 			}
 			return output(cmd, c, map[string]any{"version": v, "steps": out}, func(w io.Writer) {
-				fmt.Fprintf(w, "file %s is at version %d\n", journalPath(c), v)
+				fmt.Fprintf(w, "file %s is at version %d\n", path, v)
 				for _, s := range out {
 					mark := "pending"
 					if s.Applied {
@@ -62,9 +66,13 @@ func newMigrateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			path, err := journalPath(c)
+			if err != nil {
+				return err
+			}
 			opts := boltstore.DefaultOptions()
 			opts.LockTimeout = 500 * time.Millisecond
-			from, to, err := boltstore.Migrate(journalPath(c), opts)
+			from, to, err := boltstore.Migrate(path, opts)
 			if errors.Is(err, store.ErrLocked) {
 				return fmt.Errorf("%w (a running broker has migrated it already at its start)", err)
 			}
@@ -83,7 +91,24 @@ func newMigrateCmd() *cobra.Command {
 	return cmd
 }
 
-func journalPath(c *config) string { return filepath.Join(c.str("data-dir"), broker.JournalFile) }
+// journalFlags declares the flags of the commands on a stopped broker's
+// journal file (emq journal, emq migrate), with their help texts.
+func journalFlags(b *binder, dataDir *string, asJSON *bool, dirHelp, jsonHelp string) {
+	b.str(dataDir, "data-dir", dirHelp)
+	jsonFlag(b, asJSON, jsonHelp)
+}
+
+// journalPath is the journal file in --data-dir. It reads --json too, so
+// that a bad one stops the command before it acts.
+func journalPath(c *config) (string, error) {
+	var dir string
+	b := reader()
+	journalFlags(b, &dir, new(false), "", "")
+	if err := b.apply(c); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, broker.JournalFile), nil
+}
 
 func newCompactCmd() *cobra.Command {
 	cmd := adminCmd("compact", "Rewrite the journal file without its free space", cobra.NoArgs,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -30,19 +31,21 @@ connection.`,
 		Args: cobra.RangeArgs(1, 2),
 	}
 	f := cmd.Flags()
-	f.String("broker", broker.DefaultOptions().Frontend, "the broker's frontend (or its publisher-incoming endpoint)")
-	f.Duration("wait", defaultWait, "how long to wait for a connection")
+	pubFlags(&binder{f: f}, new(broker.DefaultOptions().Frontend), new(defaultWait))
 	addSecurityFlags(f)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
 		if err != nil {
 			return err
 		}
-		payload, err := readPayload(cmd.InOrStdin(), args[1:])
-		if err != nil {
+		var endpoint string
+		var wait time.Duration
+		b := reader()
+		pubFlags(b, &endpoint, &wait)
+		if err := b.apply(c); err != nil {
 			return err
 		}
-		wait, err := c.duration("wait")
+		payload, err := readPayload(cmd.InOrStdin(), args[1:])
 		if err != nil {
 			return err
 		}
@@ -50,7 +53,7 @@ connection.`,
 		if err != nil {
 			return err
 		}
-		cl, err := client.New(client.Options{Broker: c.str("broker"), Security: sec,
+		cl, err := client.New(client.Options{Broker: endpoint, Security: sec,
 			Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {
 			return err
@@ -66,6 +69,12 @@ connection.`,
 	return cmd
 }
 
+// pubFlags declares emq pub's flags, but the security ones.
+func pubFlags(b *binder, endpoint *string, wait *time.Duration) {
+	b.str(endpoint, "broker", "the broker's frontend (or its publisher-incoming endpoint)")
+	b.duration(wait, "wait", "how long to wait for a connection")
+}
+
 func newSubCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sub [PREFIX...]",
@@ -78,23 +87,20 @@ Reconnects when the broker restarts; what is published meanwhile is not
 received.`,
 	}
 	f := cmd.Flags()
-	f.String("publisher", broker.DefaultOptions().PublisherOutgoing, "the broker's publisher-outgoing endpoint")
-	f.Bool("json", false, "print each message as a JSON object")
-	f.Int("count", 0, "exit after this many messages (0 = run until interrupted)")
+	subFlags(&binder{f: f}, &subOptions{endpoint: broker.DefaultOptions().PublisherOutgoing})
 	addSecurityFlags(f)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
 		if err != nil {
 			return err
 		}
-		count, err := c.integer("count")
-		if err != nil {
+		var o subOptions
+		b := reader()
+		subFlags(b, &o)
+		if err := b.apply(c); err != nil {
 			return err
 		}
-		asJSON, err := c.boolean("json")
-		if err != nil {
-			return err
-		}
+		count, asJSON := o.count, o.asJSON
 		if len(args) == 0 {
 			args = []string{""}
 		}
@@ -102,7 +108,7 @@ received.`,
 		if err != nil {
 			return err
 		}
-		s, err := client.Subscribe(client.SubscriberOptions{Endpoint: c.str("publisher"), Security: sec,
+		s, err := client.Subscribe(client.SubscriberOptions{Endpoint: o.endpoint, Security: sec,
 			Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))}, args...)
 		if err != nil {
 			return err
@@ -139,4 +145,18 @@ received.`,
 		return nil
 	}
 	return cmd
+}
+
+// subOptions are emq sub's flags, but the security ones.
+type subOptions struct {
+	endpoint string
+	asJSON   bool
+	count    int
+}
+
+// subFlags declares emq sub's flags, but the security ones.
+func subFlags(b *binder, o *subOptions) {
+	b.str(&o.endpoint, "publisher", "the broker's publisher-outgoing endpoint")
+	jsonFlag(b, &o.asJSON, "print each message as a JSON object")
+	b.integer(&o.count, "count", "exit after this many messages (0 = run until interrupted)")
 }

@@ -23,11 +23,14 @@ func newSchedulesCmd() *cobra.Command {
 	}
 	adminFlags(cmd)
 	ls := adminCmd("ls", "List schedules, by id", cobra.NoArgs, func(cmd *cobra.Command, a admin.API, c *config, _ []string) error {
-		limit, err := c.integer("limit")
-		if err != nil {
+		var limit int
+		var after string
+		b := reader()
+		pageFlags(b, &limit, &after, "schedules", "id")
+		if err := b.apply(c); err != nil {
 			return err
 		}
-		p, err := a.Schedules(cmd.Context(), c.str("after"), limit)
+		p, err := a.Schedules(cmd.Context(), after, limit)
 		if err != nil {
 			return err
 		}
@@ -42,10 +45,14 @@ func newSchedulesCmd() *cobra.Command {
 			}
 		})
 	})
-	ls.Flags().Int("limit", 100, "schedules to show")
-	ls.Flags().String("after", "", "continue a listing (the id it printed)")
+	pageFlags(&binder{f: ls.Flags()}, new(100), new(""), "schedules", "id")
 	show := adminCmd("show ID", "Show one schedule", cobra.ExactArgs(1), func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
-		withPayload := c.v.GetBool("payload")
+		var withPayload bool
+		b := reader()
+		payloadFlag(b, &withPayload)
+		if err := b.apply(c); err != nil {
+			return err
+		}
 		s, err := a.Schedule(cmd.Context(), args[0], withPayload)
 		if err != nil {
 			return err
@@ -63,7 +70,7 @@ func newSchedulesCmd() *cobra.Command {
 			}
 		})
 	})
-	show.Flags().Bool("payload", false, "include the whole payload")
+	payloadFlag(&binder{f: show.Flags()}, new(false))
 	rm := adminCmd("rm ID", "Remove a schedule (its jobs already made stay)", cobra.ExactArgs(1),
 		func(cmd *cobra.Command, a admin.API, _ *config, args []string) error {
 			if err := a.RemoveSchedule(cmd.Context(), args[0]); err != nil {
@@ -97,13 +104,18 @@ func addScheduleCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sp := admin.ScheduleSpec{Queue: c.str("queue"), Cron: c.str("cron"), PayloadBase64: base64.StdEncoding.EncodeToString(payload)}
-			if every, err := c.duration("every"); err != nil {
+			var o scheduleOptions
+			b := reader()
+			scheduleFlags(b, &o)
+			if err := b.apply(c); err != nil {
 				return err
-			} else if every != 0 {
-				sp.Every = every.String()
 			}
-			if sp.Headers, err = scheduleFlags(cmd, c); err != nil {
+			sp := o.spec
+			sp.PayloadBase64 = base64.StdEncoding.EncodeToString(payload)
+			if o.every != 0 {
+				sp.Every = o.every.String()
+			}
+			if sp.Headers, err = o.headerText(); err != nil {
 				return err
 			}
 			s, err := a.AddSchedule(cmd.Context(), sp)
@@ -121,50 +133,61 @@ or standard input with "-". The first job is made at once unless
 --nohaste. The schedule is named by --id, else by its payload (as
 EventMQ names a ["run", {...}] payload) and queue; adding the same
 schedule again changes nothing, another one with the same id replaces it.`
-	f := cmd.Flags()
-	f.String("queue", "", "queue of the jobs")
-	f.Duration("every", 0, "interval between jobs (whole seconds)")
-	f.String("cron", "", "cron expression of the jobs' times")
-	f.String("tz", "", "time zone of --cron (Area/City; header tz)")
-	f.String("id", "", "the schedule's name (header schedule-id)")
-	f.Bool("nohaste", false, "no job at once: the first at the first due time (header nohaste)")
-	f.Int("run-count", 0, "end after N jobs (header run_count; 0 = no end)")
-	f.Bool("misfire-skip", false, "no catch-up job for due times missed while no broker ran (header misfire:skip)")
-	f.StringArray("header", nil, "header item name=value, or a flag name (repeatable)")
+	scheduleFlags(&binder{f: cmd.Flags()}, new(scheduleOptions))
 	return cmd
 }
 
-// scheduleFlags gathers add's header flags into a headers string.
-func scheduleFlags(cmd *cobra.Command, c *config) (string, error) {
+// scheduleOptions are emq schedules add's flags: the spec's queue and
+// cron, and what goes in its headers.
+type scheduleOptions struct {
+	spec                 admin.ScheduleSpec
+	every                time.Duration
+	tz, id               string
+	noHaste, misfireSkip bool
+	runCount             int
+	headers              []string
+}
+
+// scheduleFlags declares emq schedules add's flags.
+func scheduleFlags(b *binder, o *scheduleOptions) {
+	b.str(&o.spec.Queue, "queue", "queue of the jobs")
+	b.duration(&o.every, "every", "interval between jobs (whole seconds)")
+	b.str(&o.spec.Cron, "cron", "cron expression of the jobs' times")
+	b.str(&o.tz, "tz", "time zone of --cron (Area/City; header tz)")
+	b.str(&o.id, "id", "the schedule's name (header schedule-id)")
+	b.boolean(&o.noHaste, "nohaste", "no job at once: the first at the first due time (header nohaste)")
+	b.integer(&o.runCount, "run-count", "end after N jobs (header run_count; 0 = no end)")
+	b.boolean(&o.misfireSkip, "misfire-skip", "no catch-up job for due times missed while no broker ran (header misfire:skip)")
+	b.strArray(&o.headers, "header", "header item name=value, or a flag name (repeatable)")
+}
+
+// headerText is the schedule's headers: --header's, then those the
+// other flags give.
+func (o scheduleOptions) headerText() (string, error) {
 	var items []string
-	headers, _ := cmd.Flags().GetStringArray("header")
-	for _, h := range headers {
+	for _, h := range o.headers {
 		name, value, ok := strings.Cut(h, "=")
 		if ok {
 			name += ":" + value
 		}
 		items = append(items, name)
 	}
-	for _, f := range [][2]string{{"id", emqp.HeaderScheduleID}, {"tz", emqp.HeaderTZ}} { // in one order: the same flags, the same schedule
-		if v := c.str(f[0]); v != "" {
-			items = append(items, f[1]+":"+v)
+	for _, f := range [][2]string{{o.id, emqp.HeaderScheduleID}, {o.tz, emqp.HeaderTZ}} { // in one order: the same flags, the same schedule
+		if f[0] != "" {
+			items = append(items, f[1]+":"+f[0])
 		}
 	}
-	if c.v.GetBool("nohaste") {
+	if o.noHaste {
 		items = append(items, emqp.HeaderNoHaste)
 	}
-	if c.v.GetBool("misfire-skip") {
+	if o.misfireSkip {
 		items = append(items, emqp.HeaderMisfire+":skip")
 	}
-	n, err := c.integer("run-count")
-	if err != nil {
-		return "", err
-	}
-	if n < 0 {
+	if o.runCount < 0 {
 		return "", errors.New("run-count: want 0 (no end) or a number of jobs")
 	}
-	if n > 0 {
-		items = append(items, emqp.HeaderRunCount+":"+strconv.Itoa(n))
+	if o.runCount > 0 {
+		items = append(items, emqp.HeaderRunCount+":"+strconv.Itoa(o.runCount))
 	}
 	return strings.Join(items, ","), nil
 }

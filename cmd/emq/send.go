@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -66,91 +67,30 @@ failure.`,
 		Args: cobra.MaximumNArgs(1),
 	}
 	f := cmd.Flags()
-	f.String("broker", broker.DefaultOptions().Frontend, "the broker's frontend endpoint (several, comma-separated: the one that answers)")
-	f.String("queue", "default", "queue of the job")
-	f.Bool("reply", false, "wait for the worker's REPLY and print it")
-	f.StringArray("header", nil, "header item name=value, or a flag name (repeatable)")
-	f.Duration("timeout", 0, "the job's timeout (header timeout:N)")
-	f.Int("retry-count", -1, "retries after failures (header retry-count:N; -1 = the broker's default)")
-	f.Int("priority", -1, "0 to 65535, lower runs first (header priority:N; -1 = none: 1024)")
-	f.String("unique", "", "a key no other job of the queue may hold (header unique:KEY)")
-	f.Duration("unique-for", 0, "with --unique: how long the key stays held after the job is done (header unique-for:N)")
-	f.StringSlice("after", nil, "msgids of jobs this one waits for, comma-separated or repeated (header after)")
-	f.String("after-batch", "", "a batch this job waits for (header after-batch)")
-	f.String("after-failed", "", "with --after or --after-batch: cancel (the default) or run, when one of them fails")
-	f.String("batch", "", "the batch the job joins (header batch)")
-	f.Bool("batch-open", false, "with --batch: the batch stays open for more jobs (header batch-open)")
-	f.Duration("wait", defaultWait, "how long to wait for the ACK (or the REPLY); with --bulk, for each BULK's (nothing listening at --broker fails at once)")
-	f.String("bulk", "", `send the jobs of this file of JSON lines ("-": standard input) in BULKs, each stored whole or not at all`)
-	f.Int("bulk-size", 1000, "with --bulk: jobs in one BULK")
+	sendFlags(&binder{f: f}, new(sendDefaults()))
 	addSecurityFlags(f)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
 		if err != nil {
 			return err
 		}
-		if file := c.str("bulk"); file != "" {
+		var o sendOptions
+		b := reader()
+		sendFlags(b, &o)
+		if err := b.apply(c); err != nil {
+			return err
+		}
+		if o.bulk != "" {
 			if len(args) > 0 {
 				return errors.New("bulk: the jobs come from the file, not an argument")
 			}
-			return sendBulk(cmd, c, file)
+			return sendBulk(cmd, c, o)
 		}
 		payload, err := readPayload(cmd.InOrStdin(), args)
 		if err != nil {
 			return err
 		}
-		var opts []client.Option
-		headers, _ := cmd.Flags().GetStringArray("header")
-		for _, h := range headers {
-			name, value, _ := strings.Cut(h, "=")
-			opts = append(opts, client.Header(name, value))
-		}
-		if d, err := c.duration("timeout"); err != nil {
-			return err
-		} else if d > 0 {
-			opts = append(opts, client.Timeout(d))
-		}
-		if n, err := c.integer("retry-count"); err != nil {
-			return err
-		} else if n >= 0 {
-			opts = append(opts, client.RetryCount(n))
-		}
-		if n, err := c.integer("priority"); err != nil {
-			return err
-		} else if n > math.MaxUint16 || n < -1 {
-			return fmt.Errorf("priority: %d: want 0 to 65535", n)
-		} else if n >= 0 {
-			opts = append(opts, client.Priority(uint16(n)))
-		}
-		hold, err := c.duration("unique-for")
-		if err != nil {
-			return err
-		}
-		switch key := c.str("unique"); {
-		case key != "":
-			opts = append(opts, client.Unique(key, hold))
-		case hold != 0:
-			return errors.New("unique-for: goes with --unique KEY")
-		}
-		if after, _ := cmd.Flags().GetStringSlice("after"); len(after) > 0 {
-			opts = append(opts, client.After(after...))
-		}
-		if v := c.str("after-batch"); v != "" {
-			opts = append(opts, client.AfterBatch(v))
-		}
-		switch v := c.str("after-failed"); v {
-		case "":
-		case "cancel", "run":
-			opts = append(opts, client.AfterFailed(v == "run"))
-		default:
-			return fmt.Errorf("after-failed: %q: want cancel or run", v)
-		}
-		if v := c.str("batch"); v != "" {
-			opts = append(opts, client.Batch(v, c.v.GetBool("batch-open")))
-		} else if c.v.GetBool("batch-open") {
-			return errors.New("batch-open: goes with --batch NAME")
-		}
-		wait, err := c.duration("wait")
+		opts, err := o.jobOptions()
 		if err != nil {
 			return err
 		}
@@ -166,22 +106,22 @@ failure.`,
 		defer stopTracing()
 		ctx, refused := context.WithCancelCause(traceFromEnv(cmd.Context()))
 		defer refused(nil)
-		cl, err := client.New(client.Options{Broker: c.str("broker"), Security: sec, Logger: log, TracerProvider: tp,
-			OnDialError: giveUpUnheard(c.str("broker"), refused)})
+		cl, err := client.New(client.Options{Broker: o.broker, Security: sec, Logger: log, TracerProvider: tp,
+			OnDialError: giveUpUnheard(o.broker, refused)})
 		if err != nil {
 			return err
 		}
 		defer cl.Close()
-		ctx, cancel := context.WithTimeout(ctx, wait)
+		ctx, cancel := context.WithTimeout(ctx, o.wait)
 		defer cancel()
-		if c.v.GetBool("reply") {
-			reply, err := cl.Request(ctx, c.str("queue"), payload, opts...)
+		if o.reply {
+			reply, err := cl.Request(ctx, o.queue, payload, opts...)
 			if err != nil {
 				return sendError(ctx, err)
 			}
 			return writeReply(cmd.OutOrStdout(), reply)
 		}
-		id, err := cl.Send(ctx, c.str("queue"), payload, opts...)
+		id, err := cl.Send(ctx, o.queue, payload, opts...)
 		if err != nil {
 			return sendError(ctx, err)
 		}
@@ -189,6 +129,97 @@ failure.`,
 		return nil
 	}
 	return cmd
+}
+
+// sendOptions are emq send's flags, but the security ones.
+type sendOptions struct {
+	broker, queue                  string
+	reply                          bool
+	headers                        []string
+	timeout                        time.Duration
+	retryCount, priority           int
+	unique                         string
+	uniqueFor                      time.Duration
+	after                          []string
+	afterBatch, afterFailed, batch string
+	batchOpen                      bool
+	wait                           time.Duration
+	bulk                           string
+	bulkSize                       int
+}
+
+// sendDefaults are emq send's defaults.
+func sendDefaults() sendOptions {
+	return sendOptions{broker: broker.DefaultOptions().Frontend, queue: "default", retryCount: -1, priority: -1,
+		wait: defaultWait, bulkSize: 1000}
+}
+
+// sendFlags declares emq send's flags, but the security ones.
+func sendFlags(b *binder, o *sendOptions) {
+	b.str(&o.broker, "broker", "the broker's frontend endpoint (several, comma-separated: the one that answers)")
+	b.str(&o.queue, "queue", "queue of the job")
+	b.boolean(&o.reply, "reply", "wait for the worker's REPLY and print it")
+	b.strArray(&o.headers, "header", "header item name=value, or a flag name (repeatable)")
+	b.duration(&o.timeout, "timeout", "the job's timeout (header timeout:N)")
+	b.integer(&o.retryCount, "retry-count", "retries after failures (header retry-count:N; -1 = the broker's default)")
+	b.integer(&o.priority, "priority", "0 to 65535, lower runs first (header priority:N; -1 = none: 1024)")
+	b.str(&o.unique, "unique", "a key no other job of the queue may hold (header unique:KEY)")
+	b.duration(&o.uniqueFor, "unique-for", "with --unique: how long the key stays held after the job is done (header unique-for:N)")
+	b.strSlice(&o.after, "after", "msgids of jobs this one waits for, comma-separated or repeated (header after)")
+	b.str(&o.afterBatch, "after-batch", "a batch this job waits for (header after-batch)")
+	b.str(&o.afterFailed, "after-failed", "with --after or --after-batch: cancel (the default) or run, when one of them fails")
+	b.str(&o.batch, "batch", "the batch the job joins (header batch)")
+	b.boolean(&o.batchOpen, "batch-open", "with --batch: the batch stays open for more jobs (header batch-open)")
+	b.duration(&o.wait, "wait", "how long to wait for the ACK (or the REPLY); with --bulk, for each BULK's (nothing listening at --broker fails at once)")
+	b.str(&o.bulk, "bulk", `send the jobs of this file of JSON lines ("-": standard input) in BULKs, each stored whole or not at all`)
+	b.integer(&o.bulkSize, "bulk-size", "with --bulk: jobs in one BULK")
+}
+
+// jobOptions are the job's options that o's flags give.
+func (o sendOptions) jobOptions() ([]client.Option, error) {
+	var opts []client.Option
+	for _, h := range o.headers {
+		name, value, _ := strings.Cut(h, "=")
+		opts = append(opts, client.Header(name, value))
+	}
+	if o.timeout > 0 {
+		opts = append(opts, client.Timeout(o.timeout))
+	}
+	if o.retryCount >= 0 {
+		opts = append(opts, client.RetryCount(o.retryCount))
+	}
+	switch n := o.priority; {
+	case n > math.MaxUint16 || n < -1:
+		return nil, fmt.Errorf("priority: %d: want 0 to 65535", n)
+	case n >= 0:
+		opts = append(opts, client.Priority(uint16(n)))
+	}
+	switch {
+	case o.unique != "":
+		opts = append(opts, client.Unique(o.unique, o.uniqueFor))
+	case o.uniqueFor != 0:
+		return nil, errors.New("unique-for: goes with --unique KEY")
+	}
+	if len(o.after) > 0 {
+		opts = append(opts, client.After(o.after...))
+	}
+	if o.afterBatch != "" {
+		opts = append(opts, client.AfterBatch(o.afterBatch))
+	}
+	switch o.afterFailed {
+	case "":
+	case "cancel", "run":
+		opts = append(opts, client.AfterFailed(o.afterFailed == "run"))
+	default:
+		return nil, fmt.Errorf("after-failed: %q: want cancel or run", o.afterFailed)
+	}
+	switch {
+	case o.batch != "":
+		opts = append(opts, client.Batch(o.batch, o.batchOpen))
+	case o.batchOpen:
+		return nil, errors.New("batch-open: goes with --batch NAME")
+	}
+	return opts, nil
 }
 
 // errNotListening is emq send's error when every endpoint of --broker
@@ -302,22 +333,15 @@ type bulkLine struct {
 	MsgID      string          `json:"msgid"`
 }
 
-// sendBulk sends the jobs of file in BULKs of --bulk-size and prints
-// their msgids as each BULK is stored.
-func sendBulk(cmd *cobra.Command, c *config, file string) error {
-	size, err := c.integer("bulk-size")
-	if err != nil {
-		return err
-	}
+// sendBulk sends the jobs of --bulk's file in BULKs of --bulk-size and
+// prints their msgids as each BULK is stored.
+func sendBulk(cmd *cobra.Command, c *config, o sendOptions) error {
+	size, wait := o.bulkSize, o.wait
 	if size < 1 {
 		return fmt.Errorf("bulk-size: %d: want 1 or more", size)
 	}
-	wait, err := c.duration("wait")
-	if err != nil {
-		return err
-	}
 	in := cmd.InOrStdin()
-	if file != "-" {
+	if file := o.bulk; file != "-" {
 		f, err := os.Open(file)
 		if err != nil {
 			return fmt.Errorf("bulk: %w", err)
@@ -332,8 +356,8 @@ func sendBulk(cmd *cobra.Command, c *config, file string) error {
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	base, refused := context.WithCancelCause(traceFromEnv(cmd.Context()))
 	defer refused(nil)
-	cl, err := client.New(client.Options{Broker: c.str("broker"), Security: sec, Logger: log,
-		OnDialError: giveUpUnheard(c.str("broker"), refused)})
+	cl, err := client.New(client.Options{Broker: o.broker, Security: sec, Logger: log,
+		OnDialError: giveUpUnheard(o.broker, refused)})
 	if err != nil {
 		return err
 	}
@@ -371,7 +395,7 @@ func sendBulk(cmd *cobra.Command, c *config, file string) error {
 		if len(line) == 0 {
 			continue
 		}
-		j, err := bulkJob(line, c.str("queue"))
+		j, err := bulkJob(line, o.queue)
 		if err != nil {
 			return fmt.Errorf("bulk: line %d: %w", n, err)
 		}

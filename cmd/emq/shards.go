@@ -75,17 +75,20 @@ func newShardsCmd() *cobra.Command {
 	f := cmd.PersistentFlags()
 	placementFlags(&binder{f: f}, new(shards.DefaultOptions()))
 	addEtcdFlags(f, "the etcd of the placement, when --placement-endpoints is not given")
-	f.Bool("json", false, "print JSON instead of a table")
-	f.String("admin-token", "", "the shards' admin token, or read-only token, for emq shards stats (or EMQ_ADMIN_TOKEN)")
-	f.String("admin-ca", "", "with https admin addresses: trust this CA certificate (PEM)")
+	jsonFlag(&binder{f: f}, new(false), "print JSON instead of a table")
+	shardAdminFlags(&binder{f: f}, new(admin.ClientOptions))
 	add := placementCmd("add NAME", "Add a shard to the placement, or change where its brokers listen", cobra.ExactArgs(1),
 		func(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string, args []string) error {
-			s := shards.Shard{ShardRoute: emqp.ShardRoute{Frontend: c.list("frontend"), Backend: c.list("backend"), Admin: c.list("shard-admin")},
-				Etcd: c.list("shard-etcd"), Prefix: c.str("shard-prefix")}
+			var s shards.Shard
+			var hashed bool
+			b := reader()
+			addShardFlags(b, &s, &hashed)
+			if err := b.apply(c); err != nil {
+				return err
+			}
 			if s.Prefix == "" {
 				s.Prefix = "/emq/" + args[0] + "/"
 			}
-			hashed := c.v.GetBool("hashed")
 			p, err := shards.ChangePlacement(cmd.Context(), cli, prefix, func(p *shards.Placement) error {
 				p.Shards[args[0]] = s
 				if hashed && !slices.Contains(p.Hashed, args[0]) {
@@ -99,13 +102,7 @@ func newShardsCmd() *cobra.Command {
 			fmt.Fprintf(cmd.OutOrStdout(), "shard %s: journal at %s; placement version %d\n", args[0], s.Prefix, p.Version)
 			return nil
 		})
-	af := add.Flags()
-	af.String("frontend", "", "its brokers' frontends, where clients connect (comma-separated tcp://host:port)")
-	af.String("backend", "", "its brokers' backends, where workers connect (comma-separated tcp://host:port)")
-	af.String("shard-admin", "", "its brokers' admin addresses (comma-separated host:port), for the admin tools")
-	af.String("shard-etcd", "", "its journal's etcd, client URLs (comma-separated; default: the placement's etcd)")
-	af.String("shard-prefix", "", "its group's --etcd-prefix (default /emq/NAME/)")
-	af.Bool("hashed", false, "also spread queues not placed explicitly over it (changes where some queues go: see emq shards hashed)")
+	addShardFlags(&binder{f: add.Flags()}, new(shards.Shard), new(false))
 	rm := placementCmd("rm NAME", "Take a shard out of the placement (no queue may be placed on it)", cobra.ExactArgs(1),
 		func(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string, args []string) error {
 			p, err := shards.ChangePlacement(cmd.Context(), cli, prefix, func(p *shards.Placement) error {
@@ -146,6 +143,23 @@ func newShardsCmd() *cobra.Command {
 	return cmd
 }
 
+// shardAdminFlags declares the flags emq shards stats reaches the
+// shards' admin APIs with (their addresses are the placement's).
+func shardAdminFlags(b *binder, o *admin.ClientOptions) {
+	b.str(&o.Token, "admin-token", "the shards' admin token, or read-only token, for emq shards stats (or EMQ_ADMIN_TOKEN)")
+	b.str(&o.CA, "admin-ca", "with https admin addresses: trust this CA certificate (PEM)")
+}
+
+// addShardFlags declares emq shards add's flags.
+func addShardFlags(b *binder, s *shards.Shard, hashed *bool) {
+	b.list(&s.Frontend, "frontend", "its brokers' frontends, where clients connect (comma-separated tcp://host:port)")
+	b.list(&s.Backend, "backend", "its brokers' backends, where workers connect (comma-separated tcp://host:port)")
+	b.list(&s.Admin, "shard-admin", "its brokers' admin addresses (comma-separated host:port), for the admin tools")
+	b.list(&s.Etcd, "shard-etcd", "its journal's etcd, client URLs (comma-separated; default: the placement's etcd)")
+	b.str(&s.Prefix, "shard-prefix", "its group's --etcd-prefix (default /emq/NAME/)")
+	b.boolean(hashed, "hashed", "also spread queues not placed explicitly over it (changes where some queues go: see emq shards hashed)")
+}
+
 func shardsLs(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string, _ []string) error {
 	p, _, err := shards.LoadPlacement(cmd.Context(), cli, prefix)
 	if err != nil {
@@ -180,6 +194,12 @@ func shardsLs(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string
 func placeQueueCmd() *cobra.Command {
 	cmd := placementCmd("place QUEUE SHARD", "Place a queue on a shard (\"-\" as SHARD: back to the hash rule), moving its stored jobs, dead letters, schedules and controls there", cobra.ExactArgs(2),
 		func(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string, args []string) error {
+			wait := true
+			b := reader()
+			placeFlags(b, &wait)
+			if err := b.apply(c); err != nil {
+				return err
+			}
 			queue, shard := args[0], args[1]
 			ctx := cmd.Context()
 			var from, to string
@@ -214,7 +234,7 @@ func placeQueueCmd() *cobra.Command {
 				return nil
 			}
 			fmt.Fprintf(out, "queue %s: moving from shard %s to shard %s (placement version %d); its new jobs wait meanwhile\n", queue, from, to, p.Version)
-			if !c.v.GetBool("wait") {
+			if !wait {
 				return nil
 			}
 			start := time.Now()
@@ -234,9 +254,15 @@ func placeQueueCmd() *cobra.Command {
 				}
 			}
 		})
-	placementFlags(&binder{f: cmd.Flags()}, new(shards.DefaultOptions()))
-	cmd.Flags().Bool("wait", true, "wait until the move has ended")
+	b := &binder{f: cmd.Flags()}
+	placementFlags(b, new(shards.DefaultOptions()))
+	placeFlags(b, new(true))
 	return cmd
+}
+
+// placeFlags declares emq queues place's own flag.
+func placeFlags(b *binder, wait *bool) {
+	b.boolean(wait, "wait", "wait until the move has ended")
 }
 
 func orDash(s string) string {
@@ -260,6 +286,12 @@ type ShardStats struct {
 func newShardsStatsCmd() *cobra.Command {
 	return placementCmd("stats", "Counters and queues of every shard's leader, and their sums (asks each at its --shard-admin address)", cobra.NoArgs,
 		func(cmd *cobra.Command, c *config, cli *clientv3.Client, prefix string, _ []string) error {
+			var ao admin.ClientOptions
+			b := reader()
+			shardAdminFlags(b, &ao)
+			if err := b.apply(c); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			p, _, err := shards.LoadPlacement(ctx, cli, prefix)
 			if err != nil {
@@ -270,7 +302,7 @@ func newShardsStatsCmd() *cobra.Command {
 			var order []string
 			for _, name := range slices.Sorted(maps.Keys(p.Shards)) {
 				st := ShardStats{Shard: name}
-				a, addr, err := shardAdmin(ctx, c, p.Shards[name])
+				a, addr, err := shardAdmin(ctx, ao, p.Shards[name])
 				if err == nil {
 					st.Admin = addr
 					var s admin.StatsInfo

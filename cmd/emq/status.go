@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,10 +16,21 @@ import (
 	"github.com/eventmq/emq/store"
 )
 
+// jsonFlag declares --json.
+func jsonFlag(b *binder, on *bool, usage string) {
+	b.boolean(on, "json", usage)
+}
+
 // output prints v as JSON with --json, else calls table with a tabwriter.
 func output(cmd *cobra.Command, c *config, v any, table func(w io.Writer)) error {
+	var asJSON bool
+	b := reader()
+	jsonFlag(b, &asJSON, "")
+	if err := b.apply(c); err != nil {
+		return err
+	}
 	out := cmd.OutOrStdout()
-	if c.v.GetBool("json") {
+	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
@@ -145,22 +155,10 @@ func setQueueCmd() *cobra.Command {
 		"Limit a queue, and each of its tenants by default: jobs in flight across every worker, dispatches a second (0 = no limit)", cobra.ExactArgs(1),
 		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
 			var ch broker.QueueChange
-			var err error
-			for _, f := range []struct {
-				name string
-				to   **int
-			}{{"concurrency", &ch.Concurrency}, {"burst", &ch.Burst}, {"tenant-concurrency", &ch.TenantConcurrency}, {"tenant-burst", &ch.TenantBurst}} {
-				if *f.to, err = intFlag(cmd, c, f.name); err != nil {
-					return err
-				}
-			}
-			for _, f := range []struct {
-				name string
-				to   **float64
-			}{{"rate", &ch.Rate}, {"tenant-rate", &ch.TenantRate}} {
-				if *f.to, err = rateFlag(cmd, c, f.name); err != nil {
-					return err
-				}
+			b := reader()
+			queueChangeFlags(b, &ch)
+			if err := b.apply(c); err != nil {
+				return err
 			}
 			if ch == (broker.QueueChange{}) {
 				return errors.New("say what to set: --concurrency, --rate, --burst, --tenant-concurrency, --tenant-rate or --tenant-burst")
@@ -174,34 +172,19 @@ func setQueueCmd() *cobra.Command {
 			}
 			return output(cmd, c, q, func(w io.Writer) { fmt.Fprintf(w, "%s\t%s\n", q.Name, controls(q)) })
 		})
-	cmd.Flags().Int("concurrency", 0, "jobs of the queue in flight at most, across every worker (0 = no limit)")
-	cmd.Flags().String("rate", "0", "dispatches of the queue a second at most (0 = no limit)")
-	cmd.Flags().Int("burst", 0, "dispatches at once after a quiet while, above the rate (0 = 1)")
-	cmd.Flags().Int("tenant-concurrency", 0, "each tenant's jobs in flight at most, unless set for the tenant (emq tenants set; 0 = no limit)")
-	cmd.Flags().String("tenant-rate", "0", "each tenant's dispatches a second at most, unless set for the tenant (0 = no limit)")
-	cmd.Flags().Int("tenant-burst", 0, "each tenant's dispatches at once above its rate, unless set for the tenant (0 = 1)")
+	queueChangeFlags(&binder{f: cmd.Flags()}, new(broker.QueueChange))
 	return cmd
 }
 
-// intFlag is the whole number of flag name when it was given, else nil.
-func intFlag(cmd *cobra.Command, c *config, name string) (*int, error) {
-	if !cmd.Flags().Changed(name) {
-		return nil, nil
-	}
-	n, err := c.integer(name)
-	return &n, err
-}
-
-// rateFlag is the number of flag name when it was given, else nil.
-func rateFlag(cmd *cobra.Command, c *config, name string) (*float64, error) {
-	if !cmd.Flags().Changed(name) {
-		return nil, nil
-	}
-	r, err := strconv.ParseFloat(c.str(name), 64)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %q is not a number", name, c.str(name))
-	}
-	return &r, nil
+// queueChangeFlags declares emq queues set's flags: each changes its
+// control only when given.
+func queueChangeFlags(b *binder, ch *broker.QueueChange) {
+	b.optInt(&ch.Concurrency, "concurrency", "jobs of the queue in flight at most, across every worker (0 = no limit)")
+	b.optNumber(&ch.Rate, "rate", "dispatches of the queue a second at most (0 = no limit)")
+	b.optInt(&ch.Burst, "burst", "dispatches at once after a quiet while, above the rate (0 = 1)")
+	b.optInt(&ch.TenantConcurrency, "tenant-concurrency", "each tenant's jobs in flight at most, unless set for the tenant (emq tenants set; 0 = no limit)")
+	b.optNumber(&ch.TenantRate, "tenant-rate", "each tenant's dispatches a second at most, unless set for the tenant (0 = no limit)")
+	b.optInt(&ch.TenantBurst, "tenant-burst", "each tenant's dispatches at once above its rate, unless set for the tenant (0 = 1)")
 }
 
 func newWorkersCmd() *cobra.Command {

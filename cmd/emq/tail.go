@@ -26,23 +26,38 @@ func newTailCmd() *cobra.Command {
 				return err
 			}
 			defer a.Close()
-			count, err := c.integer("count")
-			if err != nil {
+			var o tailOptions
+			b := reader()
+			tailFlags(b, &o)
+			jsonFlag(b, &o.asJSON, "")
+			if err := b.apply(c); err != nil {
 				return err
 			}
-			events, err := a.Events(cmd.Context(), c.str("queue"), c.str("msgid"))
+			events, err := a.Events(cmd.Context(), o.queue, o.msgid)
 			if err != nil {
 				return err
 			}
 			defer events.Close()
-			return printEvents(cmd.Context(), cmd.OutOrStdout(), events, c.v.GetBool("json"), count)
+			return printEvents(cmd.Context(), cmd.OutOrStdout(), events, o.asJSON, o.count)
 		},
 	}
 	adminFlags(cmd)
-	cmd.Flags().String("queue", "", "only the events of this queue")
-	cmd.Flags().String("msgid", "", "only the events of this job")
-	cmd.Flags().Int("count", 0, "stop after this many events (0 = follow until stopped)")
+	tailFlags(&binder{f: cmd.Flags()}, new(tailOptions))
 	return cmd
+}
+
+// tailOptions are emq tail's flags, and the admin commands' --json.
+type tailOptions struct {
+	queue, msgid string
+	count        int
+	asJSON       bool
+}
+
+// tailFlags declares emq tail's own flags.
+func tailFlags(b *binder, o *tailOptions) {
+	b.str(&o.queue, "queue", "only the events of this queue")
+	b.str(&o.msgid, "msgid", "only the events of this job")
+	b.integer(&o.count, "count", "stop after this many events (0 = follow until stopped)")
 }
 
 // printEvents prints the events of a stream, a line each, until it

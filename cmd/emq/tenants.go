@@ -28,12 +28,10 @@ func lsTenantsCmd() *cobra.Command {
 	cmd := adminCmd("ls QUEUE [--offset N] [--limit N]",
 		"List a queue's tenants, the largest backlog first (with the broker stopped: those with settings of their own)", cobra.ExactArgs(1),
 		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
-			offset, err := c.integer("offset")
-			if err != nil {
-				return err
-			}
-			limit, err := c.integer("limit")
-			if err != nil {
+			var offset, limit int
+			b := reader()
+			tenantsPageFlags(b, &offset, &limit)
+			if err := b.apply(c); err != nil {
 				return err
 			}
 			if offset < 0 || limit < 1 {
@@ -56,16 +54,27 @@ func lsTenantsCmd() *cobra.Command {
 				fmt.Fprintln(w)
 			})
 		})
-	cmd.Flags().Int("offset", 0, "skip this many tenants")
-	cmd.Flags().Int("limit", 100, "list at most this many tenants (up to 10000)")
+	tenantsPageFlags(&binder{f: cmd.Flags()}, new(0), new(100))
 	return cmd
+}
+
+// tenantsPageFlags declares emq tenants ls's flags.
+func tenantsPageFlags(b *binder, offset, limit *int) {
+	b.integer(offset, "offset", "skip this many tenants")
+	b.integer(limit, "limit", "list at most this many tenants (up to 10000)")
 }
 
 func setTenantCmd() *cobra.Command {
 	cmd := adminCmd("set QUEUE NAME [--concurrency N] [--rate R] [--burst B] [--weight W] [--default FIELD,...]",
 		"Set a tenant's own limits and weight in a queue (NAME '' or --no-tenant: the jobs without a tenant)", cobra.RangeArgs(1, 2),
 		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
-			noTenant := c.v.GetBool("no-tenant")
+			var ch broker.TenantChange
+			var noTenant bool
+			b := reader()
+			tenantChangeFlags(b, &ch, &noTenant)
+			if err := b.apply(c); err != nil {
+				return err
+			}
 			switch {
 			case noTenant && len(args) != 1:
 				return errors.New("with --no-tenant name only the queue")
@@ -76,20 +85,6 @@ func setTenantCmd() *cobra.Command {
 			if !noTenant {
 				name = args[1]
 			}
-			var ch broker.TenantChange
-			var err error
-			for _, f := range []struct {
-				name string
-				to   **int
-			}{{"concurrency", &ch.Concurrency}, {"burst", &ch.Burst}, {"weight", &ch.Weight}} {
-				if *f.to, err = intFlag(cmd, c, f.name); err != nil {
-					return err
-				}
-			}
-			if ch.Rate, err = rateFlag(cmd, c, "rate"); err != nil {
-				return err
-			}
-			ch.Default = c.list("default")
 			if ch.Concurrency == nil && ch.Rate == nil && ch.Burst == nil && ch.Weight == nil && len(ch.Default) == 0 {
 				return errors.New("say what to set: --concurrency, --rate, --burst, --weight or --default")
 			}
@@ -104,14 +99,19 @@ func setTenantCmd() *cobra.Command {
 				fmt.Fprintf(w, "%s\t%s\t%s\n", queue, tenantName(name), ownText(s))
 			})
 		})
-	f := cmd.Flags()
-	f.Int("concurrency", 0, "its jobs in flight at most (0 = no limit, whatever the queue's default)")
-	f.String("rate", "0", "its dispatches a second at most (0 = no limit)")
-	f.Int("burst", 0, "its dispatches at once above its rate (0 = 1)")
-	f.Int("weight", 0, "its share of dispatch turns against the queue's other tenants (1 to 1000; 0 = 1)")
-	f.String("default", "", "give these back to the queue's default: concurrency, rate, burst, weight (comma-separated)")
-	f.Bool("no-tenant", false, "set the jobs without a tenant header (as NAME '')")
+	tenantChangeFlags(&binder{f: cmd.Flags()}, new(broker.TenantChange), new(false))
 	return cmd
+}
+
+// tenantChangeFlags declares emq tenants set's flags: each changes its
+// setting only when given.
+func tenantChangeFlags(b *binder, ch *broker.TenantChange, noTenant *bool) {
+	b.optInt(&ch.Concurrency, "concurrency", "its jobs in flight at most (0 = no limit, whatever the queue's default)")
+	b.optNumber(&ch.Rate, "rate", "its dispatches a second at most (0 = no limit)")
+	b.optInt(&ch.Burst, "burst", "its dispatches at once above its rate (0 = 1)")
+	b.optInt(&ch.Weight, "weight", "its share of dispatch turns against the queue's other tenants (1 to 1000; 0 = 1)")
+	b.list(&ch.Default, "default", "give these back to the queue's default: concurrency, rate, burst, weight (comma-separated)")
+	b.boolean(noTenant, "no-tenant", "set the jobs without a tenant header (as NAME '')")
 }
 
 // tenantName shows the tenant "" as the jobs without one.
