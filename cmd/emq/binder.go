@@ -60,6 +60,10 @@ func (b *binder) bind(key string, set func(c *config) error) {
 // gives the flag (the environment does not): a value that is there only
 // when asked for.
 func (b *binder) given(key string, set func(c *config) error) {
+	if b.f != nil {
+		// emq config reference lists no environment variable for it.
+		_ = b.f.SetAnnotation(key, noEnv, []string{"yes"})
+	}
 	b.sets = append(b.sets, func(c *config) error {
 		if !c.flags.Changed(key) {
 			return nil

@@ -165,7 +165,7 @@ func section(b *strings.Builder, cmd *cobra.Command) {
 	b.WriteString("\n| Flag | Environment | Config key | Default | Meaning |\n|---|---|---|---|---|\n")
 	for _, f := range flags {
 		e, k := "–", "–"
-		if env && f.Name != "config" {
+		if env && f.Name != "config" && f.Annotations[noEnv] == nil {
 			e = "`EMQ_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_")) + "`"
 		}
 		if file && f.Name != "config" {
