@@ -89,6 +89,19 @@ func (b *binder) boolean(dst *bool, name, usage string) {
 	b.bind(name, func(c *config) (err error) { *dst, err = c.boolean(name); return err })
 }
 
+// maybe is a boolean that may be left unset (nil): its default depends
+// on other options, as its usage says.
+func (b *binder) maybe(dst **bool, name, usage string) {
+	if b.f != nil {
+		b.f.Bool(name, false, usage)
+	}
+	b.bind(name, func(c *config) error {
+		v, err := c.boolean(name)
+		*dst = &v
+		return err
+	})
+}
+
 // size is a byte count, its default written in MiB.
 func (b *binder) size(dst *int64, name, usage string) {
 	if b.f != nil {
