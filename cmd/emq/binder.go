@@ -96,6 +96,9 @@ func (b *binder) maybe(dst **bool, name, usage string) {
 		b.f.Bool(name, false, usage)
 	}
 	b.bind(name, func(c *config) error {
+		if !c.v.IsSet(name) { // its flag's default is not a value
+			return nil
+		}
 		v, err := c.boolean(name)
 		*dst = &v
 		return err
