@@ -192,7 +192,6 @@ func mustShow(t *testing.T, b *bt.Broker, s secretJobs, c caller) {
 	}
 }
 
-
 func TestPayloadsByRole(t *testing.T) {
 	t.Parallel()
 	b := bt.StartAdmin(t, "", keepResults, func(o *admin.Options) {
