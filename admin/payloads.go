@@ -18,8 +18,8 @@ import (
 // The others see sizes and metadata (headers, errors, trail): a job's or
 // schedule's JSON has no preview and says payload_hidden, and what
 // answers with payload or result bytes answers 403 payload_hidden. Each
-// payload or result handed out is an EventPayloadRead on the event
-// stream (broker.EventPayloadRead), a line in the log and one more in emq_payload_reads_total.
+// payload or result handed out is a broker.EventPayloadRead on the event
+// stream, a line in the log and one more in emq_payload_reads_total.
 
 // showsPayloads reports whether r may see payloads and results.
 func (s *Server) showsPayloads(r *http.Request) bool {
