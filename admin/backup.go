@@ -16,7 +16,8 @@ import (
 
 // Backups through the admin API: GET /api/v1/backup[?pace=BYTES]
 // streams the journal as one moment (store.Backuper's format), with the
-// full admin token only: a backup holds every job's payload.
+// full admin token only: a backup holds every job's payload (and so, with
+// no token set, only where payloads are shown: payloads.go).
 
 // madeBy names what makes a backup: the program, its version and host.
 func madeBy(what string) string {
@@ -76,7 +77,12 @@ func (s *Server) backupRoute(mux *http.ServeMux) {
 			}
 			pace = n
 		}
+		if !s.showsPayloads(r) { // the read-only token is refused before (authorize)
+			s.hidePayload(w)
+			return
+		}
 		s.with(w, func(a API) {
+			s.payloadRead(r, "", "", "every payload and result (a backup)")
 			name := "emq-" + time.Now().UTC().Format("20060102-150405") + ".emqbackup"
 			w.Header().Set("Content-Type", "application/octet-stream")
 			w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name))

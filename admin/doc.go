@@ -73,12 +73,17 @@
 // a dashboard session of that token; a ReadToken (or its session) may be
 // used instead for GETs only (403 otherwise), a ProducerToken for
 // sending jobs and reading results only; the dashboard's files and
-// login need neither. Without a token, Validate refuses a non-loopback
+// login need neither. Payloads and results (previews included) are
+// shown to the Token, and to the ReadToken or, with no token set, to
+// every caller as Options.ShowPayloads says; to others a job is its
+// sizes and metadata, and what answers with payload bytes is 403
+// payload_hidden. Each payload or result handed out is an event
+// (payloads.go). Without a token, Validate refuses a non-loopback
 // Addr. With TLSCert and TLSKey it is HTTPS. Errors are {"error": "a
 // sentence", "code": "a class"} with a status by class (errors.go): 400 a
-// bad parameter or filter, 401 no token, 403 a cross-site request or a
-// change with the read-only token, 421 a foreign Host, 404 no such job,
-// 409 a job in the wrong state for the change, 501 not done by this
-// journal (compact), 503 the broker is stopping (or a standby: who
-// leads), 500 the journal failed (I/O).
+// bad parameter or filter, 401 no token, 403 a cross-site request, a
+// change with the read-only token or a payload hidden from the caller,
+// 421 a foreign Host, 404 no such job, 409 a job in the wrong state for
+// the change, 501 not done by this journal (compact), 503 the broker is
+// stopping (or a standby: who leads), 500 the journal failed (I/O).
 package admin

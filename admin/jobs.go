@@ -562,6 +562,10 @@ func (s *Server) getResult(w http.ResponseWriter, r *http.Request) {
 		s.noBroker(w)
 		return
 	}
+	if !s.showsPayloads(r) && s.requestAccess(r) != producerAccess { // a producer reads its own jobs' (answerResult)
+		s.hidePayload(w)
+		return
+	}
 	msgid := r.PathValue("msgid")
 	var wait time.Duration
 	if v := r.URL.Query().Get("wait"); v != "" {
@@ -641,6 +645,7 @@ func (s *Server) answerResult(w http.ResponseWriter, r *http.Request, t *target,
 		case err != nil:
 			fail(w, err)
 		default:
+			s.payloadRead(r, sj.Queue, msgid, "result")
 			w.Header().Set("Content-Type", "application/octet-stream")
 			w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", msgid+".result"))
 			w.Header().Set("Content-Length", strconv.Itoa(len(res)))

@@ -259,8 +259,12 @@ func TestHTTPJobRoles(t *testing.T) {
 	if code, out := getResult(t, b, out["msgid"].(string), "", "prod-tok"); code != http.StatusNotFound {
 		t.Errorf("producer's request for the admin's job's result: %d %v, want 404", code, out)
 	}
-	if code, _ := getResult(t, b, id, "", "read-tok"); code != http.StatusAccepted {
-		t.Errorf("read-only token's result request: %d", code)
+	// Results are payloads: the read-only token sees none (payloads_test.go).
+	if code, out := getResult(t, b, id, "", "read-tok"); code != http.StatusForbidden || out["code"] != "payload_hidden" {
+		t.Errorf("read-only token's result request: %d %v, want 403 payload_hidden", code, out)
+	}
+	if code, _ := getResult(t, b, id, "", "admin-tok"); code != http.StatusAccepted {
+		t.Errorf("admin token's result request: %d", code)
 	}
 	if n := acked(t, b); n != 2 {
 		t.Fatalf("%d jobs stored, want the producer's and the admin's", n)

@@ -22,6 +22,7 @@ type Metrics struct {
 	replay       prometheus.Gauge
 	fireLateness prometheus.Histogram
 	ackTime      prometheus.Histogram
+	payloadReads *prometheus.CounterVec
 }
 
 var _ broker.Observer = (*Metrics)(nil)
@@ -53,8 +54,15 @@ func newMetrics(s *Server) *Metrics {
 			Help:    "From a REQUEST read to its ACK sent: the journal's commit and the broker's turn.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
+		payloadReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "emq_payload_reads_total",
+			Help: "Payloads and results handed out by the admin API, by the role that read them (admin, read, producer, no token).",
+		}, []string{"role"}),
 	}
-	m.reg.MustRegister(m.commitTime, m.commitBatch, m.replay, m.fireLateness, m.ackTime, brokerCollector{s}, serverCollector{s},
+	for _, role := range []string{"admin", "read", "producer", "no token"} {
+		m.payloadReads.WithLabelValues(role)
+	}
+	m.reg.MustRegister(m.commitTime, m.commitBatch, m.replay, m.fireLateness, m.ackTime, m.payloadReads, brokerCollector{s}, serverCollector{s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(s.opts.Collectors...)
 	return m

@@ -51,14 +51,39 @@ func (s *Server) Handler() http.Handler {
 			fail(w, err)
 			return
 		}
-		s.with(w, func(a API) { p, err := a.Jobs(r.Context(), f); reply(w, p, err) })
+		s.with(w, func(a API) {
+			p, err := a.Jobs(r.Context(), f)
+			if !s.showsPayloads(r) {
+				for i := range p.Jobs {
+					hideJob(&p.Jobs[i])
+				}
+			}
+			reply(w, p, err)
+		})
 	})
 	mux.HandleFunc("/api/v1/jobs/{$}", func(w http.ResponseWriter, _ *http.Request) { // an empty msgid
 		refuse(w, http.StatusBadRequest, "invalid", "a msgid is needed: /api/v1/jobs/MSGID")
 	})
 	mux.HandleFunc("GET /api/v1/jobs/{msgid}", func(w http.ResponseWriter, r *http.Request) {
 		withPayload, _ := strconv.ParseBool(r.URL.Query().Get("payload"))
-		s.with(w, func(a API) { ji, err := a.Job(r.Context(), r.PathValue("msgid"), withPayload); reply(w, ji, err) })
+		shows := s.showsPayloads(r)
+		if withPayload && !shows {
+			s.hidePayload(w)
+			return
+		}
+		s.with(w, func(a API) {
+			ji, err := a.Job(r.Context(), r.PathValue("msgid"), withPayload)
+			switch {
+			case err != nil:
+			case !shows:
+				hideJob(&ji)
+			case withPayload && ji.Result != nil:
+				s.payloadRead(r, ji.Queue, ji.MsgID, "payload and result")
+			case withPayload:
+				s.payloadRead(r, ji.Queue, ji.MsgID, "payload")
+			}
+			reply(w, ji, err)
+		})
 	})
 	mux.HandleFunc("DELETE /api/v1/jobs/{msgid}", func(w http.ResponseWriter, r *http.Request) {
 		s.with(w, func(a API) {
@@ -73,7 +98,13 @@ func (s *Server) Handler() http.Handler {
 		})
 	})
 	mux.HandleFunc("POST /api/v1/jobs/{msgid}/cancel", func(w http.ResponseWriter, r *http.Request) {
-		s.with(w, func(a API) { ji, err := a.CancelJob(r.Context(), r.PathValue("msgid")); reply(w, ji, err) })
+		s.with(w, func(a API) {
+			ji, err := a.CancelJob(r.Context(), r.PathValue("msgid"))
+			if !s.showsPayloads(r) {
+				hideJob(&ji)
+			}
+			reply(w, ji, err)
+		})
 	})
 	download := func(w http.ResponseWriter, name string, data []byte) {
 		w.Header().Set("Content-Type", "application/octet-stream")
@@ -82,14 +113,22 @@ func (s *Server) Handler() http.Handler {
 		_, _ = w.Write(data)
 	}
 	mux.HandleFunc("GET /api/v1/jobs/{msgid}/payload", func(w http.ResponseWriter, r *http.Request) {
-		s.with(w, func(a API) {
-			p, err := a.Payload(r.Context(), r.PathValue("msgid"))
-			if err != nil {
-				fail(w, err)
-				return
-			}
-			download(w, r.PathValue("msgid")+".payload", p)
-		})
+		if !s.showsPayloads(r) {
+			s.hidePayload(w)
+			return
+		}
+		t := s.current()
+		if t == nil {
+			s.noBroker(w)
+			return
+		}
+		j, err := t.b.JournalJob(r.PathValue("msgid"))
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		s.payloadRead(r, j.Queue, j.MsgID, "payload")
+		download(w, j.MsgID+".payload", j.Payload)
 	})
 	mux.HandleFunc("GET /api/v1/jobs/{msgid}/result", s.getResult) // jobs.go
 	mux.HandleFunc("POST /api/v1/queues/{queue}/jobs", s.postJobs)
@@ -317,6 +356,11 @@ func (s *Server) scheduleRoutes(mux *http.ServeMux) {
 		}
 		s.with(w, func(a API) {
 			page, err := a.Schedules(r.Context(), r.URL.Query().Get("after"), limit)
+			if !s.showsPayloads(r) {
+				for i := range page.Schedules {
+					hideSchedule(&page.Schedules[i])
+				}
+			}
 			reply(w, page, err)
 		})
 	})
@@ -326,11 +370,32 @@ func (s *Server) scheduleRoutes(mux *http.ServeMux) {
 			fail(w, fmt.Errorf("%w: the body is not a schedule in JSON: %v", store.ErrBadSchedule, err))
 			return
 		}
-		s.with(w, func(a API) { si, err := a.AddSchedule(r.Context(), sp); reply(w, si, err) })
+		s.with(w, func(a API) {
+			si, err := a.AddSchedule(r.Context(), sp)
+			if !s.showsPayloads(r) {
+				hideSchedule(&si)
+			}
+			reply(w, si, err)
+		})
 	})
 	mux.HandleFunc("GET /api/v1/schedules/{id}", func(w http.ResponseWriter, r *http.Request) {
 		withPayload, _ := strconv.ParseBool(r.URL.Query().Get("payload"))
-		s.with(w, func(a API) { si, err := a.Schedule(r.Context(), r.PathValue("id"), withPayload); reply(w, si, err) })
+		shows := s.showsPayloads(r)
+		if withPayload && !shows {
+			s.hidePayload(w)
+			return
+		}
+		s.with(w, func(a API) {
+			si, err := a.Schedule(r.Context(), r.PathValue("id"), withPayload)
+			switch {
+			case err != nil:
+			case !shows:
+				hideSchedule(&si)
+			case withPayload:
+				s.payloadRead(r, si.Queue, "", "payload of schedule "+si.ID)
+			}
+			reply(w, si, err)
+		})
 	})
 	mux.HandleFunc("DELETE /api/v1/schedules/{id}", func(w http.ResponseWriter, r *http.Request) {
 		s.with(w, func(a API) {

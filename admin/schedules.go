@@ -27,6 +27,9 @@ type ScheduleInfo struct {
 	PayloadSize int    `json:"payload_size"`
 	Preview     string `json:"preview"`
 	Payload     string `json:"payload_base64,omitempty"` // only when asked for
+	// PayloadHidden: the caller may not see payloads (payloads.go), so
+	// Preview is empty and Payload absent.
+	PayloadHidden bool `json:"payload_hidden,omitempty"`
 }
 
 // NewScheduleInfo describes a stored schedule.

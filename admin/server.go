@@ -34,6 +34,11 @@ type Options struct {
 	// /api/v1/jobs/{msgid}/result), and nothing else (403): for the
 	// programs that enqueue over HTTP.
 	ProducerToken string
+	// ShowPayloads says who besides the full admin token sees payloads
+	// and results (payloads.go): nil, with no token set, every caller
+	// (of a loopback listener: the admin) and not the read-only token;
+	// true both; false neither.
+	ShowPayloads *bool
 	// KeepResult is how long a job sent over HTTP keeps its result for
 	// its sender (header keep-result) when it names no time itself; 0:
 	// as the broker's retain-done says.
@@ -141,6 +146,7 @@ type Server struct {
 	streams   atomic.Int64 // overview streams open
 	waits     atomic.Int64 // result requests waiting (jobs.go)
 	loginLog  *lograte.Limiter
+	readLog   *lograte.Limiter // payloads read (payloads.go)
 
 	srv  *http.Server
 	cli  *zmtp.Router // emq-cli's eMQP on the same port (emqcli.go)
@@ -162,7 +168,8 @@ func New(opts Options) (*Server, error) {
 		opts.Logger = slog.Default()
 	}
 	s := &Server{opts: opts, log: opts.Logger,
-		loginLog: lograte.New(logBurst, "dashboard logins refused and not logged in the last second")}
+		loginLog: lograte.New(logBurst, "dashboard logins refused and not logged in the last second"),
+		readLog:  lograte.New(logBurst, "payload reads not logged in the last second (they are events: emq tail)")}
 	s.metrics = newMetrics(s)
 	return s, nil
 }

@@ -37,6 +37,9 @@ type JobInfo struct {
 	Preview     string    `json:"preview"`                  // the payload's first bytes as text; invalid UTF-8 shown as U+FFFD
 	Payload     string    `json:"payload_base64,omitempty"` // only when asked for
 	Result      *string   `json:"result_base64,omitempty"`  // done: its worker's REPLY, when the payload is asked for
+	// PayloadHidden: the caller may not see payloads (payloads.go), so
+	// Preview is empty and Payload and Result absent.
+	PayloadHidden bool `json:"payload_hidden,omitempty"`
 	// Trail is what happened to it, oldest first: received (when it was
 	// stored), then the events its trail keeps (store.Job.Trail), then
 	// those of the broker not yet written (a delivery under way).

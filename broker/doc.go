@@ -16,7 +16,7 @@
 // Workers, State, InFlight, Job, ListJobs, RetryDead, RemoveJob,
 // PurgeQueue, ChangeQueue, the flow calls (ChangeTenant, Tenants,
 // SetLimiter, RemoveLimiter, Limiters, Flow, Why), the schedule calls,
-// the batch calls (Batch, Batches, OpenBatch, Children), Listen, Stats,
+// the batch calls (Batch, Batches, OpenBatch, Children), Listen, PayloadRead, Stats,
 // Serving; Enqueue and EnqueueBulk send jobs from this process through
 // the REQUEST and BULK path (enqueue.go), AwaitJob waits for a job's end.
 // Each call that touches loop state posts a closure through query or

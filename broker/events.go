@@ -45,6 +45,7 @@ const (
 	EventQueueControls = "queue_controls" // an operator changed a queue's controls
 	EventTenant        = "tenant"         // an operator changed a tenant's own settings (Queue; Reason: the tenant)
 	EventLimiter       = "limiter"        // an operator set or removed a named limiter (Reason: its name)
+	EventPayloadRead   = "payload_read"   // a payload or result was read through the admin API (Reason: which; By, From: who)
 )
 
 // Event is one thing that happened.
@@ -57,6 +58,11 @@ type Event struct {
 	Attempt  int                  `json:"attempt,omitempty"`
 	Reason   string               `json:"reason,omitempty"`
 	Controls *store.QueueSettings `json:"controls,omitempty"`
+	// By and From say who read a payload (EventPayloadRead): the role
+	// (admin, read, producer; "session" after it for the dashboard's;
+	// "no token" where none is set) and the remote address.
+	By   string `json:"by,omitempty"`
+	From string `json:"from,omitempty"`
 }
 
 // listener is one reader of the stream. The loop owns the list and
@@ -185,6 +191,15 @@ func (b *Broker) emit(e Event) {
 		default:
 		}
 	}
+}
+
+// PayloadRead puts an EventPayloadRead on the event stream: what of job
+// msgid (of queue) was read ("payload", "result", ...), by whom and
+// from where. It does not wait for the loop.
+func (b *Broker) PayloadRead(queue, msgid, what, by, from string) {
+	b.post(func() {
+		b.emit(Event{Kind: EventPayloadRead, Queue: queue, MsgID: msgid, Reason: what, By: by, From: from})
+	})
 }
 
 // emitJob is an event of job j: listeners get it, and its trail keeps it

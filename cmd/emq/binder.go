@@ -176,6 +176,22 @@ func (b *binder) optSize(dst **int64, name, usage string) {
 	})
 }
 
+// maybe is a boolean that may be left unset (nil): its default depends
+// on other options, as its usage says.
+func (b *binder) maybe(dst **bool, name, usage string) {
+	if b.f != nil {
+		b.f.Bool(name, false, usage)
+	}
+	b.bind(name, func(c *config) error {
+		if !c.v.IsSet(name) { // its flag's default is not a value
+			return nil
+		}
+		v, err := c.boolean(name)
+		*dst = &v
+		return err
+	})
+}
+
 // size is a byte count, its default written in MiB.
 func (b *binder) size(dst *int64, name, usage string) {
 	if b.f != nil {

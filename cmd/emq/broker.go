@@ -165,6 +165,8 @@ func listenerFlags(b *binder, a *admin.Options) {
 	b.str(&a.Token, "admin-token", "require this Bearer token on every admin request (needed for a non-loopback --admin)")
 	b.str(&a.ReadToken, "admin-read-token", "a second Bearer token that may read everything and change nothing (dashboards, monitoring)")
 	b.str(&a.ProducerToken, "admin-producer-token", "a Bearer token that may only send jobs (POST /api/v1/queues/QUEUE/jobs) and read their results: for programs that enqueue over HTTP (docs/http.md)")
+	b.maybe(&a.ShowPayloads, "admin-show-payloads", "show payloads and results to the read-only token too (true), or to nobody but the full admin token (false); "+
+		"unset: with no admin token set, to every caller of the loopback listener (docs/security.md, Who sees payloads)")
 	b.duration(&a.KeepResult, "admin-keep-result", "how long a job sent over HTTP keeps its result for its sender when it names no keep_result (header keep-result); 0: as --retain-done says")
 	b.integer(&a.MaxResultWaits, "admin-max-result-waits", "result requests (GET /api/v1/jobs/MSGID/result?wait=) that may wait at once; more get 503")
 	b.str(&a.TLSCert, "admin-tls-cert", "serve the admin API over HTTPS with this certificate (PEM; with --admin-tls-key)")

@@ -140,6 +140,8 @@ func writeReference(w io.Writer, root *cobra.Command) error {
 var machineDefaults = map[string]string{
 	"max-receive-buffer": "an eighth of the memory (at least 256MiB)",
 	"max-connections":    "3/4 of the fd limit",
+	// Not a machine's, but one that depends on other options.
+	"admin-show-payloads": "unset: true with no admin token set, false with one",
 }
 
 // section writes one command's options.

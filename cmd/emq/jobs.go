@@ -280,6 +280,9 @@ func pageFlags(b *binder, limit *int, after *string, items, cursor string) {
 	b.str(after, "after", "continue a listing (the "+cursor+" it printed)")
 }
 
+// hiddenNote stands for a preview the broker does not show this token.
+const hiddenNote = "(hidden: payloads are shown to the full admin token; docs/security.md)"
+
 func showCmd() *cobra.Command {
 	cmd := adminCmd("show MSGID", "Show one job", msgidArg,
 		func(cmd *cobra.Command, a admin.API, c *config, args []string) error {
@@ -406,7 +409,12 @@ func printJob(w io.Writer, j admin.JobInfo) {
 	if !j.Finished.IsZero() {
 		fmt.Fprintf(w, "finished\t%s\n", j.Finished.Format(time.RFC3339))
 	}
-	fmt.Fprintf(w, "payload size\t%d\npreview\t%q\n", j.PayloadSize, j.Preview)
+	fmt.Fprintf(w, "payload size\t%d\n", j.PayloadSize)
+	if j.PayloadHidden {
+		fmt.Fprintf(w, "preview\t%s\n", hiddenNote)
+	} else {
+		fmt.Fprintf(w, "preview\t%q\n", j.Preview)
+	}
 	if j.Result != nil {
 		raw, _ := base64.StdEncoding.DecodeString(*j.Result)
 		fmt.Fprintf(w, "result\t%q\n", raw)

@@ -37,8 +37,12 @@ func newSchedulesCmd() *cobra.Command {
 		return output(cmd, c, p, func(w io.Writer) {
 			fmt.Fprintln(w, "ID\tQUEUE\tWHEN\tNEXT\tFIRES\tLEFT\tSTATE\tPREVIEW")
 			for _, s := range p.Schedules {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%q\n", s.ID, s.Queue, when(s), s.Next.Format(time.RFC3339),
-					s.Fires, left(s), state(s), oneLine(s.Preview, 40))
+				preview := strconv.Quote(oneLine(s.Preview, 40))
+				if s.PayloadHidden {
+					preview = "(hidden)"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.ID, s.Queue, when(s), s.Next.Format(time.RFC3339),
+					s.Fires, left(s), state(s), preview)
 			}
 			if p.Next != "" {
 				fmt.Fprintf(w, "(more: --after %s)\n", p.Next)
@@ -63,7 +67,12 @@ func newSchedulesCmd() *cobra.Command {
 			if !s.LastFire.IsZero() {
 				fmt.Fprintf(w, "last fire\t%s\n", s.LastFire.Format(time.RFC3339))
 			}
-			fmt.Fprintf(w, "created\t%s\npayload size\t%d\npreview\t%q\n", s.Created.Format(time.RFC3339), s.PayloadSize, s.Preview)
+			fmt.Fprintf(w, "created\t%s\npayload size\t%d\n", s.Created.Format(time.RFC3339), s.PayloadSize)
+			if s.PayloadHidden {
+				fmt.Fprintf(w, "preview\t%s\n", hiddenNote)
+			} else {
+				fmt.Fprintf(w, "preview\t%q\n", s.Preview)
+			}
 			if withPayload {
 				raw, _ := base64.StdEncoding.DecodeString(s.Payload)
 				fmt.Fprintf(w, "payload\t%q\n", raw)

@@ -85,7 +85,7 @@ func printEvents(ctx context.Context, w io.Writer, events admin.Events, asJSON b
 // eventLine is an event in one line: time, kind, then what it has.
 func eventLine(e broker.Event) string {
 	parts := []string{e.Time.Format(time.RFC3339Nano), e.Kind}
-	for _, kv := range [][2]string{{"queue", e.Queue}, {"msgid", e.MsgID}, {"worker", e.Worker}, {"reason", e.Reason}} {
+	for _, kv := range [][2]string{{"queue", e.Queue}, {"msgid", e.MsgID}, {"worker", e.Worker}, {"reason", e.Reason}, {"by", e.By}, {"from", e.From}} {
 		if kv[1] != "" {
 			parts = append(parts, kv[0]+"="+fmt.Sprintf("%q", kv[1]))
 		}

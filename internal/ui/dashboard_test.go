@@ -569,6 +569,25 @@ func TestReadOnly(t *testing.T) {
 	if n := eval[int](tb, changes); n != 0 {
 		t.Errorf("dead tab: %d elements that change something", n)
 	}
+	// Payloads and results are hidden from it: their sizes show, not
+	// them (docs/security.md, Who sees payloads).
+	body := `document.body.innerText`
+	if text := eval[string](tb, body); strings.Contains(text, "@example.com") ||
+		eval[int](tb, `document.querySelectorAll('td.payload-hidden').length`) == 0 {
+		t.Errorf("queue page: payloads not said hidden to the read-only token: %q", text)
+	}
+	tb.open("job/" + s.done)
+	tb.until("the done job's page", `document.querySelector('#payload-hidden')`)
+	if got := tb.texts(`#payload-hidden`); !strings.HasPrefix(got[0], "Payload hidden (size 44 B)") {
+		t.Errorf("payload: %q, want its size and that it is hidden", got)
+	}
+	if got := tb.texts(`#result`); got[0] != "Result hidden." {
+		t.Errorf("result: %q", got)
+	}
+	if text := eval[string](tb, body); strings.Contains(text, "@example.com") || strings.Contains(text, "m-1") ||
+		eval[int](tb, `document.querySelectorAll('#preview, #download').length`) != 0 {
+		t.Errorf("job page shows the payload or result to the read-only token: %q", text)
+	}
 	tb.noErrors()
 	// Forged: the page's own origin, the admin header, the session cookie.
 	status := eval[int](tb, `fetch('/api/v1/queues/emails/pause', {method: 'POST', headers: {'X-EMQ-Admin': '1'}}).then(r => r.status)`)

@@ -28,6 +28,9 @@ const SERIES = [
 const KEEP_POINTS = 300; // five minutes of one a second
 const JOB_EVENTS = ['acked', 'dispatched', 'replied', 'failed', 'timed_out', 'worker_lost', 'retry',
   'requeued', 'buried', 'revived', 'removed', 'purged', 'cancelled', 'progress', 'waiting', 'released'];
+// HIDDEN_HOW says what shows payloads to a login that may not see them.
+const HIDDEN_HOW = () => (app.auth ? 'Log in with the full admin token to see it.'
+  : 'This broker hides payloads (--admin-show-payloads=false).');
 // The states of a job that a cancel takes (pending includes delayed).
 const CANCELLABLE = ['pending', 'inflight', 'waiting'];
 
@@ -470,7 +473,7 @@ function jobRow(j, opts, reload) {
     attempts: tdn(num(j.attempts)),
     error: td(j.last_error || '', 'wrap err'),
     size: tdn(bytes(j.payload_size)),
-    preview: td(j.preview.slice(0, 80), 'wrap muted'),
+    preview: j.payload_hidden ? td('hidden', 'muted payload-hidden') : td(j.preview.slice(0, 80), 'wrap muted'),
   };
   return el('tr', { 'data-msgid': j.msgid }, opts.columns.map((c) => cells[c]), buttons);
 }
@@ -657,10 +660,17 @@ function jobView(j) {
   out.push(el('dl', { class: 'fields', id: 'fields' }, f.map(([k, v]) => [el('dt', null, k), el('dd', { 'data-field': k }, v)])));
   const flow = workflowView(j);
   if (flow) out.push(el('h2', null, 'Workflow'), flow);
-  out.push(el('h2', null, 'Payload ', el('span', { class: 'muted' }, bytes(j.payload_size))),
-    el('pre', { id: 'preview' }, j.preview + (j.payload_size > j.preview.length ? ' …' : '')),
-    el('a', { href: '/api/v1/jobs/' + enc(j.msgid) + '/payload', download: j.msgid + '.payload', id: 'download' }, 'Download the whole payload'));
-  if (j.state === 'done') {
+  if (j.payload_hidden) {
+    // This login may see sizes, not payloads or results (docs/security.md).
+    out.push(el('h2', null, 'Payload'), el('p', { id: 'payload-hidden', class: 'muted' },
+      'Payload hidden (size ' + bytes(j.payload_size) + '). ' + HIDDEN_HOW()));
+    if (j.state === 'done') out.push(el('h2', null, 'Result'), el('p', { id: 'result', class: 'muted' }, 'Result hidden.'));
+  } else {
+    out.push(el('h2', null, 'Payload ', el('span', { class: 'muted' }, bytes(j.payload_size))),
+      el('pre', { id: 'preview' }, j.preview + (j.payload_size > j.preview.length ? ' …' : '')),
+      el('a', { href: '/api/v1/jobs/' + enc(j.msgid) + '/payload', download: j.msgid + '.payload', id: 'download' }, 'Download the whole payload'));
+  }
+  if (j.state === 'done' && !j.payload_hidden) {
     const res = el('div', { id: 'result' }, el('p', { class: 'muted' }, 'Loading…'));
     out.push(el('h2', null, 'Result'), res);
     fetch('/api/v1/jobs/' + enc(j.msgid) + '/result', { credentials: 'same-origin' }).then(async (r) => {
@@ -849,7 +859,7 @@ function schedulesPage() {
       }
       return el('tr', { 'data-schedule': s.id }, td(s.id), td(el('a', { href: '#/queue/' + enc(s.queue) }, s.queue)),
         td(s.every ? 'every ' + s.every : s.cron), td(s.paused ? el('span', { class: 'paused' }, 'paused') : ago(s.next)),
-        td(ago(s.last_fire)), tdn(num(s.fires)), tdn(s.left < 0 ? '∞' : num(s.left)), td(s.preview.slice(0, 60), 'wrap muted'), b);
+        td(ago(s.last_fire)), tdn(num(s.fires)), tdn(s.left < 0 ? '∞' : num(s.left)), s.payload_hidden ? td('hidden', 'muted payload-hidden') : td(s.preview.slice(0, 60), 'wrap muted'), b);
     });
     box.replaceChildren(table(['Id', 'Queue', 'When', 'Next due', 'Last fire', ['Fires', 'num'], ['Left', 'num'], 'Payload', ''],
       rows, 'No schedules. Add one with emq schedules add.'));
