@@ -44,7 +44,9 @@ import (
 // commit still holds what the commit replaced (an older record of a job,
 // a job since completed). So values are taken from the tree a valid meta
 // page reaches; where a page of that tree is damaged, the keys it held
-// (the range its parent names) are taken from the pages that are neither
+// (the range its parent names, grown to hold its own keys when it is
+// whole but they lie outside it: the parent's key may be what changed)
+// are taken from the pages that are neither
 // in the tree nor on the freelist: in a file bbolt wrote, every page
 // below the high-water mark is a meta, the freelist's, the tree's or
 // free, so those pages are the damaged part's. When the freelist itself
@@ -405,6 +407,10 @@ func (w *treeWalk) bucket(name []byte, id uint64, r keyRange) {
 				keys, kids, ok, _ = branchLayout(b, size)
 			}
 		}
+		if ok && inOrder(keys, keyRange{}) && !inOrder(keys, r) {
+			w.damaged(rangeOfBranch(r, keys), id, "its keys lie outside the range its parent names")
+			return
+		}
 		if !ok || !inOrder(keys, r) {
 			w.damaged(r, id, "its elements are not a branch's, or out of order")
 			return
@@ -435,12 +441,54 @@ func (w *treeWalk) bucket(name []byte, id uint64, r keyRange) {
 	if name != nil {
 		w.elems = elems
 	}
+	if ok && elemsInOrder(elems, keyRange{}) && !elemsInOrder(elems, r) {
+		w.damaged(rangeOfLeaf(r, name, elems), id, "its keys lie outside the range its parent names")
+		return
+	}
 	if !ok || !elemsInOrder(elems, r) {
 		w.damaged(r, id, "its elements are not laid out as bbolt lays them, or out of order")
 		return
 	}
 	w.sound(id, span, r)
 	w.leaf(name, id, elems)
+}
+
+// A node laid out whole, its keys in order, but not all in the range its
+// parent names: the damage may have changed the parent's key, not the
+// node, so the node is taken as damaged (its keys looked for outside the
+// tree, where it now is) under a range grown to hold its own keys:
+// rangeOfLeaf, rangeOfBranch.
+
+// rangeOfLeaf is r grown to hold the keys of elems whose seals hold (a
+// key the damage changed fails its seal, and grows nothing).
+func rangeOfLeaf(r keyRange, name []byte, elems []leafElem) keyRange {
+	for _, e := range elems {
+		if store.Sealed(name, e.key) {
+			if _, ok := unseal(name, e.key, e.val); !ok {
+				continue
+			}
+		}
+		if r.lo != nil && bytes.Compare(e.key, r.lo) < 0 {
+			r.lo = bytes.Clone(e.key)
+		}
+		if r.hi != nil && bytes.Compare(e.key, r.hi) >= 0 {
+			r.hi = append(bytes.Clone(e.key), 0) // the key right after it
+		}
+	}
+	return r
+}
+
+// rangeOfBranch is r grown to hold the keys under a branch of keys: from
+// its first, and, when its last lies past r, with no end (what its last
+// child holds goes up to a key no sound page names).
+func rangeOfBranch(r keyRange, keys [][]byte) keyRange {
+	if r.lo != nil && bytes.Compare(keys[0], r.lo) < 0 {
+		r.lo = bytes.Clone(keys[0])
+	}
+	if r.hi != nil && bytes.Compare(keys[len(keys)-1], r.hi) >= 0 {
+		r.hi = nil
+	}
+	return r
 }
 
 // sound notes node id, of span pages under r, as read.
@@ -455,13 +503,16 @@ func (w *treeWalk) sound(id, span uint64, r keyRange) {
 // page) of bucket name; of the root bucket, it walks each bucket.
 func (w *treeWalk) leaf(name []byte, id uint64, elems []leafElem) {
 	for _, e := range elems {
+		if name != nil && e.flags&bucketElement != 0 {
+			// Its flags are damaged: it is read as the value it is, which
+			// its seal says is whole or not.
+			w.notes = append(w.notes, fmt.Sprintf("page %d: bucket %s holds a bucket %q, which this journal never makes: read as a value", id, name, e.key))
+		}
 		switch {
 		case name == nil && e.flags&bucketElement == 0:
 			w.notes = append(w.notes, fmt.Sprintf("page %d: a value %q outside any bucket", id, e.key))
 		case name == nil:
 			w.subBucket(id, e)
-		case e.flags&bucketElement != 0:
-			w.notes = append(w.notes, fmt.Sprintf("page %d: bucket %s holds a bucket %q, which this journal never makes: not read", id, name, e.key))
 		case w.keysOnly:
 		case !store.Sealed(name, e.key):
 			w.vals = append(w.vals, pageValue{name, e.key, e.val, id})
@@ -817,6 +868,14 @@ func readPages(path string) (pageSalvage, error) {
 			// large value takes, a page never used. A leaf whose header is
 			// damaged is read when the tree names it.
 			continue
+		}
+		if named && h.id == p && h.flags == branchFlag {
+			if _, _, ok, _ := branchLayout(b, int(pf.ps)); ok {
+				// A branch laid out whole, named under keys it does not
+				// hold: its values are on its children, outside the tree
+				// with it.
+				continue
+			}
 		}
 		// A leaf that takes more pages than one says so in its header, or
 		// its elements' sizes do: the pages after it are read with it.

@@ -411,6 +411,7 @@ func TestSalvageReadsPagesBboltCannot(t *testing.T) {
 	n := len(leaves[multi])
 	t.Logf("root page %d, freelist %d, jobs' branch %d, a leaf of %d jobs %d, of a large one %d; the schedule at %v, the queue's settings at %v",
 		m.root, m.freelist, branch, n, multi, large, m.valueAt["schedules/nightly"], m.valueAt["queues/q"])
+	key, first := branchKey(t, fx, branch)
 	victim := leaves[multi][0]                               // a job of that leaf
 	payload := (m.jobAt[victim][0] + m.jobAt[victim][1]) / 2 // the middle of its payload
 	type place struct {
@@ -422,9 +423,10 @@ func TestSalvageReadsPagesBboltCannot(t *testing.T) {
 		at   int64
 		n    int
 		also *place // a second place, holding no job's bytes
-		// bump: the byte at is made one more, not junk; byBolt: bbolt
-		// reads the file all the same.
-		bump, byBolt bool
+		// bump: the byte at is changed by it, not junk
+		bump int
+		// byBolt: bbolt reads the file all the same.
+		byBolt bool
 		// freed: the freelist cannot be trusted, so jobs completed before
 		// may come back.
 		freed bool
@@ -435,7 +437,7 @@ func TestSalvageReadsPagesBboltCannot(t *testing.T) {
 		{name: "a leaf's headers and its first key", at: int64(multi)*ps + 9, n: 16 + 16*n + 10 - 9},
 		{name: "an element's header in the middle", at: int64(multi)*ps + 16 + 16 + 2, n: 12},
 		{name: "the last element's header", at: int64(multi)*ps + 16 + int64(n-1)*16, n: 16},
-		{name: "the last element's key size, one more", at: int64(multi)*ps + 16 + int64(n-1)*16 + 8, n: 1, bump: true, byBolt: true},
+		{name: "the last element's key size, one more", at: int64(multi)*ps + 16 + int64(n-1)*16 + 8, n: 1, bump: 1, byBolt: true},
 		{name: "a large job's leaf header", at: int64(large) * ps, n: 40},
 		{name: "a job's value, and the branch above it", at: payload, n: 10, also: &place{int64(branch)*ps + 16, 16}},
 		{name: "a job's value, and the freelist", at: payload, n: 10, also: &place{int64(m.freelist)*ps + 16, 64}},
@@ -447,6 +449,13 @@ func TestSalvageReadsPagesBboltCannot(t *testing.T) {
 		// log holds what the last commit wrote.
 		{name: "the newest meta page", at: int64(m.txid%2)*ps + 16 + 16, n: 8, byBolt: true},
 		{name: "both meta pages", at: 0, n: int(ps) + 100, freed: true},
+		// The bucket flag on a job's element: the job's value is whole.
+		{name: "a leaf's first element's flags, saying bucket", at: first*ps + 16, n: 1, bump: 1},
+		// A key of the branch that stays in order: one less, the leaf
+		// before it holds a key past its range; one more, its own leaf
+		// holds its first key before it. Either leaf is whole.
+		{name: "a branch's key, one less", at: key, n: 1, bump: -1},
+		{name: "a branch's key, one more", at: key, n: 1, bump: 1},
 	}
 	for _, c := range cases {
 		bad := junk(rng, c.n)
@@ -457,12 +466,12 @@ func TestSalvageReadsPagesBboltCannot(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			path := copyFixture(t, fx)
-			if c.bump {
+			if c.bump != 0 {
 				b, err := os.ReadFile(path)
 				if err != nil {
 					t.Fatal(err)
 				}
-				bad = []byte{b[c.at] + 1}
+				bad = []byte{b[c.at] + byte(c.bump)}
 			}
 			overwrite(t, path, c.at, bad)
 			if c.also != nil {
@@ -479,6 +488,36 @@ func TestSalvageReadsPagesBboltCannot(t *testing.T) {
 			t.Logf("%d jobs kept of %d live; pages: %q; lost: %q", len(held), len(fx.live), rep.Pages, rep.Lost)
 		})
 	}
+}
+
+// branchKey finds, in the jobs' branch at page branch, a key whose last
+// byte is one more than the last key of the leaf before it, each leaf of
+// live jobs, its own of two or more: it returns where that byte is, and
+// the leaf's page.
+func branchKey(t *testing.T, fx *salvageFixture, branch int) (at int64, leaf int64) {
+	t.Helper()
+	ps := fx.file.pageSize
+	raw, err := os.ReadFile(fx.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := raw[branch*ps : (branch+1)*ps]
+	leaves := fx.file.jobsLeaves()
+	live := func(p int) bool {
+		return len(leaves[p]) > 0 && !slices.ContainsFunc(leaves[p], func(id string) bool { return fx.live[id] == nil })
+	}
+	for i := 1; i < int(binary.LittleEndian.Uint16(b[10:])); i++ {
+		e, prev := b[16+i*16:], b[16+(i-1)*16:]
+		start := 16 + i*16 + int(binary.LittleEndian.Uint32(e))
+		k := b[start : start+int(binary.LittleEndian.Uint32(e[4:]))]
+		kid, before := int(binary.LittleEndian.Uint64(e[8:])), int(binary.LittleEndian.Uint64(prev[8:]))
+		less := append(bytes.Clone(k[:len(k)-1]), k[len(k)-1]-1)
+		if live(kid) && live(before) && len(leaves[kid]) >= 2 && slices.Contains(leaves[before], string(less)) {
+			return int64(branch*ps + start + len(k) - 1), int64(kid)
+		}
+	}
+	t.Fatalf("no key in the jobs' branch, page %d, one more than the leaf's before", branch)
+	return 0, 0
 }
 
 // Random damage in the bbolt file of a journal, as a failing disk does
@@ -602,6 +641,75 @@ func TestCheckOfAKeyPastTheFile(t *testing.T) {
 	srep, held := salvaged(t, path)
 	if len(held) != len(jobs) || len(srep.Lost) != 0 {
 		t.Fatalf("salvage kept %d jobs of %d, lost %q; want every one", len(held), len(jobs), srep.Lost)
+	}
+}
+
+// A key of a branch above branches, changed by the damage and still in
+// order with its neighbours: the branch under it, or the one before, then
+// holds keys outside the range it names. Both are whole: Salvage keeps
+// every job under them.
+func TestSalvageOfABranchKeyInOrder(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "journal.db")
+	jobs := map[string][]byte{}
+	for i := range 300 { // long msgids: few keys a branch, three levels
+		jobs[fmt.Sprintf("job-%0196d", i)] = bytes.Repeat([]byte{'a' + byte(i%26)}, 1000)
+	}
+	intoFile(t, path, func(j *boltstore.Journal) { appendAll(t, j, jobs) })
+	m := mapFile(t, path)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// branch is the keys and children of the branch at page p, and where
+	// each key is.
+	branch := func(p int) (keys [][]byte, kids []int, at []int64) {
+		b := raw[p*m.pageSize : (p+1)*m.pageSize]
+		for i := range int(binary.LittleEndian.Uint16(b[10:])) {
+			e := b[16+i*16:]
+			start := 16 + i*16 + int(binary.LittleEndian.Uint32(e))
+			keys = append(keys, b[start:start+int(binary.LittleEndian.Uint32(e[4:]))])
+			kids = append(kids, int(binary.LittleEndian.Uint64(e[8:])))
+			at = append(at, int64(p*m.pageSize+start))
+		}
+		return keys, kids, at
+	}
+	keys, kids, at := branch(m.jobsRoot)
+	if m.types[m.jobsRoot] != "branch" || len(kids) < 3 || m.types[kids[0]] != "branch" {
+		t.Fatalf("the jobs' root, page %d, is a %s of %d children: want a branch of 3 or more branches", m.jobsRoot, m.types[m.jobsRoot], len(kids))
+	}
+	before, _, _ := branch(kids[0])
+	if len(before) < 2 {
+		t.Fatalf("the first branch under the root, page %d, has %d keys", kids[0], len(before))
+	}
+	one := append(bytes.Clone(keys[1][:len(keys[1])-1]), keys[1][len(keys[1])-1]+1)
+	for _, c := range []struct {
+		name string
+		key  []byte
+	}{
+		{"one more: the branch under it starts before it", one},
+		{"the last key of the branch before: that branch ends past it", before[len(before)-1]},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cp := filepath.Join(t.TempDir(), "journal.db")
+			snapshot(t, path, cp)
+			overwrite(t, cp, at[1], c.key)
+			rep, held := salvaged(t, cp)
+			if len(rep.Pages) == 0 {
+				t.Error("read by bbolt; want page by page")
+			}
+			for id, want := range jobs {
+				if !bytes.Equal(held[id], want) {
+					t.Errorf("job %s: %d bytes kept, want its %d", id[len(id)-4:], len(held[id]), len(want))
+				}
+			}
+			if len(rep.Lost) != 0 {
+				t.Errorf("lost: %q", rep.Lost)
+			}
+			if t.Failed() {
+				t.Logf("pages: %q", rep.Pages)
+			}
+		})
 	}
 }
 
