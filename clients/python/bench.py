@@ -6,7 +6,8 @@ client's figures in the same run.
 
 1. send 1:1: Client.send one job at a time (each waits for its ACK, so
    each is one fsync at the broker), then `emq bench --senders 1 --window 1
-   --ack-only` (the Go client, 1:1) on the same broker.
+   --ack-only` (the Go client, 1:1) on the same broker. --rounds N takes
+   turns N times and gives the medians, for a machine that is not quiet.
 2. worker: --jobs jobs preloaded with Client.bulk, then a Worker with
    --slots slots of empty handlers runs them; jobs/s until the broker
    has every REPLY.
@@ -24,6 +25,7 @@ import os
 import pathlib
 import pstats
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -76,6 +78,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=50000, help="jobs of the worker run (default %(default)s)")
     ap.add_argument("--slots", type=int, default=16)
     ap.add_argument("--size", type=int, default=100, help="payload bytes")
+    ap.add_argument("--rounds", type=int, default=1, help="1:1 runs, Python and Go in turns (default %(default)s)")
     ap.add_argument("--profile", action="store_true")
     a = ap.parse_args()
 
@@ -97,16 +100,23 @@ def main() -> None:
                 for _ in range(a.sends):
                     c.send("pysend", payload)
                 return a.sends / (time.perf_counter() - t)
-            py = profiled(a.profile, "Client.send 1:1", sends)
-            raw = raw_sends(b, a.sends, payload)
             go_cmd = [emq_bin, "bench", "--frontend", b.frontend, "--backend", b.backend, "--senders", "1",
                       "--window", "1", "--ack-only", "--jobs", str(a.sends), "--size", str(a.size),
                       "--queue", "gosend", "--json", "--quiet"]
-            out = subprocess.run(go_cmd, capture_output=True, text=True, check=True).stdout
-            go = json.loads(out)
-            go_rate = go.get("jobs_per_sec") or go.get("jobs_per_second") or go.get("rate")
-            print(f"send 1:1  python Client.send: {py:,.0f} jobs/s   go client (emq bench 1:1): "
-                  f"{go_rate:,.0f} jobs/s   python/go = {py / go_rate:.2f}")
+            pys, gos, raws = [], [], []
+            for r in range(a.rounds):
+                pys.append(profiled(a.profile and r == 0, "Client.send 1:1", sends))
+                raws.append(raw_sends(b, a.sends, payload))
+                go = json.loads(subprocess.run(go_cmd, capture_output=True, text=True, check=True).stdout)
+                gos.append(go.get("jobs_per_sec") or go.get("jobs_per_second") or go.get("rate"))
+                if a.rounds > 1:
+                    print(f"round {r + 1}: python {pys[-1]:,.0f}  go {gos[-1]:,.0f}  bare pyzmq {raws[-1]:,.0f} jobs/s"
+                          f"  python/go = {pys[-1] / gos[-1]:.2f}", flush=True)
+            py, go_rate, raw = statistics.median(pys), statistics.median(gos), statistics.median(raws)
+            ratio = statistics.median(p / g for p, g in zip(pys, gos))
+            each = f"medians of {a.rounds} rounds, " if a.rounds > 1 else ""
+            print(f"send 1:1  {each}python Client.send: {py:,.0f} jobs/s   go client (emq bench 1:1): "
+                  f"{go_rate:,.0f} jobs/s   python/go = {ratio:.2f}")
             print(f"          go: {' '.join(go_cmd[1:])}")
             print(f"          the floor: one thread, a bare pyzmq DEALER, REQUEST then wait for its ACK: {raw:,.0f} jobs/s")
 

@@ -78,6 +78,46 @@ def test_send_request_and_headers(broker: Broker) -> None:
         assert ran.runs[mine] == [b"once"]
 
 
+def test_threads_share_a_client(broker: Broker) -> None:
+    # Senders that take turns on the socket themselves (a caller alone
+    # does), and requests that wait for REPLYs on the client's thread:
+    # each gets its own answer, whoever read it.
+    ran = Ran()
+
+    def echo(job: emq.Job) -> bytes:
+        ran.add(job)
+        return job.payload
+
+    sent: List[str] = []
+    replies: List[bool] = []
+    errors: List[BaseException] = []
+
+    def sender(n: int) -> None:
+        try:
+            for i in range(100):
+                sent.append(c.send("share", f"{n} {i}"))
+        except BaseException as e:  # noqa: B902 - reported by the test
+            errors.append(e)
+
+    def requester(n: int) -> None:
+        try:
+            for i in range(20):
+                replies.append(c.request("share", f"r{n} {i}") == f"r{n} {i}".encode())
+        except BaseException as e:  # noqa: B902 - reported by the test
+            errors.append(e)
+
+    with emq.Client(broker.frontend, timeout=30) as c, serving(broker.backend, {"share": echo}, slots=8):
+        threads = [threading.Thread(target=sender, args=(n,)) for n in range(6)]
+        threads += [threading.Thread(target=requester, args=(n,)) for n in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        assert len(set(sent)) == 600 and replies == [True] * 40
+        eventually(lambda: ran.has(sent), 30, "every job sent run")
+
+
 def test_broker_errors_carry_the_code(start_broker: Callable[..., Broker]) -> None:
     broker = start_broker(["--retain-done", "1m"])  # a cancelled job kept: a second cancel is a conflict
     with emq.Client(broker.frontend, timeout=10) as c:

@@ -3,7 +3,11 @@ REPLY). See the package's README for the picture; in short:
 
 - One background thread owns the connection (a DEALER to every endpoint
   given: the one that serves greets). Calls from any thread hand it their
-  message and wait on an event.
+  message and wait on an event; except a call that waits only for an ACK
+  and is alone (no other call in flight): its thread borrows the socket,
+  sends and reads the ACK itself, and gives the call back to the
+  background thread (resends, failover) if the ACK is slow to come or
+  the background thread has work.
 - The client trusts only ACKs. A message not ACKed within resend_after,
   or not sent because no broker had greeted yet, or in flight when a new
   broker greets (a restart, a failover to a group's standby), is sent
@@ -35,6 +39,7 @@ log = logging.getLogger("emq")
 Payload = Union[bytes, str]
 
 _ACK, _REPLY, _ERROR, _ROUTES = b"ACK", b"REPLY", b"ERROR", b"ROUTES"
+_ZMQ_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 
 def _bytes(p: Payload) -> bytes:
@@ -167,7 +172,13 @@ class _Call:
 
 class _Link:
     """One connection (a DEALER to a set of endpoints) and the thread that
-    owns it."""
+    owns it.
+
+    Whoever holds _sock_lock may use the socket: the thread, or a caller
+    on the fast path. Each holder reads the socket until it is empty
+    (_read) as its last use of it before letting go, so that the socket's
+    file descriptor, which signals only news, signals the next message.
+    """
 
     def __init__(self, ctx: zmq.Context, endpoints: List[str], identity: bytes, resend_after: float,
                  heartbeat_interval: float, heartbeat_timeout: float) -> None:
@@ -181,6 +192,9 @@ class _Link:
         self._outq: Deque[_Call] = collections.deque()
         self._pubs: Deque[List[bytes]] = collections.deque()
         self._waker = Waker()
+        self._sock_lock = threading.Lock()
+        self._dealer: Optional[Dealer] = None  # set and cleared by the thread, holding _sock_lock
+        self._fast: Optional[_Call] = None  # the call whose caller waits on the socket itself
         self._closed = False
         self._stop = False
         self._linger = 0.0
@@ -191,16 +205,36 @@ class _Link:
     # -- called from any thread -------------------------------------------
 
     def call(self, call: _Call, timeout: Optional[float]) -> _Call:
-        with self._lock:
-            if self._closed:
-                raise ClosedError("the client is closed")
-            if call.msgid in self._calls:
-                raise ValueError(f"msgid {call.msgid} is already in flight")
-            self._calls[call.msgid] = call
-        self._outq.append(call)
-        self._waker.wake()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # The fast path: a caller alone (no other call, nothing queued for
+        # the thread) sends and reads the socket itself, sparing the two
+        # wakes of a hand-off to the thread and back. Not for a REPLY,
+        # which may be long in coming.
+        held = not call.want_reply and self._sock_lock.acquire(blocking=False)
         try:
-            if not call.done.wait(timeout):
+            with self._lock:
+                if self._closed:
+                    raise ClosedError("the client is closed")
+                if call.msgid in self._calls:
+                    raise ValueError(f"msgid {call.msgid} is already in flight")
+                fast = held and not self._calls and not self._outq and not self._pubs and self._dealer is not None
+                self._calls[call.msgid] = call
+                if fast:
+                    self._fast = call
+        except BaseException:
+            if held:
+                self._sock_lock.release()
+            raise
+        try:
+            if fast:
+                self._wait_on_socket(call, deadline)  # lets go of _sock_lock
+            else:
+                if held:
+                    self._sock_lock.release()
+                self._outq.append(call)
+                self._waker.wake()
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not call.done.wait(left):
                 what = "REPLY" if call.acked else "ACK"
                 where = ",".join(self.endpoints)
                 text = f"no {what} for {call.msgid} from the broker at {where} within {timeout} s"
@@ -217,6 +251,39 @@ class _Link:
         if call.error is not None:
             raise call.error
         return call
+
+    def _wait_on_socket(self, call: _Call, deadline: Optional[float]) -> None:
+        """The fast path, holding _sock_lock: sends call and reads the
+        socket until its answer, handing every other message read to
+        _read's dispatch. Gives the call to the thread (its resends,
+        failover) when no broker has greeted, when it is not answered
+        within resend_after, or when the thread wakes: it has work, and
+        needs the socket."""
+        d = self._dealer
+        assert d is not None
+        try:
+            if d.send(call.frames):
+                call.sent_at = time.monotonic()
+                until = call.sent_at + self._resend_after
+                if deadline is not None:
+                    until = min(until, deadline)
+                items = [(d.sock, zmq.POLLIN), (self._waker.r, zmq.POLLIN)]
+                while True:
+                    ms = (until - time.monotonic()) * 1000
+                    ready = zmq.zmq_poll(items, int(ms) + 1) if ms > 0 else []
+                    self._read(d)
+                    if call.done.is_set() or not ready or any(s is not d.sock for s, _ in ready):
+                        return  # answered, or the time is up, or the thread woke: it needs the socket
+            else:
+                self._read(d)
+        finally:
+            with self._lock:
+                self._fast = None
+            self._sock_lock.release()
+            if not call.done.is_set():
+                if call.sent_at == 0.0:
+                    self._outq.append(call)
+                self._waker.wake()
 
     def publish(self, frames: List[bytes]) -> None:
         if self._closed:
@@ -241,44 +308,71 @@ class _Link:
 
     # -- the connection's thread -------------------------------------------
 
+    def _take_socket(self) -> None:
+        """Takes _sock_lock, waking a fast-path caller that holds it: it
+        lets go at once (it polls the waker too)."""
+        if not self._sock_lock.acquire(blocking=False):
+            self._waker.wake()
+            self._sock_lock.acquire()
+
     def _run(self) -> None:
         d = Dealer(self._ctx, self.endpoints, self._identity, *self._hb)
-        poller = zmq.Poller()
-        poller.register(d.sock, zmq.POLLIN)
-        poller.register(d.monitor, zmq.POLLIN)
-        poller.register(self._waker.r, zmq.POLLIN)
+        fd = d.sock.getsockopt(zmq.FD)
+        with self._sock_lock:
+            self._dealer = d
+        base = [(d.monitor, zmq.POLLIN), (self._waker.r, zmq.POLLIN)]
+        with_fd = base + [(fd, zmq.POLLIN)]
         tick = min(self._resend_after / 4, 0.25)
         next_check = time.monotonic() + tick
         try:
             while True:
+                # The socket's descriptor is watched while a call waits on
+                # this thread; not while only a fast-path caller's does, so
+                # that its answer wakes only that caller. What else comes
+                # then (nothing is asked) is read at the next tick.
+                with self._lock:
+                    watch = len(self._calls) > (0 if self._fast is None else 1)
                 wait = max(0.0, next_check - time.monotonic())
-                events = dict(poller.poll(wait * 1000))
-                if self._waker.r in events:
-                    self._waker.drain()
-                if d.monitor in events:
-                    if d.events() is not None:
+                ready = zmq.zmq_poll(with_fd if watch else base, int(wait * 1000) + 1)
+                greeted = False
+                for s, _ in ready:
+                    if s is d.monitor and d.events() is not None:
                         if d.connected:
                             self.connected.set()
-                            self._resend(d, everything=True)  # a new broker: what is not ACKed goes again
+                            greeted = True  # a new broker: what is not ACKed goes again
                         else:
                             self.connected.clear()
-                if d.sock in events:
-                    self._read(d)
                 now = time.monotonic()
-                while self._outq:
-                    c = self._outq.popleft()
-                    if not c.done.is_set() and c.sent_at == 0.0 and d.send(c.frames):
-                        c.sent_at = now
-                while self._pubs and d.send(self._pubs[0]):
-                    self._pubs.popleft()
-                if self._stop:
-                    self._finish(d)
-                    return
-                if now >= next_check:
+                due = now >= next_check
+                if due:
                     next_check = now + tick
-                    self._resend(d, everything=False)
+                woke = any(s == self._waker.r for s, _ in ready)
+                if greeted or woke or self._stop:
+                    self._take_socket()
+                elif not (due or any(s == fd for s, _ in ready)) or not self._sock_lock.acquire(blocking=False):
+                    continue  # nothing to do, or a fast-path caller reads the socket
+                try:
+                    self._waker.drain()
+                    if greeted:
+                        self._resend(d, everything=True)
+                    while self._outq:
+                        c = self._outq.popleft()
+                        if not c.done.is_set() and c.sent_at == 0.0 and d.send(c.frames):
+                            c.sent_at = now
+                    while self._pubs and d.send(self._pubs[0]):
+                        self._pubs.popleft()
+                    if self._stop:
+                        self._finish(d)
+                        return
+                    if due:
+                        self._resend(d, everything=False)
+                    self._read(d)
+                finally:
+                    self._sock_lock.release()
         finally:
-            d.close(0)
+            with self._sock_lock:
+                self._dealer = None
+                d.close(0)
 
     def _finish(self, d: Dealer) -> None:
         """Close: PUBLISHes queued go out, within the linger."""
@@ -288,12 +382,13 @@ class _Link:
                 self._pubs.popleft()
             elif d.monitor.poll(10):
                 d.events()
+        self._dealer = None
         d.close(max(0.0, end - time.monotonic()))
 
     def _resend(self, d: Dealer, everything: bool) -> None:
         now = time.monotonic()
         with self._lock:
-            calls = list(self._calls.values())
+            calls = [c for c in self._calls.values() if c is not self._fast]
         for c in calls:
             if c.acked or c.done.is_set():
                 continue
@@ -301,9 +396,12 @@ class _Link:
                 c.sent_at = now if d.send(c.frames) else 0.0
 
     def _read(self, d: Dealer) -> None:
+        """Reads and dispatches every message the socket holds; by the one
+        that holds _sock_lock. Asking ZMQ_EVENTS, as the last use of the
+        socket, re-arms its descriptor (cheaper than a recv's zmq.Again)."""
         sock = d.sock
         calls = self._calls
-        while True:
+        while sock.getsockopt(_ZMQ_EVENTS) & _POLLIN:
             try:
                 f = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
