@@ -26,7 +26,13 @@ import (
 
 // TestEtcdConformance runs the journal's conformance suite on a real
 // 3-member etcd cluster, each check under its own prefix.
-func TestEtcdConformance(t *testing.T) {
+func TestEtcdConformance(t *testing.T) { etcdConformance(t, nil) }
+
+// TestEtcdConformanceEncrypted runs the suite again with the journal
+// encrypted at rest.
+func TestEtcdConformanceEncrypted(t *testing.T) { etcdConformance(t, storetest.Keys(t, "k1")) }
+
+func etcdConformance(t *testing.T, keys *store.Keyring) {
 	cli := etcdClient(t, etcdtest.Start(t, 3))
 	var n atomic.Int64
 	storetest.Run(t, storetest.Harness{
@@ -34,6 +40,7 @@ func TestEtcdConformance(t *testing.T) {
 			opts := etcdstore.DefaultOptions()
 			opts.Prefix = fmt.Sprintf("/conformance/%d/", n.Add(1))
 			opts.MaxJobSize = cmp.Or(o.MaxJobSize, opts.MaxJobSize)
+			opts.Keys = keys
 			// Every check at once on one cluster, under -race beside the
 			// other packages' tests: a write may take more than the
 			// default 5 s, and a timeout fences. The checks are about
