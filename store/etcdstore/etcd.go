@@ -220,8 +220,8 @@ const (
 	// that knows no such values refuses it rather than misread them. A
 	// journal never encrypted stays at 5.
 	encryptedFormat = "6"
-	seqBlock   = 1 << 16 // sequences reserved at a time
-	getChunk   = 32      // keys read in one request: a bound on the records held at once
+	seqBlock        = 1 << 16 // sequences reserved at a time
+	getChunk        = 32      // keys read in one request: a bound on the records held at once
 	// Keys a scan reads at once: many of an index (small values, and
 	// etcd 3.4 walks the whole range for each page), few of a bucket whose
 	// values may be as large as a job.
