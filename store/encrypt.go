@@ -406,3 +406,11 @@ func (k *Keyring) salvageJob(msgid, rec []byte) (*Job, error) {
 	j.PayloadSize = len(j.Payload)
 	return j, nil
 }
+
+// ResultExpiry is the expiry (8 bytes) of a stored result value v,
+// encrypted or not.
+func ResultExpiry(v []byte) []byte {
+	exp := bytes.Clone(v[:8])
+	exp[0] &^= resultFlag
+	return exp
+}

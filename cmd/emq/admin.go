@@ -22,6 +22,7 @@ func adminFlags(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
 	adminTargetFlags(&binder{f: f}, &admin.ClientOptions{Addr: admin.DefaultOptions().Addr}, new(string))
 	addEtcdFlags(f, "use a group's journal in etcd directly, at these client URLs (comma-separated; no broker of the group may be running)")
+	journalKeysFlag(&binder{f: f}, new(string))
 	f.Bool("json", false, "print JSON instead of a table")
 	var where []string
 	f.VisitAll(func(fl *pflag.Flag) {
@@ -49,6 +50,10 @@ func openAdmin(cmd *cobra.Command) (admin.API, *config, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	keys, err := readJournalKeys(c, c.str("journal-keys"))
+	if err != nil {
+		return nil, nil, err
+	}
 	if c.str("etcd-endpoints") != "" {
 		g, err := groupOptions(c)
 		if err != nil {
@@ -68,21 +73,25 @@ func openAdmin(cmd *cobra.Command) (admin.API, *config, error) {
 		return nil, nil, err
 	}
 	if dir != "" {
-		a, err := openOffline(dir, o.Addr)
+		a, err := openOffline(dir, o.Addr, keys)
 		return a, c, err
+	}
+	if keys != nil {
+		return nil, nil, fmt.Errorf("journal-keys: only with --data-dir (a running broker has its own keys)")
 	}
 	a, err := admin.NewClient(o)
 	return a, c, err
 }
 
 // openOffline opens the journal file of a stopped broker.
-func openOffline(dir, adminAddr string) (*admin.Offline, error) {
+func openOffline(dir, adminAddr string, keys *store.Keyring) (*admin.Offline, error) {
 	path := filepath.Join(dir, broker.JournalFile)
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("no journal at %s (is --data-dir right?): %w", path, err)
 	}
 	opts := boltstore.DefaultOptions()
 	opts.LockTimeout = 500 * time.Millisecond
+	opts.Keys = keys
 	j, err := boltstore.Open(path, opts)
 	if errors.Is(err, store.ErrLocked) {
 		return nil, fmt.Errorf("the journal %s is in use by a running broker: manage it online with --admin %s (its admin address), or stop the broker first", path, adminAddr)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -128,6 +129,7 @@ broker (or group) holds is refused.`,
 	f.String("data-dir", "", "the broker's data directory to restore into")
 	addEtcdFlags(f, "restore into a group's journal in etcd, at these client URLs (comma-separated; no broker of the group may be running)")
 	f.Bool("force", false, "delete what the journal holds before restoring")
+	journalKeysFlag(&binder{f: f}, new(string))
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		c, err := loadConfig(cmd.Flags(), "")
 		if err != nil {
@@ -140,6 +142,14 @@ broker (or group) holds is refused.`,
 		st, err := checkBackupFile(from)
 		if err != nil {
 			return fmt.Errorf("from %s: %w", from, err)
+		}
+		keys, err := readJournalKeys(c, c.str("journal-keys"))
+		if err != nil {
+			return err
+		}
+		if len(st.Header.Keys) > 0 && keys == nil {
+			return fmt.Errorf("from %s: %w: the backup is encrypted at rest with keys %s: restore it with --journal-keys naming a file that holds them",
+				from, store.ErrKeys, strings.Join(st.Header.Keys, ", "))
 		}
 		var j store.Journal
 		release := func() {}
@@ -159,6 +169,7 @@ broker (or group) holds is refused.`,
 			path := filepath.Join(dir, broker.JournalFile)
 			opts := boltstore.DefaultOptions()
 			opts.LockTimeout = 500 * time.Millisecond
+			opts.Keys = keys
 			bj, err := boltstore.Open(path, opts)
 			if errors.Is(err, store.ErrLocked) {
 				return fmt.Errorf("the journal %s is in use by a running broker: stop it before restoring into it", path)
