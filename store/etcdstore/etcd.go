@@ -75,6 +75,10 @@ type Options struct {
 	// encryptedFormat, which older binaries refuse. A journal that names
 	// keys (meta/keys) opens only with them (store.ErrKeys).
 	Keys *store.Keyring
+	// OnDamage, if set, is told of each value found failing its check
+	// (with Keys: its authentication tag), as it is moved aside
+	// (store/quarantine.go).
+	OnDamage func(store.Damage)
 	// CompactEvery is how often the journal compacts etcd's history to
 	// the revision it had one period before (0: never). Read-only
 	// journals never compact.
@@ -306,6 +310,7 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 		Pipeline:      opts.Pipeline,
 		HoldCompletes: opts.HoldCompletes,
 		Keys:          opts.Keys,
+		OnDamage:      opts.OnDamage,
 	})
 	if !opts.ReadOnly {
 		if err := e.Resume(); err != nil {
