@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -150,6 +151,11 @@ broker (or group) holds is refused.`,
 		if len(st.Header.Keys) > 0 && keys == nil {
 			return fmt.Errorf("from %s: %w: the backup is encrypted at rest with keys %s: restore it with --journal-keys naming a file that holds them",
 				from, store.ErrKeys, strings.Join(st.Header.Keys, ", "))
+		}
+		for _, k := range st.Header.Keys { // before the journal is opened (and names the file's first key)
+			if !slices.Contains(keys.Names(), k) {
+				return fmt.Errorf("from %s: %w: the backup is encrypted at rest with key %s, which %s does not hold", from, store.ErrKeys, k, keys.File())
+			}
 		}
 		var j store.Journal
 		release := func() {}
