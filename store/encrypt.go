@@ -248,7 +248,11 @@ func (k *Keyring) decryptJob(msgid, rec []byte, whole bool) ([]byte, error) {
 			return nil, fmt.Errorf("%w: the payload of job %q is %d bytes, its head says %d", ErrCorrupt, msgid, len(payload), size)
 		}
 	}
-	out := make([]byte, 0, len(p.pre)+len(p.queue)+len(plain)+len(p.client)+len(payload)+len(rec)/2+8*binary.MaxVarintLen64)
+	n := len(p.pre) + len(p.queue) + len(plain) + len(p.client) + len(p.rest) + 8*binary.MaxVarintLen64
+	if !head {
+		n += len(payload) + len(rec) - len(p.pre) - len(p.queue) - len(p.headers) - len(p.client) - len(p.payload) // the trail
+	}
+	out := make([]byte, 0, n)
 	out = append(out, p.pre...)
 	out[0] &^= encFlag
 	out = appendField(out, p.queue)

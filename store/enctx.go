@@ -216,6 +216,10 @@ func (j *Core) NoteKeys() error {
 	if k == nil || j.opts.ReadOnly {
 		return nil
 	}
+	var r keysRecord
+	if err := j.kv.View(func(t Tx) (err error) { r, err = readKeysRecord(t); return err }); err != nil || slices.Contains(r.names(), k.keys[0].name) {
+		return err // named already: nothing to write
+	}
 	_, err := Wait(func(done func(struct{}, error)) {
 		j.Write(func(t Tx) error {
 			r, err := readKeysRecord(t)
