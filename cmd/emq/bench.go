@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/eventmq/emq/internal/bench"
+	"github.com/eventmq/emq/store"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -61,6 +62,7 @@ publish→received latencies.`,
 	f.Duration("backup-after", 6*time.Second, "with --backup: when the backup starts (the second before it is warm-up; the rest measures the broker before it)")
 	f.String("backup-pace", "0", "with --backup: bytes a second the backup may write (KiB, MiB; 0 = as fast as it goes)")
 	f.Bool("curve", false, "its own broker speaks CURVE, senders and worker each with a key (for a running broker: the --curve-* or --plain-* flags)")
+	f.String("journal-keys", "", "its own broker encrypts its journal at rest with these keys (a file of NAME BASE64 lines: emq keygen --journal NAME)")
 	addSecurityFlags(f)
 	f.Bool("http", false, "send the jobs through the HTTP job API of its own broker (one a request, --senders producers with keep-alive) instead of eMQP; jobs/s counts jobs answered 201 (durable)")
 	f.Int("http-bulk", 0, "with --http: this many jobs a request (a JSON array, one BULK)")
@@ -83,6 +85,14 @@ publish→received latencies.`,
 			AckOnly: c.v.GetBool("ack-only"), Curve: c.v.GetBool("curve"), Priorities: c.v.GetInt("priorities"), Unique: c.v.GetBool("unique"), Batch: c.str("batch"), Limit: c.str("limit"), Queue: c.str("queue"), BackupTo: c.str("backup")}
 		if o.Security, err = securityFrom(c); err != nil {
 			return err
+		}
+		if file := c.str("journal-keys"); file != "" {
+			if o.Frontend != "" {
+				return fmt.Errorf("journal-keys: for the bench's own broker; a running broker has its own")
+			}
+			if o.JournalKeys, err = store.ReadKeyring(file); err != nil {
+				return err
+			}
 		}
 		if o.Curve && o.Frontend != "" {
 			return fmt.Errorf("curve: for the bench's own broker; a running broker's keys go in --curve-server-key and --curve-key-file")
