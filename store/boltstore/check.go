@@ -619,6 +619,24 @@ func boltValues(src *bolt.DB, from string, rep *SalvageReport) (mem *tree, check
 		}
 	}
 	rep.Lost = append(rep.Lost, rereadPages(from, int64(src.Info().PageSize), bad, mem)...)
+	// Of meta, which is made anew, the names of the keys its values are
+	// encrypted with go too.
+	_ = guarded(func() error {
+		return src.View(func(tx *bolt.Tx) error {
+			if mb := tx.Bucket(store.BucketMeta); mb != nil {
+				if v := mb.Get(store.KeysKey); v != nil {
+					val, ok := unseal(store.BucketMeta, store.KeysKey, v)
+					if !ok {
+						rep.Lost = append(rep.Lost, "meta/keys (the names of the keys the journal is encrypted with): its checksum fails")
+						return nil
+					}
+					metaID, _ := bucketID(store.BucketMeta)
+					mem.ReplaceOrInsert(&item{bucket: metaID, key: bytes.Clone(store.KeysKey), val: bytes.Clone(val)})
+				}
+			}
+			return nil
+		})
+	})
 	return mem, checkpoint, seq
 }
 

@@ -337,3 +337,40 @@ func TestEncryptedBackupRestoresOnlyWithItsKeys(t *testing.T) {
 		t.Fatalf("restored journal encrypted with %v, %v", names, err)
 	}
 }
+
+// emq journal salvage of an encrypted journal keeps its values encrypted
+// and the names of its keys: the new journal opens only with them, and
+// holds everything.
+func TestSalvageOfAnEncryptedJournal(t *testing.T) {
+	t.Parallel()
+	keys := storetest.Keys(t, "k1")
+	from := filepath.Join(t.TempDir(), "journal.db")
+	j, err := openWithKeys(t, from, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := storetest.Secrets(t, j, "SALVAGE-MARKER")
+	j.Close()
+	to := filepath.Join(t.TempDir(), "journal.db")
+	if rep, err := boltstore.Salvage(from, to); err != nil || len(rep.Lost) != 0 {
+		t.Fatalf("salvage: %+v, %v", rep, err)
+	}
+	if found := filesHolding(t, filepath.Dir(to), "SALVAGE-MARKER"); len(found) > 0 {
+		t.Fatalf("the salvaged journal holds the marker in %v", found)
+	}
+	if _, err := openWithKeys(t, to, nil); !errors.Is(err, store.ErrKeys) {
+		t.Fatalf("salvaged journal opened without keys: %v; want ErrKeys", err)
+	}
+	if v, _, err := boltstore.Migrations(to); err != nil || v != migrations.Encrypt.Version {
+		t.Fatalf("salvaged journal's schema %d, %v", v, err)
+	}
+	j, err = openWithKeys(t, to, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, j)
+	j.Close()
+	if rep, err := boltstore.Check(to); err != nil || !rep.OK() || !slices.Equal(rep.EncryptedWith, []string{"k1"}) {
+		t.Fatalf("check of the salvaged journal: %+v, %v", rep, err)
+	}
+}
