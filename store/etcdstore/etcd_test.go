@@ -514,11 +514,11 @@ func TestOlderFormatsAreUpgradedAndNewerRefused(t *testing.T) {
 			t.Fatalf("keys under %s: %v, %v; want %d", prefix, resp, err, want)
 		}
 	}
-	if _, err := cli.Put(ctx, "/old/meta/format", "6"); err != nil {
+	if _, err := cli.Put(ctx, "/old/meta/format", "7"); err != nil { // 6 is an encrypted journal's
 		t.Fatal(err)
 	}
 	if _, err := etcdstore.Open(cli, opts); !errors.Is(err, store.ErrTooNew) || !strings.Contains(err.Error(), "/old/") {
-		t.Fatalf("open of a format 6 prefix: %v; want ErrTooNew naming the prefix", err)
+		t.Fatalf("open of a format 7 prefix: %v; want ErrTooNew naming the prefix", err)
 	}
 }
 
