@@ -173,6 +173,11 @@ func TestEncryptedDamageIsQuarantined(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
+	// Load decrypts a job's head, not its payload: the job is loaded (its
+	// payload's damage is found when it is read, as a dispatch reads it).
+	if got := loadAll(t, j); len(got) != 2 || got[0].MsgID != "p" || got[0].PayloadSize != len("payload p") || got[0].Headers != "timeout:5" {
+		t.Fatalf("loaded %v; want p (by its head) and ok", ids(got))
+	}
 	if err := j.Payloads([]string{"p", "ok"}, func(i int, p []byte, err error) {
 		if i == 0 && !errors.Is(err, store.ErrDamaged) {
 			t.Errorf("payload of the damaged job: %q, %v; want ErrDamaged", p, err)
