@@ -21,6 +21,7 @@ import (
 	bt "github.com/eventmq/emq/internal/brokertest"
 	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/internal/zmtp"
+	"github.com/eventmq/emq/store"
 )
 
 // The crash tests run the broker as a child process: this test binary,
@@ -56,6 +57,12 @@ func runChild() {
 	opts.JournalRecover = os.Getenv("EMQ_TEST_RECOVER") != ""
 	if v := os.Getenv("EMQ_TEST_SEGMENT"); v != "" {
 		opts.JournalSegmentSize, _ = strconv.ParseInt(v, 10, 64)
+	}
+	if v := os.Getenv("EMQ_TEST_JOURNAL_KEYS"); v != "" {
+		if opts.JournalKeys, err = store.ReadKeyring(v); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	}
 	var clock *fileClock
 	if path := os.Getenv(clockEnv); path != "" {

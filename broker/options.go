@@ -82,9 +82,13 @@ type Options struct {
 	JournalSegmentSize int64
 	JournalMaxLog      int64
 	JournalRecover     bool
-	MaxPending         int   // live jobs per queue beyond which REQUEST gets queue_full; 0 = no limit
-	MaxBulk            int   // most jobs in one BULK; 0 = DefaultMaxBulk
-	PayloadCache       int64 // bytes of payloads held in memory for their jobs' dispatch; the rest is read from the journal
+	// JournalKeys, if set, encrypt the journal at rest (--journal-keys:
+	// payloads, headers, errors, results, schedules; store/encrypt.go).
+	// A journal encrypted before opens only with its keys.
+	JournalKeys  *store.Keyring
+	MaxPending   int   // live jobs per queue beyond which REQUEST gets queue_full; 0 = no limit
+	MaxBulk      int   // most jobs in one BULK; 0 = DefaultMaxBulk
+	PayloadCache int64 // bytes of payloads held in memory for their jobs' dispatch; the rest is read from the journal
 	// MaxReceiveBuffer bounds the bytes of received messages held at once,
 	// all connections together (read, or waiting for the journal); a
 	// connection that would go beyond it is not read until there is room.

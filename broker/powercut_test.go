@@ -35,9 +35,14 @@ func mountCut(t *testing.T, root string) *cutfs.FS {
 
 // storedJobs opens the journal in dir as the next broker would (a torn
 // tail is cut) and counts each pending job's entries.
-func storedJobs(t *testing.T, dir string) map[string]int {
+func storedJobs(t *testing.T, dir string) map[string]int { return storedJobsWith(t, dir, nil) }
+
+// storedJobsWith is storedJobs of a journal encrypted with keys.
+func storedJobsWith(t *testing.T, dir string, keys *store.Keyring) map[string]int {
 	t.Helper()
-	j, err := boltstore.Open(filepath.Join(dir, broker.JournalFile), boltstore.DefaultOptions())
+	opts := boltstore.DefaultOptions()
+	opts.Keys = keys
+	j, err := boltstore.Open(filepath.Join(dir, broker.JournalFile), opts)
 	if err != nil {
 		t.Fatalf("the journal after the cut does not open: %v", err)
 	}
@@ -101,6 +106,42 @@ func loadUntil(t *testing.T, c *child, stop <-chan struct{}, acks chan<- string,
 // ACKed job is stored, once. 10 cuts; 200 with EMQ_TORTURE.
 func TestPowerCutLosesNoAckedJob(t *testing.T) {
 	t.Parallel()
+	powerCuts(t, "")
+}
+
+// The same with the journal encrypted at rest (--journal-keys): every
+// ACKed job is stored once after each cut, and no file holds a payload's
+// text.
+func TestPowerCutEncryptedLosesNoAckedJob(t *testing.T) {
+	t.Parallel()
+	powerCuts(t, journalKeys(t))
+}
+
+// journalKeys writes a key file, and names it.
+func journalKeys(t *testing.T) string {
+	line, err := store.NewJournalKey("cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "journal.keys")
+	if err := os.WriteFile(file, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// powerCuts runs the power-cut rounds, with the journal encrypted by
+// the keys in keysFile ("": none).
+func powerCuts(t *testing.T, keysFile string) {
+	var keys *store.Keyring
+	env := []string{"EMQ_TEST_SEGMENT=1048576"}
+	if keysFile != "" {
+		var err error
+		if keys, err = store.ReadKeyring(keysFile); err != nil {
+			t.Fatal(err)
+		}
+		env = append(env, "EMQ_TEST_JOURNAL_KEYS="+keysFile)
+	}
 	rounds := 10
 	if torture() {
 		rounds = 200
@@ -113,7 +154,7 @@ func TestPowerCutLosesNoAckedJob(t *testing.T) {
 	for round := range rounds {
 		fs := mountCut(t, root)
 		frontend, backend := bt.FreeEndpoint(t), bt.FreeEndpoint(t)
-		c := startChild(t, fs.Dir(), frontend, backend, "EMQ_TEST_SEGMENT=1048576")
+		c := startChild(t, fs.Dir(), frontend, backend, env...)
 		stop := make(chan struct{})
 		acks := make(chan string, 4096)
 		var done sync.WaitGroup
@@ -156,11 +197,34 @@ func TestPowerCutLosesNoAckedJob(t *testing.T) {
 			t.Fatal(err)
 		}
 		done.Wait()
-		storedOnce(t, root, acked, fmt.Sprintf("round %d (%s)", round, what))
+		storedOnceWith(t, root, keys, acked, fmt.Sprintf("round %d (%s)", round, what))
 		t.Logf("round %d: cut after %d ACKs: %s; %d ACKed jobs stored, each once", round, cutAt, what, len(acked))
+	}
+	if keys != nil {
+		noPayloadText(t, root)
+		return
 	}
 	suite.add("power cuts survived", rounds)
 	suite.add("ACKed jobs across power cuts", len(acked))
+}
+
+// noPayloadText fails unless no file under root holds the text of
+// loadUntil's payloads ("job N").
+func noPayloadText(t *testing.T, root string) {
+	t.Helper()
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), "job 1") {
+			t.Errorf("%s holds a payload's text", p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // A power cut right after a checkpoint deleted a segment of the log:
@@ -173,6 +237,25 @@ func TestPowerCutLosesNoAckedJob(t *testing.T) {
 // EMQ_TORTURE.
 func TestPowerCutAfterACheckpointLosesNoAckedJob(t *testing.T) {
 	t.Parallel()
+	powerCutsAfterCheckpoints(t, "")
+}
+
+// The same with the journal encrypted at rest.
+func TestPowerCutAfterACheckpointEncryptedLosesNoAckedJob(t *testing.T) {
+	t.Parallel()
+	powerCutsAfterCheckpoints(t, journalKeys(t))
+}
+
+func powerCutsAfterCheckpoints(t *testing.T, keysFile string) {
+	var keys *store.Keyring
+	env := []string{"EMQ_TEST_SEGMENT=1048576"}
+	if keysFile != "" {
+		var err error
+		if keys, err = store.ReadKeyring(keysFile); err != nil {
+			t.Fatal(err)
+		}
+		env = append(env, "EMQ_TEST_JOURNAL_KEYS="+keysFile)
+	}
 	rounds := 4
 	if torture() {
 		rounds = 40
@@ -186,7 +269,7 @@ func TestPowerCutAfterACheckpointLosesNoAckedJob(t *testing.T) {
 	for round := range rounds {
 		fs := mountCut(t, root)
 		frontend, backend := bt.FreeEndpoint(t), bt.FreeEndpoint(t)
-		c := startChild(t, fs.Dir(), frontend, backend, "EMQ_TEST_SEGMENT=1048576")
+		c := startChild(t, fs.Dir(), frontend, backend, env...)
 		cut := fs.CutAfterRemove(segment, round%2 == 1, rng)
 		stop := make(chan struct{})
 		acks := make(chan string, 4096)
@@ -219,8 +302,12 @@ func TestPowerCutAfterACheckpointLosesNoAckedJob(t *testing.T) {
 			t.Fatal(err)
 		}
 		done.Wait()
-		storedOnce(t, root, acked, fmt.Sprintf("round %d (%s)", round, what))
+		storedOnceWith(t, root, keys, acked, fmt.Sprintf("round %d (%s)", round, what))
 		t.Logf("round %d: %s, %d keep jobs ACKed before it; %d ACKed jobs stored, each once", round, what, kept, len(acked))
+	}
+	if keys != nil {
+		noPayloadText(t, root)
+		return
 	}
 	suite.add("power cuts after a checkpoint survived", rounds)
 }
@@ -273,7 +360,13 @@ func TestFailedFlushStopsWrites(t *testing.T) {
 // acked once.
 func storedOnce(t *testing.T, root string, acked map[string]bool, what string) {
 	t.Helper()
-	stored := storedJobs(t, root)
+	storedOnceWith(t, root, nil, acked, what)
+}
+
+// storedOnceWith is storedOnce of a journal encrypted with keys.
+func storedOnceWith(t *testing.T, root string, keys *store.Keyring, acked map[string]bool, what string) {
+	t.Helper()
+	stored := storedJobsWith(t, root, keys)
 	for id := range acked {
 		switch stored[id] {
 		case 1:

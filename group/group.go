@@ -85,6 +85,9 @@ type Options struct {
 	// to take its etcd key (etcdstore.Options.HoldCompletes; 0 = never).
 	HoldCompletes time.Duration
 
+	// Keys encrypt the journal at rest (--journal-keys; nil = none). New
+	// takes the broker's JournalKeys when this is nil.
+	Keys *store.Keyring
 	// Serving, if set, is told each leadership's broker once it is built,
 	// and nil when it has stopped: the admin listener's Serve.
 	Serving func(*broker.Broker)
@@ -173,7 +176,7 @@ func (g Options) JournalOptions(el *concurrency.Election) etcdstore.Options {
 func (g Options) journal() etcdstore.Options {
 	eo := etcdstore.DefaultOptions()
 	eo.Prefix, eo.Timeout, eo.Pipeline, eo.Gather = JournalPrefix(g.Prefix), g.Timeout, g.Pipeline, g.Gather
-	eo.HoldCompletes = g.HoldCompletes
+	eo.HoldCompletes, eo.Keys = g.HoldCompletes, g.Keys
 	return eo
 }
 
@@ -252,6 +255,9 @@ func New(opts broker.Options, g Options) (*Group, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if g.Keys == nil {
+		g.Keys = opts.JournalKeys
 	}
 	opts.OpenJournal = func(broker.JournalSetup) (store.Journal, error) { return nil, errors.New("set per term") }
 	if err := opts.Validate(); err != nil {
@@ -508,7 +514,7 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 	opts.OpenJournal = func(s broker.JournalSetup) (store.Journal, error) {
 		eo := g.opts.JournalOptions(el)
 		eo.MaxJobSize = opts.MaxJobSize
-		eo.OnCommit = s.OnCommit
+		eo.OnCommit, eo.OnDamage = s.OnCommit, s.OnDamage
 		eo.Warm = warm
 		eo.OnWarmMissed = func(err error) {
 			g.log.Warn("taking over without the standby's copy of the journal: reading it all", "err", err)

@@ -1,6 +1,7 @@
 package group_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
@@ -18,6 +21,7 @@ import (
 	"github.com/eventmq/emq/internal/etcdtest"
 	"github.com/eventmq/emq/internal/grouptest"
 	"github.com/eventmq/emq/internal/testutil"
+	"github.com/eventmq/emq/store"
 )
 
 // Of three brokers one leads and serves eMQP; the others stand by,
@@ -337,5 +341,50 @@ func TestStandbyThatCannotServeHoldsBack(t *testing.T) {
 	}
 	if got := b.Metric("emq_group_elections_won_total"); got != "emq_group_elections_won_total 1" {
 		t.Fatalf("elections won by the standby: %q, want 1 (one journal load)", got)
+	}
+}
+
+// A group with --journal-keys: no etcd value holds a payload's text, the
+// warm standby takes over with the keys and delivers the job whole.
+func TestGroupEncryptedAtRest(t *testing.T) {
+	line, err := store.NewJournalKey("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := store.ParseKeyring("keys", []byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd := etcdtest.Start(t, 1).Endpoints()
+	c := grouptest.StartOn(t, etcd, 2, grouptest.Config{LeaderTTL: 30 * time.Second,
+		Broker: func(_ int, o *broker.Options) { o.JournalKeys = keys }})
+	old := c.Leader(t)
+	const secret = "a payload nobody reads in etcd"
+	cl, err := client.New(client.Options{Broker: c.Frontends(), Logger: bt.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), grouptest.Wait)
+	defer cancel()
+	id, err := cl.Send(ctx, "q", []byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Etcd(t).Get(ctx, "/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		if bytes.Contains(kv.Value, []byte(secret)) {
+			t.Fatalf("etcd key %s holds the payload's text", kv.Key)
+		}
+	}
+	old.Close(t)
+	next := c.Leader(t)
+	w := bt.Worker(t, next.Backend, "w", "q")
+	w.Ready(1)
+	if j := bt.Expect[*emqp.Request](w); j.MsgID != id || string(j.Payload) != secret {
+		t.Fatalf("the new leader delivered %s %q, want %s and its payload", j.MsgID, j.Payload, id)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strconv"
 
 	bolt "go.etcd.io/bbolt"
@@ -106,6 +107,14 @@ var Steps = []Step{
 		return nil
 	}, nil},
 }
+
+// Encrypt is the step of a file that may hold values encrypted at rest
+// (store/encrypt.go; meta/keys names the keys): nothing to change, but a
+// binary that knows no such values refuses the file (ErrTooNew) rather
+// than misread them. It is applied only to a journal opened with keys
+// (ApplyEncrypt): a file that was never encrypted needs no migration and
+// stays at Latest. A step after it follows it (11).
+var Encrypt = Step{10, "encryption at rest: values may be encrypted (meta/keys names the keys)", func(*bolt.Tx) error { return nil }, nil}
 
 // Step 6 gives every value but the schema version its checksum
 // (store.Seal), moves the job sequence from the jobs bucket's own to
@@ -202,6 +211,14 @@ func finishSealing(tx *bolt.Tx) error {
 // Latest is the version the last known step brings a file to.
 func Latest() int { return Steps[len(Steps)-1].Version }
 
+// Known is the newest version this binary reads: Encrypt's.
+func Known() int { return Encrypt.Version }
+
+// ApplyEncrypt is Apply, then Encrypt (a journal opened with keys).
+func ApplyEncrypt(db *bolt.DB) (from, to int, err error) {
+	return ApplySteps(db, append(slices.Clone(Steps), Encrypt))
+}
+
 // Version returns the schema version of the file; 0 for a new file.
 func Version(tx *bolt.Tx) (int, error) {
 	meta := tx.Bucket(meta)
@@ -240,8 +257,11 @@ func Check(db *bolt.DB) (int, []Status, error) {
 	for i, s := range Steps {
 		st[i] = Status{Step: s, Applied: s.Version <= v}
 	}
-	if v > Latest() {
-		return v, st, fmt.Errorf("%w: the file is at version %d, this binary knows up to %d", ErrTooNew, v, Latest())
+	if v >= Encrypt.Version {
+		st = append(st, Status{Step: Encrypt, Applied: true})
+	}
+	if v > Known() {
+		return v, st, fmt.Errorf("%w: the file is at version %d, this binary knows up to %d", ErrTooNew, v, Known())
 	}
 	return v, st, nil
 }

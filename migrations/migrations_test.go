@@ -97,14 +97,32 @@ func TestUpgradeCarriesDataOver(t *testing.T) {
 func TestRefusesNewerSchema(t *testing.T) {
 	t.Parallel()
 	db := openDB(t, filepath.Join(t.TempDir(), "j.db"))
-	future := append(append([]migrations.Step{}, migrations.Steps...), migrations.Step{
-		Version: migrations.Latest() + 1, Name: "from the future", Apply: func(*bolt.Tx) error { return nil },
+	future := append(append([]migrations.Step{}, migrations.Steps...), migrations.Encrypt, migrations.Step{
+		Version: migrations.Known() + 1, Name: "from the future", Apply: func(*bolt.Tx) error { return nil },
 	})
 	if _, _, err := migrations.ApplySteps(db, future); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := migrations.Apply(db); !errors.Is(err, migrations.ErrTooNew) {
 		t.Fatalf("Apply on a newer file: %v, want ErrTooNew", err)
+	}
+}
+
+// A file that may hold encrypted values is refused by a binary that
+// knows none (here: one whose steps end before Encrypt), and needs no
+// migration of this one.
+func TestEncryptedSchema(t *testing.T) {
+	t.Parallel()
+	db := openDB(t, filepath.Join(t.TempDir(), "j.db"))
+	if _, to, err := migrations.ApplyEncrypt(db); err != nil || to != migrations.Encrypt.Version {
+		t.Fatalf("ApplyEncrypt: to %d, %v", to, err)
+	}
+	if from, to, err := migrations.Apply(db); err != nil || from != to || to != migrations.Encrypt.Version {
+		t.Fatalf("Apply on an encrypted file: %d -> %d, %v", from, to, err)
+	}
+	var v int
+	if err := db.View(func(tx *bolt.Tx) (err error) { v, err = migrations.Version(tx); return err }); err != nil || v <= migrations.Latest() {
+		t.Fatalf("version %d, %v: an older binary (which knows up to Latest) would not refuse it", v, err)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -30,16 +32,24 @@ import (
 //	'e', uvarint record count, then the SHA-256 of every byte before it
 //
 // The values are as the journal's logic reads them (not a backend's
-// sealed form); of the meta bucket only the job sequence goes, which the
-// restoring backend takes as its own. Restore checks the whole stream
-// (its magic, header, every record's form and the checksum) before it
-// writes anything.
+// sealed form), but encrypted as stored when the journal is encrypted at
+// rest (encrypt.go): a backup of such a journal is format 2, its header
+// names the keys, and it restores only into a journal given them. Of the
+// meta bucket only the job sequence goes, which the restoring backend
+// takes as its own, and the names of the keys (meta/keys). Restore checks
+// the whole stream (its magic, header, every record's form and the
+// checksum; every encrypted value against the keys) before it writes
+// anything.
 
 // BackupMagic starts every backup.
 const BackupMagic = "EMQ-BACKUP 1\n"
 
-// BackupFormat is the version of the stream Backup writes.
-const BackupFormat = 1
+// BackupFormat is the version of the stream Backup writes; a backup of
+// an encrypted journal is BackupEncrypted, which an older binary refuses.
+const (
+	BackupFormat    = 1
+	BackupEncrypted = 2
+)
 
 // Buckets are every bucket of the layout, in the order a backup holds
 // them.
@@ -56,6 +66,8 @@ type BackupHeader struct {
 	Created time.Time `json:"created"`
 	MadeBy  string    `json:"made_by"` // the program and broker that made it
 	Journal string    `json:"journal"` // the journal it was taken from
+	// Keys names the keys its values are encrypted with (format 2).
+	Keys []string `json:"keys,omitempty"`
 	// Pace, if set, bounds the bytes a second Backup writes, so that a
 	// serving broker keeps its share of the machine (not written).
 	Pace int64 `json:"-"`
@@ -152,21 +164,30 @@ func (jn *Core) Backup(w io.Writer, h BackupHeader) (BackupStats, error) {
 	if h.Journal == "" {
 		h.Journal = jn.name
 	}
-	head, err := json.Marshal(h)
-	if err != nil {
-		return BackupStats{}, err
-	}
 	cw := &countWriter{w: bufio.NewWriterSize(w, 1<<20), h: sha256.New()}
-	cw.write([]byte(BackupMagic))
-	cw.field(head)
-	st := BackupStats{Header: h}
+	st := BackupStats{}
 	began, paced := time.Now(), int64(0)
 	pause := time.NewTimer(time.Hour)
 	pause.Stop()
-	err = jn.view(func(t Tx) error {
+	err := jn.view(func(wt Tx) error {
+		t := rawTx(wt) // the values as stored: encrypted ones stay so
+		keys, err := readKeysRecord(t)
+		if err != nil {
+			return err
+		}
+		if h.Keys = keys.names(); len(h.Keys) > 0 {
+			h.Format = BackupEncrypted
+		}
+		head, err := json.Marshal(h)
+		if err != nil {
+			return err
+		}
+		cw.write([]byte(BackupMagic))
+		cw.field(head)
+		st.Header = h
 		for _, b := range Buckets {
 			err := t.Scan(b, nil, func(k, v []byte) (bool, error) {
-				if bytes.Equal(b, BucketMeta) && !bytes.Equal(k, SeqKey) {
+				if bytes.Equal(b, BucketMeta) && !bytes.Equal(k, SeqKey) && !bytes.Equal(k, KeysKey) {
 					return true, nil // the backend's own (schema, format)
 				}
 				cw.write(recordTag)
@@ -193,7 +214,7 @@ func (jn *Core) Backup(w io.Writer, h BackupHeader) (BackupStats, error) {
 		// A value that fails its checksum was given as missing: the
 		// backup would lack it without a word. The view's end moves it
 		// aside (to the damaged bucket, which a backup keeps).
-		if ds := t.Damaged(); len(ds) > 0 {
+		if ds := wt.Damaged(); len(ds) > 0 {
 			return fmt.Errorf("%w: journal %s: %d stored values fail their checksums (the first: %s); they are being moved aside (emq journal check lists them): back up again",
 				ErrDamaged, jn.name, len(ds), ds[0])
 		}
@@ -305,8 +326,8 @@ func readBackup(r io.Reader, fn func(bucket, key, val []byte) error) (BackupStat
 	if err := json.Unmarshal(head, &st.Header); err != nil {
 		return st, br.fail("its header does not read: %v", err)
 	}
-	if st.Header.Format != BackupFormat {
-		return st, fmt.Errorf("%w: format %d; this binary reads format %d", ErrBadBackup, st.Header.Format, BackupFormat)
+	if st.Header.Format != BackupFormat && st.Header.Format != BackupEncrypted {
+		return st, fmt.Errorf("%w: format %d; this binary reads formats %d and %d", ErrBadBackup, st.Header.Format, BackupFormat, BackupEncrypted)
 	}
 	for {
 		at := br.off
@@ -385,8 +406,12 @@ func CheckBackup(r io.Reader) (BackupStats, error) { return readBackup(r, nil) }
 // journal holds part of the backup (ErrPartialRestore). The journal's
 // own sequence becomes the backup's, once it is opened again.
 func (jn *Core) Restore(r io.ReadSeeker, replace bool) (BackupStats, error) {
-	checked, err := readBackup(r, nil)
+	kc := &keyCheck{keys: jn.opts.Keys}
+	checked, err := readBackup(r, kc.record)
 	if err != nil {
+		return checked, err
+	}
+	if err := kc.result(checked.Header); err != nil {
 		return checked, err
 	}
 	empty, err := jn.Empty()
@@ -440,8 +465,15 @@ func (jn *Core) restore(r io.Reader) (st BackupStats, written int, err error) {
 		batch := pending
 		pending, size = nil, 0
 		_, err := Wait(func(done func(struct{}, error)) {
-			jn.Write(func(t Tx) error {
+			jn.Write(func(wt Tx) error {
+				t := rawTx(wt) // as stored: encrypted values stay so
 				for _, p := range batch {
+					if bytes.Equal(p.b, BucketMeta) && bytes.Equal(p.k, KeysKey) {
+						if err := mergeKeys(t, p.v); err != nil {
+							return err
+						}
+						continue
+					}
 					if err := t.Put(p.b, p.k, p.v); err != nil {
 						return err
 					}
@@ -549,4 +581,62 @@ func (jn *Core) Clear() error {
 		}
 	}
 	return nil
+}
+
+// keyCheck refuses, before anything is written, a backup of an
+// encrypted journal that the journal's keys do not open: every key it
+// names must be given, with its bytes, and every encrypted value must
+// decrypt. It looks at each record as the check reads it (record), and
+// says once the backup is known whole (result).
+type keyCheck struct {
+	keys  *Keyring
+	first error
+}
+
+func (c *keyCheck) record(b, key, v []byte) error {
+	if c.first != nil || c.keys == nil {
+		return nil
+	}
+	if bytes.Equal(b, BucketMeta) && bytes.Equal(key, KeysKey) {
+		var rec keysRecord
+		if err := json.Unmarshal(v, &rec); err != nil {
+			c.first = fmt.Errorf("%w: its meta/keys does not read: %v", ErrBadBackup, err)
+		} else {
+			c.first = c.keys.check(rec, "the backup")
+		}
+	} else if valueEncrypted(b, v) {
+		if _, err := c.keys.decryptValue(b, key, v, true); err != nil {
+			c.first = fmt.Errorf("%w: the backup's %s/%q does not decrypt with the keys of %s: %v", ErrKeys, b, key, c.keys.file, err)
+		}
+	}
+	return nil
+}
+
+func (c *keyCheck) result(h BackupHeader) error {
+	if len(h.Keys) > 0 && c.keys == nil {
+		return fmt.Errorf("%w: the backup is encrypted at rest with keys %s, and the journal was given no keys (--journal-keys FILE)", ErrKeys, strings.Join(h.Keys, ", "))
+	}
+	return c.first
+}
+
+// mergeKeys adds to the journal's meta/keys the keys of a backup's.
+func mergeKeys(t Tx, v []byte) error {
+	var theirs keysRecord
+	if err := json.Unmarshal(v, &theirs); err != nil {
+		return fmt.Errorf("%w: its meta/keys does not read: %v", ErrBadBackup, err)
+	}
+	ours, err := readKeysRecord(t)
+	if err != nil {
+		return err
+	}
+	for _, k := range theirs.Keys {
+		if !slices.Contains(ours.names(), k.Name) {
+			ours.Keys = append(ours.Keys, k)
+		}
+	}
+	out, err := json.Marshal(ours)
+	if err != nil {
+		return err
+	}
+	return t.Put(BucketMeta, KeysKey, out)
 }

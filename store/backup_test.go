@@ -50,7 +50,7 @@ func TestCheckBackupNamesTheDamage(t *testing.T) {
 	}{
 		{"not a backup", []byte("hello world, this is not it"), "does not start with"},
 		{"empty", nil, "does not start with"},
-		{"a newer format", backupStream(BackupMagic, `{"format":2}`, 1, rec), "format 2; this binary reads format 1"},
+		{"a newer format", backupStream(BackupMagic, `{"format":3}`, 1, rec), "format 3; this binary reads formats 1 and 2"},
 		{"a header that does not read", backupStream(BackupMagic, `{"format":`, 1, rec), "header does not read"},
 		{"an unknown bucket", backupStream(BackupMagic, `{"format":1}`, 1, [3]string{"nope", "k", "v"}), `unknown bucket "nope"`},
 		{"a wrong count", backupStream(BackupMagic, `{"format":1}`, 2, rec), "says 2 records, it holds 1"},

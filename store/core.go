@@ -153,6 +153,9 @@ type CoreOptions struct {
 	// price: a job completed stays stored that much longer, and a
 	// failover meanwhile runs it again.
 	HoldCompletes time.Duration
+	// Keys, if set, encrypt what users would not print before the
+	// backend has it (encrypt.go); the backend calls OpenKeys at open.
+	Keys *Keyring
 }
 
 // StartCore starts the committer of a journal named name (in errors: a
@@ -462,6 +465,7 @@ func (j *Core) commit(batch []write) {
 	own := make([]error, len(batch))
 	var damaged []Damage
 	apply := func(t Tx, mark func() error) error {
+		t = j.wrap(t)
 		defer func() { damaged = t.Damaged() }()
 		if p, ok := t.(Prefetcher); ok {
 			var keys []Key
@@ -565,6 +569,7 @@ func (j *Core) report(batch []write, own []error, start time.Time, err error) {
 func (j *Core) view(fn func(t Tx) error) error {
 	var damaged []Damage
 	err := j.kv.View(func(t Tx) error {
+		t = j.wrap(t)
 		defer func() { damaged = t.Damaged() }()
 		return fn(t)
 	})

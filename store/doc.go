@@ -28,7 +28,8 @@
 //
 // # Layout
 //
-//	meta        schema version (package migrations has the steps)
+//	meta        schema version (package migrations has the steps); keys:
+//	            the names of the keys the journal was ever encrypted with
 //	jobs        msgid -> record (queue, headers, payload, client id,
 //	            enqueue time, attempts, last error, not-before, state, seq)
 //	pending     len(queue) queue seq(8, big endian) -> msgid
@@ -169,6 +170,20 @@
 //     as its place in the log (and a job's head), read back from there
 //     with its CRC-32C checked; what the log holds costs disk, not
 //     memory, whatever the payloads.
+//
+// # Encryption at rest
+//
+// With keys (CoreOptions.Keys: a Keyring, a file of named AES-256 keys)
+// the core encrypts payloads, headers, last errors, the trail's reasons,
+// results and schedules before a backend has them, and decrypts them as
+// it reads (encrypt.go, enctx.go): the log, bbolt, etcd and backups hold
+// them encrypted. A job's head and its payload are encrypted apart, so
+// Load decrypts heads only. What the indexes need stays in clear. A tag
+// that fails is damage, moved aside like a failed checksum. meta/keys
+// names every key ever used (written before the first value under it);
+// an open without one of them fails with ErrKeys naming it. A journal
+// with keys is at schema migrations.Encrypt (etcd: format 6), which
+// older binaries refuse; one without keys is unchanged, byte for byte.
 //
 // # Failures
 //

@@ -20,8 +20,8 @@ import (
 
 const headFlag = 0x80
 
-// recVersion is a record's version, head or not.
-func recVersion(b []byte) byte { return b[0] &^ headFlag }
+// recVersion is a record's version, head or not, encrypted or not.
+func recVersion(b []byte) byte { return b[0] &^ (headFlag | encFlag) }
 
 // isHead reports whether b is a head rather than a whole record.
 func isHead(b []byte) bool { return len(b) > 0 && b[0]&headFlag != 0 }
@@ -44,7 +44,7 @@ func Head(msgid, rec []byte) ([]byte, error) {
 	}
 	start := len(rec) - len(r.b)
 	payload := r.bytes()
-	if rec[0] >= 2 {
+	if recVersion(rec) >= 2 {
 		n := r.uvarint()
 		for i := uint64(0); i < n && !r.bad; i++ {
 			r.varint()
@@ -64,7 +64,7 @@ func Head(msgid, rec []byte) ([]byte, error) {
 	h[0] |= headFlag
 	h = binary.AppendUvarint(h, uint64(len(size)))
 	h = append(h, size...)
-	if rec[0] >= 2 {
+	if recVersion(rec) >= 2 {
 		h = append(h, 0) // no trail
 	}
 	return append(h, rest...), nil

@@ -253,6 +253,16 @@ func knownVersion(b []byte) bool {
 // the transaction. Without withPayload it leaves the payload where it is
 // (only its size is read): a large one is never touched.
 func decodeJob(msgid, b []byte, withPayload bool) (*Job, error) {
+	if encrypted(b) {
+		return nil, fmt.Errorf("%w: the record of job %q is encrypted, and the journal was opened without its keys", ErrKeys, msgid)
+	}
+	return decodeRecord(msgid, b, withPayload)
+}
+
+// decodeRecord is decodeJob of a record in clear or encrypted (a
+// backend's tools, which have no keys): an encrypted one's headers and
+// payload are its encrypted parts.
+func decodeRecord(msgid, b []byte, withPayload bool) (*Job, error) {
 	if !knownVersion(b) {
 		return nil, fmt.Errorf("%w: the record of job %q has an unknown version", ErrCorrupt, msgid)
 	}
@@ -320,6 +330,9 @@ func decodeJob(msgid, b []byte, withPayload bool) (*Job, error) {
 
 // payloadOf returns the payload in a record, not copied.
 func payloadOf(msgid, b []byte) ([]byte, error) {
+	if encrypted(b) {
+		return nil, fmt.Errorf("%w: the record of job %q is encrypted, and the journal was opened without its keys", ErrKeys, msgid)
+	}
 	if !knownVersion(b) {
 		return nil, fmt.Errorf("%w: the record of job %q has an unknown version", ErrCorrupt, msgid)
 	}

@@ -101,8 +101,10 @@ func QueueKey(queue string, seq uint64) []byte { return queueKey(queue, seq) }
 // IndexOf is the index bucket of jobs in state s.
 func IndexOf(s State) []byte { return index(s) }
 
-// DecodeJob reads a job record (a backend's tools: check, salvage).
-func DecodeJob(msgid, rec []byte) (*Job, error) { return decodeJob(msgid, rec, true) }
+// DecodeJob reads a job record (a backend's tools: check, salvage); of
+// an encrypted one (encrypt.go), the encrypted parts stand for its
+// headers and payload.
+func DecodeJob(msgid, rec []byte) (*Job, error) { return decodeRecord(msgid, rec, true) }
 
 // IndexEntry is the index entry of job msgid whose record (or head) is
 // rec: the bucket of its state and its key there; the entry's value is

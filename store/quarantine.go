@@ -82,7 +82,16 @@ func quarantine(t Tx, d Damage, now time.Time) error {
 	}
 	reason := "damaged in the journal: " + d.Reason
 	if bytes.Equal(d.Bucket, BucketJobs) {
-		if j, err := decodeJob(d.Key, raw, true); err == nil && j.Queue != "" && len(j.Queue) <= MaxQueueLen {
+		j, err := decodeJob(d.Key, raw, true)
+		if e, ok := t.(*encTx); ok && encrypted(raw) {
+			// What decrypts is kept; the value as it was, beside it.
+			if j, err = e.keys.salvageJob(d.Key, raw); err == nil {
+				if err := t.Put(BucketDamaged, damagedKey(d.Bucket, d.Key), encodeDamaged(reason, now, raw)); err != nil {
+					return err
+				}
+			}
+		}
+		if err == nil && j.Queue != "" && len(j.Queue) <= MaxQueueLen {
 			if err := t.Delete(index(j.State), queueKey(j.Queue, j.Seq)); err != nil {
 				return err
 			}

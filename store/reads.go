@@ -181,6 +181,9 @@ func (jn *Core) Result(msgid string) ([]byte, error) {
 		if v != nil && len(v) < 8 {
 			return fmt.Errorf("%w: journal %s: result of %s is %d bytes, too short for its expiry", ErrCorrupt, jn.name, msgid, len(v))
 		}
+		if valueEncrypted(BucketResults, v) { // read without the wrapper: no keys
+			return fmt.Errorf("%w: journal %s: the result of %s is encrypted, and the journal was opened without its keys", ErrKeys, jn.name, msgid)
+		}
 		if v == nil || int64(binary.BigEndian.Uint64(v[:8])) < time.Now().UnixNano() {
 			return fmt.Errorf("%w: no result kept for %s", ErrNotFound, msgid)
 		}

@@ -103,6 +103,12 @@ func (jn *Core) newAppend(j *Job) (*appendOp, error) {
 	}
 	if !op.rec.workflow() {
 		op.val = op.rec.encode()
+		if jn.opts.Keys != nil { // here, not on the committer; the sequence stays in clear
+			var err error
+			if op.val, err = jn.opts.Keys.encryptJob(op.id, op.val); err != nil {
+				return nil, err
+			}
+		}
 		return op, nil
 	}
 	jn.workflows.Store(true) // before it is queued: no Complete is held past it (holdOver)

@@ -22,7 +22,7 @@ import (
 
 // Open opens (or creates) the bbolt journal in s.Options.DataDir, with
 // the broker's size limits and write-ahead log settings (MaxJobSize,
-// JournalSegmentSize, JournalMaxLog, JournalRecover). It is an
+// JournalSegmentSize, JournalMaxLog, JournalRecover, JournalKeys). It is an
 // Options.OpenJournal.
 func Open(s broker.JournalSetup) (store.Journal, error) {
 	o := s.Options
@@ -36,6 +36,7 @@ func Open(s broker.JournalSetup) (store.Journal, error) {
 	bo.OnCommit, bo.OnDamage, bo.Logger = s.OnCommit, s.OnDamage, o.Logger
 	bo.MaxJobSize = o.MaxJobSize
 	bo.SegmentSize, bo.MaxLogBytes, bo.Recover = o.JournalSegmentSize, o.JournalMaxLog, o.JournalRecover
+	bo.Keys = o.JournalKeys
 	bo.CheckpointBytes = min(bo.CheckpointBytes, o.JournalMaxLog/2)
 	bo.DirectBytes = min(bo.DirectBytes, o.JournalSegmentSize/2)
 	return boltstore.Open(filepath.Join(o.DataDir, broker.JournalFile), bo)

@@ -22,6 +22,7 @@ func adminFlags(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
 	adminTargetFlags(&binder{f: f}, &admin.ClientOptions{Addr: admin.DefaultOptions().Addr}, new(string))
 	addEtcdFlags(f, "use a group's journal in etcd directly, at these client URLs (comma-separated; no broker of the group may be running)")
+	journalKeysFlag(&binder{f: f}, new(string))
 	jsonFlag(&binder{f: f}, new(false), "print JSON instead of a table")
 	var where []string
 	f.VisitAll(func(fl *pflag.Flag) {
@@ -50,11 +51,16 @@ func openAdmin(cmd *cobra.Command) (admin.API, *config, error) {
 		return nil, nil, err
 	}
 	var o admin.ClientOptions
-	var dir string
+	var dir, keyFile string
 	b := reader()
 	adminTargetFlags(b, &o, &dir)
+	journalKeysFlag(b, &keyFile)
 	jsonFlag(b, new(false), "") // read by output: a bad one stops the command before it acts
 	if err := b.apply(c); err != nil {
+		return nil, nil, err
+	}
+	keys, err := readJournalKeys(c, keyFile)
+	if err != nil {
 		return nil, nil, err
 	}
 	if c.str("etcd-endpoints") != "" {
@@ -62,6 +68,7 @@ func openAdmin(cmd *cobra.Command) (admin.API, *config, error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		g.Keys = keys
 		j, release, err := group.OpenJournal(g)
 		if err != nil {
 			return nil, nil, err
@@ -69,21 +76,25 @@ func openAdmin(cmd *cobra.Command) (admin.API, *config, error) {
 		return admin.NewOffline(j, release), c, nil
 	}
 	if dir != "" {
-		a, err := openOffline(dir, o.Addr)
+		a, err := openOffline(dir, o.Addr, keys)
 		return a, c, err
+	}
+	if keys != nil {
+		return nil, nil, fmt.Errorf("journal-keys: only with --data-dir (a running broker has its own keys)")
 	}
 	a, err := admin.NewClient(o)
 	return a, c, err
 }
 
 // openOffline opens the journal file of a stopped broker.
-func openOffline(dir, adminAddr string) (*admin.Offline, error) {
+func openOffline(dir, adminAddr string, keys *store.Keyring) (*admin.Offline, error) {
 	path := filepath.Join(dir, broker.JournalFile)
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("no journal at %s (is --data-dir right?): %w", path, err)
 	}
 	opts := boltstore.DefaultOptions()
 	opts.LockTimeout = 500 * time.Millisecond
+	opts.Keys = keys
 	j, err := boltstore.Open(path, opts)
 	if errors.Is(err, store.ErrLocked) {
 		return nil, fmt.Errorf("the journal %s is in use by a running broker: manage it online with --admin %s (its admin address), or stop the broker first", path, adminAddr)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -41,9 +43,11 @@ one broker's --data-dir, and back.`,
 		}
 		var to, dir string
 		var given *int64
+		var keyFile string
 		b := reader()
 		backupFlags(b, &to, &given)
 		adminTargetFlags(b, new(admin.ClientOptions), &dir)
+		journalKeysFlag(b, &keyFile)
 		if err := b.apply(c); err != nil {
 			return err
 		}
@@ -61,6 +65,9 @@ one broker's --data-dir, and back.`,
 		if c.str("etcd-endpoints") != "" {
 			g, err := groupOptions(c)
 			if err != nil {
+				return err
+			}
+			if g.Keys, err = readJournalKeys(c, keyFile); err != nil {
 				return err
 			}
 			j, release, err := group.ReadJournal(g)
@@ -155,6 +162,19 @@ broker (or group) holds is refused.`,
 		if err != nil {
 			return fmt.Errorf("from %s: %w", from, err)
 		}
+		keys, err := readJournalKeys(c, o.keys)
+		if err != nil {
+			return err
+		}
+		if len(st.Header.Keys) > 0 && keys == nil {
+			return fmt.Errorf("from %s: %w: the backup is encrypted at rest with keys %s: restore it with --journal-keys naming a file that holds them",
+				from, store.ErrKeys, strings.Join(st.Header.Keys, ", "))
+		}
+		for _, k := range st.Header.Keys { // before the journal is opened (and names the file's first key)
+			if !slices.Contains(keys.Names(), k) {
+				return fmt.Errorf("from %s: %w: the backup is encrypted at rest with key %s, which %s does not hold", from, store.ErrKeys, k, keys.File())
+			}
+		}
 		var j store.Journal
 		release := func() {}
 		switch dir := o.dataDir; {
@@ -163,6 +183,7 @@ broker (or group) holds is refused.`,
 			if err != nil {
 				return err
 			}
+			g.Keys = keys
 			if j, release, err = group.OpenJournal(g); err != nil {
 				return err
 			}
@@ -173,6 +194,7 @@ broker (or group) holds is refused.`,
 			path := filepath.Join(dir, broker.JournalFile)
 			opts := boltstore.DefaultOptions()
 			opts.LockTimeout = 500 * time.Millisecond
+			opts.Keys = keys
 			bj, err := boltstore.Open(path, opts)
 			if errors.Is(err, store.ErrLocked) {
 				return fmt.Errorf("the journal %s is in use by a running broker: stop it before restoring into it", path)
@@ -207,8 +229,8 @@ broker (or group) holds is refused.`,
 
 // restoreOptions are emq restore's flags, but the etcd ones.
 type restoreOptions struct {
-	from, dataDir string
-	force         bool
+	from, dataDir, keys string
+	force               bool
 }
 
 // restoreFlags declares emq restore's flags, but the etcd ones.
@@ -216,6 +238,7 @@ func restoreFlags(b *binder, o *restoreOptions) {
 	b.str(&o.from, "from", "the backup file (required)")
 	b.str(&o.dataDir, "data-dir", "the broker's data directory to restore into")
 	b.boolean(&o.force, "force", "delete what the journal holds before restoring")
+	journalKeysFlag(b, &o.keys)
 }
 
 // restoreInto writes the backup file into bk, empty or emptied (force).

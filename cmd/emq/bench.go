@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/eventmq/emq/internal/bench"
+	"github.com/eventmq/emq/store"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -57,6 +58,14 @@ publish→received latencies.`,
 		o := bo.run
 		if o.Security, err = securityFrom(c); err != nil {
 			return err
+		}
+		if file := bo.keys; file != "" {
+			if o.Frontend != "" {
+				return fmt.Errorf("journal-keys: for the bench's own broker; a running broker has its own")
+			}
+			if o.JournalKeys, err = store.ReadKeyring(file); err != nil {
+				return err
+			}
 		}
 		if o.Curve && o.Frontend != "" {
 			return fmt.Errorf("curve: for the bench's own broker; a running broker's keys go in --curve-server-key and --curve-key-file")
@@ -113,7 +122,7 @@ type benchOptions struct {
 	fanout                      bench.PubSubOptions // --pubsub's; its Frontend and Size are run's
 	httpBulk                    int
 	pubsub, http, asJSON, quiet bool
-	cpuprofile, trace           string
+	cpuprofile, trace, keys     string
 }
 
 // benchDefaults are emq bench's defaults.
@@ -147,6 +156,7 @@ func benchFlags(b *binder, o *benchOptions) {
 	b.duration(&r.BackupAfter, "backup-after", "with --backup: when the backup starts (the second before it is warm-up; the rest measures the broker before it)")
 	b.size(&r.BackupPace, "backup-pace", "with --backup: bytes a second the backup may write (KiB, MiB; 0 = as fast as it goes)")
 	b.boolean(&r.Curve, "curve", "its own broker speaks CURVE, senders and worker each with a key (for a running broker: the --curve-* or --plain-* flags)")
+	b.str(&o.keys, "journal-keys", "its own broker encrypts its journal at rest with these keys (a file of NAME BASE64 lines: emq keygen --journal NAME)")
 	b.boolean(&o.http, "http", "send the jobs through the HTTP job API of its own broker (one a request, --senders producers with keep-alive) instead of eMQP; jobs/s counts jobs answered 201 (durable)")
 	b.integer(&o.httpBulk, "http-bulk", "with --http: this many jobs a request (a JSON array, one BULK)")
 	b.boolean(&o.pubsub, "pubsub", "measure pub/sub fan-out instead of jobs")

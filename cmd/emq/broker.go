@@ -20,6 +20,7 @@ import (
 	"github.com/eventmq/emq/group"
 	"github.com/eventmq/emq/internal/sdnotify"
 	"github.com/eventmq/emq/shards"
+	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/store/etcdstore"
 )
 
@@ -112,6 +113,7 @@ start).`,
 type brokerExtra struct {
 	retainDone, resultTTL time.Duration // one setting under two names
 	maxJobSize            int64         // an int in broker.Options
+	journalKeys           string        // the file of broker.Options.JournalKeys
 }
 
 // brokerFlags declares emq broker's flags that fill o (and x for those
@@ -129,6 +131,7 @@ func brokerFlags(b *binder, o *broker.Options) *brokerExtra {
 	b.size(&o.JournalSegmentSize, "journal-segment-size", "size of each write-ahead log segment file beside the journal file (two of them take this much disk at least)")
 	b.size(&o.JournalMaxLog, "journal-max-log", "what the log may hold that the journal file does not yet: disk, and how far the checkpoint may lag (memory holds where each value lies, not payloads); past it REQUESTs get ERROR unavailable until the checkpoint catches up")
 	b.boolean(&o.JournalRecover, "journal-recover", "open a journal whose log is damaged in the middle: keep every good record, log what is lost (emq journal check names it first)")
+	journalKeysFlag(b, &x.journalKeys)
 	b.integer(&o.MaxPending, "max-pending", "jobs per queue beyond which REQUESTs get ERROR queue_full (0 = no limit)")
 	b.integer(&o.MaxBulk, "max-bulk", "most jobs in one BULK (emq send --bulk, client.SendBulk); more get ERROR too_large")
 	b.integer(&o.MaxConnections, "max-connections", "connections of every eMQP and pub/sub endpoint together, handshakes included (0 = no bound; the default is 3/4 of the fd limit)")
@@ -377,8 +380,25 @@ func brokerOptions(c *config) (broker.Options, error) {
 	}
 	o.MaxJobSize = int(min(x.maxJobSize, 1<<31))
 	var err error
+	if o.JournalKeys, err = readJournalKeys(c, x.journalKeys); err != nil {
+		return o, err
+	}
 	if o.Queues, err = c.queueDefaults(); err != nil {
 		return o, err
 	}
 	return o, o.Validate()
+}
+
+// journalKeysFlag declares --journal-keys, of the broker and of every
+// tool that opens a journal.
+func journalKeysFlag(b *binder, file *string) {
+	b.str(file, "journal-keys", "encrypt the journal at rest with these keys: a file of lines NAME BASE64 (emq keygen --journal NAME), the first encrypts, all decrypt; a journal encrypted before opens only with every key it names (docs/security.md)")
+}
+
+// readJournalKeys reads the key file named (nil for none).
+func readJournalKeys(c *config, file string) (*store.Keyring, error) {
+	if file == "" {
+		return nil, nil
+	}
+	return store.ReadKeyring(file)
 }

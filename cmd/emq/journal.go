@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -123,6 +124,11 @@ func printCheck(w io.Writer, r boltstore.CheckReport) {
 	}
 	for _, q := range r.Quarantined {
 		fmt.Fprintf(w, "moved aside\t%s/%q at %s: %s\n", q.Bucket, q.Key, q.Found.Format("2006-01-02T15:04:05Z07:00"), q.Reason)
+	}
+	if len(r.EncryptedWith) > 0 {
+		fmt.Fprintf(w, "encrypted at rest: yes (keys %s)\n", strings.Join(r.EncryptedWith, ", "))
+	} else {
+		fmt.Fprintln(w, "encrypted at rest: no")
 	}
 	if r.OK() {
 		fmt.Fprintln(w, "ok: every byte checks")

@@ -16,22 +16,41 @@ import (
 	"github.com/eventmq/emq/broker"
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/internal/zmtp"
+	"github.com/eventmq/emq/store"
 )
 
 func newKeygenCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "keygen NAME",
-		Short: "Make a CURVE key pair: NAME.key (secret, mode 0600) and NAME.pub",
+		Use:   "keygen (NAME | --journal NAME [--to FILE])",
+		Short: "Make a CURVE key pair: NAME.key (secret, mode 0600) and NAME.pub; or a journal key (--journal)",
 		Long: `Make a CURVE key pair as libzmq's zmq_curve_keypair does, each key one Z85
 line: NAME.key is the secret key (mode 0600), NAME.pub the public key. The
 broker takes its own with --curve-secret-key-file and lists its peers'
 public keys in --curve-clients; a client or worker takes its own with
---curve-key-file and the broker's public key with --curve-server-key.`,
-		Args:        cobra.ExactArgs(1),
+--curve-key-file and the broker's public key with --curve-server-key.
+
+With --journal NAME, make a key to encrypt the journal at rest instead:
+one line, NAME and 32 random bytes in base64, to standard output or to a
+new file --to FILE (mode 0600). The broker's --journal-keys names a file
+of such lines, the first encrypting (docs/security.md).`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if j, _ := cmd.Flags().GetString("journal"); j != "" {
+				return cobra.NoArgs(cmd, args)
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
 		Annotations: map[string]string{noEnv: "yes"},
 	}
-	force := cmd.Flags().Bool("force", false, "replace NAME.key and NAME.pub if they exist")
+	force := cmd.Flags().Bool("force", false, "replace NAME.key and NAME.pub (or --to FILE) if they exist")
+	journal := cmd.Flags().String("journal", "", "make a journal key of this name (1 to 32 of A-Z a-z 0-9 . _ -) for --journal-keys")
+	to := cmd.Flags().String("to", "", "with --journal: write the key's line to this new file (mode 0600) instead of standard output")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if *journal != "" {
+			return journalKeygen(cmd, *journal, *to, *force)
+		}
+		if *to != "" {
+			return fmt.Errorf("to: only with --journal (a CURVE pair goes to NAME.key and NAME.pub)")
+		}
 		pub, secret, err := zmtp.NewKeyPair()
 		if err != nil {
 			return err
@@ -64,6 +83,38 @@ public keys in --curve-clients; a client or worker takes its own with
 		return nil
 	}
 	return cmd
+}
+
+// journalKeygen writes a new journal key's line to w, or to the new
+// file to (mode 0600).
+func journalKeygen(cmd *cobra.Command, name, to string, force bool) error {
+	line, err := store.NewJournalKey(name)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	if to == "" {
+		_, err := io.WriteString(cmd.OutOrStdout(), line)
+		return err
+	}
+	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+	if force {
+		flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	}
+	w, err := os.OpenFile(to, flags, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("%s exists; --force replaces it (a key file may hold several keys: add the line yourself, the encrypting key first)", to)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, line)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "journal key %s written to %s\n", name, to)
+	}
+	return err
 }
 
 func newPasswdCmd() *cobra.Command {

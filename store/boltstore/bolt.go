@@ -88,6 +88,11 @@ type Options struct {
 	// Logger gets a line for a torn tail cut at open, for what Recover
 	// skipped, and for failed checkpoints (nil = slog.Default()).
 	Logger *slog.Logger
+	// Keys, if set, encrypt payloads, headers, errors, results and
+	// schedules at rest (store/encrypt.go); the file is then at schema
+	// migrations.Encrypt, which older binaries refuse. A journal that
+	// names keys (meta/keys) opens only with them (store.ErrKeys).
+	Keys *store.Keyring
 }
 
 // DefaultOptions returns the defaults.
@@ -201,7 +206,9 @@ func Open(path string, opts Options) (*Journal, error) {
 				err = fmt.Errorf("%w: the file is at schema version %d, and this binary reads %d: its values carry no checksums yet; start the broker on it, or run emq migrate up --data-dir, to upgrade it first",
 					ErrOlder, v, migrations.Latest())
 			}
-		} else if err = safeToMigrate(db); err == nil {
+		} else if err = safeToMigrate(db); err == nil && opts.Keys != nil {
+			_, _, err = migrations.ApplyEncrypt(db) // before any value is encrypted
+		} else if err == nil {
 			_, _, err = migrations.Apply(db)
 		}
 		return err
@@ -259,9 +266,14 @@ func Open(path string, opts Options) (*Journal, error) {
 	// Opening may have read every page of the file (a file without its
 	// freelist is walked first, structure.go): none is needed in memory.
 	j.drop()
+	if err := store.CheckKeys(logKV{j}, path, opts.Keys); err != nil {
+		log.Close()
+		db.Close()
+		return nil, err
+	}
 	j.Core = store.StartCore(path, logKV{j}, store.CoreOptions{MaxBatch: opts.MaxBatch, MaxJobSize: opts.MaxJobSize,
 		ReadOnly: opts.ReadOnly, OnCommit: opts.OnCommit, LazyDelay: opts.LazyDelay, OnDamage: opts.OnDamage,
-		AfterCommit: j.dropAfterCommit})
+		AfterCommit: j.dropAfterCommit, Keys: opts.Keys})
 	if opts.ReadOnly {
 		close(j.ckptDone)
 		return j, nil
@@ -284,6 +296,10 @@ func Open(path string, opts Options) (*Journal, error) {
 		}
 	}
 	go j.checkpointer()
+	if err := j.NoteKeys(); err != nil {
+		j.Close()
+		return nil, err
+	}
 	return j, nil
 }
 

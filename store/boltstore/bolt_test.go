@@ -22,3 +22,18 @@ func TestBoltConformance(t *testing.T) {
 		},
 	})
 }
+
+// TestBoltConformanceEncrypted runs the suite again with the journal
+// encrypted at rest: every promise holds with the keys.
+func TestBoltConformanceEncrypted(t *testing.T) {
+	t.Parallel()
+	keys := storetest.Keys(t, "k1")
+	storetest.Run(t, storetest.Harness{
+		Fresh: func(t *testing.T, o storetest.Options) func() (store.Journal, error) {
+			path, opts := filepath.Join(t.TempDir(), "journal.db"), boltstore.DefaultOptions()
+			opts.MaxJobSize = cmp.Or(o.MaxJobSize, opts.MaxJobSize)
+			opts.Keys = keys
+			return func() (store.Journal, error) { return boltstore.Open(path, opts) }
+		},
+	})
+}

@@ -47,6 +47,9 @@ type CheckReport struct {
 	// LogPassed: damage in records already checkpointed, which opening
 	// skips: nothing lost, but the disk changed what was written.
 	LogPassed []wal.Cut `json:"log_damage_checkpointed,omitempty"`
+	// EncryptedWith names the keys the journal was ever encrypted with
+	// at rest (meta/keys); none: it never was.
+	EncryptedWith []string `json:"encrypted_with"`
 }
 
 // OK reports a journal with nothing wrong but, perhaps, a torn tail (a
@@ -99,7 +102,27 @@ func Check(path string) (CheckReport, error) {
 	}
 	rep.Checkpoint = at.seq
 	logged := newTree()
-	lrep, err := replayLog(path, at, true, func(_ uint64, over *tree) { logIndexes(logged, over) })
+	metaID, _ := bucketID(store.BucketMeta)
+	keys := []byte(nil)
+	_ = db.View(func(tx *bolt.Tx) error {
+		if mb := tx.Bucket(store.BucketMeta); mb != nil {
+			keys, _ = unseal(store.BucketMeta, store.KeysKey, mb.Get(store.KeysKey))
+			keys = bytes.Clone(keys)
+		}
+		return nil
+	})
+	lrep, err := replayLog(path, at, true, func(_ uint64, over *tree) {
+		logIndexes(logged, over)
+		if it, ok := over.Get(&item{bucket: metaID, key: store.KeysKey}); ok && !it.del {
+			keys = it.val
+		}
+	})
+	if keys != nil {
+		var kerr error
+		if rep.EncryptedWith, kerr = store.KeysRecordNames(keys); kerr != nil {
+			rep.Structure = append(rep.Structure, kerr.Error())
+		}
+	}
 	if err != nil {
 		rep.LogDamage = append(rep.LogDamage, wal.Cut{File: LogDir(path), Reason: err.Error()})
 	}
@@ -484,11 +507,14 @@ func Salvage(from, to string) (SalvageReport, error) {
 	// with their expiry index, the rest as it is.
 	jobsID, _ := bucketID(store.BucketJobs)
 	resultsID, _ := bucketID(store.BucketResults)
+	encrypted := false
 	err = dst.Update(func(tx *bolt.Tx) error {
 		var err error
 		mem.Ascend(func(it *item) bool {
 			name := buckets[it.bucket]
 			switch {
+			case bytes.Equal(name, store.BucketMeta) && bytes.Equal(it.key, store.KeysKey):
+				encrypted = true // the names of its keys go with its values
 			case bytes.Equal(name, store.BucketMeta):
 				return true
 			case it.bucket == jobsID:
@@ -504,7 +530,7 @@ func Salvage(from, to string) (SalvageReport, error) {
 				}
 				rep.Jobs++
 			case it.bucket == resultsID && len(it.val) >= 8:
-				k := store.ResultExpKey(it.val[:8], it.key)
+				k := store.ResultExpKey(store.ResultExpiry(it.val), it.key)
 				if err = tx.Bucket(store.BucketResultExp).Put(k, sealed(store.BucketResultExp, k, nil)); err != nil {
 					return false
 				}
@@ -524,6 +550,11 @@ func Salvage(from, to string) (SalvageReport, error) {
 	})
 	if err != nil {
 		return rep, fmt.Errorf("salvage: writing %s: %w", to, err)
+	}
+	if encrypted { // encrypted values: a binary that knows none refuses the file
+		if _, _, err := migrations.ApplyEncrypt(dst); err != nil {
+			return rep, fmt.Errorf("salvage: %s: %w", to, err)
+		}
 	}
 	return rep, nil
 }
@@ -588,6 +619,24 @@ func boltValues(src *bolt.DB, from string, rep *SalvageReport) (mem *tree, check
 		}
 	}
 	rep.Lost = append(rep.Lost, rereadPages(from, int64(src.Info().PageSize), bad, mem)...)
+	// Of meta, which is made anew, the names of the keys its values are
+	// encrypted with go too.
+	_ = guarded(func() error {
+		return src.View(func(tx *bolt.Tx) error {
+			if mb := tx.Bucket(store.BucketMeta); mb != nil {
+				if v := mb.Get(store.KeysKey); v != nil {
+					val, ok := unseal(store.BucketMeta, store.KeysKey, v)
+					if !ok {
+						rep.Lost = append(rep.Lost, "meta/keys (the names of the keys the journal is encrypted with): its checksum fails")
+						return nil
+					}
+					metaID, _ := bucketID(store.BucketMeta)
+					mem.ReplaceOrInsert(&item{bucket: metaID, key: bytes.Clone(store.KeysKey), val: bytes.Clone(val)})
+				}
+			}
+			return nil
+		})
+	})
 	return mem, checkpoint, seq
 }
 

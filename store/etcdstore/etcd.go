@@ -70,6 +70,15 @@ type Options struct {
 	// set, is told why Open read the journal instead.
 	Warm         *Warm
 	OnWarmMissed func(error)
+	// Keys, if set, encrypt payloads, headers, errors, results and
+	// schedules at rest (store/encrypt.go); the prefix is then at format
+	// encryptedFormat, which older binaries refuse. A journal that names
+	// keys (meta/keys) opens only with them (store.ErrKeys).
+	Keys *store.Keyring
+	// OnDamage, if set, is told of each value found failing its check
+	// (with Keys: its authentication tag), as it is moved aside
+	// (store/quarantine.go).
+	OnDamage func(store.Damage)
 	// CompactEvery is how often the journal compacts etcd's history to
 	// the revision it had one period before (0: never). Read-only
 	// journals never compact.
@@ -209,8 +218,14 @@ const (
 	// when opened for writing, and a binary that knows only an older format
 	// refuses it then, by name.
 	etcdFormat = "5"
-	seqBlock   = 1 << 16 // sequences reserved at a time
-	getChunk   = 32      // keys read in one request: a bound on the records held at once
+	// encryptedFormat is format 5 that may hold values encrypted at rest
+	// (meta/keys names the keys): written when a journal is opened for
+	// writing with keys, before any value is encrypted, so that a binary
+	// that knows no such values refuses it rather than misread them. A
+	// journal never encrypted stays at 5.
+	encryptedFormat = "6"
+	seqBlock        = 1 << 16 // sequences reserved at a time
+	getChunk        = 32      // keys read in one request: a bound on the records held at once
 	// Keys a scan reads at once: many of an index (small values, and
 	// etcd 3.4 walks the whole range for each page), few of a bucket whose
 	// values may be as large as a job.
@@ -234,23 +249,35 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 	kv := etcdKV{e}
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 	defer cancel()
-	resp, err := cli.Txn(ctx).Then(clientv3.OpGet(e.key(store.BucketMeta, formatKey)), clientv3.OpGet(e.key(store.BucketMeta, seqKey))).Commit()
+	resp, err := cli.Txn(ctx).Then(clientv3.OpGet(e.key(store.BucketMeta, formatKey)), clientv3.OpGet(e.key(store.BucketMeta, seqKey)),
+		clientv3.OpGet(e.key(store.BucketMeta, store.KeysKey))).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("journal on etcd %s: %w", opts.Prefix, err)
 	}
 	format, seq := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	var keys []byte
+	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) == 1 {
+		keys = kvs[0].Value
+	}
 	switch {
-	case len(format) == 1 && !slices.Contains([]string{"1", "2", "3", "4", etcdFormat}, string(format[0].Value)):
-		return nil, fmt.Errorf("%w: journal on etcd %s has format %q; this binary knows %q", store.ErrTooNew, opts.Prefix, format[0].Value, etcdFormat)
+	case len(format) == 1 && !slices.Contains([]string{"1", "2", "3", "4", etcdFormat, encryptedFormat}, string(format[0].Value)):
+		return nil, fmt.Errorf("%w: journal on etcd %s has format %q; this binary knows %q", store.ErrTooNew, opts.Prefix, format[0].Value, encryptedFormat)
 	case len(seq) == 1 && len(seq[0].Value) != 8:
 		return nil, fmt.Errorf("%w: journal on etcd %s: its sequence is %d bytes, not 8", store.ErrCorrupt, opts.Prefix, len(seq[0].Value))
 	case len(seq) == 1:
 		e.seq = binary.BigEndian.Uint64(seq[0].Value)
 		e.seqTop = e.seq
 	}
-	migrating := (len(format) == 0 || string(format[0].Value) != etcdFormat) && !opts.ReadOnly
+	target := etcdFormat
+	if opts.Keys != nil || (len(format) == 1 && string(format[0].Value) == encryptedFormat) {
+		target = encryptedFormat
+	}
+	if err := store.CheckKeysValue(keys, "on etcd "+opts.Prefix, opts.Keys); err != nil {
+		return nil, err
+	}
+	migrating := (len(format) == 0 || string(format[0].Value) != target) && !opts.ReadOnly
 	if migrating {
-		if err := e.migrate(); err != nil {
+		if err := e.migrate(target); err != nil {
 			return nil, err
 		}
 	}
@@ -282,9 +309,15 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 		LoadChunk:     4 * getChunk,                        // copied out of etcd, payloads with them: 4 requests at once
 		Pipeline:      opts.Pipeline,
 		HoldCompletes: opts.HoldCompletes,
+		Keys:          opts.Keys,
+		OnDamage:      opts.OnDamage,
 	})
 	if !opts.ReadOnly {
 		if err := e.Resume(); err != nil {
+			e.Close()
+			return nil, err
+		}
+		if err := e.NoteKeys(); err != nil {
 			e.Close()
 			return nil, err
 		}
@@ -299,8 +332,8 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 // migrate brings the prefix to etcdFormat in one guarded transaction:
 // the state indexes an older format stored leave etcd (the shadow
 // derives them from the records), and meta/format says the format.
-func (e *Journal) migrate() error {
-	ops := []clientv3.Op{clientv3.OpPut(e.key(store.BucketMeta, formatKey), etcdFormat)}
+func (e *Journal) migrate(format string) error {
+	ops := []clientv3.Op{clientv3.OpPut(e.key(store.BucketMeta, formatKey), format)}
 	for _, b := range derived {
 		ops = append(ops, clientv3.OpDelete(e.key(b, nil), clientv3.WithRange(e.bucketEnd(b))))
 	}
@@ -309,7 +342,7 @@ func (e *Journal) migrate() error {
 	resp, err := e.cli.Txn(ctx).If(e.opts.Guard...).Then(ops...).Commit()
 	switch {
 	case err != nil:
-		return fmt.Errorf("journal on etcd %s: bringing it to format %s: %w", e.opts.Prefix, etcdFormat, err)
+		return fmt.Errorf("journal on etcd %s: bringing it to format %s: %w", e.opts.Prefix, format, err)
 	case !resp.Succeeded:
 		return fmt.Errorf("%w: journal on etcd %s: its leadership in etcd is gone", store.ErrFenced, e.opts.Prefix)
 	}

@@ -26,7 +26,13 @@ import (
 
 // TestEtcdConformance runs the journal's conformance suite on a real
 // 3-member etcd cluster, each check under its own prefix.
-func TestEtcdConformance(t *testing.T) {
+func TestEtcdConformance(t *testing.T) { etcdConformance(t, nil) }
+
+// TestEtcdConformanceEncrypted runs the suite again with the journal
+// encrypted at rest.
+func TestEtcdConformanceEncrypted(t *testing.T) { etcdConformance(t, storetest.Keys(t, "k1")) }
+
+func etcdConformance(t *testing.T, keys *store.Keyring) {
 	cli := etcdClient(t, etcdtest.Start(t, 3))
 	var n atomic.Int64
 	storetest.Run(t, storetest.Harness{
@@ -34,6 +40,7 @@ func TestEtcdConformance(t *testing.T) {
 			opts := etcdstore.DefaultOptions()
 			opts.Prefix = fmt.Sprintf("/conformance/%d/", n.Add(1))
 			opts.MaxJobSize = cmp.Or(o.MaxJobSize, opts.MaxJobSize)
+			opts.Keys = keys
 			// Every check at once on one cluster, under -race beside the
 			// other packages' tests: a write may take more than the
 			// default 5 s, and a timeout fences. The checks are about
@@ -507,11 +514,11 @@ func TestOlderFormatsAreUpgradedAndNewerRefused(t *testing.T) {
 			t.Fatalf("keys under %s: %v, %v; want %d", prefix, resp, err, want)
 		}
 	}
-	if _, err := cli.Put(ctx, "/old/meta/format", "6"); err != nil {
+	if _, err := cli.Put(ctx, "/old/meta/format", "7"); err != nil { // 6 is an encrypted journal's
 		t.Fatal(err)
 	}
 	if _, err := etcdstore.Open(cli, opts); !errors.Is(err, store.ErrTooNew) || !strings.Contains(err.Error(), "/old/") {
-		t.Fatalf("open of a format 6 prefix: %v; want ErrTooNew naming the prefix", err)
+		t.Fatalf("open of a format 7 prefix: %v; want ErrTooNew naming the prefix", err)
 	}
 }
 
