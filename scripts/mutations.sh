@@ -62,6 +62,10 @@ m tenant-limit-ignored ./broker/ TestTenantConcurrencyIsNeverExceeded broker/fai
 m limiter-ignored ./broker/ TestLimiterSharedByTwoQueues broker/limiters.go $'\t\tok, wait := b.room(lm.lim, lm.running, &lm.rate, c)' $'\t\tok, wait := true, time.Duration(0)'
 m undefined-limiter-taken ./broker/ TestLimiterSharedByTwoQueues broker/limiters.go $'\t\tif b.limiters[name] == nil {\n\t\t\treturn name' $'\t\tif false {\n\t\t\treturn name'
 m weights-ignored ./broker/ TestTenantsTakeTurnsByWeight broker/fair.go $'\t\t\tln.credit = ln.t.weight' $'\t\t\tln.credit = 1'
+# Encryption at rest: every value encrypted before it is stored, and a
+# value whose authentication tag fails never served.
+m value-not-encrypted ./store/boltstore/ TestEncryptedAtRestHoldsNoPlaintext store/encrypt.go $'\treturn rk.aead.Seal(dst, dst[at:at+nonceSize], plain, additional(part, bucket, key))' $'\treturn append(dst, plain...)'
+m tag-not-checked ./store/boltstore/ TestEncryptedDamageIsQuarantined store/encrypt.go $'\tif err != nil {\n\t\treturn nil, fmt.Errorf("it fails its authentication tag (key %s)", name)' $'\tif err != nil {\n\t\treturn body[nonceSize:], nil'
 
 # The scratch copy: the tree as it is in this checkout (tracked and new
 # files, not ignored ones), beside a link to ../shared, which tests read.
