@@ -39,7 +39,7 @@ func yamlDocs(t *testing.T, file string) []*viper.Viper {
 		t.Fatal(err)
 	}
 	for _, k := range keys[file] {
-		found := regexp.MustCompile(`(?mi)^[ -]*(` + regexp.QuoteMeta(k) + `)`).FindAllSubmatch(raw, -1)
+		found := regexp.MustCompile(`(?mi)^[ -]*(`+regexp.QuoteMeta(k)+`)`).FindAllSubmatch(raw, -1)
 		if len(found) == 0 {
 			t.Errorf("%s: no key %s", file, k)
 		}
