@@ -130,18 +130,24 @@ func journalKeys(t *testing.T) string {
 	return file
 }
 
+// childKeys are the keys in keysFile ("": none, nil) and the broker
+// child's environment that gives them to it.
+func childKeys(t *testing.T, keysFile string) (*store.Keyring, []string) {
+	env := []string{"EMQ_TEST_SEGMENT=1048576"}
+	if keysFile == "" {
+		return nil, env
+	}
+	keys, err := store.ReadKeyring(keysFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys, append(env, "EMQ_TEST_JOURNAL_KEYS="+keysFile)
+}
+
 // powerCuts runs the power-cut rounds, with the journal encrypted by
 // the keys in keysFile ("": none).
 func powerCuts(t *testing.T, keysFile string) {
-	var keys *store.Keyring
-	env := []string{"EMQ_TEST_SEGMENT=1048576"}
-	if keysFile != "" {
-		var err error
-		if keys, err = store.ReadKeyring(keysFile); err != nil {
-			t.Fatal(err)
-		}
-		env = append(env, "EMQ_TEST_JOURNAL_KEYS="+keysFile)
-	}
+	keys, env := childKeys(t, keysFile)
 	rounds := 10
 	if torture() {
 		rounds = 200
@@ -247,15 +253,7 @@ func TestPowerCutAfterACheckpointEncryptedLosesNoAckedJob(t *testing.T) {
 }
 
 func powerCutsAfterCheckpoints(t *testing.T, keysFile string) {
-	var keys *store.Keyring
-	env := []string{"EMQ_TEST_SEGMENT=1048576"}
-	if keysFile != "" {
-		var err error
-		if keys, err = store.ReadKeyring(keysFile); err != nil {
-			t.Fatal(err)
-		}
-		env = append(env, "EMQ_TEST_JOURNAL_KEYS="+keysFile)
-	}
+	keys, env := childKeys(t, keysFile)
 	rounds := 4
 	if torture() {
 		rounds = 40
