@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -26,7 +27,9 @@ import (
 //     JSON, in EventMQ's shapes (emqCLIStatus and friends);
 //   - DISCONNECT: ACK msgid, then Options.Shutdown (a graceful stop, as
 //     SIGTERM);
-//   - anything else (HELLO): nothing, as EventMQ.
+//   - HELLO (emq-cli's first message): nothing, as EventMQ;
+//   - anything else, or a message that is not eMQP/1.0: ERROR, and a log
+//     line (rate-limited).
 //
 // emq-cli cannot send a token, so these are answered to loopback peers
 // only: a connection from anywhere else is closed at once.
@@ -75,7 +78,18 @@ func (l *loopbackOnly) Accept() (net.Conn, error) {
 
 // emqCLI answers one emq-cli message.
 func (s *Server) emqCLI(id string, frames [][]byte) {
-	if len(frames) < 4 || len(frames[0]) != 0 || string(frames[1]) != emqp.Version {
+	refuse := func(ref, code, text string) {
+		if s.cliLog.Allow(s.log) {
+			s.log.Warn("admin: an eMQP (emq-cli) message refused", "code", code, "why", text)
+		}
+		_ = s.cli.Send(id, emqp.Encode(&emqp.Error{MsgID: emqp.NewID(), RefMsgID: ref, Code: code, Text: text}))
+	}
+	switch {
+	case len(frames) < 4 || len(frames[0]) != 0:
+		refuse("", emqp.CodeBadRequest, fmt.Sprintf("want '' eMQP/1.0 COMMAND msgid, got %d frames", len(frames)))
+		return
+	case string(frames[1]) != emqp.Version:
+		refuse("", emqp.CodeUnsupportedVersion, "want eMQP/1.0, got "+emqp.QuoteName(string(frames[1])))
 		return
 	}
 	cmd, msgid := string(frames[2]), frames[3]
@@ -96,7 +110,9 @@ func (s *Server) emqCLI(id string, frames [][]byte) {
 		if s.opts.Shutdown != nil {
 			s.opts.Shutdown()
 		}
+	case cmd == "HELLO":
 	case cmd != "STATUS" && cmd != "ROUTER_SHOW_WORKERS" && cmd != "ROUTER_SHOW_SCHEDULERS":
+		refuse(string(msgid), emqp.CodeUnknownCommand, "the admin port answers STATUS, ROUTER_SHOW_WORKERS, ROUTER_SHOW_SCHEDULERS and DISCONNECT, not "+emqp.QuoteName(cmd))
 	case t == nil:
 		why := "no broker is served"
 		if s.opts.Group != nil {

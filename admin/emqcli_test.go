@@ -64,6 +64,32 @@ func TestEMQCLIOnTheAdminPort(t *testing.T) {
 		return frames[4] // where emq-cli reads it
 	}
 
+	// emq-cli's HELLO gets nothing (its STATUS's REPLY comes first);
+	// a message that is not eMQP/1.0, or an unknown command, an ERROR.
+	if err := conn.WriteMsgs([][]byte{{}, []byte(emqp.Version), []byte("HELLO"), []byte("admin:hello")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		frames [][]byte
+		code   string
+	}{
+		{[][]byte{{}, []byte("eMQP/9"), []byte("STATUS"), []byte("m")}, emqp.CodeUnsupportedVersion},
+		{[][]byte{{}, []byte(emqp.Version)}, emqp.CodeBadRequest},
+		{[][]byte{{}, []byte(emqp.Version), []byte("PURGE"), []byte("m2")}, emqp.CodeUnknownCommand},
+	} {
+		if err := conn.WriteMsgs(c.frames); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		frames, err := conn.ReadMsg()
+		if err != nil {
+			t.Fatalf("%q: %v", c.frames, err)
+		}
+		m, err := emqp.Decode(frames)
+		if e, ok := m.(*emqp.Error); err != nil || !ok || e.Code != c.code {
+			t.Fatalf("%q answered %q (%v), want ERROR %s", c.frames, frames, err, c.code)
+		}
+	}
 	var status map[string]map[string]int64
 	if err := json.Unmarshal(ask("STATUS"), &status); err != nil {
 		t.Fatal(err)

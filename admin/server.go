@@ -148,9 +148,10 @@ type Server struct {
 	loginLog  *lograte.Limiter
 	readLog   *lograte.Limiter // payloads read (payloads.go)
 
-	srv  *http.Server
-	cli  *zmtp.Router // emq-cli's eMQP on the same port (emqcli.go)
-	addr string
+	srv    *http.Server
+	cli    *zmtp.Router // emq-cli's eMQP on the same port (emqcli.go)
+	cliLog *lograte.Limiter
+	addr   string
 }
 
 // target is a broker and its API.
@@ -169,7 +170,8 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, log: opts.Logger,
 		loginLog: lograte.New(logBurst, "dashboard logins refused and not logged in the last second"),
-		readLog:  lograte.New(logBurst, "payload reads not logged in the last second (they are events: emq tail)")}
+		readLog:  lograte.New(logBurst, "payload reads not logged in the last second (they are events: emq tail)"),
+		cliLog:   lograte.New(logBurst, "emq-cli messages refused and not logged in the last second")}
 	s.metrics = newMetrics(s)
 	return s, nil
 }
