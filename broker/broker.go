@@ -61,6 +61,8 @@ type Broker struct {
 	inbox   chan inbound
 	stopped chan struct{} // closed when the loop stops reading the inbox
 	done    chan struct{} // closed when Run has returned (the journal closed)
+
+	rekeyWatched atomic.Bool // watchRekey runs
 	ready   chan struct{} // closed once replay is done and sockets are bound
 	serving atomic.Bool   // ready, and not stopping (Serving)
 
@@ -331,6 +333,10 @@ func (b *Broker) Run(ctx context.Context) (err error) {
 	}
 	b.log.Info("journal replayed", "jobs", n, "schedules", ns, "took", time.Since(start).Round(time.Millisecond),
 		"journal", journalName(b.journal.j))
+	if s := b.journal.RekeyStatus(); s.Running {
+		b.log.Info("journal rekey: going on where it was", "key", s.Key, "rate", s.Rate)
+		b.watchRekey()
+	}
 
 	for ep, addr := range []string{b.opts.Frontend, b.opts.Backend} {
 		r, err := zmtp.Listen(addr, b.routerOptions(ep))

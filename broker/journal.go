@@ -40,6 +40,9 @@ type journalReads interface {
 	GetBatch(name string) (*store.Batch, error)
 	ListBatches(after string, limit int) ([]*store.Batch, string, error)
 	Children(msgid string, limit int) ([]string, error)
+	SetKeys(k *store.Keyring) error
+	Rekey(rate int) (store.RekeyStatus, error)
+	RekeyStatus() store.RekeyStatus
 	Close() error
 }
 

@@ -224,6 +224,8 @@ type Group struct {
 
 	stale []clientv3.LeaseID // terms' leases not revoked yet (Run's goroutine only)
 
+	keys atomic.Pointer[store.Keyring] // Options.Keys, swapped by ReloadJournalKeys
+
 	elections  prometheus.Counter
 	changes    prometheus.Counter
 	blocked    prometheus.Counter
@@ -274,6 +276,7 @@ func New(opts broker.Options, g Options) (*Group, error) {
 			Help: "1 for this broker's role in the group: leader or standby."}, []string{"role"}),
 	}
 	grp.setRole(RoleStarting)
+	grp.keys.Store(g.Keys)
 	var err error
 	if grp.cli, err = NewClient(g); err != nil {
 		return nil, err
@@ -410,6 +413,26 @@ func (g *Group) ReloadCredentials() error {
 	return nil
 }
 
+// ReloadJournalKeys makes k the journal's keys: the leader's journal
+// seals with its first key from now on, and so does every leadership
+// after. Keys without one the journal still needs are refused, naming
+// it, and the old ones stay.
+func (g *Group) ReloadJournalKeys(k *store.Keyring) error {
+	if b := g.current(); b != nil {
+		if err := b.ReloadJournalKeys(k); err != nil {
+			return err
+		}
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), g.opts.Timeout)
+		defer cancel()
+		if err := etcdstore.CheckKeys(ctx, g.cli, JournalPrefix(g.opts.Prefix), k); err != nil {
+			return err
+		}
+	}
+	g.keys.Store(k)
+	return nil
+}
+
 // current is the broker running while this one leads; nil otherwise.
 func (g *Group) current() *broker.Broker {
 	g.mu.Lock()
@@ -513,6 +536,7 @@ func (g *Group) term(ctx context.Context, opts broker.Options) (served bool, err
 
 	opts.OpenJournal = func(s broker.JournalSetup) (store.Journal, error) {
 		eo := g.opts.JournalOptions(el)
+		eo.Keys = g.keys.Load()
 		eo.MaxJobSize = opts.MaxJobSize
 		eo.OnCommit, eo.OnDamage = s.OnCommit, s.OnDamage
 		eo.Warm = warm

@@ -406,7 +406,7 @@ func CheckBackup(r io.Reader) (BackupStats, error) { return readBackup(r, nil) }
 // journal holds part of the backup (ErrPartialRestore). The journal's
 // own sequence becomes the backup's, once it is opened again.
 func (jn *Core) Restore(r io.ReadSeeker, replace bool) (BackupStats, error) {
-	kc := &keyCheck{keys: jn.opts.Keys}
+	kc := &keyCheck{keys: jn.keys.Load()}
 	checked, err := readBackup(r, kc.record)
 	if err != nil {
 		return checked, err

@@ -55,6 +55,9 @@ type Core struct {
 	// which must not wait with it, nor be passed by an Append.
 	workflows atomic.Bool
 	looked    bool
+
+	keys  atomic.Pointer[Keyring] // CoreOptions.Keys, swapped by SetKeys (rekey.go)
+	rekey rekeyState
 }
 
 // flight is a batch submitted to a Pipeliner, waiting for its commit.
@@ -154,7 +157,8 @@ type CoreOptions struct {
 	// failover meanwhile runs it again.
 	HoldCompletes time.Duration
 	// Keys, if set, encrypt what users would not print before the
-	// backend has it (encrypt.go); the backend calls OpenKeys at open.
+	// backend has it (encrypt.go); the backend calls CheckKeys and
+	// NoteKeys at open. SetKeys swaps them (rekey.go).
 	Keys *Keyring
 }
 
@@ -166,6 +170,7 @@ func StartCore(name string, kv KV, opts CoreOptions) *Core {
 	}
 	j := &Core{name: name, opts: opts, kv: kv, wake: make(chan struct{}, 1), stopping: make(chan struct{}), stopped: make(chan struct{}),
 		quarantining: map[string]bool{}}
+	j.keys.Store(opts.Keys)
 	if _, ok := kv.(Pipeliner); ok && opts.Pipeline > 1 {
 		j.flights = make(chan flight, opts.Pipeline)
 		j.slots = make(chan struct{}, opts.Pipeline)

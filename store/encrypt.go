@@ -378,6 +378,26 @@ func valueEncrypted(bucket, v []byte) bool {
 	return false
 }
 
+// sealedWith names the key a stored value of bucket's key is encrypted
+// with; ok is false for a value in clear (or one holding no secret: a
+// result's expiry alone), and the name is "" for one that does not read.
+func sealedWith(bucket, key, v []byte) (name string, ok bool) {
+	if !valueEncrypted(bucket, v) {
+		return "", false
+	}
+	switch {
+	case bytes.Equal(bucket, BucketJobs):
+		p, err := splitRecord(key, v)
+		if err != nil {
+			return "", true
+		}
+		return blobKey(p.headers), true
+	case bytes.Equal(bucket, BucketResults):
+		return blobKey(v[8:]), true
+	}
+	return blobKey(v[1:]), true // a schedule
+}
+
 // salvageJob is what decrypts of a damaged encrypted record: its fields
 // in clear, and of its head part and its payload each that decrypts.
 func (k *Keyring) salvageJob(msgid, rec []byte) (*Job, error) {

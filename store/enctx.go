@@ -27,10 +27,11 @@ var (
 
 // wrap is t through the journal's keys, if it has any.
 func (j *Core) wrap(t Tx) Tx {
-	if j.opts.Keys == nil {
+	k := j.keys.Load()
+	if k == nil {
 		return t
 	}
-	return &encTx{Tx: t, keys: j.opts.Keys}
+	return &encTx{Tx: t, keys: k}
 }
 
 // rawTx is the backend's own transaction under t: the values as stored
@@ -90,6 +91,19 @@ func (t *encTx) Scan(bucket, from []byte, fn func(k, v []byte) (bool, error)) er
 }
 
 func (t *encTx) Put(bucket, key, val []byte) error {
+	if len(t.keys.keys) == 1 {
+		// One key: what is sealed is under it (SetKeys keeps every key
+		// the journal names).
+	} else if name, ok := sealedWith(bucket, key, val); ok && name != t.keys.keys[0].name {
+		// Sealed before the keys changed (an Append seals before it is
+		// queued): sealed again under the first key. A rekey's last pass
+		// would find it too, but it may have ended.
+		c, err := t.keys.decryptValue(bucket, key, val, true)
+		if err != nil {
+			return err
+		}
+		val = c
+	}
 	ev, err := t.keys.encryptValue(bucket, key, val)
 	if err != nil {
 		return err
@@ -212,7 +226,7 @@ func CheckKeysValue(v []byte, name string, keys *Keyring) error {
 // under a key the journal does not name. A backend opened for writing
 // with keys calls it before it serves.
 func (j *Core) NoteKeys() error {
-	k := j.opts.Keys
+	k := j.keys.Load()
 	if k == nil || j.opts.ReadOnly {
 		return nil
 	}
@@ -256,7 +270,7 @@ func (k *Keyring) check(r keysRecord, what string) error {
 	}
 	for _, rec := range r.Keys {
 		if k.find(rec.Name) == nil {
-			return fmt.Errorf("%w: %s holds values encrypted with key %s, which %s does not hold", ErrKeys, what, rec.Name, k.file)
+			return fmt.Errorf("%w: %s holds values encrypted with key %s, which %s does not hold (a key is needed until emq journal rekey has sealed everything under a newer one)", ErrKeys, what, rec.Name, k.file)
 		}
 		if blobKey(rec.Check) != rec.Name {
 			return fmt.Errorf("%w: %s: the check value of key %s does not read", ErrCorrupt, what, rec.Name)

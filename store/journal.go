@@ -199,6 +199,16 @@ type Journal interface {
 	// msgid.
 	Children(msgid string, limit int) ([]string, error)
 
+	// SetKeys makes k the keys of a journal encrypted at rest: its first
+	// key seals what is written from now on. Keys without one the journal
+	// still needs are refused, naming it (rekey.go).
+	SetKeys(k *Keyring) error
+	// Rekey seals again, under the first key and in the background, what
+	// is stored under older keys, rate values a second at most (0: the
+	// default); RekeyStatus tells how far it is.
+	Rekey(rate int) (RekeyStatus, error)
+	RekeyStatus() RekeyStatus
+
 	// Close finishes the queued writes and closes the journal. Writes
 	// made after it fail with ErrClosed.
 	Close() error

@@ -148,3 +148,16 @@ func (k *Keyring) find(name string) *ringKey {
 	}
 	return nil
 }
+
+// With is a ring of the keys named, in that order (the first encrypts).
+func (k *Keyring) With(names ...string) (*Keyring, error) {
+	out := &Keyring{file: k.file}
+	for _, n := range names {
+		rk := k.find(n)
+		if rk == nil {
+			return nil, fmt.Errorf("journal-keys %s: no key %s", k.file, n)
+		}
+		out.keys = append(out.keys, *rk)
+	}
+	return out, nil
+}

@@ -103,9 +103,9 @@ func (jn *Core) newAppend(j *Job) (*appendOp, error) {
 	}
 	if !op.rec.workflow() {
 		op.val = op.rec.encode()
-		if jn.opts.Keys != nil { // here, not on the committer; the sequence stays in clear
+		if k := jn.keys.Load(); k != nil { // here, not on the committer; the sequence stays in clear
 			var err error
-			if op.val, err = jn.opts.Keys.encryptJob(op.id, op.val); err != nil {
+			if op.val, err = k.encryptJob(op.id, op.val); err != nil {
 				return nil, err
 			}
 		}

@@ -300,6 +300,10 @@ func Open(path string, opts Options) (*Journal, error) {
 		j.Close()
 		return nil, err
 	}
+	if err := j.ResumeRekey(); err != nil {
+		j.Close()
+		return nil, err
+	}
 	return j, nil
 }
 

@@ -379,3 +379,14 @@ func TestSalvageOfAnEncryptedJournal(t *testing.T) {
 		t.Fatalf("check of the salvaged journal: %+v, %v", rep, err)
 	}
 }
+
+// Keys rotated online on bbolt (storetest.RekeyUnderLoad).
+func TestRekeyUnderLoad(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "journal.db")
+	storetest.RekeyUnderLoad(t, func(keys *store.Keyring) (store.Journal, error) {
+		opts := boltstore.DefaultOptions()
+		opts.Keys = keys
+		return boltstore.Open(path, opts)
+	})
+}

@@ -194,3 +194,13 @@ func TestEtcdEncryptedJournalRefusesWrongKeys(t *testing.T) {
 		}
 	}
 }
+
+// Keys rotated online on etcd (storetest.RekeyUnderLoad).
+func TestEtcdRekeyUnderLoad(t *testing.T) {
+	cli := etcdClient(t, etcdtest.Start(t, 1))
+	storetest.RekeyUnderLoad(t, func(keys *store.Keyring) (store.Journal, error) {
+		opts := etcdstore.DefaultOptions()
+		opts.Prefix, opts.Keys = "/rekey/", keys
+		return etcdstore.Open(cli, opts)
+	})
+}

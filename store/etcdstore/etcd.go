@@ -238,6 +238,20 @@ var (
 	seqKey    = store.SeqKey
 )
 
+// CheckKeys checks keys against the journal under prefix, as Open does,
+// without opening it (a standby told of new keys).
+func CheckKeys(ctx context.Context, cli *clientv3.Client, prefix string, keys *store.Keyring) error {
+	resp, err := cli.Get(ctx, prefix+string(store.BucketMeta)+"/"+string(store.KeysKey))
+	if err != nil {
+		return fmt.Errorf("journal on etcd %s: %w", prefix, err)
+	}
+	var v []byte
+	if len(resp.Kvs) == 1 {
+		v = resp.Kvs[0].Value
+	}
+	return store.CheckKeysValue(v, "on etcd "+prefix, keys)
+}
+
 // Open opens the journal under opts.Prefix on cli (which the caller
 // closes, after the journal). A journal never written is made.
 func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
@@ -318,6 +332,10 @@ func Open(cli *clientv3.Client, opts Options) (*Journal, error) {
 			return nil, err
 		}
 		if err := e.NoteKeys(); err != nil {
+			e.Close()
+			return nil, err
+		}
+		if err := e.ResumeRekey(); err != nil {
 			e.Close()
 			return nil, err
 		}
