@@ -62,9 +62,9 @@ type Broker struct {
 	stopped chan struct{} // closed when the loop stops reading the inbox
 	done    chan struct{} // closed when Run has returned (the journal closed)
 
-	rekeyWatched atomic.Bool // watchRekey runs
-	ready   chan struct{} // closed once replay is done and sockets are bound
-	serving atomic.Bool   // ready, and not stopping (Serving)
+	rekeyWatched atomic.Bool   // watchRekey runs
+	ready        chan struct{} // closed once replay is done and sockets are bound
+	serving      atomic.Bool   // ready, and not stopping (Serving)
 
 	creds       atomic.Pointer[credentials] // the peers CURVE and PLAIN allow (security.go)
 	curveSecret zmtp.Key
