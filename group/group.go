@@ -433,6 +433,26 @@ func (g *Group) ReloadJournalKeys(k *store.Keyring) error {
 	return nil
 }
 
+// ErrNotLeading is a call only the leader answers, made of a standby.
+var ErrNotLeading = errors.New("this member does not lead the group")
+
+// Rekey starts the leader's rekey (broker.Broker.Rekey): its journal is
+// the group's, and the next leader goes on with a rekey under way.
+func (g *Group) Rekey(rate int) (store.RekeyStatus, error) {
+	if b := g.current(); b != nil {
+		return b.Rekey(rate)
+	}
+	return store.RekeyStatus{}, ErrNotLeading
+}
+
+// RekeyStatus is the leader's rekey progress; ErrNotLeading on a standby.
+func (g *Group) RekeyStatus() (store.RekeyStatus, error) {
+	if b := g.current(); b != nil {
+		return b.RekeyStatus(), nil
+	}
+	return store.RekeyStatus{}, ErrNotLeading
+}
+
 // current is the broker running while this one leads; nil otherwise.
 func (g *Group) current() *broker.Broker {
 	g.mu.Lock()

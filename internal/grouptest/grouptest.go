@@ -86,6 +86,7 @@ type Member struct {
 	mu     sync.Mutex
 	node   node        // nil while stopped
 	info   func() Info // the running node's (start.go)
+	group  *group.Group // the running node's
 	done   chan error  // Run's result
 	cancel context.CancelFunc
 }
@@ -240,6 +241,16 @@ func (m *Member) Info() Info {
 		return Info{}
 	}
 	return info()
+}
+
+// Group is the member's running group (nil while stopped).
+func (m *Member) Group() *group.Group {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.node == nil {
+		return nil
+	}
+	return m.group
 }
 
 // Role is the member's role: starting, standby, leader, or RoleNone

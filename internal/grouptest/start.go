@@ -70,6 +70,7 @@ func newNode(m *Member, log *slog.Logger) (node, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.group = gm.Group
 	m.info = func() Info {
 		i := gm.Info()
 		info := Info{Role: i.Role, Name: i.Name, Leader: i.Leader, Elections: i.Elections}
