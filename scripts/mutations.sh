@@ -66,6 +66,16 @@ m weights-ignored ./broker/ TestTenantsTakeTurnsByWeight broker/fair.go $'\t\t\t
 # value whose authentication tag fails never served.
 m value-not-encrypted ./store/boltstore/ TestEncryptedAtRestHoldsNoPlaintext store/encrypt.go $'\treturn rk.aead.Seal(dst, dst[at:at+nonceSize], plain, additional(part, bucket, key))' $'\treturn append(dst, plain...)'
 m tag-not-checked ./store/boltstore/ TestEncryptedDamageIsQuarantined store/encrypt.go $'\tif err != nil {\n\t\treturn nil, fmt.Errorf("it fails its authentication tag (key %s)", name)' $'\tif err != nil {\n\t\treturn body[nonceSize:], nil'
+# Keys rotated online: what a rekey step reads is sealed again, its
+# place noted with it (a restart or the next leader goes on from there),
+# the old keys dropped at the end, and keys without one still needed
+# refused.
+m rekey-value-not-sealed ./store/boltstore/ TestRekeyUnderLoad store/rekey.go $'\t\t\t\tif err := t.Put(bucket, k, c); err != nil {' $'\t\t\t\tif err := error(nil); err != nil {'
+m rekey-place-not-noted ./store/boltstore/ TestRekeyUnderLoad store/rekey.go $'\t\t\treturn t.Put(BucketMeta, RekeyKey, v)\n\t\t}, func(err error) { done(struct{}{}, err) })' $'\t\t\treturn nil\n\t\t}, func(err error) { done(struct{}{}, err) })'
+m rekey-not-resumed ./store/boltstore/ TestRekeyUnderLoad store/boltstore/bolt.go $'\tif err := j.ResumeRekey(); err != nil {' $'\tif err := error(nil); err != nil {'
+m rekey-not-resumed-by-next-leader ./group/ TestGroupRekeyAcrossFailover store/etcdstore/etcd.go $'\t\tif err := e.ResumeRekey(); err != nil {' $'\t\tif err := error(nil); err != nil {'
+m rekey-old-key-kept ./store/etcdstore/ TestEtcdRekeyUnderLoad store/rekey.go $'\t\t\t\t\tdropped = append(dropped, rec.Name)' $'\t\t\t\t\tkeep = append(keep, rec)'
+m needed-key-removed ./group/ TestGroupRekeyAcrossFailover store/rekey.go $'\tif err := k.check(r, "journal "+j.name); err != nil {' $'\tif err := error(nil); err != nil {'
 
 # The scratch copy: the tree as it is in this checkout (tracked and new
 # files, not ignored ones), beside a link to ../shared, which tests read.

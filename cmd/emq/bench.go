@@ -156,6 +156,8 @@ func benchFlags(b *binder, o *benchOptions) {
 	b.duration(&r.BackupAfter, "backup-after", "with --backup: when the backup starts (the second before it is warm-up; the rest measures the broker before it)")
 	b.size(&r.BackupPace, "backup-pace", "with --backup: bytes a second the backup may write (KiB, MiB; 0 = as fast as it goes)")
 	b.boolean(&r.Curve, "curve", "its own broker speaks CURVE, senders and worker each with a key (for a running broker: the --curve-* or --plain-* flags)")
+	b.boolean(&r.Rekey, "rekey", "with --journal-keys of two keys or more and --preload: the preload is stored under the last key, and 6 s into the run (--backup-after) the broker seals it again under the first (emq journal rekey); say what it cost: jobs/s during it beside jobs/s before it, and how long it took")
+	b.integer(&r.RekeyRate, "rekey-rate", "with --rekey: values a second the rekey seals again (0 = the broker's default)")
 	b.str(&o.keys, "journal-keys", "its own broker encrypts its journal at rest with these keys (a file of NAME BASE64 lines: emq keygen --journal NAME)")
 	b.boolean(&o.http, "http", "send the jobs through the HTTP job API of its own broker (one a request, --senders producers with keep-alive) instead of eMQP; jobs/s counts jobs answered 201 (durable)")
 	b.integer(&o.httpBulk, "http-bulk", "with --http: this many jobs a request (a JSON array, one BULK)")
@@ -211,6 +213,10 @@ func printResult(w io.Writer, r bench.Result) {
 	fmt.Fprintf(w, "REQUEST→ACK    p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.2f ms\n", r.AckP50, r.AckP99, r.AckP999, r.AckMax)
 	fmt.Fprintf(w, "%s  p50 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.2f ms\n", e2e, r.E2EP50, r.E2EP99, r.E2EP999, r.E2EMax)
 	fmt.Fprintf(w, "lost %d, duplicates %d, errors %d, RSS %.0f MiB\n", r.Lost, r.Duplicates, r.Errors, r.RSSMiB)
+	if r.RekeySec > 0 {
+		fmt.Fprintf(w, "rekey: %.2f s, %d values sealed again (%.0f a second); meanwhile %.0f jobs/s, before it %.0f jobs/s (%.2f)\n", r.RekeySec,
+			r.RekeyValues, float64(r.RekeyValues)/r.RekeySec, r.RekeyJobsPerSec, r.BeforeJobsPerSec, r.RekeyJobsPerSec/r.BeforeJobsPerSec)
+	}
 	if r.BackupSec > 0 {
 		fmt.Fprintf(w, "backup: %.2f s, %.0f MiB; meanwhile %.0f jobs/s, before it %.0f jobs/s (%.2f)\n", r.BackupSec,
 			float64(r.BackupBytes)/(1<<20), r.BackupJobsPerSec, r.BeforeJobsPerSec, r.BackupJobsPerSec/r.BeforeJobsPerSec)

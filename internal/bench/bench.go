@@ -78,7 +78,15 @@ type Options struct {
 	// JournalKeys, with the bench's own broker, encrypt its journal at
 	// rest (--journal-keys; issue 48 wants it within 10 % of without).
 	JournalKeys *store.Keyring
-	// BackupAfter is when the backup starts (0: 6 s, which leaves 5 s
+	// Rekey, with JournalKeys of two keys or more and a Preload, stores
+	// the preload under the last key and, BackupAfter into the run, has
+	// the broker seal it again under the first (emq journal rekey) at
+	// RekeyRate values a second (0: the default): the jobs done a second
+	// meanwhile, beside those before it, show what a rekey costs a
+	// serving broker (issue 48). The run must outlast it.
+	Rekey     bool
+	RekeyRate int
+	// BackupAfter is when the backup (or the rekey) starts (0: 6 s, which leaves 5 s
 	// after a second's warm-up to measure the broker before it).
 	BackupAfter time.Duration
 	// Curve runs the bench's own broker with CURVE, its senders and
@@ -128,6 +136,11 @@ type Result struct {
 	BackupBytes      int64   `json:"backup_bytes,omitempty"`
 	BackupJobsPerSec float64 `json:"backup_jobs_per_sec,omitempty"`
 	BeforeJobsPerSec float64 `json:"before_jobs_per_sec,omitempty"`
+	// The rekey's (Rekey): how long it took, the values it sealed again,
+	// jobs done a second while it ran (before it: BeforeJobsPerSec).
+	RekeySec        float64 `json:"rekey_seconds,omitempty"`
+	RekeyValues     int64   `json:"rekey_values,omitempty"`
+	RekeyJobsPerSec float64 `json:"rekey_jobs_per_sec,omitempty"`
 	ReplaySec        float64 `json:"replay_seconds,omitempty"`
 	// The journal's commits during the run (own broker only): how many a
 	// job cost, how long one took, how many writes shared one.
@@ -135,6 +148,9 @@ type Result struct {
 	CommitMeanMs    float64 `json:"commit_mean_ms,omitempty"`
 	WritesPerCommit float64 `json:"writes_per_commit,omitempty"`
 	RSSMiB          float64 `json:"rss_mib"`
+	// PerSecond is the jobs done in each second of the run (--json):
+	// what a window of it did, beside the same window of another run.
+	PerSecond []int64 `json:"per_second,omitempty"`
 }
 
 // Run measures.
@@ -151,7 +167,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, fmt.Errorf("bench: --preload needs the bench's own broker")
 	case o.Frontend != "" && o.BackupTo != "":
 		return Result{}, fmt.Errorf("bench: --backup needs the bench's own broker")
-	case o.BackupTo != "" && o.BackupAfter != 0 && o.BackupAfter <= time.Second:
+	case o.Rekey && (o.Frontend != "" || o.JournalKeys == nil || len(o.JournalKeys.Names()) < 2 || o.Preload == 0):
+		return Result{}, fmt.Errorf("bench: --rekey needs the bench's own broker, --journal-keys of two keys or more (the preload goes under the last, the rekey seals it under the first) and --preload")
+	case o.Rekey && o.BackupTo != "":
+		return Result{}, fmt.Errorf("bench: --rekey and --backup: one at a time")
+	case (o.BackupTo != "" || o.Rekey) && o.BackupAfter != 0 && o.BackupAfter <= time.Second:
 		return Result{}, fmt.Errorf("bench: --backup-after must be over 1s (its first second is warm-up, the rest measures before the backup), got %v", o.BackupAfter)
 	}
 	if o.Logger == nil {
@@ -223,9 +243,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	switch {
 	case o.BackupTo != "":
 		go func() { backupDone <- backupDuring(ctx, own, o, &done, &res) }()
+	case o.Rekey:
+		go func() { backupDone <- rekeyDuring(ctx, own, o, &done, &res) }()
 	default:
 		backupDone <- nil
 	}
+	stopTimeline := timeline(&done, &res.PerSecond)
 	var wg sync.WaitGroup
 	for s := range o.Senders {
 		for range o.Window {
@@ -276,6 +299,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	stopTimeline()
 	if err := <-backupDone; err != nil {
 		return res, err
 	}
@@ -384,7 +408,15 @@ func startBroker(ctx context.Context, o *Options, commits *commitCount) (_ *brok
 			o.Security = sec
 		}
 		if o.Preload > 0 {
-			if err := preload(filepath.Join(opts.DataDir, broker.JournalFile), o.Preload, o.Size, o.JournalKeys, o.Progress); err != nil {
+			keys := o.JournalKeys
+			if o.Rekey { // under the last key: the rekey's to seal again
+				names := keys.Names()
+				var err error
+				if keys, err = keys.With(names[len(names)-1]); err != nil {
+					return err
+				}
+			}
+			if err := preload(filepath.Join(opts.DataDir, broker.JournalFile), o.Preload, o.Size, keys, o.Progress); err != nil {
 				return err
 			}
 		}
@@ -496,6 +528,28 @@ func percentiles(d []time.Duration) (p50, p99, p999, mx float64) {
 }
 
 // progress draws a bar on w every 200 ms until stopped.
+// timeline notes into per the jobs done each second, until stop.
+func timeline(done *atomic.Int64, per *[]int64) (stop func()) {
+	quit, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		var last int64
+		for {
+			select {
+			case <-t.C:
+				n := done.Load()
+				*per = append(*per, n-last)
+				last = n
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return func() { close(quit); <-finished }
+}
+
 func progress(w io.Writer, total int, done *atomic.Int64) (stop func()) {
 	if w == nil {
 		return func() {}
@@ -564,6 +618,53 @@ func curveFiles(opts *broker.Options) (client.Security, error) {
 		return client.Security{}, err
 	}
 	return client.Security{ServerKey: server.String(), SecretKey: peerSecret.String()}, nil
+}
+
+// rekeyDuring starts b's rekey o.BackupAfter into the run, waits for its
+// end, and notes how long it took and the jobs done a second meanwhile
+// and before it. The run must outlast it.
+func rekeyDuring(ctx context.Context, b *broker.Broker, o Options, done *atomic.Int64, res *Result) error {
+	after := o.BackupAfter
+	if after <= 0 {
+		after = 6 * time.Second
+	}
+	wait := func(d time.Duration) error {
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := wait(time.Second); err != nil { // warm-up
+		return err
+	}
+	d1, t1 := done.Load(), time.Now()
+	if err := wait(after - time.Second); err != nil {
+		return err
+	}
+	d0, t0 := done.Load(), time.Now()
+	res.BeforeJobsPerSec = float64(d0-d1) / t0.Sub(t1).Seconds()
+	if _, err := b.Rekey(o.RekeyRate); err != nil {
+		return err
+	}
+	for {
+		if err := wait(50 * time.Millisecond); err != nil {
+			return err
+		}
+		if s := b.RekeyStatus(); !s.Running {
+			if s.Finished.IsZero() {
+				return fmt.Errorf("bench: the rekey stopped: %s", s)
+			}
+			took := time.Since(t0)
+			res.RekeySec, res.RekeyValues = took.Seconds(), s.Resealed
+			res.RekeyJobsPerSec = float64(done.Load()-d0) / took.Seconds()
+			if done.Load() >= int64(o.Jobs) {
+				return fmt.Errorf("bench: the run ended before the rekey did: give it more --jobs")
+			}
+			return nil
+		}
+	}
 }
 
 // backupDuring backs b's journal up into o.BackupTo o.BackupAfter into

@@ -50,6 +50,11 @@ type CheckReport struct {
 	// EncryptedWith names the keys the journal was ever encrypted with
 	// at rest (meta/keys); none: it never was.
 	EncryptedWith []string `json:"encrypted_with"`
+	// With keys given (CheckSealed): the values holding secrets by the
+	// key sealing them ("" in clear), and those that do not open (their
+	// tag fails: damage; or a key not given).
+	SealedBy map[string]int64 `json:"sealed_by,omitempty"`
+	Unsealed []store.Damage   `json:"unsealed,omitempty"`
 }
 
 // OK reports a journal with nothing wrong but, perhaps, a torn tail (a
@@ -58,7 +63,7 @@ type CheckReport struct {
 // that changes bytes is not OK.
 func (r CheckReport) OK() bool {
 	return len(r.Structure) == 0 && len(r.Damaged) == 0 && len(r.Dangling) == 0 && len(r.Unindexed) == 0 &&
-		len(r.LogDamage) == 0 && len(r.LogPassed) == 0
+		len(r.LogDamage) == 0 && len(r.LogPassed) == 0 && len(r.Unsealed) == 0
 }
 
 // Check reads every byte of the journal at path without changing it:
@@ -762,4 +767,20 @@ func firstRecord(path string) uint64 {
 		}
 	}
 	return first
+}
+
+// CheckSealed opens the journal at path read-only with keys and opens
+// every sealed value: rep's SealedBy and Unsealed (emq journal check
+// --journal-keys). Keys the journal names and keys does not hold refuse
+// the open, naming them.
+func CheckSealed(path string, keys *store.Keyring, rep *CheckReport) error {
+	opts := DefaultOptions()
+	opts.ReadOnly, opts.LockTimeout, opts.Keys = true, 500*time.Millisecond, keys
+	j, err := Open(path, opts)
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	rep.SealedBy, rep.Unsealed, err = j.KeyCounts(true)
+	return err
 }

@@ -164,6 +164,19 @@ func TestEncryptedDamageIsQuarantined(t *testing.T) {
 	resealed(t, path, store.BucketJobs, "p", func(v []byte) { v[len(v)-2] ^= 0x01 })
 	resealed(t, path, store.BucketResults, "r", func(v []byte) { v[len(v)-1] ^= 0x01 })
 
+	// emq journal check --journal-keys finds both, and counts the rest.
+	rep := boltstore.CheckReport{}
+	if err := boltstore.CheckSealed(path, keys, &rep); err != nil {
+		t.Fatal(err)
+	}
+	var unsealed []string
+	for _, d := range rep.Unsealed {
+		unsealed = append(unsealed, string(d.Bucket)+"/"+string(d.Key))
+	}
+	if !slices.Equal(unsealed, []string{"jobs/p", "results/r"}) || rep.SealedBy["k1"] != 2 || len(rep.SealedBy) != 1 || rep.OK() {
+		t.Fatalf("the check found unsealed %v, sealed by %v (ok %v); want jobs/p, results/r failing, ok and r's job under k1", unsealed, rep.SealedBy, rep.OK())
+	}
+
 	opts := boltstore.DefaultOptions()
 	opts.Keys = keys
 	heard := make(chan store.Damage, 4)
