@@ -141,7 +141,7 @@ type Result struct {
 	RekeySec        float64 `json:"rekey_seconds,omitempty"`
 	RekeyValues     int64   `json:"rekey_values,omitempty"`
 	RekeyJobsPerSec float64 `json:"rekey_jobs_per_sec,omitempty"`
-	ReplaySec        float64 `json:"replay_seconds,omitempty"`
+	ReplaySec       float64 `json:"replay_seconds,omitempty"`
 	// The journal's commits during the run (own broker only): how many a
 	// job cost, how long one took, how many writes shared one.
 	CommitsPerJob   float64 `json:"commits_per_job,omitempty"`

@@ -84,10 +84,10 @@ type Member struct {
 	logs              *testutil.Buffer
 
 	mu     sync.Mutex
-	node   node        // nil while stopped
-	info   func() Info // the running node's (start.go)
+	node   node         // nil while stopped
+	info   func() Info  // the running node's (start.go)
 	group  *group.Group // the running node's
-	done   chan error  // Run's result
+	done   chan error   // Run's result
 	cancel context.CancelFunc
 }
 
