@@ -185,6 +185,14 @@
 // with keys is at schema migrations.Encrypt (etcd: format 6), which
 // older binaries refuse; one without keys is unchanged, byte for byte.
 //
+// Keys rotate online (rekey.go): SetKeys gives a new first key, which
+// seals what is written from then on, and refuses keys without one that
+// meta/keys names. Rekey seals the rest again under it in paced writes
+// of the committer, its place a record in meta (meta/rekey) written with
+// each step, so that the next open for writing (a restart, the next
+// leader) goes on from there; the last step drops the other keys from
+// meta/keys, and the journal opens without them.
+//
 // # Failures
 //
 //   - Open of a file held by another process fails after LockTimeout with
