@@ -354,31 +354,42 @@ func needsSeal(bucket, k, v []byte, key string) bool {
 }
 
 // countRekey counts the values of a pass, and those not under the key,
-// and starts the pass at its first bucket.
+// and starts the pass at its first bucket. It reads rekeyScan values a
+// read transaction: a long one would hold bbolt's file from growing.
 func (j *Core) countRekey(r *rekeyRecord) error {
 	var total, left int64
-	err := j.kv.View(func(t Tx) error {
-		for _, b := range rekeyBuckets {
-			err := t.Scan(b, nil, func(k, v []byte) (bool, error) {
-				total++
-				if needsSeal(b, k, v, r.Key) {
-					left++
-				}
-				select {
-				case <-j.stopping:
-					return false, ErrClosed
-				default:
+	for _, b := range rekeyBuckets {
+		var from []byte
+		for more := true; more; {
+			more = false
+			n := 0
+			err := j.kv.View(func(t Tx) error {
+				err := t.Scan(b, from, func(k, v []byte) (bool, error) {
+					if n == rekeyScan {
+						from, more = bytes.Clone(k), true // the next read starts at it
+						return false, nil
+					}
+					n++
+					total++
+					if needsSeal(b, k, v, r.Key) {
+						left++
+					}
 					return true, nil
+				})
+				if err != nil {
+					return err
 				}
+				return t.Err()
 			})
 			if err != nil {
 				return err
 			}
+			select {
+			case <-j.stopping:
+				return ErrClosed
+			default:
+			}
 		}
-		return t.Err()
-	})
-	if err != nil {
-		return err
 	}
 	r.Total, r.Left, r.Scanned, r.Bucket, r.After = total, left, 0, 0, nil
 	return nil
