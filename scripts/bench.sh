@@ -120,4 +120,6 @@ mkdir -p docs
 } > "$out.new"
 mv "$out.new" "$out"
 written=1
-cat "$out" | sed "/^$marker\$/q"
+# sed reads the file itself: under pipefail, a cat whose reader quit
+# early died of SIGPIPE, and make bench exited 141 after it had worked.
+sed "/^$marker\$/q" "$out"
