@@ -1,0 +1,215 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eventmq/emq/broker"
+	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/store"
+	"github.com/eventmq/emq/store/boltstore"
+)
+
+// journalKeyLines makes a journal key line for each name (emq keygen
+// --journal NAME).
+func journalKeyLines(t *testing.T, names ...string) map[string]string {
+	t.Helper()
+	lines := map[string]string{}
+	for _, n := range names {
+		lines[n] = mustEmq(t, "keygen", "--journal", n)
+	}
+	return lines
+}
+
+// writeKeys writes the key file with the lines of names, in order.
+func writeKeys(t *testing.T, file string, lines map[string]string, names ...string) {
+	t.Helper()
+	var text strings.Builder
+	for _, n := range names {
+		text.WriteString(lines[n])
+	}
+	if err := os.WriteFile(file, []byte(text.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Keys rotated online, as docs/security.md tells it: a broker started
+// with key old takes new first at SIGHUP (and refuses, keeping its keys,
+// a file that does not read, naming it, or one without old while the
+// journal still needs it, naming old); emq journal rekey
+// --wait seals everything again under new, printing its progress, and
+// names old as no longer needed; emq stats shows the rekey; at the next
+// SIGHUP the file without old is taken, and the journal opens with new
+// alone.
+func TestJournalRekeyOnlineAndSIGHUP(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	keys := filepath.Join(tmp, "journal.keys")
+	lines := journalKeyLines(t, "old", "new")
+	writeKeys(t, keys, lines, "old")
+	dir := t.TempDir()
+	frontend := bt.FreeEndpoint(t)
+	bp := startBrokerProcess(t, "--frontend", frontend, "--backend", bt.FreeEndpoint(t), "--data-dir", dir,
+		"--publisher-incoming", "", "--publisher-outgoing", "", "--journal-keys", keys)
+	const jobs = 300
+	c := bt.Dial(t, frontend, "c")
+	for i := range jobs {
+		c.Request("q", "", fmt.Appendf(nil, "EMQ-ROTATED-PAYLOAD %d", i))
+	}
+
+	// hup sends SIGHUP and waits for the broker's word on the keys: the
+	// count-th line that takes or refuses them.
+	hup := func(count int) string {
+		t.Helper()
+		bp.cmd.Process.Signal(syscall.SIGHUP)
+		var line string
+		bt.Eventually(t, "the journal keys re-read or refused", func() bool {
+			var seen []string
+			for l := range strings.SplitSeq(bp.logs.String(), "\n") {
+				if strings.Contains(l, "journal keys re-read") || strings.Contains(l, "journal keys refused") {
+					seen = append(seen, l)
+				}
+			}
+			if len(seen) < count {
+				return false
+			}
+			line = seen[count-1]
+			return true
+		})
+		return line
+	}
+	writeKeys(t, keys, lines, "new")
+	if line := hup(1); !strings.Contains(line, "refused") || !strings.Contains(line, "key old") || !strings.Contains(line, keys) {
+		t.Fatalf("SIGHUP with a key file without old, which the journal needs: %s", line)
+	}
+	if err := os.WriteFile(keys, []byte("new not-base64!\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if line := hup(2); !strings.Contains(line, "refused") || !strings.Contains(line, keys+": line 1") {
+		t.Fatalf("SIGHUP with a key file that does not read: %s", line)
+	}
+	writeKeys(t, keys, lines, "new", "old")
+	if line := hup(3); !strings.Contains(line, "re-read") || !strings.Contains(line, "key=new") {
+		t.Fatalf("SIGHUP with new first: %s", line)
+	}
+
+	out, stderr, err := emq(t, "", "journal", "rekey", "--wait", "--rate", "100", "--admin", bp.admin)
+	if err != nil {
+		t.Fatalf("emq journal rekey --wait: %v\n%s\n%s", err, out, stderr)
+	}
+	progress := 0
+	for l := range strings.SplitSeq(out, "\n") {
+		if strings.HasPrefix(l, "sealing again under key new: pass 1") && !strings.Contains(l, " 0 sealed again") {
+			progress++
+		}
+	}
+	if progress == 0 || !strings.Contains(out, fmt.Sprintf("every value is under key new: %d sealed again", jobs)) ||
+		!strings.Contains(out, "the journal no longer needs key old") || !strings.Contains(out, "key old may go") {
+		t.Fatalf("emq journal rekey --wait printed %d progress lines:\n%s", progress, out)
+	}
+	if out := mustEmq(t, "stats", "--admin", bp.admin); !strings.Contains(out, "every value is under key new") {
+		t.Fatalf("emq stats after the rekey:\n%s", out)
+	}
+	out = mustEmq(t, "journal", "rekey", "--admin", bp.admin, "--json")
+	var st store.RekeyStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Key != "new" {
+		t.Fatalf("emq journal rekey --json: %v\n%s", err, out)
+	}
+
+	writeKeys(t, keys, lines, "new")
+	if line := hup(4); !strings.Contains(line, "re-read") || !strings.Contains(line, "keys=new ") {
+		t.Fatalf("SIGHUP without old after the rekey: %s", line)
+	}
+	c.Request("q", "", []byte("EMQ-ROTATED-PAYLOAD after"))
+	bp.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-bp.exited:
+		bp.exited <- err
+	case <-time.After(bt.Wait):
+		t.Fatalf("the broker did not stop\n%s", bp.logs.String())
+	}
+	if out := mustEmq(t, "journal", "check", "--data-dir", dir); !strings.Contains(out, "encrypted at rest: yes (keys new)") {
+		t.Fatalf("emq journal check after the rekey:\n%s", out)
+	}
+	out = mustEmq(t, "jobs", "ls", "--data-dir", dir, "--journal-keys", keys, "--limit", "1000", "--json")
+	if n := strings.Count(out, `"msgid"`); n != jobs+1 {
+		t.Fatalf("emq jobs ls with key new alone: %d jobs, want %d", n, jobs+1)
+	}
+}
+
+// Offline, emq journal rekey opens a stopped broker's journal with the
+// key file, seals every value again under its first key as fast as it
+// goes, and closes it: the journal then needs the first key alone. It
+// refuses a journal a broker holds (saying so) and one without keys.
+func TestJournalRekeyOffline(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	keys := filepath.Join(tmp, "journal.keys")
+	lines := journalKeyLines(t, "old", "new")
+	writeKeys(t, keys, lines, "old")
+	dir := t.TempDir()
+	path := filepath.Join(dir, broker.JournalFile)
+	open := func(file string) *boltstore.Journal {
+		t.Helper()
+		k, err := store.ReadKeyring(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := boltstore.DefaultOptions()
+		opts.Keys = k
+		j, err := boltstore.Open(path, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	j := open(keys)
+	const jobs = 500
+	for i := range jobs {
+		if _, err := store.Wait(func(d func(bool, error)) {
+			j.Append(&store.Job{MsgID: fmt.Sprintf("j%03d", i), Queue: "q", Payload: fmt.Appendf(nil, "payload %d", i)}, d)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeKeys(t, keys, lines, "new", "old")
+	// A broker holds it: refused, saying so.
+	if _, stderr, err := emq(t, "", "journal", "rekey", "--data-dir", dir, "--journal-keys", keys); err == nil || !strings.Contains(stderr, "in use by a running broker") {
+		t.Fatalf("emq journal rekey on a journal held: %v\n%s", err, stderr)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	out := mustEmq(t, "journal", "rekey", "--data-dir", dir, "--journal-keys", keys)
+	if !strings.Contains(out, fmt.Sprintf("every value is under key new: %d sealed again", jobs)) ||
+		!strings.Contains(out, "the journal no longer needs key old") || !strings.Contains(out, "key old may go") {
+		t.Fatalf("emq journal rekey offline:\n%s", out)
+	}
+	if out := mustEmq(t, "journal", "check", "--data-dir", dir); !strings.Contains(out, "encrypted at rest: yes (keys new)") {
+		t.Fatalf("emq journal check after the rekey:\n%s", out)
+	}
+	writeKeys(t, keys, lines, "new")
+	j = open(keys) // fails without old unless the rekey dropped it
+	job, err := j.Get("j042")
+	if err != nil || string(job.Payload) != "payload 42" {
+		t.Fatalf("a job after the rekey, read with new alone: %+v %v", job, err)
+	}
+	j.Close()
+	out = mustEmq(t, "journal", "rekey", "--data-dir", dir, "--journal-keys", keys, "--json")
+	var st store.RekeyStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.Running || st.Finished.IsZero() || st.Resealed != 0 {
+		t.Fatalf("a second rekey offline, --json: %v\n%s", err, out)
+	}
+
+	clear, _ := journalWithJobs(t)
+	if _, stderr, err := emq(t, "", "journal", "rekey", "--data-dir", clear); err == nil || !strings.Contains(stderr, "no keys to seal under (--journal-keys FILE)") {
+		t.Fatalf("emq journal rekey without keys: %v\n%s", err, stderr)
+	}
+}
