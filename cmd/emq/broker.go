@@ -415,7 +415,7 @@ func brokerOptions(c *config) (broker.Options, error) {
 // journalKeysFlag declares --journal-keys, of the broker and of every
 // tool that opens a journal.
 func journalKeysFlag(b *binder, file *string) {
-	b.str(file, "journal-keys", "encrypt the journal at rest with these keys: a file of lines NAME BASE64 (emq keygen --journal NAME), the first encrypts, all decrypt; a journal encrypted before opens only with every key it names (docs/security.md)")
+	b.str(file, "journal-keys", "encrypt the journal at rest with these keys: a file of lines NAME BASE64 (emq keygen --journal NAME), the first encrypts, all decrypt; a journal encrypted before opens only with every key it names; the broker re-reads it on SIGHUP (docs/security.md)")
 }
 
 // reloadJournalKeys re-reads keyFile and gives b its keys (SIGHUP); a

@@ -40,9 +40,9 @@ func writeKeys(t *testing.T, file string, lines map[string]string, names ...stri
 }
 
 // Keys rotated online, as docs/security.md tells it: a broker started
-// with key old takes new first at SIGHUP (and refuses, keeping its keys,
-// a file that does not read, naming it, or one without old while the
-// journal still needs it, naming old); emq journal rekey
+// with key old takes new first at SIGHUP (and refuses, keeping its keys
+// and telling systemd, a file that does not read, naming it, or one
+// without old while the journal still needs it, naming old); emq journal rekey
 // --wait seals everything again under new, printing its progress, and
 // names old as no longer needed; emq stats shows the rekey; at the next
 // SIGHUP the file without old is taken, and the journal opens with new
@@ -55,48 +55,58 @@ func TestJournalRekeyOnlineAndSIGHUP(t *testing.T) {
 	writeKeys(t, keys, lines, "old")
 	dir := t.TempDir()
 	frontend := bt.FreeEndpoint(t)
-	bp := startBrokerProcess(t, "--frontend", frontend, "--backend", bt.FreeEndpoint(t), "--data-dir", dir,
+	sock := listenNotify(t, filepath.Join(t.TempDir(), "notify"))
+	bp := startNotifiedBroker(t, sock, "--frontend", frontend, "--backend", bt.FreeEndpoint(t), "--data-dir", dir,
 		"--publisher-incoming", "", "--publisher-outgoing", "", "--journal-keys", keys)
-	const jobs = 300
+	if ready := sock.next(t); ready[0] != "READY=1" {
+		t.Fatalf("the first notification is %q, want READY=1\n%s", ready, bp.logs.String())
+	}
+	jobs := 300
 	c := bt.Dial(t, frontend, "c")
 	for i := range jobs {
 		c.Request("q", "", fmt.Appendf(nil, "EMQ-ROTATED-PAYLOAD %d", i))
 	}
 
-	// hup sends SIGHUP and waits for the broker's word on the keys: the
-	// count-th line that takes or refuses them.
-	hup := func(count int) string {
+	// hup sends SIGHUP and returns the broker's word on the keys: the
+	// status it tells systemd once reloaded, and the count-th log line
+	// that takes or refuses them.
+	hup := func(count int) (status, line string) {
 		t.Helper()
 		bp.cmd.Process.Signal(syscall.SIGHUP)
-		var line string
-		bt.Eventually(t, "the journal keys re-read or refused", func() bool {
-			var seen []string
-			for l := range strings.SplitSeq(bp.logs.String(), "\n") {
-				if strings.Contains(l, "journal keys re-read") || strings.Contains(l, "journal keys refused") {
-					seen = append(seen, l)
-				}
+		if r := sock.next(t); r[0] != "RELOADING=1" || !hasPrefix(r, "STATUS=SIGHUP: re-reading the CURVE clients and PLAIN users, and the journal keys") {
+			t.Fatalf("after SIGHUP: %q, want RELOADING=1 naming the journal keys", r)
+		}
+		ready := sock.next(t)
+		if ready[0] != "READY=1" {
+			t.Fatalf("after RELOADING=1: %q, want READY=1", ready)
+		}
+		var seen []string
+		for l := range strings.SplitSeq(bp.logs.String(), "\n") {
+			if strings.Contains(l, "journal keys re-read") || strings.Contains(l, "journal keys refused") {
+				seen = append(seen, l)
 			}
-			if len(seen) < count {
-				return false
-			}
-			line = seen[count-1]
-			return true
-		})
-		return line
+		}
+		if len(seen) < count {
+			t.Fatalf("SIGHUP %d: the log says nothing of the journal keys\n%s", count, bp.logs.String())
+		}
+		return lineValue(ready, "STATUS="), seen[count-1]
 	}
 	writeKeys(t, keys, lines, "new")
-	if line := hup(1); !strings.Contains(line, "refused") || !strings.Contains(line, "key old") || !strings.Contains(line, keys) {
-		t.Fatalf("SIGHUP with a key file without old, which the journal needs: %s", line)
+	if status, line := hup(1); !strings.Contains(line, "refused") || !strings.Contains(line, "key old") || !strings.Contains(line, keys) ||
+		!strings.Contains(status, "the journal keys were refused, the old ones stay") || !strings.Contains(status, "key old") {
+		t.Fatalf("SIGHUP with a key file without old, which the journal needs: status %q, log %s", status, line)
 	}
 	if err := os.WriteFile(keys, []byte("new not-base64!\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if line := hup(2); !strings.Contains(line, "refused") || !strings.Contains(line, keys+": line 1") {
-		t.Fatalf("SIGHUP with a key file that does not read: %s", line)
+	if status, line := hup(2); !strings.Contains(line, "refused") || !strings.Contains(line, keys+": line 1") || !strings.Contains(status, keys+": line 1") {
+		t.Fatalf("SIGHUP with a key file that does not read: status %q, log %s", status, line)
 	}
+	c.Request("q", "", []byte("EMQ-ROTATED-PAYLOAD under old")) // the old keys stayed
+	jobs++
 	writeKeys(t, keys, lines, "new", "old")
-	if line := hup(3); !strings.Contains(line, "re-read") || !strings.Contains(line, "key=new") {
-		t.Fatalf("SIGHUP with new first: %s", line)
+	if status, line := hup(3); !strings.Contains(line, "re-read") || !strings.Contains(line, "key=new") || !strings.HasPrefix(status, "serving") {
+		t.Fatalf("SIGHUP with new first: status %q, log %s", status, line)
 	}
 
 	out, stderr, err := emq(t, "", "journal", "rekey", "--wait", "--rate", "100", "--admin", bp.admin)
@@ -123,14 +133,17 @@ func TestJournalRekeyOnlineAndSIGHUP(t *testing.T) {
 	}
 
 	writeKeys(t, keys, lines, "new")
-	if line := hup(4); !strings.Contains(line, "re-read") || !strings.Contains(line, "keys=new ") {
-		t.Fatalf("SIGHUP without old after the rekey: %s", line)
+	if status, line := hup(4); !strings.Contains(line, "re-read") || !strings.Contains(line, "keys=new ") || !strings.HasPrefix(status, "serving") {
+		t.Fatalf("SIGHUP without old after the rekey: status %q, log %s", status, line)
 	}
 	c.Request("q", "", []byte("EMQ-ROTATED-PAYLOAD after"))
 	bp.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-bp.exited:
-		bp.exited <- err
+		bp.exited <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("emq broker exited with %v\n%s", err, bp.logs.String())
+		}
 	case <-time.After(bt.Wait):
 		t.Fatalf("the broker did not stop\n%s", bp.logs.String())
 	}
