@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,7 +13,9 @@ import (
 	"time"
 
 	"github.com/eventmq/emq/broker"
+	"github.com/eventmq/emq/client"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/internal/etcdtest"
 	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/store/boltstore"
 )
@@ -224,5 +228,127 @@ func TestJournalRekeyOffline(t *testing.T) {
 	clear, _ := journalWithJobs(t)
 	if _, stderr, err := emq(t, "", "journal", "rekey", "--data-dir", clear); err == nil || !strings.Contains(stderr, "no keys to seal under (--journal-keys FILE)") {
 		t.Fatalf("emq journal rekey without keys: %v\n%s", err, stderr)
+	}
+}
+
+// Keys rotated online in a group on etcd, across a failover: SIGHUP
+// gives the leader and the standby new keys (the standby refuses, by
+// name, a file without a key the journal still needs), the rekey starts
+// on the leader, the leader is killed half way, and the standby that
+// takes over goes on with it where it was; at its end old may go. Then,
+// with the group stopped, emq journal rekey --etcd-endpoints rotates
+// again offline.
+func TestJournalRekeyGroupFailover(t *testing.T) {
+	t.Parallel()
+	etcd := etcdtest.Start(t, 1)
+	eps := strings.Join(etcd.Endpoints(), ",")
+	tmp := t.TempDir()
+	keys := filepath.Join(tmp, "journal.keys")
+	lines := journalKeyLines(t, "old", "new", "k3")
+	writeKeys(t, keys, lines, "old")
+	member := func(name string) (*groupBroker, *notifySocket) {
+		sock := listenNotify(t, filepath.Join(t.TempDir(), "notify"))
+		g := makeGroupBroker(t, etcd.Endpoints(), name, "--journal-keys", keys)
+		g.env = []string{"NOTIFY_SOCKET=" + sock.path}
+		g.start()
+		return g, sock
+	}
+	// hup sends g SIGHUP and returns the status it tells systemd once
+	// it reloaded.
+	hup := func(g *groupBroker, sock *notifySocket) string {
+		t.Helper()
+		g.cmd.Process.Signal(syscall.SIGHUP)
+		for r := sock.next(t); r[0] != "RELOADING=1"; r = sock.next(t) {
+		}
+		ready := sock.next(t)
+		if ready[0] != "READY=1" {
+			t.Fatalf("%s after RELOADING=1: %q, want READY=1", g.name, ready)
+		}
+		return lineValue(ready, "STATUS=")
+	}
+	a, aSock := member("a")
+	leaderOf(t, a)
+	b, bSock := member("b")
+	leaderOf(t, a, b)
+
+	c, err := client.New(client.Options{Broker: a.frontend, Logger: bt.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const jobs = 200
+	for i := range jobs {
+		ctx, cancel := context.WithTimeout(context.Background(), bt.Wait)
+		_, err := c.Send(ctx, "q", fmt.Appendf(nil, "EMQ-GROUP-ROTATED %d", i))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+
+	writeKeys(t, keys, lines, "new")
+	if status := hup(b, bSock); !strings.Contains(status, "the journal keys were refused") || !strings.Contains(status, "key old") {
+		t.Fatalf("the standby's SIGHUP with a key file without old: %q", status)
+	}
+	writeKeys(t, keys, lines, "new", "old")
+	for _, m := range []struct {
+		g    *groupBroker
+		sock *notifySocket
+	}{{a, aSock}, {b, bSock}} {
+		if status := hup(m.g, m.sock); strings.Contains(status, "refused") {
+			t.Fatalf("%s's SIGHUP with new first: %q", m.g.name, status)
+		}
+	}
+
+	// Paced so that it runs seconds: a is killed while it runs.
+	if out := mustEmq(t, "journal", "rekey", "--rate", "50", "--admin", a.admin); !strings.Contains(out, "sealing again under key new") {
+		t.Fatalf("emq journal rekey on the leader:\n%s", out)
+	}
+	if _, stderr, err := emq(t, "", "journal", "rekey", "--admin", b.admin); err == nil || !strings.Contains(stderr, "standby") || !strings.Contains(stderr, "a leads the group") {
+		t.Fatalf("emq journal rekey on the standby: %v %s", err, stderr)
+	}
+	status := func(g *groupBroker) (st store.RekeyStatus) {
+		resp, err := g.get("/api/v1/journal/rekey")
+		if err != nil {
+			return st
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			json.NewDecoder(resp.Body).Decode(&st)
+		}
+		return st
+	}
+	var before store.RekeyStatus
+	bt.Eventually(t, "the leader's rekey under way", func() bool { before = status(a); return before.Running && before.Resealed > 0 })
+	a.kill()
+	leaderOf(t, b)
+	var resumed store.RekeyStatus
+	bt.Eventually(t, "the new leader going on with the rekey", func() bool { resumed = status(b); return resumed.Key == "new" })
+	if !resumed.Started.Equal(before.Started) || resumed.Resealed < before.Resealed {
+		t.Fatalf("the new leader's rekey, asked nothing: %+v; want it going on from where a was: %+v", resumed, before)
+	}
+	out, stderr, err := emq(t, "", "journal", "rekey", "--wait", "--rate", "100000", "--admin", b.admin)
+	if err != nil || !strings.Contains(out, fmt.Sprintf("every value is under key new: %d sealed again", jobs)) ||
+		!strings.Contains(out, "the journal no longer needs key old") {
+		t.Fatalf("emq journal rekey --wait on the new leader: %v\n%s\n%s", err, out, stderr)
+	}
+	writeKeys(t, keys, lines, "new")
+	if status := hup(b, bSock); strings.Contains(status, "refused") {
+		t.Fatalf("SIGHUP without old after the rekey: %q", status)
+	}
+	if err := b.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	writeKeys(t, keys, lines, "k3", "new")
+	out = mustEmq(t, "journal", "rekey", "--etcd-endpoints", eps, "--journal-keys", keys)
+	if !strings.Contains(out, fmt.Sprintf("every value is under key k3: %d sealed again", jobs)) || !strings.Contains(out, "the journal no longer needs key new") {
+		t.Fatalf("emq journal rekey offline on etcd:\n%s", out)
+	}
+	writeKeys(t, keys, lines, "k3")
+	var qs []broker.QueueInfo
+	out = mustEmq(t, "queues", "--etcd-endpoints", eps, "--journal-keys", keys, "--json")
+	if err := json.Unmarshal([]byte(out), &qs); err != nil || len(qs) != 1 || qs[0].Pending != jobs {
+		t.Fatalf("queues with k3 alone: %v %s", err, out)
 	}
 }
