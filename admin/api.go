@@ -73,6 +73,17 @@ type API interface {
 
 	Compact(ctx context.Context) (store.CompactStats, error)
 
+	// Rekey starts sealing again, under the journal's first key, what it
+	// holds under older keys or in clear, at most rate values a second
+	// (0: the default, or the rate of the rekey under way), or sets the
+	// rate of the one under way; it returns at once (store.Core.Rekey).
+	// A journal without keys is store.ErrNoKeys. RekeyStatus is its
+	// progress: the rekey under way, or the last one. Offline the rekey
+	// runs until Close (it goes on at the journal's next open for
+	// writing); over HTTP Rekey needs the full admin token.
+	Rekey(ctx context.Context, rate int) (store.RekeyStatus, error)
+	RekeyStatus(ctx context.Context) (store.RekeyStatus, error)
+
 	Schedules(ctx context.Context, after string, limit int) (SchedulePage, error)
 	Schedule(ctx context.Context, id string, payload bool) (ScheduleInfo, error)
 	AddSchedule(ctx context.Context, sp ScheduleSpec) (ScheduleInfo, error)

@@ -570,6 +570,17 @@ var apiCases = []apiCase{
 			}
 			return nil
 		}},
+	// The fixture's journal has no keys: nothing to seal under.
+	{name: "Rekey without keys", err: store.ErrNoKeys, call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
+		return a.Rekey(ctx, 0)
+	}},
+	{name: "Rekey status", call: func(ctx context.Context, a admin.API, _ fixture) (any, error) { return a.RekeyStatus(ctx) },
+		check: func(got any, _ fixture, _ bool) error {
+			if st := got.(store.RekeyStatus); st.Key != "" || st.Running || st.String() != "no rekey" {
+				return fmt.Errorf("%+v, want no rekey", st)
+			}
+			return nil
+		}},
 	{name: "Events", needsBroker: true, call: func(ctx context.Context, a admin.API, _ fixture) (any, error) {
 		events, err := a.Events(ctx, "q", "")
 		if err != nil {

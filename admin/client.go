@@ -107,6 +107,11 @@ func (c *Client) send(ctx context.Context, method, path string, in, out any) err
 // turns a refusal into an *Error with the API's own words. A 200's body
 // is the caller's to read and close.
 func (c *Client) do(client *http.Client, req *http.Request) (*http.Response, error) {
+	return c.doWant(client, req, http.StatusOK)
+}
+
+// doWant is do for a route whose success is status want (202: started).
+func (c *Client) doWant(client *http.Client, req *http.Request, want int) (*http.Response, error) {
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
@@ -121,7 +126,7 @@ func (c *Client) do(client *http.Client, req *http.Request) (*http.Response, err
 	case err != nil:
 		return nil, fmt.Errorf("no broker answered at %s (%v); is it running? For the journal of a stopped broker use --data-dir DIR", c.base, errors.Unwrap(err))
 	}
-	if resp.StatusCode == http.StatusOK {
+	if resp.StatusCode == want {
 		return resp, nil
 	}
 	defer resp.Body.Close()

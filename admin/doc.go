@@ -53,6 +53,8 @@
 //	GET    /api/v1/jobs/{msgid}/why          why the job is where it is: a broker.Why (flow.go)
 //	GET    /api/v1/events?queue=&msgid=      Server-Sent Events as things happen (sse.go)
 //	POST   /api/v1/compact                   rewrite the journal without free space
+//	POST   /api/v1/journal/rekey[?rate=N]    seal again under the journal's first key what is under older ones, N values a second: 202 with a store.RekeyStatus (rekey.go)
+//	GET    /api/v1/journal/rekey             the rekey's progress, under way or the last: a store.RekeyStatus
 //	GET    /api/v1/schedules?limit=&after=    a SchedulePage, by id
 //	POST   /api/v1/schedules                 add one: {"queue", "every" (30s) or "cron", "headers", "payload" or "payload_base64"}
 //	GET    /api/v1/schedules/{id}[?payload=1]
@@ -84,6 +86,6 @@
 // bad parameter or filter, 401 no token, 403 a cross-site request, a
 // change with the read-only token or a payload hidden from the caller,
 // 421 a foreign Host, 404 no such job, 409 a job in the wrong state for
-// the change, 501 not done by this journal (compact), 503 the broker is
+// the change (or a rekey of a journal without keys), 501 not done by this journal (compact), 503 the broker is
 // stopping (or a standby: who leads), 500 the journal failed (I/O).
 package admin

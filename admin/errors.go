@@ -21,6 +21,7 @@ var classes = []struct {
 	{"not_done", http.StatusAccepted, []error{ErrNotDone}}, // before not_found: ErrNotDone is one
 	{"not_found", http.StatusNotFound, []error{store.ErrNotFound}},
 	{"wrong_state", http.StatusConflict, []error{store.ErrWrongState}},
+	{"no_keys", http.StatusConflict, []error{store.ErrNoKeys}},
 	{"bad_filter", http.StatusBadRequest, []error{store.ErrBadFilter}},
 	{"invalid", http.StatusBadRequest, []error{store.ErrInvalidJob}},
 	{"too_large", http.StatusBadRequest, []error{store.ErrTooLarge}},

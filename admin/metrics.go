@@ -168,6 +168,14 @@ var (
 	descLastValues = prometheus.NewDesc("emq_pubsub_last_value_topics", "Topics in the last-value cache.", nil, nil)
 )
 
+// A rekey's progress (emq journal rekey): the one under way, or the last.
+var (
+	descRekeyRunning  = prometheus.NewDesc("emq_journal_rekey_running", "1 while a rekey seals again, under the journal's first key, what is under older keys (emq journal rekey); 0 when none runs.", nil, nil)
+	descRekeyResealed = prometheus.NewDesc("emq_journal_rekey_resealed", "Values the rekey under way, or the last one, sealed again under the first key.", nil, nil)
+	descRekeyLeft     = prometheus.NewDesc("emq_journal_rekey_left", "Values the rekey under way, or the last one, still has to seal again (as its last count found them); 0 once it ended.", nil, nil)
+	descRekeyRate     = prometheus.NewDesc("emq_journal_rekey_rate", "Values a second the rekey under way, or the last one, is paced to (emq journal rekey --rate).", nil, nil)
+)
+
 // counterMetrics are the metric names of the broker's counters
 // (broker.Stats.Counters), by counter name.
 var counterMetrics = map[string]string{
@@ -217,7 +225,8 @@ func (c brokerCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	for _, d := range []*prometheus.Desc{descPending, descDelayed, descInFlight, descOldest, descQWorkers, descQPaused, descQConc, descQRate,
 		descListeners, descConns, descRefused, descHandshake, descWorkers, descScheds, descFreeSlots, descErrors, descCache, descReceived, descReceiveMax,
-		descSending, descSchedules, descTenantsBacklog, descTenantsBlocked, descLimitersFull, descLimiterWaiting, descPublished, descDelivered, descDropped, descSubRefused, descSubs, descSubPrefix, descPubQueued, descLastValues} {
+		descSending, descSchedules, descTenantsBacklog, descTenantsBlocked, descLimitersFull, descLimiterWaiting, descPublished, descDelivered, descDropped, descSubRefused, descSubs, descSubPrefix, descPubQueued, descLastValues,
+		descRekeyRunning, descRekeyResealed, descRekeyLeft, descRekeyRate} {
 		ch <- d
 	}
 }
@@ -250,6 +259,16 @@ func (c brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descSubPrefix, float64(ps.Subscriptions))
 	gauge(descPubQueued, float64(ps.QueuedBytes))
 	gauge(descLastValues, float64(ps.LastValues))
+	rk, running := b.RekeyStatus(), 0.0
+	if rk.Running {
+		running = 1
+	}
+	gauge(descRekeyRunning, running)
+	if rk.Key != "" { // a rekey ran since the journal opened
+		gauge(descRekeyResealed, float64(rk.Resealed))
+		gauge(descRekeyLeft, float64(rk.Left))
+		gauge(descRekeyRate, float64(rk.Rate))
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

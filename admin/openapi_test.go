@@ -362,6 +362,7 @@ var schemaTypes = map[string]reflect.Type{
 	"StoredJob":       reflect.TypeFor[store.Job](),
 	"StoredSchedule":  reflect.TypeFor[store.Schedule](),
 	"ImportResult":    reflect.TypeFor[admin.ImportResult](),
+	"RekeyStatus":     reflect.TypeFor[store.RekeyStatus](),
 }
 
 // handShapes are the schemas of answers built in place (a map, a
@@ -620,6 +621,7 @@ func TestOpenAPIAnswersFitSchemas(t *testing.T) {
 		{"/api/v1/batches", "/api/v1/batches", 200},
 		{"/api/v1/batches/{name}", "/api/v1/batches/1", 200},
 		{"/api/v1/overview", "/api/v1/overview", 200},
+		{"/api/v1/journal/rekey", "/api/v1/journal/rekey", 200},
 		{"/api/v1/shards", "/api/v1/shards", 404},
 		{"/ui/session", "/ui/session", 200},
 		{"/api/v1/openapi.json", "/api/v1/openapi.json", 200},

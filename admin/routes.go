@@ -187,6 +187,7 @@ func (s *Server) Handler() http.Handler {
 	s.scheduleRoutes(mux)
 	s.batchRoutes(mux)
 	s.backupRoute(mux)
+	s.rekeyRoutes(mux)
 	mux.HandleFunc("POST /api/v1/compact", func(w http.ResponseWriter, r *http.Request) {
 		s.with(w, func(a API) {
 			st, err := a.Compact(r.Context())

@@ -139,9 +139,13 @@ type JobPage struct {
 type StatsInfo struct {
 	Counters []NamedCount
 	Errors   []NamedCount
-	// Group, last as "group", says who leads a replicated group and
-	// what this broker is in it; absent for a broker on its own.
+	// Group, as "group", says who leads a replicated group and what
+	// this broker is in it; absent for a broker on its own.
 	Group *GroupInfo
+	// Rekey, last as "rekey", is the journal's rekey under way or the
+	// last one (emq journal rekey); absent when none ran since the
+	// journal opened.
+	Rekey *store.RekeyStatus
 }
 
 // GroupInfo is a broker's place in a replicated group: its role, its
@@ -194,6 +198,14 @@ func (si StatsInfo) MarshalJSON() ([]byte, error) {
 		buf.WriteString(`,"group":`)
 		buf.Write(g)
 	}
+	if si.Rekey != nil {
+		r, err := json.Marshal(si.Rekey)
+		if err != nil {
+			return nil, err
+		}
+		buf.WriteString(`,"rekey":`)
+		buf.Write(r)
+	}
 	buf.WriteByte('}')
 	return buf.Bytes(), nil
 }
@@ -211,6 +223,13 @@ func (si *StatsInfo) UnmarshalJSON(data []byte) error {
 			si.Group = new(GroupInfo)
 			if err := json.Unmarshal(c.raw, si.Group); err != nil {
 				return fmt.Errorf("stats: group: %w", err)
+			}
+			continue
+		}
+		if c.Name == "rekey" {
+			si.Rekey = new(store.RekeyStatus)
+			if err := json.Unmarshal(c.raw, si.Rekey); err != nil {
+				return fmt.Errorf("stats: rekey: %w", err)
 			}
 			continue
 		}
@@ -280,6 +299,9 @@ func statsInfo(b *broker.Broker, g *GroupInfo) StatsInfo {
 		for i, v := range []int64{int64(ps.Published), int64(ps.Delivered), int64(ps.Dropped), int64(ps.Subscribers)} {
 			si.Counters = append(si.Counters, NamedCount{PubSubCounters[i], v})
 		}
+	}
+	if rk := b.RekeyStatus(); rk.Key != "" {
+		si.Rekey = &rk
 	}
 	return si
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -86,7 +87,7 @@ start).`,
 				return err
 			}
 			defer srv.Close()
-			return runUntilSignalled(grp, opts.Logger)
+			return runUntilSignalled(grp, opts.Logger, keyFile(opts.JournalKeys))
 		}
 		srv, err := admin.New(aopts)
 		if err != nil {
@@ -103,9 +104,17 @@ start).`,
 			return err
 		}
 		defer srv.Close()
-		return runUntilSignalled(b, opts.Logger)
+		return runUntilSignalled(b, opts.Logger, keyFile(opts.JournalKeys))
 	}
 	return cmd
+}
+
+// keyFile is the file k was read from; "" for none.
+func keyFile(k *store.Keyring) string {
+	if k == nil {
+		return ""
+	}
+	return k.File()
 }
 
 // brokerExtra holds what emq broker's flags give that is not one field
@@ -218,6 +227,7 @@ type runner interface {
 	Run(ctx context.Context) error
 	Shutdown(ctx context.Context) error
 	ReloadCredentials() error
+	ReloadJournalKeys(k *store.Keyring) error
 }
 
 // groupSetup reads a group broker's etcd flags, gives opts the journal
@@ -291,9 +301,10 @@ func requestStop() {
 
 // runUntilSignalled runs b until SIGTERM or SIGINT, which start its drain;
 // a second one stops it at once. SIGHUP re-reads the CURVE clients and
-// PLAIN users. Under systemd it says when b is ready (notify.go),
+// PLAIN users, and the journal's keys from keyFile (if the broker was
+// started with one). Under systemd it says when b is ready (notify.go),
 // reloading and stopping, and pings the watchdog.
-func runUntilSignalled(b runner, log *slog.Logger) error {
+func runUntilSignalled(b runner, log *slog.Logger, keyFile string) error {
 	n := sdnotify.New(log)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
@@ -301,14 +312,26 @@ func runUntilSignalled(b runner, log *slog.Logger) error {
 	hups := make(chan os.Signal, 1)
 	signal.Notify(hups, syscall.SIGHUP)
 	defer func() { signal.Stop(hups); close(hups) }()
+	reloading := "SIGHUP: re-reading the CURVE clients and PLAIN users"
+	if keyFile != "" {
+		reloading += ", and the journal keys"
+	}
 	go func() {
 		for range hups {
-			n.Reload("SIGHUP: re-reading the CURVE clients and PLAIN users", func() string {
+			n.Reload(reloading, func() string {
+				var failed []string
 				if err := b.ReloadCredentials(); err != nil {
 					log.Error("SIGHUP: credentials not re-read; the old ones stay", "err", err)
-					return fmt.Sprintf("SIGHUP: the credentials were not re-read, the old ones stay: %v", err)
+					failed = append(failed, fmt.Sprintf("the credentials were not re-read, the old ones stay: %v", err))
 				}
-				return ""
+				if err := reloadJournalKeys(b, keyFile); err != nil {
+					log.Error("SIGHUP: journal keys refused; the old ones stay", "file", keyFile, "err", err)
+					failed = append(failed, fmt.Sprintf("the journal keys were refused, the old ones stay: %v", err))
+				}
+				if len(failed) == 0 {
+					return ""
+				}
+				return "SIGHUP: " + strings.Join(failed, "; ")
 			})
 		}
 	}()
@@ -392,7 +415,20 @@ func brokerOptions(c *config) (broker.Options, error) {
 // journalKeysFlag declares --journal-keys, of the broker and of every
 // tool that opens a journal.
 func journalKeysFlag(b *binder, file *string) {
-	b.str(file, "journal-keys", "encrypt the journal at rest with these keys: a file of lines NAME BASE64 (emq keygen --journal NAME), the first encrypts, all decrypt; a journal encrypted before opens only with every key it names (docs/security.md)")
+	b.str(file, "journal-keys", "encrypt the journal at rest with these keys: a file of lines NAME BASE64 (emq keygen --journal NAME), the first encrypts, all decrypt; a journal encrypted before opens only with every key it names; the broker re-reads it on SIGHUP (docs/security.md)")
+}
+
+// reloadJournalKeys re-reads keyFile and gives b its keys (SIGHUP); a
+// broker started without one keeps none.
+func reloadJournalKeys(b runner, keyFile string) error {
+	if keyFile == "" {
+		return nil
+	}
+	k, err := store.ReadKeyring(keyFile)
+	if err != nil {
+		return err
+	}
+	return b.ReloadJournalKeys(k)
 }
 
 // readJournalKeys reads the key file named (nil for none).

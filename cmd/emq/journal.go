@@ -17,7 +17,7 @@ import (
 var errProblems = errors.New("the journal has problems (above)")
 
 func newJournalCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "journal", Short: "Check the journal's bytes, or salvage what is good of a damaged one (the broker stopped)"}
+	cmd := &cobra.Command{Use: "journal", Short: "Check the journal's bytes, salvage what is good of a damaged one (the broker stopped), or seal it again under a new key"}
 	journalFlags(&binder{f: cmd.PersistentFlags()}, new(broker.DefaultOptions().DataDir), new(false),
 		"directory of the journal file "+broker.JournalFile+" and its log", "print JSON instead of text")
 	check := &cobra.Command{
@@ -89,7 +89,7 @@ func newJournalCmd() *cobra.Command {
 		},
 	}
 	salvageFlags(&binder{f: salvage.Flags()}, new(""))
-	cmd.AddCommand(check, salvage)
+	cmd.AddCommand(check, salvage, newJournalRekeyCmd())
 	return cmd
 }
 

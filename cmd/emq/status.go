@@ -80,6 +80,9 @@ func newStatsCmd() *cobra.Command {
 					for _, e := range s.Errors {
 						fmt.Fprintf(w, "%s %s\t%d\n", broker.ErrorsName, e.Name, e.Value)
 					}
+					if s.Rekey != nil {
+						fmt.Fprintf(w, "rekey\t%s\n", s.Rekey)
+					}
 				}
 				pending, dead, done := 0, 0, 0
 				for _, q := range qs {

@@ -109,11 +109,27 @@ func Request(t testing.TB, b *Broker, method, path, token, host string, headers 
 // ScrapeMetrics reads b's /metrics.
 func ScrapeMetrics(t testing.TB, b *Broker) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get("http://" + b.AdminAddr() + "/metrics")
+	return ScrapeMetricsAs(t, b, "")
+}
+
+// ScrapeMetricsAs reads b's /metrics with token (if not "").
+func ScrapeMetricsAs(t testing.TB, b *Broker, token string) map[string]*dto.MetricFamily {
+	t.Helper()
+	req, err := http.NewRequest("GET", "http://"+b.AdminAddr()+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Timeout: Wait}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s", resp.Status)
+	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	mf, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {

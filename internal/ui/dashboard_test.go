@@ -21,6 +21,7 @@ import (
 	"github.com/eventmq/emq/client"
 	"github.com/eventmq/emq/emqp"
 	bt "github.com/eventmq/emq/internal/brokertest"
+	"github.com/eventmq/emq/store/storetest"
 	"github.com/eventmq/emq/worker"
 )
 
@@ -280,6 +281,44 @@ func TestPages(t *testing.T) {
 	}
 	if !reached {
 		t.Error("Tab does not reach the pause button")
+	}
+	tb.noErrors()
+
+	// A rekey (emq journal rekey) shows on the overview while it runs,
+	// paced so that it runs a few seconds, and once it ended, with the
+	// key the journal no longer needs.
+	keys := storetest.Keys(t, "old", "new")
+	for _, names := range [][]string{{"old"}, {"new", "old"}} {
+		k, err := keys.With(names...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.b.ReloadJournalKeys(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb.open("")
+	tb.until("the overview", `document.querySelector('tr[data-queue="emails"]')`)
+	if got := tb.texts(`#rekey`); len(got) != 1 || got[0] != "" {
+		t.Errorf("the rekey's part before any rekey: %q, want it empty", got)
+	}
+	if _, err := s.b.Rekey(2); err != nil {
+		t.Fatal(err)
+	}
+	tb.until("the rekey under way", `document.querySelector('#rekey-progress') && document.querySelector('[data-rekey="State"]').textContent.startsWith('sealing again')`)
+	if got := tb.texts(`[data-rekey="Key"], [data-rekey="Rate"]`); fmt.Sprint(got) != "[new at most 2 a second]" {
+		t.Errorf("the rekey's key and rate: %q", got)
+	}
+	if p := eval[int](tb, `Number(document.querySelector('#rekey-progress').dataset.percent)`); p < 0 || p > 100 {
+		t.Errorf("the rekey's percent looked at: %d", p)
+	}
+	tb.until("the rekey's end", `document.querySelector('[data-rekey="No longer needed"]')`)
+	if got := tb.texts(`[data-rekey="State"], [data-rekey="Left"], [data-rekey="No longer needed"]`); len(got) != 3 ||
+		!strings.HasPrefix(got[0], "finished") || got[1] != "0" || !strings.HasPrefix(got[2], "old (may go") {
+		t.Errorf("the rekey's end: %q", got)
+	}
+	if got := tb.texts(`[data-rekey="Sealed again"]`); len(got) != 1 || got[0] == "0" {
+		t.Errorf("values sealed again: %q", got)
 	}
 	tb.noErrors()
 }

@@ -281,9 +281,10 @@ window.addEventListener('hashchange', () => { if (location.hash === '#main') ret
 function overviewPage() {
   document.title = 'EMQ · Overview';
   const cards = el('div', { class: 'cards', id: 'cards' });
+  const rekey = el('section', { id: 'rekey', 'aria-label': 'Journal rekey' });
   const canvas = el('canvas', { id: 'chart', 'aria-label': 'Jobs a second: received, acknowledged, replied, failed', role: 'img' });
   const queues = el('div', { id: 'queues' });
-  $('#main').append(el('h1', null, 'Overview'), cards,
+  $('#main').append(el('h1', null, 'Overview'), cards, rekey,
     el('h2', null, 'Jobs a second'), el('div', { class: 'chart' }, canvas),
     el('h2', null, 'Queues'), queues);
   makeChart(canvas);
@@ -296,6 +297,7 @@ function overviewPage() {
       ['Replied', num(stat(o, 'replied'))], ['Failed', num(stat(o, 'failed'))],
       ['Dead-lettered', num(stat(o, 'dead_lettered'))], ['Cancelled', num(stat(o, 'cancelled'))],
     ].map(([k, v]) => el('div', { class: 'card', 'data-stat': k }, el('div', { class: 'k' }, k), el('div', { class: 'v' }, v))));
+    rekey.replaceChildren(...rekeyView(o.stats && o.stats.rekey));
     const rows = o.queues.map((q) => {
       const r = app.rates[q.name] || {};
       return el('tr', { 'data-queue': q.name },
@@ -313,6 +315,32 @@ function overviewPage() {
   else { // the first numbers with the page, not after the stream's first
     api('GET', '/api/v1/overview').then((o) => { if (!app.overview) tick(o); }).catch(() => {});
   }
+}
+
+// rekeyView shows the journal's rekey (emq journal rekey), when one runs
+// or ran: the key it seals under, how far its pass is, what it sealed
+// and has left, its pace; once ended, the keys the journal no longer
+// needs. Nothing when none ran.
+function rekeyView(r) {
+  if (!r || !r.key) return [];
+  const pct = r.total > 0 ? Math.min(100, Math.floor(r.scanned * 100 / r.total)) : 0;
+  let state = 'stopped: it goes on when the journal opens for writing';
+  if (r.running) state = 'sealing again, pass ' + num(r.pass || 1) + (r.bucket ? ', ' + r.bucket : '');
+  else if (r.finished) state = 'finished ' + ago(r.finished);
+  const f = [['Key', r.key], ['State', state]];
+  if (r.running) {
+    f.push(['Looked at', el('span', { id: 'rekey-progress', 'data-percent': String(pct) },
+      el('progress', { max: 100, value: pct }), ' ', pct + '% (' + num(r.scanned) + ' of ' + num(r.total) + ')')]);
+  }
+  f.push(['Sealed again', num(r.resealed)], ['Left', num(r.left)], ['Rate', 'at most ' + num(r.rate) + ' a second'],
+    ['Started', when(r.started)]);
+  if (r.finished) {
+    f.push(['Finished', when(r.finished)],
+      ['No longer needed', r.dropped && r.dropped.length ? r.dropped.join(', ') + ' (may go from the key file; a backup taken before still needs it)' : 'none']);
+  }
+  if (r.error) f.push(['Last error', el('span', { class: 'err' }, r.error)]);
+  return [el('h2', null, 'Journal rekey'),
+    el('dl', { class: 'fields' }, f.map(([k, v]) => [el('dt', null, k), el('dd', { 'data-rekey': k }, v)]))];
 }
 
 function limits(q) {
