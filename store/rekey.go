@@ -233,6 +233,10 @@ func (j *Core) startRekey(r *rekeyRecord) {
 	if j.rekey.rate == nil {
 		j.rekey.rate = make(chan int, 1)
 	}
+	select {
+	case <-j.rekey.rate: // meant for one that ended meanwhile
+	default:
+	}
 	j.rekey.mu.Unlock()
 	j.setRekeyStatus(r, true, nil)
 	j.rekey.mu.Lock()
@@ -310,21 +314,22 @@ func (j *Core) runRekey(r *rekeyRecord) {
 				failed = err
 			}
 			j.setRekeyStatus(r, true, err)
-			if !j.rekeyPause(time.Second) {
+			if !j.rekeyPause(r, time.Second) {
 				return
 			}
 			continue
 		}
 		failed = nil
 		j.setRekeyStatus(r, true, nil)
-		if n > 0 && !j.rekeyPause(time.Duration(float64(n)/float64(r.Rate)*float64(time.Second))-time.Since(start)) {
+		if n > 0 && !j.rekeyPause(r, time.Duration(float64(n)/float64(r.Rate)*float64(time.Second))-time.Since(start)) {
 			return
 		}
 	}
 }
 
-// rekeyPause waits d, or until the journal stops (false).
-func (j *Core) rekeyPause(d time.Duration) bool {
+// rekeyPause waits d, or until a new rate comes (noted in r), or the
+// journal stops (false).
+func (j *Core) rekeyPause(r *rekeyRecord, d time.Duration) bool {
 	if d <= 0 {
 		return true
 	}
@@ -332,10 +337,11 @@ func (j *Core) rekeyPause(d time.Duration) bool {
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return true
+	case r.Rate = <-j.rekey.rate:
 	case <-j.stopping:
 		return false
 	}
+	return true
 }
 
 // needsSeal reports a stored value not sealed under key: in clear (with
@@ -522,9 +528,10 @@ func (j *Core) finishRekey(r *rekeyRecord) (finished bool, err error) {
 	if err != nil || !finished {
 		return false, err
 	}
-	j.setRekeyStatus(r, false, nil)
-	j.rekey.mu.Lock()
-	j.rekey.status.Finished, j.rekey.status.Dropped, j.rekey.status.Bucket = time.Now(), dropped, ""
+	j.setRekeyStatus(r, true, nil)
+	j.rekey.mu.Lock() // ended, at once: no reader sees it stopped first
+	j.rekey.running = false
+	j.rekey.status.Running, j.rekey.status.Finished, j.rekey.status.Dropped, j.rekey.status.Bucket = false, time.Now(), dropped, ""
 	j.rekey.mu.Unlock()
 	return true, nil
 }

@@ -28,9 +28,15 @@ type rekeyOptions struct {
 	wait bool
 }
 
+// rekeyFlags are read from the command line alone: an EMQ_WAIT or
+// EMQ_RATE meant for another command (emq send --wait) is not this one's.
 func rekeyFlags(b *binder, o *rekeyOptions) {
-	b.integer(&o.rate, "rate", fmt.Sprintf("values a second to seal again at most (0: the rate of the rekey under way, else %d from a running broker, as fast as it goes offline); given to a rekey under way, it changes its rate", store.DefaultRekeyRate))
-	b.boolean(&o.wait, "wait", "print its progress every second until it ends (always offline: it runs while the command does)")
+	if b.f != nil {
+		b.f.Int("rate", o.rate, fmt.Sprintf("values a second to seal again at most (0: the rate of the rekey under way, else %d from a running broker, as fast as it goes offline); given to a rekey under way, it changes its rate", store.DefaultRekeyRate))
+		b.f.Bool("wait", o.wait, "print its progress every second until it ends (always offline: it runs while the command does)")
+	}
+	b.given("rate", func(c *config) (err error) { o.rate, err = c.integer("rate"); return err })
+	b.given("wait", func(c *config) (err error) { o.wait, err = c.boolean("wait"); return err })
 }
 
 func newJournalRekeyCmd() *cobra.Command {

@@ -92,9 +92,10 @@ func RekeyUnderLoad(t *testing.T, open func(keys *store.Keyring) (store.Journal,
 		t.Fatalf("before the rekey: %v, want all under old", got)
 	}
 
-	// A rekey stopped half way goes on at the next open: paced to 200 a
-	// second it is still running when the journal closes.
-	_, err = j.Rekey(200)
+	// A rekey stopped half way goes on at the next open: paced to one
+	// value a second it is still running when the journal closes (and a
+	// new rate, below, ends its pause of minutes).
+	_, err = j.Rekey(1)
 	must("rekey", err)
 	deadline := time.Now().Add(time.Minute)
 	for j.RekeyStatus().Resealed == 0 {
@@ -106,8 +107,16 @@ func RekeyUnderLoad(t *testing.T, open func(keys *store.Keyring) (store.Journal,
 	must("close during the rekey", j.Close())
 	j, err = open(newFirst)
 	must("open again during the rekey", err)
-	if s := j.RekeyStatus(); !s.Running || s.Resealed == 0 {
+	s := j.RekeyStatus()
+	if !s.Running || s.Resealed == 0 {
 		t.Fatalf("the rekey did not go on where it was at the open: %s", s)
+	}
+	// Its next step sealed, it waits minutes for the next at this rate.
+	for resumed := s.Resealed; j.RekeyStatus().Resealed == resumed; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the rekey resumed sealed nothing: %s", j.RekeyStatus())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 
 	// Under load: a writer appends and completes while it goes on.
@@ -137,9 +146,9 @@ func RekeyUnderLoad(t *testing.T, open func(keys *store.Keyring) (store.Journal,
 			written = append(written, id)
 		}
 	}()
-	_, err = j.Rekey(1_000_000) // the rest at once
+	_, err = j.Rekey(1_000_000) // the rest at once, not after the pause
 	must("rekey faster", err)
-	s := WaitRekey(t, j)
+	s = WaitRekey(t, j)
 	stop.Store(true)
 	wg.Wait()
 	must("the load's writes", werr)
