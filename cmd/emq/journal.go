@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -33,9 +35,25 @@ func newJournalCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var keyFile string
+			b := reader()
+			journalKeysFlag(b, &keyFile)
+			if err := b.apply(c); err != nil {
+				return err
+			}
+			keys, err := readJournalKeys(c, keyFile)
+			if err != nil {
+				return err
+			}
 			rep, err := boltstore.Check(path)
 			if err != nil {
 				return err
+			}
+			if keys != nil && len(rep.Structure) == 0 {
+				// Every sealed value opened: its tag checked, its key counted.
+				if err := boltstore.CheckSealed(path, keys, &rep); err != nil {
+					return err
+				}
 			}
 			if err := output(cmd, c, rep, func(w io.Writer) { printCheck(w, rep) }); err != nil {
 				return err
@@ -89,6 +107,7 @@ func newJournalCmd() *cobra.Command {
 		},
 	}
 	salvageFlags(&binder{f: salvage.Flags()}, new(""))
+	journalKeysFlag(&binder{f: check.Flags()}, new(""))
 	cmd.AddCommand(check, salvage, newJournalRekeyCmd())
 	return cmd
 }
@@ -129,6 +148,16 @@ func printCheck(w io.Writer, r boltstore.CheckReport) {
 		fmt.Fprintf(w, "encrypted at rest: yes (keys %s)\n", strings.Join(r.EncryptedWith, ", "))
 	} else {
 		fmt.Fprintln(w, "encrypted at rest: no")
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.SealedBy)) {
+		if name == "" {
+			fmt.Fprintf(w, "values in clear\t%d\n", r.SealedBy[name])
+		} else {
+			fmt.Fprintf(w, "values under key %s\t%d\n", name, r.SealedBy[name])
+		}
+	}
+	for _, d := range r.Unsealed {
+		fmt.Fprintf(w, "value that does not open\t%s\n", d)
 	}
 	if r.OK() {
 		fmt.Fprintln(w, "ok: every byte checks")

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -212,6 +213,11 @@ func TestJournalRekeyOffline(t *testing.T) {
 	}
 	if out := mustEmq(t, "journal", "check", "--data-dir", dir); !strings.Contains(out, "encrypted at rest: yes (keys new)") {
 		t.Fatalf("emq journal check after the rekey:\n%s", out)
+	}
+	// With the keys, the check opens every value and counts them by key.
+	if out := mustEmq(t, "journal", "check", "--data-dir", dir, "--journal-keys", keys); !regexp.MustCompile(fmt.Sprintf(`values under key new +%d\n`, jobs)).MatchString(out) ||
+		strings.Contains(out, "key old") || !strings.Contains(out, "ok: every byte checks") {
+		t.Fatalf("emq journal check --journal-keys after the rekey:\n%s", out)
 	}
 	writeKeys(t, keys, lines, "new")
 	j = open(keys) // fails without old unless the rekey dropped it
