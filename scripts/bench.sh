@@ -14,6 +14,8 @@
 #   PRELOAD=1000000   jobs stored before the "1M stored" run (0 = skip it)
 #   ETCD=1       EMQ as a group on a 3-member etcd (scripts/bench-etcd.sh), beside
 #                JetStream R3 when PEERS has jetstream (0 = skip both)
+#   SERVER_CPU=1 each server's CPU a job (run.sh's SERVER_CPU), EMQ among the peers
+#                as its own emq broker process for it (0 = skip)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/emq}
@@ -25,6 +27,7 @@ JOBS=${JOBS:-20000}
 PRELOAD=${PRELOAD:-1000000}
 ANCHORS=${ANCHORS:-../shared/anchors}
 ETCD=${ETCD:-1}
+SERVER_CPU=${SERVER_CPU:-1}
 jetstream_modes=sync
 [ "$ETCD" = 1 ] && jetstream_modes="sync r3"
 out=docs/benchmarks.md
@@ -39,10 +42,15 @@ runs=$work/emq.txt
 # The peers first, in their own work dir (its *.txt hold the per-run lines).
 if [ -n "$PEERS" ] && [ -x "$ANCHORS/run.sh" ]; then
   echo "== the peers: $ANCHORS/run.sh $PEERS" >&2
+  # With SERVER_CPU, EMQ runs among them as its own broker process: its
+  # CPU a job is read as theirs is.
+  cpu_peers=$PEERS
+  [ "$SERVER_CPU" = 1 ] && cpu_peers="$PEERS emq"
   # shellcheck disable=SC2086
   WORK="$work/anchors" N=$N REPEAT=$REPEAT PACED_RATE=0 TIMEOUT=120s \
     BEANSTALK_MODES=fsync ASYNQ_MODES=durable JETSTREAM_MODES="$jetstream_modes" \
-    "$ANCHORS/run.sh" $PEERS >&2 || echo "== run.sh failed: the rows it did not finish are left out" >&2
+    SERVER_CPU=$SERVER_CPU EMQ_BIN="$(realpath "$BIN")" \
+    "$ANCHORS/run.sh" $cpu_peers >&2 || echo "== run.sh failed: the rows it did not finish are left out" >&2
 else
   [ -n "$PEERS" ] && echo "== $ANCHORS/run.sh not found: EMQ alone" >&2
   mkdir -p "$work/anchors"

@@ -98,9 +98,10 @@ func main() {
 
 // session is everything one make bench measured.
 type session struct {
-	peerRuns map[string]map[string][]run // label → size → runs
-	pubsub   map[string][]run            // label → each run, deliveries/s as jobsPerSec
-	probeUS  float64                     // one 200-byte O_DSYNC write, µs
+	peerRuns map[string]map[string][]run     // label → size → runs
+	pubsub   map[string][]run                // label → each run, deliveries/s as jobsPerSec
+	probeUS  float64                         // one 200-byte O_DSYNC write, µs
+	cpu      map[string]map[string][]float64 // run.sh's server-cpu lines: label → size → µs a job
 	emq      []emqRun
 	rounds   map[string]*session // round label → its run.sh work directory's figures
 	commit   string
@@ -108,7 +109,7 @@ type session struct {
 }
 
 func load(anchors, emqFile string) (*session, error) {
-	s := &session{peerRuns: map[string]map[string][]run{}, pubsub: map[string][]run{}}
+	s := &session{peerRuns: map[string]map[string][]run{}, pubsub: map[string][]run{}, cpu: map[string]map[string][]float64{}}
 	if anchors != "" {
 		files, err := filepath.Glob(filepath.Join(anchors, "*.txt"))
 		if err != nil {
@@ -177,6 +178,18 @@ func (s *session) readPeers(name string) error {
 		line := sc.Text()
 		if strings.HasPrefix(line, "disk-probe ") {
 			s.probeUS = fieldNum(line, "us/write")
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, "server-cpu "); ok { // SERVER_CPU=1
+			label, after, ok := strings.Cut(rest, " P:C=")
+			size, _, _ := strings.Cut(after, " ")
+			if us := fieldNum(line, "us/job"); ok && us > 0 {
+				label, _, _ = strings.Cut(label, " ") // "asynq-durable (redis)": the peer's label
+				if s.cpu[label] == nil {
+					s.cpu[label] = map[string][]float64{}
+				}
+				s.cpu[label][size] = append(s.cpu[label][size], us)
+			}
 			continue
 		}
 		if !strings.HasPrefix(line, "# ") || !strings.Contains(line, " run=") {
@@ -382,10 +395,70 @@ func (s *session) write(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	s.writeGoals(w, rows)
+	s.writeCPU(w)
 	s.writeRounds(w)
 	s.writeReplicated(w)
 	s.writePubSub(w)
 	s.writeAlone(w)
+}
+
+// writeCPU is the servers' CPU a job (run.sh's SERVER_CPU=1: utime and
+// stime of each server's processes over its runs, EMQ as its own emq
+// broker), and EMQ's against the least of the durable peers'.
+func (s *session) writeCPU(w io.Writer) {
+	if len(s.cpu) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "### Server CPU a job")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "µs of CPU (user and system) the server's processes took a job over the runs above")
+	fmt.Fprintln(w, "(`SERVER_CPU=1 ../shared/anchors/run.sh`), EMQ as its own `emq broker` process beside")
+	fmt.Fprintln(w, "them, its load through `emq-load`; the client and worker processes are not counted.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| server | 1:1 | 4:4 | 16:16 |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	cell := func(label, size string) string {
+		v := s.cpu[label][size]
+		if len(v) == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.0f", median(v))
+	}
+	type line struct{ label, name string }
+	var lines []line
+	for _, p := range peers {
+		if s.cpu[p.label] != nil {
+			lines = append(lines, line{p.label, p.name})
+		}
+	}
+	lines = append(lines, line{"emq-w1", "**EMQ** (window 1)"}, line{"emq-w32", "**EMQ** (window 32)"})
+	for _, l := range lines {
+		if s.cpu[l.label] == nil {
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", l.name, cell(l.label, "1:1"), cell(l.label, "4:4"), cell(l.label, "16:16"))
+	}
+	fmt.Fprintln(w)
+	for _, size := range []string{"1:1", "16:16"} {
+		ours := s.cpu["emq-w1"][size]
+		best, bestName := math.Inf(1), ""
+		for _, p := range peers {
+			if v := s.cpu[p.label][size]; p.durable == "yes" && len(v) > 0 && median(v) < best {
+				best, bestName = median(v), p.name
+			}
+		}
+		if len(ours) == 0 || bestName == "" {
+			continue
+		}
+		ratio := median(ours) / best
+		verdict := "reached"
+		if ratio > 0.5 {
+			verdict = "**not reached**"
+		}
+		fmt.Fprintf(w, "- %s: EMQ %.0f µs a job, the least of the durable peers (%s) %.0f: %.2f× (target at most 0.5×): %s.\n",
+			size, median(ours), bestName, best, ratio, verdict)
+	}
+	fmt.Fprintln(w)
 }
 
 // writeGoals compares EMQ --ack-only with the fastest durable peer at
