@@ -51,6 +51,9 @@ func TestTable(t *testing.T) {
 			t.Errorf("the table lacks %q:\n%s", want, out)
 		}
 	}
+	if strings.Contains(out, "| emq-w1 |") {
+		t.Errorf("EMQ's runs as a process among the peers (for its CPU) are a row of the peers' table:\n%s", out)
+	}
 	if strings.Contains(out, "| jetstream-r3 |") {
 		t.Errorf("JetStream R3 is in the single machine's table:\n%s", out)
 	}
