@@ -620,36 +620,50 @@ func curveFiles(opts *broker.Options) (client.Security, error) {
 	return client.Security{ServerKey: server.String(), SecretKey: peerSecret.String()}, nil
 }
 
-// rekeyDuring starts b's rekey o.BackupAfter into the run, waits for its
-// end, and notes how long it took and the jobs done a second meanwhile
-// and before it. The run must outlast it.
-func rekeyDuring(ctx context.Context, b *broker.Broker, o Options, done *atomic.Int64, res *Result) error {
+// wait waits d, or until ctx ends.
+func wait(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// untilDuring waits o.BackupAfter into the run (6 s if unset), notes in
+// res the jobs done a second from its first second (warm-up) until then,
+// and returns the jobs done by then and when: what --backup and --rekey
+// measure against.
+func untilDuring(ctx context.Context, o Options, done *atomic.Int64, res *Result) (int64, time.Time, error) {
 	after := o.BackupAfter
 	if after <= 0 {
 		after = 6 * time.Second
 	}
-	wait := func(d time.Duration) error {
-		select {
-		case <-time.After(d):
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	if err := wait(time.Second); err != nil { // warm-up
-		return err
+	if err := wait(ctx, time.Second); err != nil { // warm-up
+		return 0, time.Time{}, err
 	}
 	d1, t1 := done.Load(), time.Now()
-	if err := wait(after - time.Second); err != nil {
-		return err
+	if err := wait(ctx, after-time.Second); err != nil {
+		return 0, time.Time{}, err
 	}
 	d0, t0 := done.Load(), time.Now()
 	res.BeforeJobsPerSec = float64(d0-d1) / t0.Sub(t1).Seconds()
+	return d0, t0, nil
+}
+
+// rekeyDuring starts b's rekey o.BackupAfter into the run, waits for its
+// end, and notes how long it took and the jobs done a second meanwhile
+// and before it. The run must outlast it.
+func rekeyDuring(ctx context.Context, b *broker.Broker, o Options, done *atomic.Int64, res *Result) error {
+	d0, t0, err := untilDuring(ctx, o, done, res)
+	if err != nil {
+		return err
+	}
 	if _, err := b.Rekey(o.RekeyRate); err != nil {
 		return err
 	}
 	for {
-		if err := wait(50 * time.Millisecond); err != nil {
+		if err := wait(ctx, 50*time.Millisecond); err != nil {
 			return err
 		}
 		if s := b.RekeyStatus(); !s.Running {
@@ -671,32 +685,15 @@ func rekeyDuring(ctx context.Context, b *broker.Broker, o Options, done *atomic.
 // the run, and notes how long it took and the jobs done a second
 // meanwhile and before it. The run must outlast it.
 func backupDuring(ctx context.Context, b *broker.Broker, o Options, done *atomic.Int64, res *Result) error {
-	after := o.BackupAfter
-	if after <= 0 {
-		after = 6 * time.Second
-	}
-	wait := func(d time.Duration) error {
-		select {
-		case <-time.After(d):
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	if err := wait(time.Second); err != nil { // warm-up
-		return err
-	}
-	d1, t1 := done.Load(), time.Now()
-	if err := wait(after - time.Second); err != nil {
-		return err
-	}
 	f, err := os.Create(o.BackupTo)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	d0, t0 := done.Load(), time.Now()
-	res.BeforeJobsPerSec = float64(d0-d1) / t0.Sub(t1).Seconds()
+	d0, t0, err := untilDuring(ctx, o, done, res)
+	if err != nil {
+		return err
+	}
 	st, err := b.Backup(ctx, f, store.BackupHeader{MadeBy: "emq bench", Pace: o.BackupPace})
 	if err == nil {
 		err = f.Sync()

@@ -117,7 +117,13 @@ func TestRunPriorityAndUnique(t *testing.T) {
 	if r.Priorities != 10 || !r.Unique || r.Lost != 0 || r.Errors != 0 || r.Duplicates != 0 {
 		t.Fatalf("result %+v", r)
 	}
-	p, err := b.List(store.ListOptions{Queue: "bench", State: store.Done, Limit: 1000})
+	// A REPLY's delete may wait a little for company (LazyDelay): the
+	// last jobs are done a moment after their REPLYs.
+	var p store.Page
+	bt.Eventually(t, "every job done", func() bool {
+		p, err = b.List(store.ListOptions{Queue: "bench", State: store.Done, Limit: 1000})
+		return err != nil || len(p.Jobs) == jobs
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
