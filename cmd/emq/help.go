@@ -2,6 +2,7 @@ package main
 
 import (
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -28,11 +29,15 @@ Flags:
 Global Flags:
 {{.InheritedFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}`
 
+// addTemplateFunc adds flagSections to cobra's template functions, a
+// global map: once, not at each newRoot (tests make roots in parallel).
+var addTemplateFunc sync.Once
+
 // groupFlagsInHelp makes root's --help (and its commands') list a
 // command's own flags first, then each group of inHelpGroup under its
 // heading.
 func groupFlagsInHelp(root *cobra.Command) {
-	cobra.AddTemplateFunc("flagSections", flagSections)
+	addTemplateFunc.Do(func() { cobra.AddTemplateFunc("flagSections", flagSections) })
 	root.SetUsageTemplate(strings.Replace(root.UsageTemplate(), defaultFlagsPart, "{{flagSections .}}", 1))
 }
 
