@@ -12,7 +12,6 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/migrations"
 	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/store/boltstore"
@@ -201,19 +200,7 @@ func TestEncryptedDamageIsQuarantined(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if d := testutil.Recv(t, heard, "the damage heard"); string(d.Key) != "p" || !strings.Contains(d.Reason, "authentication tag (key k1)") {
-		t.Fatalf("damage heard: %+v", d)
-	}
-	if r, err := j.Result("r"); !errors.Is(err, store.ErrDamaged) {
-		t.Fatalf("result of a damaged value: %q, %v; want ErrDamaged", r, err)
-	}
-	testutil.Eventually(t, "the job in the dead letters, the result in the damaged bucket", func() bool {
-		got, err := j.Get("p")
-		list, lerr := j.Damaged()
-		results := slices.ContainsFunc(list, func(e store.DamagedEntry) bool { return e.Bucket == "results" && e.Key == "r" })
-		return err == nil && got.State == store.Dead && strings.Contains(got.LastError, "damaged in the journal") &&
-			got.Headers == "timeout:5" && lerr == nil && results
-	})
+	storetest.SealedDamageQuarantined(t, j, heard, "timeout:5")
 	for _, jb := range loadAll(t, j) {
 		if jb.MsgID == "p" {
 			t.Fatal("the damaged job was loaded as pending")

@@ -11,7 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/eventmq/emq/internal/etcdtest"
-	"github.com/eventmq/emq/internal/testutil"
 	"github.com/eventmq/emq/store"
 	"github.com/eventmq/emq/store/etcdstore"
 	"github.com/eventmq/emq/store/storetest"
@@ -138,19 +137,7 @@ func TestEtcdEncryptedDamageIsQuarantined(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if d := testutil.Recv(t, heard, "the damage heard"); string(d.Key) != "p" || !strings.Contains(d.Reason, "authentication tag (key k1)") {
-		t.Fatalf("damage heard: %+v", d)
-	}
-	if r, err := j.Result("r"); !errors.Is(err, store.ErrDamaged) {
-		t.Fatalf("result of a damaged value: %q, %v; want ErrDamaged", r, err)
-	}
-	testutil.Eventually(t, "the job in the dead letters, the result in the damaged bucket", func() bool {
-		got, err := j.Get("p")
-		list, lerr := j.Damaged()
-		results := slices.ContainsFunc(list, func(e store.DamagedEntry) bool { return e.Bucket == "results" && e.Key == "r" })
-		return err == nil && got.State == store.Dead && strings.Contains(got.LastError, "damaged in the journal") &&
-			strings.Contains(got.LastError, "authentication tag (key k1)") && got.Headers == "h:1" && lerr == nil && results
-	})
+	storetest.SealedDamageQuarantined(t, j, heard, "h:1")
 }
 
 // A journal on etcd opens only with every key it was encrypted with,
