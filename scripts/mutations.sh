@@ -75,7 +75,7 @@ m rekey-place-not-noted ./store/boltstore/ TestRekeyUnderLoad store/rekey.go $'\
 m rekey-not-resumed ./store/boltstore/ TestRekeyUnderLoad store/boltstore/bolt.go $'\tif err := j.ResumeRekey(); err != nil {' $'\tif err := error(nil); err != nil {'
 m rekey-not-resumed-by-next-leader ./group/ TestGroupRekeyAcrossFailover store/etcdstore/etcd.go $'\t\tif err := e.ResumeRekey(); err != nil {' $'\t\tif err := error(nil); err != nil {'
 m rekey-old-key-kept ./store/etcdstore/ TestEtcdRekeyUnderLoad store/rekey.go $'\t\t\t\t\tdropped = append(dropped, rec.Name)' $'\t\t\t\t\tkeep = append(keep, rec)'
-m rekey-rate-after-pause ./store/boltstore/ TestRekeyUnderLoad store/rekey.go $'\tcase r.Rate = <-j.rekey.rate:\n' $''
+m rekey-rate-after-pause ./store/boltstore/ TestRekeyUnderLoad store/rekey.go $'\tcase <-j.rekey.wake:\n' $''
 m needed-key-removed ./group/ TestGroupRekeyAcrossFailover store/rekey.go $'\tif err := k.check(r, "journal "+j.name); err != nil {' $'\tif err := k.check(r, "journal "+j.name); err != nil && false {'
 
 # The scratch copy: the tree as it is in this checkout (tracked and new

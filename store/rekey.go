@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -97,7 +98,8 @@ type rekeyState struct {
 	mu      sync.Mutex
 	running bool
 	status  RekeyStatus
-	rate    chan int // a new rate for the running rekey
+	asked   atomic.Int64  // a new rate for the running rekey (0: none)
+	wake    chan struct{} // cap 1: a new rate was asked
 }
 
 // Keys are the journal's keys now (nil: none).
@@ -147,14 +149,10 @@ func (j *Core) Rekey(rate int) (RekeyStatus, error) {
 	if j.rekey.running {
 		j.rekey.mu.Unlock()
 		if rate > 0 {
+			j.rekey.asked.Store(int64(rate))
 			select {
-			case j.rekey.rate <- rate:
-			default: // one is waiting: this one comes after it
-				select {
-				case <-j.rekey.rate:
-				default:
-				}
-				j.rekey.rate <- rate
+			case j.rekey.wake <- struct{}{}:
+			default: // woken already: it reads the latest
 			}
 		}
 		return j.RekeyStatus(), nil
@@ -212,8 +210,12 @@ func (j *Core) RekeyStatus() RekeyStatus {
 func (j *Core) setRekeyStatus(r *rekeyRecord, running bool, err error) {
 	j.rekey.mu.Lock()
 	defer j.rekey.mu.Unlock()
-	s := &j.rekey.status
-	*s = RekeyStatus{Key: r.Key, Running: running, Pass: r.Pass, Scanned: r.Scanned, Total: r.Total,
+	j.rekey.status = rekeyStatus(r, running, err)
+}
+
+// rekeyStatus is r's progress as RekeyStatus tells it.
+func rekeyStatus(r *rekeyRecord, running bool, err error) RekeyStatus {
+	s := RekeyStatus{Key: r.Key, Running: running, Pass: r.Pass, Scanned: r.Scanned, Total: r.Total,
 		Resealed: r.Resealed, Left: max(r.Left, 0), Rate: r.Rate, Started: r.Started}
 	if r.Bucket < len(rekeyBuckets) {
 		s.Bucket = string(rekeyBuckets[r.Bucket])
@@ -221,6 +223,7 @@ func (j *Core) setRekeyStatus(r *rekeyRecord, running bool, err error) {
 	if err != nil {
 		s.Error = err.Error()
 	}
+	return s
 }
 
 func (j *Core) startRekey(r *rekeyRecord) {
@@ -230,16 +233,11 @@ func (j *Core) startRekey(r *rekeyRecord) {
 		return
 	}
 	j.rekey.running = true
-	if j.rekey.rate == nil {
-		j.rekey.rate = make(chan int, 1)
+	if j.rekey.wake == nil {
+		j.rekey.wake = make(chan struct{}, 1)
 	}
-	select {
-	case <-j.rekey.rate: // meant for one that ended meanwhile
-	default:
-	}
-	j.rekey.mu.Unlock()
-	j.setRekeyStatus(r, true, nil)
-	j.rekey.mu.Lock()
+	j.rekey.asked.Store(0) // meant for one that ended meanwhile
+	j.rekey.status = rekeyStatus(r, true, nil)
 	go j.runRekey(r)
 }
 
@@ -285,9 +283,10 @@ func (j *Core) runRekey(r *rekeyRecord) {
 		select {
 		case <-j.stopping:
 			return
-		case rate := <-j.rekey.rate:
-			r.Rate = rate
 		default:
+		}
+		if rate := j.rekey.asked.Swap(0); rate > 0 {
+			r.Rate = int(rate)
 		}
 		if k := j.keys.Load(); k != nil && k.keys[0].name != r.Key {
 			// A new first key: everything again, under it.
@@ -314,22 +313,22 @@ func (j *Core) runRekey(r *rekeyRecord) {
 				failed = err
 			}
 			j.setRekeyStatus(r, true, err)
-			if !j.rekeyPause(r, time.Second) {
+			if !j.rekeyPause(time.Second) {
 				return
 			}
 			continue
 		}
 		failed = nil
 		j.setRekeyStatus(r, true, nil)
-		if n > 0 && !j.rekeyPause(r, time.Duration(float64(n)/float64(r.Rate)*float64(time.Second))-time.Since(start)) {
+		if n > 0 && !j.rekeyPause(time.Duration(float64(n)/float64(r.Rate)*float64(time.Second))-time.Since(start)) {
 			return
 		}
 	}
 }
 
-// rekeyPause waits d, or until a new rate comes (noted in r), or the
-// journal stops (false).
-func (j *Core) rekeyPause(r *rekeyRecord, d time.Duration) bool {
+// rekeyPause waits d, or until a new rate is asked (the loop takes it),
+// or the journal stops (false).
+func (j *Core) rekeyPause(d time.Duration) bool {
 	if d <= 0 {
 		return true
 	}
@@ -337,7 +336,7 @@ func (j *Core) rekeyPause(r *rekeyRecord, d time.Duration) bool {
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case r.Rate = <-j.rekey.rate:
+	case <-j.rekey.wake:
 	case <-j.stopping:
 		return false
 	}
