@@ -127,12 +127,17 @@ func (s *leafScan) fails(key []byte) string {
 	return fmt.Sprintf("key %q: its value fails its checksum", key)
 }
 
-// inline reads the page of bucket name kept inline in its element.
+// inline reads the page of bucket name kept inline in its element; name
+// nil: a bucket whose name is damaged.
 func (s *leafScan) inline(name, page []byte) {
 	in, un := scanLeaf(page, keyRange{bucket: name})
 	s.vals = append(s.vals, in...)
+	label := string(name)
+	if name == nil {
+		label = "whose name is damaged"
+	}
 	for _, u := range un {
-		s.unread = append(s.unread, fmt.Sprintf("bucket %s (inline): %s", name, u))
+		s.unread = append(s.unread, fmt.Sprintf("bucket %s (inline): %s", label, u))
 	}
 }
 
@@ -151,7 +156,7 @@ func (s *leafScan) scan() {
 			key, val, end := b[start:start+ks], b[start+ks:start+ks+vs], start+ks+vs
 			chained := s.chained(i)
 			if flags&bucketElement != 0 && chained && s.within.bucket == nil && slices.ContainsFunc(buckets, func(n []byte) bool { return bytes.Equal(n, key) }) {
-				if len(val) > bucketHeader && binary.LittleEndian.Uint64(val) == 0 {
+				if len(val) > bucketHeader { // a bucket with pages elsewhere has only its header
 					s.inline(bytes.Clone(key), val[bucketHeader:])
 				}
 				at = end
@@ -173,6 +178,14 @@ func (s *leafScan) scan() {
 					i++
 					continue
 				}
+			}
+			if chained && flags&bucketElement != 0 && s.within.bucket == nil && len(val) > bucketHeader {
+				// A bucket kept inline whose name is damaged: its values'
+				// seals say whose they are.
+				s.inline(nil, val[bucketHeader:])
+				at = end
+				i++
+				continue
 			}
 			if chained {
 				// The layout holds around it: its bytes changed.

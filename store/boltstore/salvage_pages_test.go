@@ -412,6 +412,17 @@ func TestSalvageReadsPagesBboltCannot(t *testing.T) {
 	t.Logf("root page %d, freelist %d, jobs' branch %d, a leaf of %d jobs %d, of a large one %d; the schedule at %v, the queue's settings at %v",
 		m.root, m.freelist, branch, n, multi, large, m.valueAt["schedules/nightly"], m.valueAt["queues/q"])
 	key, first := branchKey(t, fx, branch)
+	// The schedules bucket is kept inline in the root's page: from its
+	// name to its one value's key (its name, its header, its page's
+	// header and its element's).
+	raw, err := os.ReadFile(fx.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sched := int64(bytes.Index(raw[m.root*int(ps):(m.root+1)*int(ps)], []byte("schedules"))) + int64(m.root)*ps
+	if v := m.valueAt["schedules/nightly"]; v[0]/ps != int64(m.root) || sched < int64(m.root)*ps || v[0] <= sched {
+		t.Fatalf("the schedule at %v, its bucket's name at %d: want both in the root's page %d", v, sched, m.root)
+	}
 	victim := leaves[multi][0]                               // a job of that leaf
 	payload := (m.jobAt[victim][0] + m.jobAt[victim][1]) / 2 // the middle of its payload
 	type place struct {
@@ -443,6 +454,7 @@ func TestSalvageReadsPagesBboltCannot(t *testing.T) {
 		{name: "a job's value, and the freelist", at: payload, n: 10, also: &place{int64(m.freelist)*ps + 16, 64}},
 		{name: "the jobs bucket's branch", at: int64(branch)*ps + 20, n: 64},
 		{name: "the root bucket's page", at: int64(m.root) * ps, n: 64},
+		{name: "an inline bucket's name and headers", at: sched, n: int(m.valueAt["schedules/nightly"][0] - sched)},
 		{name: "the freelist", at: int64(m.freelist)*ps + 16, n: 64},
 		{name: "the freelist's header and a branch", at: int64(m.freelist) * ps, n: 16, also: &place{int64(branch)*ps + 16, 16}, freed: true},
 		// bbolt reads the file as of the other meta, the one before: the
