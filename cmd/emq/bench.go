@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 	"time"
@@ -79,20 +80,44 @@ publish→received latencies.`,
 		if !bo.quiet {
 			o.Progress = cmd.ErrOrStderr()
 		}
+		// The profile and the trace are of the run: from its first job, not
+		// of a preload or the replay before it.
+		var starts []func() error
 		for _, rec := range []struct {
 			flag, path string
 			start      func(io.Writer) error
 			stop       func()
 		}{{"cpuprofile", bo.cpuprofile, pprof.StartCPUProfile, pprof.StopCPUProfile}, {"trace", bo.trace, trace.Start, trace.Stop}} {
-			stop, err := record(rec.path, rec.start, rec.stop)
+			start, stop, err := record(rec.path, rec.start, rec.stop)
 			if err != nil {
 				return fmt.Errorf("%s: %w", rec.flag, err)
 			}
 			defer stop()
+			starts = append(starts, func() error {
+				if err := start(); err != nil {
+					return fmt.Errorf("%s: %w", rec.flag, err)
+				}
+				return nil
+			})
+		}
+		if bo.memprofile != "" {
+			starts = append(starts, func() error { return heapProfile(bo.memprofile) })
+		}
+		startRecording := func() error {
+			for _, start := range starts {
+				if err := start(); err != nil {
+					return err
+				}
+			}
+			return nil
 		}
 		if bo.http {
+			if err := startRecording(); err != nil {
+				return err
+			}
 			return benchHTTP(cmd, bo, o)
 		}
+		o.OnStart = startRecording
 		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 		tp, stopTracing, err := tracerProvider("emq-bench", log)
 		if err != nil {
@@ -101,6 +126,9 @@ publish→received latencies.`,
 		defer stopTracing()
 		o.TracerProvider = tp
 		r, err := bench.Run(cmd.Context(), o)
+		if bo.memprofile != "" { // TEMP
+			heapProfile(bo.memprofile + ".end")
+		}
 		if err != nil {
 			return err
 		}
@@ -123,6 +151,7 @@ type benchOptions struct {
 	httpBulk                    int
 	pubsub, http, asJSON, quiet bool
 	cpuprofile, trace, keys     string
+	memprofile                  string
 }
 
 // benchDefaults are emq bench's defaults.
@@ -169,25 +198,52 @@ func benchFlags(b *binder, o *benchOptions) {
 	b.integer(&p.HWM, "subscriber-hwm", "with --pubsub: its own broker's subscriber-hwm (0 = the whole run fits)")
 	jsonFlag(b, &o.asJSON, "print one JSON object")
 	b.boolean(&o.quiet, "quiet", "no progress bar")
-	b.str(&o.cpuprofile, "cpuprofile", "write a CPU profile of the run (broker and load together) to this file")
+	b.str(&o.cpuprofile, "cpuprofile", "write a CPU profile of the run (broker and load together, from the first job sent) to this file")
+	b.str(&o.memprofile, "memprofile", "write a heap profile to this file as the run starts, after the preload and the broker's replay: what the stored jobs hold in memory")
 	b.str(&o.trace, "trace", "write an execution trace of the run to this file (go tool trace)")
 }
 
 // record starts a CPU profile or a trace into the file at path, if one is
 // given, and returns what ends it.
-func record(path string, start func(io.Writer) error, stop func()) (func(), error) {
+// heapProfile writes the heap's live objects to path, after a collection.
+func heapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("memprofile: %w", err)
+	}
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("memprofile: %w", err)
+	}
+	return f.Close()
+}
+
+// record makes the file at path (none: nothing to record) and returns
+// what starts the recording into it and what stops it and closes the
+// file, whether it started or not.
+func record(path string, start func(io.Writer) error, stop func()) (begin func() error, end func(), err error) {
 	if path == "" {
-		return func() {}, nil
+		return func() error { return nil }, func() {}, nil
 	}
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := start(f); err != nil {
+	started := false
+	begin = func() error {
+		if err := start(f); err != nil {
+			return err
+		}
+		started = true
+		return nil
+	}
+	return begin, func() {
+		if started {
+			stop()
+		}
 		f.Close()
-		return nil, err
-	}
-	return func() { stop(); f.Close() }, nil
+	}, nil
 }
 
 func printResult(w io.Writer, r bench.Result) {

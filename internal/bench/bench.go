@@ -101,6 +101,10 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 	Progress       io.Writer
 	Logger         *slog.Logger
+	// OnStart, if set, is called as the first job is sent (after the
+	// preload and the broker's start): to profile the run alone. Its
+	// error ends the run.
+	OnStart func() error
 }
 
 // Result is what was measured. Times are in milliseconds.
@@ -237,6 +241,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	e2e := make([]time.Duration, o.Jobs)
 	acked := make([]string, o.Jobs)
 	var next, done, failed atomic.Int64
+	if o.OnStart != nil {
+		if err := o.OnStart(); err != nil {
+			return res, err
+		}
+	}
 	stopProgress := progress(o.Progress, o.Jobs, &done)
 	start := time.Now()
 	backupDone := make(chan error, 1)
