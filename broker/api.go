@@ -424,7 +424,7 @@ func (b *Broker) Job(ctx context.Context, msgid string) (*store.Job, Holder, err
 		trail  []store.TrailEvent
 	}
 	l, err := query(ctx, b, func() live {
-		lj := b.jobs[msgid]
+		lj := b.jobs.get(msgid)
 		if lj == nil {
 			return live{}
 		}
@@ -524,8 +524,8 @@ func (b *Broker) revive(msgid string, done func(error)) {
 // waiting for its own write (a duplicate, since the job is stored): the
 // revived job takes its place in b.jobs.
 func (b *Broker) revived(sj *store.Job) {
-	j := b.jobFromStore(sj)
-	b.jobs[j.id] = j
+	j := b.jobFromStore(sj, nil)
+	b.jobs.set(j.id, j)
 	b.adopt(j)
 	b.emitJob(EventRevived, j, "")
 	b.enqueue(j, time.Now())
@@ -561,7 +561,7 @@ func (b *Broker) deadJobs(ctx context.Context, msgids []string, remove bool) (in
 				b.revive(id, each)
 				continue
 			}
-			if b.jobs[id] != nil { // revived since it was listed: no longer dead
+			if b.jobs.get(id) != nil { // revived since it was listed: no longer dead
 				each(ErrGone)
 				continue
 			}
@@ -621,7 +621,7 @@ func (b *Broker) RemoveUnlessHeld(ctx context.Context, msgid string) error {
 
 func (b *Broker) removeJob(ctx context.Context, msgid string, unlessHeld bool) error {
 	_, err := change(ctx, b, func(reply func(struct{}, error)) {
-		j := b.jobs[msgid]
+		j := b.jobs.get(msgid)
 		if j != nil && unlessHeld && j.holder != nil {
 			reply(struct{}{}, fmt.Errorf("%w: %s", ErrHeld, msgid))
 			return
@@ -683,7 +683,7 @@ func (b *Broker) purge(queue string) {
 	if q == nil {
 		return
 	}
-	for id, j := range b.jobs {
+	for id, j := range b.jobs.all() {
 		if j.q != q {
 			continue
 		}
@@ -701,7 +701,7 @@ func (b *Broker) purge(queue string) {
 			j.state = removed
 		}
 		b.uncache(j)
-		delete(b.jobs, id)
+		b.jobs.del(id)
 		delete(b.trails, j)
 		b.disown(j)
 	}

@@ -87,7 +87,7 @@ type Broker struct {
 
 	// Owned by the loop.
 	phase        phase
-	jobs         map[string]*job
+	jobs         jobMap
 	clientIDs    map[string]string             // see intern
 	resent       map[*job][]peerKey            // REQUESTs to answer when a job's write lands
 	bulksWaiting map[*job][]parkedBulk         // BULKs to handle again when a job's write lands (bulk.go)
@@ -168,7 +168,7 @@ func New(opts Options) (*Broker, error) {
 		draining:     make(chan struct{}),
 		hurry:        make(chan struct{}),
 		wake:         make(chan struct{}, 1),
-		jobs:         make(map[string]*job),
+		jobs:         newJobMap(),
 		clientIDs:    make(map[string]string),
 		resent:       make(map[*job][]peerKey),
 		bulksWaiting: make(map[*job][]parkedBulk),

@@ -96,7 +96,7 @@ func (b *Broker) handleBulk(from peerKey, m *emqp.Bulk, held zmtp.Held) {
 			return
 		}
 		seen[bj.MsgID] = i
-		if j := b.jobs[bj.MsgID]; j != nil {
+		if j := b.jobs.get(bj.MsgID); j != nil {
 			if j.state != journaling {
 				continue // stored: ACKed with the rest
 			}

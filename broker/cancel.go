@@ -70,12 +70,12 @@ func (b *Broker) cancel(msgid, by string, done func(*store.Job, error)) {
 	// it waits for other jobs (workflow.go), which only the journal holds.
 	trail := CancelledBy(by)
 	var logAttrs []any
-	inMemory := b.jobs[msgid] != nil
+	inMemory := b.jobs.get(msgid) != nil
 	var keepUntil time.Time // kept as its result would be (keep-result, retain-done)
 	if b.opts.ResultTTL > 0 {
 		keepUntil = time.Now().Add(b.opts.ResultTTL)
 	}
-	if j := b.jobs[msgid]; j != nil {
+	if j := b.jobs.get(msgid); j != nil {
 		keepUntil = b.keepUntil(j)
 		logAttrs = b.tr.logAttrs(j)
 		if j.holder != nil {
@@ -154,7 +154,7 @@ func (b *Broker) progress(w *peer, m *emqp.Progress) {
 // JobProgress returns the latest progress of a job in flight (nil: none).
 func (b *Broker) JobProgress(ctx context.Context, msgid string) (*Progress, error) {
 	return query(ctx, b, func() *Progress {
-		if j := b.jobs[msgid]; j != nil {
+		if j := b.jobs.get(msgid); j != nil {
 			return b.holding(j).Progress
 		}
 		return nil

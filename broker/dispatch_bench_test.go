@@ -56,7 +56,7 @@ func dispatchBacklog(b *testing.B, jobs, prios, tenants int) {
 		}
 		j := &job{id: strconv.Itoa(i), q: q, headers: emqp.HeadersFrom(h...),
 			payload: payload, size: int32(len(payload)), prio: p, retries: 3, enqueued: now, state: pending}
-		br.jobs[j.id] = j
+		br.jobs.set(j.id, j)
 		br.adopt(j)
 		q.jobs.pushBack(j)
 	}

@@ -157,7 +157,7 @@ func (b *Broker) AwaitJob(ctx context.Context, msgid string) (*JobWait, error) {
 	ch := make(chan struct{})
 	held, err := query(ctx, b, func() bool {
 		b.awaiting[msgid] = append(b.awaiting[msgid], ch)
-		return b.jobs[msgid] != nil || b.ending[msgid] > 0
+		return b.jobs.get(msgid) != nil || b.ending[msgid] > 0
 	})
 	w := &JobWait{Held: held, C: ch, b: b, msgid: msgid, ch: ch}
 	if err != nil {

@@ -25,7 +25,7 @@ func TestSmallTenantsAreNotStuckBehindABigOne(t *testing.T) {
 	q := br.queue("q")
 	add := func(id, tenant string) {
 		j := &job{id: id, q: q, headers: emqp.HeadersFrom(emqp.Header{Name: emqp.HeaderTenant, Value: tenant}), retries: 3, state: pending}
-		br.jobs[id] = j
+		br.jobs.set(id, j)
 		br.adopt(j)
 		q.jobs.pushBack(j)
 	}

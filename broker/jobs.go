@@ -119,7 +119,7 @@ func (b *Broker) request(from peerKey, m *emqp.Request, held zmtp.Held) {
 	if b.elsewhere(from, m.MsgID, m.Queue) {
 		return
 	}
-	if j := b.jobs[m.MsgID]; j != nil {
+	if j := b.jobs.get(m.MsgID); j != nil {
 		if j.state != journaling {
 			b.stats.Duplicates.Add(1)
 			b.ack(from, m.MsgID)
@@ -216,7 +216,7 @@ func (b *Broker) startJob(from peerKey, s sent, queue string, payload []byte, no
 		j.notBefore = now.Add(s.delay).UnixNano()
 	}
 	j.client, j.enqueued = from, now.UnixNano()
-	b.jobs[j.id] = j
+	b.jobs.set(j.id, j)
 	b.adopt(j)
 	b.journaling++
 	b.tr.received(j, now)
@@ -342,8 +342,8 @@ func (b *Broker) enqueue(j *job, now time.Time) {
 // Its msgid may name another job by now (revived while this one, sent
 // again, waited for its write), which stays.
 func (b *Broker) forget(j *job) {
-	if b.jobs[j.id] == j {
-		delete(b.jobs, j.id)
+	if b.jobs.get(j.id) == j {
+		b.jobs.del(j.id)
 	}
 	delete(b.trails, j)
 	b.tr.forget(j)
@@ -454,7 +454,7 @@ func (b *Broker) attempt(j *job, reason string, backoff bool) {
 // connected or does not read. No attempt is counted, and the worker's free
 // slots are forgotten: it offers them again when it is back.
 func (b *Broker) undelivered(to peerKey, msgid string) {
-	j := b.jobs[msgid]
+	j := b.jobs.get(msgid)
 	if j == nil || j.state != inFlight || j.holder == nil || j.holder.key != to {
 		return
 	}
@@ -524,9 +524,19 @@ func (b *Broker) noticeFence(err error) bool {
 func (b *Broker) replay() (int, error) {
 	now := time.Now()
 	n := 0
+	var slab []job
 	err := b.journal.Load(func(sj *store.Job) error {
-		j := b.jobFromStore(sj)
-		b.jobs[j.id] = j
+		// Replayed jobs are made in slabs: a million of them are then a few
+		// thousand objects for the garbage collector, not a million (a
+		// collection's marking took half as long: docs/benchmarks.md,
+		// issue 49). A slab is freed when its last job is; it never
+		// outgrows what the replay held.
+		if len(slab) == 0 {
+			slab = make([]job, replaySlab)
+		}
+		j := b.jobFromStore(sj, &slab[0])
+		slab = slab[1:]
+		b.jobs.set(j.id, j)
 		b.adopt(j)
 		b.enqueue(j, now)
 		n++
@@ -538,8 +548,12 @@ func (b *Broker) replay() (int, error) {
 	return n, nil
 }
 
-// jobFromStore makes the in-memory job of a stored one.
-func (b *Broker) jobFromStore(sj *store.Job) *job {
+// replaySlab is how many replayed jobs are made at once (about 45 KiB).
+const replaySlab = 256
+
+// jobFromStore makes the in-memory job of a stored one; in place when
+// into is not nil.
+func (b *Broker) jobFromStore(sj *store.Job, into *job) *job {
 	q := b.queue(sj.Queue)
 	h, err := emqp.ParseHeaders(sj.Headers)
 	if err != nil {
@@ -548,6 +562,10 @@ func (b *Broker) jobFromStore(sj *store.Job) *job {
 	j, err := newJob(sj.MsgID, q, h)
 	if err != nil {
 		j = &job{id: sj.MsgID, q: q, headers: h, retries: 3}
+	}
+	if into != nil {
+		*into = *j
+		j = into
 	}
 	j.size = int32(sj.PayloadSize)
 	if sj.Payload != nil {

@@ -45,15 +45,15 @@ func (b *Broker) ImportJobs(ctx context.Context, jobs []*store.Job) (int, error)
 			return
 		}
 		for _, sj := range jobs {
-			if b.jobs[sj.MsgID] != nil {
+			if b.jobs.get(sj.MsgID) != nil {
 				one(nil, false)
 				continue
 			}
 			b.journal.Import(sj, func(dup bool, err error) {
 				fresh := err == nil && !dup
-				if fresh && sj.State == store.Pending && b.jobs[sj.MsgID] == nil {
-					j := b.jobFromStore(sj)
-					b.jobs[j.id] = j
+				if fresh && sj.State == store.Pending && b.jobs.get(sj.MsgID) == nil {
+					j := b.jobFromStore(sj, nil)
+					b.jobs.set(j.id, j)
 					b.adopt(j)
 					b.enqueue(j, time.Now())
 				}
@@ -91,7 +91,7 @@ func (b *Broker) ForgetJobs(ctx context.Context, queue string, msgids []string) 
 	inMemory, err := query(ctx, b, func() []bool {
 		mem := make([]bool, len(msgids))
 		for i, id := range msgids {
-			j := b.jobs[id]
+			j := b.jobs.get(id)
 			mem[i] = j != nil && j.q.name == queue
 		}
 		return mem
@@ -109,7 +109,7 @@ func (b *Broker) ForgetJobs(ctx context.Context, queue string, msgids []string) 
 	}
 	return changeN(ctx, b, len(mine), func(each func(error)) {
 		for _, id := range mine {
-			if j := b.jobs[id]; j != nil {
+			if j := b.jobs.get(id); j != nil {
 				if j.state == journaling {
 					j.dropped = true
 				} else {

@@ -341,11 +341,11 @@ func (b *Broker) fired(s *schedule, due, next time.Time, sj *store.Job, dup bool
 
 // holdFire makes a fire's stored job pending, as an appended REQUEST is.
 func (b *Broker) holdFire(sj *store.Job) {
-	if old := b.jobs[sj.MsgID]; old != nil {
+	if old := b.jobs.get(sj.MsgID); old != nil {
 		return // held already
 	}
-	j := b.jobFromStore(sj)
-	b.jobs[j.id] = j
+	j := b.jobFromStore(sj, nil)
+	b.jobs.set(j.id, j)
 	b.adopt(j)
 	b.stats.Acked.Add(1)
 	j.q.acked++

@@ -92,7 +92,7 @@ func (b *Broker) Why(ctx context.Context, msgid string) (Why, error) {
 		ok bool
 	}
 	l, err := query(ctx, b, func() live {
-		j := b.jobs[msgid]
+		j := b.jobs.get(msgid)
 		if j == nil {
 			return live{}
 		}

@@ -18,11 +18,11 @@ import (
 func (b *Broker) workflowChanged(c store.WorkflowChange) {
 	now := time.Now()
 	for _, sj := range c.Released {
-		if b.jobs[sj.MsgID] != nil {
+		if b.jobs.get(sj.MsgID) != nil {
 			continue // loaded already (a release the last run left to this one)
 		}
-		j := b.jobFromStore(sj)
-		b.jobs[j.id] = j
+		j := b.jobFromStore(sj, nil)
+		b.jobs.set(j.id, j)
 		b.adopt(j)
 		b.emitJob(EventReleased, j, "")
 		b.enqueue(j, now)
@@ -41,7 +41,7 @@ func (b *Broker) workflowChanged(c store.WorkflowChange) {
 // when it was asked for: it waited, or was released meanwhile and joined
 // its queue before the journal cancelled it, and must leave it.
 func (b *Broker) cancelledOutside(sj *store.Job, reason string) {
-	if j := b.jobs[sj.MsgID]; j != nil && j.state != journaling {
+	if j := b.jobs.get(sj.MsgID); j != nil && j.state != journaling {
 		if j.holder != nil {
 			b.send(j.holder.key, &emqp.Cancel{MsgID: emqp.NewID(), OrigMsgID: j.id})
 		}
