@@ -30,6 +30,7 @@ type reader struct {
 	damaged []store.Damage
 	first   error
 	bkts    [16]*bolt.Bucket // by bucket id: a lookup of tx.Bucket is a search of its own
+	probe   item             // lookup's; a reader is one goroutine's, as bbolt's Tx is
 }
 
 func (r *reader) Err() error              { return r.first }
@@ -72,7 +73,7 @@ const peekSize = 64 << 10
 // get is key's value: the memtable's (checked as the log's record when
 // read), or bbolt's, checked unless lazy and of peekSize or more.
 func (r *reader) get(bucket, key []byte, lazy bool) (_ []byte, checked bool) {
-	if it, ok := lookup(r.layers, r.id(bucket), key); ok {
+	if it, ok := lookup(r.layers, &r.probe, r.id(bucket), key); ok {
 		switch {
 		case it.del:
 			return nil, true
@@ -100,7 +101,7 @@ func (r *reader) get(bucket, key []byte, lazy bool) (_ []byte, checked bool) {
 // Head implements store.HeadReader: a logged job's head, or a kept
 // result's expiry, from memory; any other value whole.
 func (r *reader) Head(bucket, key []byte) []byte {
-	if it, ok := lookup(r.layers, r.id(bucket), key); ok && it.logged() && it.ref.head != nil {
+	if it, ok := lookup(r.layers, &r.probe, r.id(bucket), key); ok && it.logged() && it.ref.head != nil {
 		return it.ref.head
 	}
 	return r.Get(bucket, key)
@@ -154,7 +155,7 @@ func (r *reader) Gets(bucket []byte, keys [][]byte) [][]byte {
 
 // Raw implements store.Tx.
 func (r *reader) Raw(bucket, key []byte) []byte {
-	if it, ok := lookup(r.layers, r.id(bucket), key); ok {
+	if it, ok := lookup(r.layers, &r.probe, r.id(bucket), key); ok {
 		if it.logged() {
 			v, _, _ := r.j.readLogged(it)
 			return v

@@ -94,9 +94,12 @@ type tree = btree.BTreeG[*item]
 
 func newTree() *tree { return btree.NewG(32, less) }
 
-// lookup finds key in the first layer that has it.
-func lookup(layers []*tree, bucket uint8, key []byte) (*item, bool) {
-	probe := &item{bucket: bucket, key: key}
+// lookup finds key in the first layer that has it. probe is the caller's
+// to reuse: made here it would be allocated at each lookup (the btree's
+// comparison escapes it), several a job.
+func lookup(layers []*tree, probe *item, bucket uint8, key []byte) (*item, bool) {
+	probe.bucket, probe.key = bucket, key
+	defer func() { probe.key = nil }()
 	for _, t := range layers {
 		if t == nil {
 			continue
