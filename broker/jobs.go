@@ -69,30 +69,39 @@ func fromNanos(n int64) time.Time {
 // newJob reads a job's known headers. A bad value is the client's error;
 // a timeout over maxWait is taken as maxWait.
 func newJob(id string, q *queue, h emqp.Headers) (*job, error) {
-	j := &job{id: id, q: q, headers: h}
+	j := new(job)
+	if err := j.read(id, q, h); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// read is newJob in place, in a job made elsewhere (a replay's slab).
+func (j *job) read(id string, q *queue, h emqp.Headers) error {
+	*j = job{id: id, q: q, headers: h}
 	retries, err := h.RetryCount(3)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	j.retries = int32(min(retries, math.MaxInt32))
 	if j.timeout, err = h.Timeout(); err != nil {
-		return nil, err
+		return err
 	}
 	j.timeout = min(j.timeout, maxWait)
 	if j.prio, err = h.Priority(); err != nil {
-		return nil, err
+		return err
 	}
 	if _, err = h.Tenant(); err != nil {
-		return nil, err
+		return err
 	}
 	names, err := h.Limits()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if names != nil {
 		j.lim = &jobLimits{names: names}
 	}
-	return j, nil
+	return nil
 }
 
 // maxResent bounds the REQUESTs of one msgid waiting for its write to
@@ -559,13 +568,12 @@ func (b *Broker) jobFromStore(sj *store.Job, into *job) *job {
 	if err != nil {
 		h = emqp.Headers{} // stored by an older broker; dispatch it anyway
 	}
-	j, err := newJob(sj.MsgID, q, h)
-	if err != nil {
-		j = &job{id: sj.MsgID, q: q, headers: h, retries: 3}
+	j := into
+	if j == nil {
+		j = new(job)
 	}
-	if into != nil {
-		*into = *j
-		j = into
+	if err := j.read(sj.MsgID, q, h); err != nil {
+		*j = job{id: sj.MsgID, q: q, headers: h, retries: 3}
 	}
 	j.size = int32(sj.PayloadSize)
 	if sj.Payload != nil {

@@ -99,7 +99,6 @@ func newTree() *tree { return btree.NewG(32, less) }
 // comparison escapes it), several a job.
 func lookup(layers []*tree, probe *item, bucket uint8, key []byte) (*item, bool) {
 	probe.bucket, probe.key = bucket, key
-	defer func() { probe.key = nil }()
 	for _, t := range layers {
 		if t == nil {
 			continue
