@@ -46,9 +46,10 @@ import (
 type tracing struct {
 	tracer trace.Tracer
 	jobs   map[*job]*jobTrace
-	turn   []func()      // this turn's changes, for the ender
-	later  chan []func() // to the ender, in order; nil while it does not run
-	ended  chan struct{} // closed when the ender has stopped
+	turn   []func()             // this turn's changes, for the ender
+	later  chan []func()        // to the ender, in order; nil while it does not run
+	ended  chan struct{}        // closed when the ender has stopped
+	attrs  []attribute.KeyValue // a span's attributes, made where do runs fn (the spans copy them)
 }
 
 // jobTrace is what the loop keeps of a sampled job's trace.
@@ -141,9 +142,15 @@ func (t *tracing) start(queue, msgid string, parent trace.SpanContext, op string
 func (t *tracing) describe(span trace.Span, op, queue, msgid string, more ...attribute.KeyValue) {
 	t.do(func() {
 		if span.IsRecording() {
-			span.SetAttributes(append(jobtrace.Attrs(op, queue, msgid), more...)...)
+			span.SetAttributes(t.attrsOf(op, queue, msgid, more...)...)
 		}
 	})
+}
+
+// attrsOf are a span's attributes in t.attrs, for a function given to do.
+func (t *tracing) attrsOf(op, queue, msgid string, more ...attribute.KeyValue) []attribute.KeyValue {
+	t.attrs = append(jobtrace.AppendAttrs(t.attrs[:0], op, queue, msgid), more...)
+	return t.attrs
 }
 
 // made makes a span that began at start and ended at end, on the ender;
@@ -154,7 +161,7 @@ func (t *tracing) made(queue, msgid string, parent trace.SpanContext, op string,
 		if !span.IsRecording() {
 			return
 		}
-		span.SetAttributes(jobtrace.Attrs(op, queue, msgid)...)
+		span.SetAttributes(t.attrsOf(op, queue, msgid)...)
 		if event != "" {
 			span.AddEvent(event, trace.WithTimestamp(end))
 		}

@@ -144,13 +144,19 @@ func Extract(ctx context.Context, h emqp.Headers) context.Context {
 
 // Attrs are the attributes every span of a job has.
 func Attrs(op, queue, msgid string) []attribute.KeyValue {
-	return []attribute.KeyValue{
+	return AppendAttrs(make([]attribute.KeyValue, 0, 6), op, queue, msgid)
+}
+
+// AppendAttrs is Attrs appended to dst: a caller that sets them on one
+// span after another reuses one slice (a span copies what it is given).
+func AppendAttrs(dst []attribute.KeyValue, op, queue, msgid string) []attribute.KeyValue {
+	return append(dst,
 		System,
 		semconv.MessagingOperationName(op),
 		operationType(op),
 		semconv.MessagingDestinationName(queue),
 		semconv.MessagingMessageID(msgid),
-	}
+	)
 }
 
 func operationType(op string) attribute.KeyValue {
