@@ -10,7 +10,9 @@
 // round LABEL, beside DIR/roundLABEL, a run.sh work directory of the
 // same round), alone (EMQ's own table, LABEL is its row), or etcd-ack
 // and etcd-w32 (a group on a 3-member etcd, scripts/bench-etcd.sh; their
-// JSON adds etcd_ops_per_job), beside run.sh's jetstream-r3. The peers' lines are those run.sh's load tools
+// JSON adds etcd_ops_per_job), beside run.sh's jetstream-r3, or stored
+// (LABEL "R empty" or "R full": round R of an empty journal and one with
+// jobs preloaded, taken in turn). The peers' lines are those run.sh's load tools
 // print for each run: "# LABEL P=.. C=.. run=i/n ... jobs/s=.. put_p99_ms=.. ok".
 package main
 
@@ -402,6 +404,7 @@ func (s *session) write(w io.Writer) {
 	s.writeReplicated(w)
 	s.writePubSub(w)
 	s.writeAlone(w)
+	s.writeStored(w)
 }
 
 // writeCPU is the servers' CPU a job (run.sh's SERVER_CPU=1: utime and
@@ -721,4 +724,68 @@ func (s *session) writeAlone(w io.Writer) {
 				thousands(n), r.num("replay_seconds"), r.num("rss_mib"))
 		}
 	}
+}
+
+// storedMin is the least a run with a million jobs stored may do against
+// an empty journal's, in the same round (DESIGN.md: within 10 %).
+const storedMin = 0.9
+
+// writeStored is the rounds of an empty journal and one with jobs
+// preloaded, taken in turn: each round's ratio and the verdict.
+func (s *session) writeStored(w io.Writer) {
+	type round struct{ empty, full *emqRun }
+	rounds := map[string]*round{}
+	var names []string
+	for i, r := range s.emq {
+		if r.kind != "stored" || r.bad() {
+			continue
+		}
+		name, which, ok := strings.Cut(r.label, " ")
+		if !ok {
+			continue
+		}
+		if rounds[name] == nil {
+			rounds[name] = &round{}
+			names = append(names, name)
+		}
+		switch which {
+		case "empty":
+			rounds[name].empty = &s.emq[i]
+		case "full":
+			rounds[name].full = &s.emq[i]
+		}
+	}
+	var full *emqRun
+	var ratios []float64
+	for _, name := range names {
+		if r := rounds[name]; r.empty != nil && r.full != nil {
+			if full == nil {
+				full = r.full
+				fmt.Fprintf(w, "A full journal against an empty one: `emq bench --senders %.0f --window %.0f --slots %.0f --jobs %.0f`, "+
+					"then the same with `--preload %.0f` (jobs stored before the start, in a queue nobody serves), in turn:\n\n",
+					full.num("senders"), full.num("window"), full.num("slots"), full.num("jobs"), full.num("preload"))
+				fmt.Fprintln(w, "| round | empty jobs/s | stored jobs/s | stored ÷ empty |")
+				fmt.Fprintln(w, "|---|---|---|---|")
+			}
+			ratio := r.full.num("jobs_per_sec") / r.empty.num("jobs_per_sec")
+			ratios = append(ratios, ratio)
+			fmt.Fprintf(w, "| %s | %s | %s | %.2f |\n", name, thousands(r.empty.num("jobs_per_sec")), thousands(r.full.num("jobs_per_sec")), ratio)
+		}
+	}
+	if full == nil {
+		return
+	}
+	ok := 0
+	for _, r := range ratios {
+		if r >= storedMin {
+			ok++
+		}
+	}
+	verdict := "reached"
+	if ok < len(ratios) {
+		verdict = "**not reached**"
+	}
+	fmt.Fprintf(w, "\nTarget (at least %.0f %% of empty): %s in %d of %d rounds (median %.2f). With %s jobs stored, the broker was ready in %.1f s;"+
+		" the bench process (broker, clients and worker together) ended at %.0f MiB resident.\n\n",
+		storedMin*100, verdict, ok, len(ratios), median(ratios), thousands(full.num("preload")), full.num("replay_seconds"), full.num("rss_mib"))
 }
