@@ -187,6 +187,13 @@ func (g *groupBroker) group() *admin.GroupInfo {
 // standbys that say so.
 func leaderOf(t testing.TB, bs ...*groupBroker) *groupBroker {
 	t.Helper()
+	defer func() {
+		if t.Failed() { // what each broker said, to tell a slow election from a broker that never came up
+			for _, b := range bs {
+				t.Logf("broker %s: group %+v, ready %v; its log:\n%s", b.name, b.group(), b.ready(), b.log())
+			}
+		}
+	}()
 	var leader *groupBroker
 	bt.Eventually(t, "one broker leading, the others standing by", func() bool {
 		leader = nil
