@@ -51,6 +51,7 @@ func TestStandbyShowsWhoLeads(t *testing.T) {
 	c := grouptest.StartOn(t, etcdtest.Start(t, 1).Endpoints(), 2, grouptest.Config{AdminToken: "sesame"})
 	leader := c.Leader(t)
 	standby := c.Standbys(leader)[0]
+	testutil.Eventually(t, standby.Name+" naming the leader", func() bool { return standby.Info().Leader == leader.Name })
 	st, err := standby.Admin(t).Stats(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -395,15 +395,30 @@ func (p *Peer) KeepAlive(interval time.Duration) {
 	p.t.Cleanup(func() { close(stop); <-done })
 }
 
+// handedOut are the ports FreeEndpoint gave in this process.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
 // FreeEndpoint returns a tcp://127.0.0.1:PORT that nothing listens on
 // now, for a broker a test starts later (a child process, or one on a
 // journal another gave up). The port is outside Linux's ephemeral range
 // (32768-60999): one from that range, free a moment ago, may be taken by
-// any test's outgoing connection before the broker binds it.
+// any test's outgoing connection before the broker binds it. A port is
+// handed out once in a test process: a test that takes several before it
+// starts anything (a group's members) never gets one twice.
 func FreeEndpoint(t testing.TB) string {
 	t.Helper()
 	for range 100 {
 		port := 20000 + rand.IntN(12000)
+		handedOut.Lock()
+		taken := handedOut.ports[port]
+		handedOut.ports[port] = true
+		handedOut.Unlock()
+		if taken {
+			continue
+		}
 		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			continue // taken

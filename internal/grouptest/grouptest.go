@@ -178,7 +178,13 @@ func (m *Member) Start(t testing.TB) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
+	go func() {
+		err := n.Run(ctx)
+		if err != nil && ctx.Err() == nil { // not asked to stop: the logs a failure shows say why
+			log.Error("grouptest: the member's Run returned", "err", err)
+		}
+		done <- err
+	}()
 	m.node, m.done, m.cancel = n, done, cancel
 }
 
